@@ -1,0 +1,32 @@
+"""The cost-model contract.
+
+A cost model predicts the throughput of configs from their features.
+
+    fit(X, y) -> self      X: (n, d) float features (space.features), y: (n,)
+                           measured GFLOP/s with 0 for failed candidates.
+                           Higher is better. Must accept n == 0 or 1.
+    predict(X) -> (n,)     Scores where higher is better; any scale, only the
+                           order matters to searches.
+    predict_dist(X) -> (mean, std)   where the model has an uncertainty.
+    can_rank               False for cost_model=none (predictions carry no
+                           information); searches that need a model are
+                           rejected with it.
+
+__init__ stores hyperparameters only; seeds come from the config.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class CostModel:
+    can_rank = True
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "CostModel":
+        raise NotImplementedError
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict_dist(self, X: np.ndarray):
+        raise NotImplementedError(f"{type(self).__name__} has no predictive distribution")

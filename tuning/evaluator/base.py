@@ -1,0 +1,37 @@
+"""The evaluator contract: the one door to hardware.
+
+    measure(hardware, task, configs) -> list[MeasureResult]
+        One result per config, in order; errors are results, never raised.
+        The evaluator decides the repeat policy (a MeasureSpec handed to the
+        hardware, which applies it inside its isolated run worker) and
+        accounts the seconds spent.
+    remeasure(hardware, task, config) -> MeasureResult
+        A longer measurement of the incumbent best at the end of a run, so the
+        reported best is not a lucky sample.
+
+__init__ stores hyperparameters only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """How the run worker times one built kernel (TVM time_evaluator semantics)."""
+
+    number: int = 1  # runs averaged into one cost (0 lets min_repeat_ms decide)
+    repeat: int = 3  # costs recorded
+    min_repeat_ms: int = 50
+    cache_flush: bool = False  # flush the CPU cache before each run (needs number == 1)
+    timeout_s: float = 10.0  # per-candidate cap on running
+    build_timeout_s: float = 60.0  # per-candidate cap on building
+    check_correctness: bool = True  # compare the output to the untuned kernel's
+
+
+class Evaluator:
+    def measure(self, hardware, task, configs):
+        raise NotImplementedError
+
+    def remeasure(self, hardware, task, config):
+        raise NotImplementedError

@@ -1,0 +1,49 @@
+"""The hardware contract.
+
+Only this package imports TVM. A backend turns tasks into knob spaces and
+builds and runs candidates in isolated, long-lived worker processes, so a
+crashing or hanging kernel becomes an error record, not a dead run.
+
+    space(task) -> Space
+        The task's knob space (tuning.space.Space), with `canonicalize` set if
+        the backend repairs decisions.
+    measure(task, configs, spec) -> list[MeasureResult]
+        Build the whole batch first, then time it with nothing compiling
+        (compiling beside a measurement nearly doubles it). One result per
+        config, in order, each carrying the effective config in `.config`.
+    export(task, config, out_dir) -> list of written paths
+        The schedule as TVMScript (best schedules artifact).
+    export_database(records_by_task, out_dir) -> list of written paths
+        A MetaSchedule JSON database TVM can compile from (optional).
+    describe() -> dict       target, device, versions: logged as tags.
+    close()                  stop the workers.
+
+__init__ stores settings only; workers start on first use.
+"""
+from __future__ import annotations
+
+
+class Hardware:
+    def space(self, task):
+        raise NotImplementedError
+
+    def measure(self, task, configs, spec):
+        raise NotImplementedError
+
+    def export(self, task, config, out_dir):
+        return []
+
+    def export_database(self, records_by_task, out_dir):
+        return []
+
+    def describe(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

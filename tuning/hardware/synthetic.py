@@ -1,0 +1,112 @@
+"""hardware=synthetic: a deterministic stand-in for tests of search logic.
+
+Never a default. It builds the same kind of Space the cpu backend reads from
+MetaSchedule (multi-level tiling knobs + unroll, three sketches) from the
+workload alone, and answers each config with a latency from a smooth
+analytic landscape plus deterministic per-config noise, so the same config
+always gets the same costs. Some configs are "invalid" (register tile too
+large) so error handling is exercised. An optional noise model (per-repeat
+multiplicative jitter, seeded by config) serves measurement-policy tests.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+
+from tuning.hardware.base import Hardware
+from tuning.records import MeasureResult
+from tuning.space import Knob, Space, factorizations, merge_sketches
+
+UNROLL_CANDIDATES = (0, 16, 64, 512)
+
+
+def _loops(workload: dict) -> list[tuple[str, int, bool]]:
+    """(name, extent, is_reduction) of the operator's loop nest."""
+    if workload["op"] == "gemm":
+        return [("i", workload["M"], False), ("j", workload["N"], False), ("k", workload["K"], True)]
+    if workload["op"] == "conv2d":
+        w = workload
+        out = (w["height"] + 2 * w["padding"] - w["kernel"]) // w["stride"] + 1
+        out_w = (w["width"] + 2 * w["padding"] - w["kernel"]) // w["stride"] + 1
+        return [("n", w["batch"], False), ("f", w["out_channels"], False), ("y", out, False),
+                ("x", out_w, False), ("rc", w["in_channels"], True), ("ry", w["kernel"], True),
+                ("rx", w["kernel"], True)]
+    raise ValueError(f"synthetic hardware: unsupported op {workload['op']!r}")
+
+
+def synthetic_space(workload: dict) -> Space:
+    """MetaSchedule-like: spatial loops in 4 tiles, reductions in 2, plus unroll."""
+    knobs = []
+    for name, extent, reduction in _loops(workload):
+        parts = 2 if reduction else 4
+        knobs.append(Knob(f"tile.{name}", "tile", tuple(factorizations(extent, parts, 64))))
+    knobs.append(Knob("unroll", "categorical", tuple(range(len(UNROLL_CANDIDATES)))))
+    slots, active = merge_sketches([knobs, knobs, knobs])
+    return Space(slots, active)
+
+
+def _unit(*parts) -> float:
+    """A deterministic number in [0, 1) from its arguments."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") / 2**64
+
+
+class SyntheticHardware(Hardware):
+    """Analytic latency landscape; `noise` is the per-repeat relative jitter."""
+
+    def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024):
+        self.peak_gflops = peak_gflops
+        self.noise = noise
+        self.invalid_register_tile = invalid_register_tile
+        self._spaces: dict = {}
+
+    def space(self, task):
+        if task.key not in self._spaces:
+            self._spaces[task.key] = synthetic_space(task.workload)
+        return self._spaces[task.key]
+
+    def efficiency(self, space: Space, config) -> float | None:
+        """Fraction of peak in (0, 1], or None if the config is invalid."""
+        decisions = [space.knobs[i].choices[config[i]] for i in space.active_slots(config)]
+        tiles, unroll = decisions[:-1], UNROLL_CANDIDATES[decisions[-1]]
+        register_tile = math.prod(t[-1] for t in tiles)
+        if register_tile > self.invalid_register_tile:
+            return None
+        vector = tiles[-2][-1] if len(tiles) > 1 else tiles[0][-1]
+        score = (
+            -abs(math.log2(max(register_tile, 1)) - 6) / 6  # ~64 values in registers is best
+            - abs(math.log2(vector) - 3) / 6  # vector width 8
+            - abs(math.log2(1 + unroll) - 6) / 12
+            - 0.15 * config[0]  # sketches differ a little
+        )
+        jitter = 0.1 * _unit("config", tuple(config))
+        return max(0.02, min(1.0, math.exp(score) * (1 - jitter)))
+
+    def measure(self, task, configs, spec):
+        space = self.space(task)
+        results = []
+        for config in configs:
+            config = tuple(config)
+            efficiency = self.efficiency(space, config)
+            if efficiency is None:
+                results.append(MeasureResult.failed("invalid", "register tile too large", config=config))
+                continue
+            cost = task.flops / (self.peak_gflops * 1e9 * efficiency)
+            costs = [cost * (1 + self.noise * (2 * _unit("noise", config, r) - 1)) for r in range(spec.repeat)]
+            results.append(MeasureResult(costs=costs, config=config, build_s=0.0, run_s=sum(costs)))
+        return results
+
+    def describe(self) -> dict:
+        return {"hardware": "synthetic", "peak_gflops": self.peak_gflops}
+
+
+def best_possible_gflops(hardware: SyntheticHardware, task, space: Space, samples: int = 20000, seed: int = 0) -> float:
+    """A sampled upper reference for tests (how close did a search get?)."""
+    rng = np.random.default_rng(seed)
+    best = 0.0
+    for _ in range(samples):
+        eff = hardware.efficiency(space, space.sample(rng))
+        best = max(best, eff or 0.0)
+    return best * hardware.peak_gflops

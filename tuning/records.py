@@ -1,0 +1,104 @@
+"""Measurement results and the append-only records file.
+
+Errors are values: a MeasureResult either has costs (seconds, every repeat
+kept) or an error kind and message. Records are JSON lines, written and
+flushed one by one as candidates are measured, so a killed run loses
+nothing it measured and can resume from the file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer")
+
+
+@dataclass
+class MeasureResult:
+    costs: list[float] = field(default_factory=list)  # seconds, one per repeat
+    error: str | None = None  # one of ERROR_KINDS, or None
+    message: str = ""
+    build_s: float = 0.0  # wall seconds spent building this candidate
+    run_s: float = 0.0  # wall seconds spent measuring it
+    config: tuple | None = None  # effective (canonical) config read back after replay, if known
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs)
+
+    @property
+    def mean_cost(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.ok else math.inf
+
+    def gflops(self, flops: float) -> float:
+        return flops / self.mean_cost / 1e9 if self.ok else 0.0
+
+    @classmethod
+    def failed(cls, error: str, message: str, **timings) -> "MeasureResult":
+        assert error in ERROR_KINDS, error
+        return cls(error=error, message=message[-2000:], **timings)
+
+
+@dataclass
+class Record:
+    task: str  # task name
+    workload_key: str
+    config: list[int]
+    decisions: dict
+    result: MeasureResult
+    round: int
+    method: str
+    seed: int
+    index: int  # 0-based measurement index within the task
+    time: float  # unix time the result came back
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=_jsonable)
+
+    @classmethod
+    def from_json(cls, line: str) -> "Record":
+        data = json.loads(line)
+        result = data.pop("result")
+        result["config"] = tuple(result["config"]) if result.get("config") is not None else None
+        return cls(result=MeasureResult(**result), **data)
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return list(value)
+    return str(value)
+
+
+class RecordLog:
+    """records.jsonl: append + flush + fsync per record; tolerant of a torn last line."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def load(self) -> list[Record]:
+        if not self.path.exists():
+            return []
+        records = []
+        with self.path.open() as f:
+            for line in f:
+                if line.endswith("\n"):  # a line without newline was cut by a kill
+                    records.append(Record.from_json(line))
+        return records
+
+    def repair(self) -> None:
+        """Drop a torn trailing line left by a kill, so appends start clean."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def append(self, record: Record) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(record.to_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())

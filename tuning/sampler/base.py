@@ -1,0 +1,42 @@
+"""The sampler contract.
+
+A sampler picks which candidates are measured this round.
+
+    select(candidates, space, visited, b, rng) -> list of configs
+        `candidates` come from the search, best first. Returns at most b
+        configs that are canonical (space.canonical), distinct, and not in
+        `visited`; fewer only when the space has no more unvisited configs it
+        can find. Samplers may add configs that are not candidates (random
+        exploration, synthesis). Randomness only from `rng`.
+
+__init__ stores hyperparameters only.
+"""
+from __future__ import annotations
+
+
+class Sampler:
+    def select(self, candidates, space, visited, b, rng):
+        raise NotImplementedError
+
+
+def take_unvisited(configs, space, visited, chosen, limit):
+    """Append canonical configs from `configs` that are new, until `chosen` holds `limit`."""
+    seen = set(chosen)
+    for config in configs:
+        if len(chosen) >= limit:
+            break
+        canonical = space.canonical(config)
+        if canonical not in visited and canonical not in seen:
+            chosen.append(canonical)
+            seen.add(canonical)
+    return chosen
+
+
+def random_unvisited(space, visited, chosen, rng, tries=1000):
+    """One canonical config not in visited/chosen, or None after `tries` draws."""
+    taken = set(chosen)
+    for _ in range(tries):
+        canonical = space.canonical(space.sample(rng))
+        if canonical not in visited and canonical not in taken:
+            return canonical
+    return None

@@ -1,0 +1,201 @@
+"""The knob space of one task, as plain data (no TVM here).
+
+A MetaSchedule task has a few design spaces ("sketches"), each a trace whose
+sampling instructions are the knobs. tunelab merges the sketches into one
+flat list of knob *slots*: knobs of different sketches with the same
+signature (kind, choices) share a slot, so a tile size means the same thing
+whichever sketch is chosen. A config is a tuple of choice indices:
+
+    config[0]   which sketch
+    config[i]   index into knobs[i].choices, for the slots active in that sketch;
+                inactive slots are always 0 (so one schedule has one config).
+
+The hardware backend fills in the knobs and, optionally, a `canonicalize`
+function: TVM silently repairs some invalid decisions (an illegal compute
+location becomes a legal one), so a config's identity is the config read back
+after replay. Searches may propose raw configs; samplers compare canonical ones.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+Config = tuple  # tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One slot: `choices` are the raw decisions the backend understands."""
+
+    name: str
+    kind: str  # "sketch" | "tile" | "categorical" | "location"
+    choices: tuple
+
+    def feature(self, index: int) -> list[float]:
+        """Numeric description of one choice, for cost models."""
+        value = self.choices[index]
+        if self.kind == "tile":
+            return [math.log2(f) for f in value]
+        if self.kind == "categorical":
+            return [math.log2(1 + float(value))]
+        return [float(value)]
+
+    @property
+    def feature_width(self) -> int:
+        return len(self.feature(0))
+
+
+@dataclass
+class Space:
+    """Knob slots, which slots each sketch uses, and the canonicalisation."""
+
+    knobs: list[Knob]
+    active: list[tuple[int, ...]]  # active[s] = slot indices (>=1) used by sketch s
+    canonicalize: Callable[[Config], Config] | None = None
+    _canonical_cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
+
+    @property
+    def dims(self) -> list[int]:
+        return [len(k.choices) for k in self.knobs]
+
+    @property
+    def num_sketches(self) -> int:
+        return len(self.active)
+
+    @property
+    def size(self) -> int:
+        return sum(math.prod(len(self.knobs[i].choices) for i in slots) for slots in self.active)
+
+    def active_slots(self, config: Config) -> tuple[int, ...]:
+        return self.active[config[0]]
+
+    def is_valid(self, config: Config) -> bool:
+        if len(config) != len(self.knobs) or not 0 <= config[0] < self.num_sketches:
+            return False
+        active = set(self.active[config[0]]) | {0}
+        return all(
+            (0 <= c < d) if i in active else c == 0
+            for i, (c, d) in enumerate(zip(config, self.dims))
+        )
+
+    # ---- moves -----------------------------------------------------------
+    def sample(self, rng: np.random.Generator) -> Config:
+        sketch = int(rng.integers(self.num_sketches))
+        config = [0] * len(self.knobs)
+        config[0] = sketch
+        for i in self.active[sketch]:
+            config[i] = int(rng.integers(self.dims[i]))
+        return tuple(config)
+
+    def switch_sketch(self, config: Config, sketch: int) -> Config:
+        """Same knob values where the new sketch has the slot, zeros elsewhere."""
+        keep = set(self.active[sketch])
+        return tuple([sketch] + [c if i in keep else 0 for i, c in enumerate(config) if i > 0])
+
+    def step(self, config: Config, knob: int, delta: int) -> Config:
+        """Chameleon's move: knob index +delta, clipped to its range."""
+        if knob == 0:
+            return self.switch_sketch(config, int(np.clip(config[0] + delta, 0, self.num_sketches - 1)))
+        if knob not in self.active[config[0]]:
+            return config
+        new = list(config)
+        new[knob] = int(np.clip(config[knob] + delta, 0, self.dims[knob] - 1))
+        return tuple(new)
+
+    def neighbors(self, config: Config) -> list[Config]:
+        """Every config one increment/decrement away (sketch changes included)."""
+        out = []
+        for knob in (0, *self.active[config[0]]):
+            for delta in (-1, 1):
+                moved = self.step(config, knob, delta)
+                if moved != config and moved not in out:
+                    out.append(moved)
+        return out
+
+    def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
+        """AutoTVM's SA move: one knob (or the sketch) set to another random value."""
+        movable = [k for k in (0, *self.active[config[0]]) if self.dims[k] > 1]
+        if not movable:
+            return config
+        knob = movable[int(rng.integers(len(movable)))]
+        value = int(rng.integers(self.dims[knob] - 1))
+        value += value >= config[knob]  # any value but the current one
+        if knob == 0:
+            return self.switch_sketch(config, value)
+        new = list(config)
+        new[knob] = value
+        return tuple(new)
+
+    # ---- identity and description -----------------------------------------
+    def canonical(self, config: Config) -> Config:
+        config = tuple(int(c) for c in config)
+        if self.canonicalize is None:
+            return config
+        if config not in self._canonical_cache:
+            self._canonical_cache[config] = tuple(self.canonicalize(config))
+        return self._canonical_cache[config]
+
+    def decisions(self, config: Config) -> dict:
+        """Raw decisions of the active knobs, by name (for records and humans)."""
+        return {self.knobs[i].name: self.knobs[i].choices[config[i]] for i in (0, *self.active[config[0]])}
+
+    @property
+    def feature_width(self) -> int:
+        return sum(k.feature_width for k in self.knobs[1:]) + self.num_sketches
+
+    def features(self, configs: Sequence[Config]) -> np.ndarray:
+        """Knob features: sketch one-hot, then each slot's numeric value (0 when inactive)."""
+        out = np.zeros((len(configs), self.feature_width), dtype=np.float32)
+        for row, config in enumerate(configs):
+            out[row, config[0]] = 1.0
+            col = self.num_sketches
+            active = set(self.active[config[0]])
+            for i, knob in enumerate(self.knobs[1:], start=1):
+                width = knob.feature_width
+                if i in active:
+                    out[row, col:col + width] = knob.feature(config[i])
+                col += width
+        return out
+
+
+def factorizations(extent: int, parts: int, max_innermost: int = 0) -> list[tuple[int, ...]]:
+    """All ordered ways to write extent as a product of `parts` factors.
+
+    MetaSchedule's SamplePerfectTile draws from exactly this set (innermost
+    factor capped by max_innermost when > 0)."""
+    if parts == 1:
+        return [(extent,)] if (max_innermost <= 0 or extent <= max_innermost) else []
+    out = []
+    for first in range(1, extent + 1):
+        if extent % first == 0:
+            out += [(first, *rest) for rest in factorizations(extent // first, parts - 1, max_innermost)]
+    return out
+
+
+def merge_sketches(sketch_knobs: list[list[Knob]]) -> tuple[list[Knob], list[tuple[int, ...]]]:
+    """Merge per-sketch knob lists into shared slots (see the module docstring).
+
+    Knobs with the same (kind, choices) signature share a slot, matched in order
+    of appearance, so sketch 1's second 1024-tile is the same slot as sketch 0's."""
+    slots: list[Knob] = [Knob("sketch", "sketch", tuple(range(len(sketch_knobs))))]
+    active = []
+    for knobs in sketch_knobs:
+        used: list[int] = []
+        for knob in knobs:
+            match = next(
+                (i for i, s in enumerate(slots)
+                 if i > 0 and i not in used and (s.kind, s.choices) == (knob.kind, knob.choices)),
+                None,
+            )
+            if match is None:
+                slots.append(knob)
+                match = len(slots) - 1
+            used.append(match)
+        active.append(tuple(used))
+    return slots, active
