@@ -1,0 +1,116 @@
+"""What the cpu backend's worker processes run (imports TVM; never imported by the parent).
+
+Build worker: config -> schedule -> library file. Run worker: library file ->
+correctness check against the untuned kernel -> time_evaluator costs.
+Handled failures come back as {"error": kind, "message": ...} values.
+"""
+from __future__ import annotations
+
+import json
+import time
+import traceback
+
+import numpy as np
+
+from tuning.hardware.tvm_space import TaskSchedules, fast_tensor_intrin_import, make_target, prim_func
+
+_schedules: dict = {}
+_references: dict = {}
+
+
+def init() -> None:
+    fast_tensor_intrin_import("llvm")
+    import tvm  # noqa: F401  - pay the import once, at worker start
+
+
+def _key(*parts) -> str:
+    return json.dumps(parts, sort_keys=True)
+
+
+def task_schedules(workload: dict, target: dict) -> TaskSchedules:
+    key = _key(workload, target)
+    if key not in _schedules:
+        _schedules[key] = TaskSchedules(workload, target)
+    return _schedules[key]
+
+
+def _build_module(mod, target):
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm.build(mod, target=make_target(target))
+
+
+def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
+    start = time.perf_counter()
+    schedules = task_schedules(workload, target)
+    try:
+        sch, effective = schedules.schedule(tuple(config))
+    except Exception as error:  # noqa: BLE001 - invalid decisions are a record, not a crash
+        return {"error": "invalid", "message": f"{type(error).__name__}: {error}", "build_s": time.perf_counter() - start}
+    try:
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        args = [[list(map(int, info.shape)), str(info.dtype)] for info in ArgInfo.from_prim_func(sch.mod["main"])]
+        _build_module(sch.mod, target).export_library(lib_path)
+    except Exception:  # noqa: BLE001
+        return {"error": "build", "message": traceback.format_exc(limit=3), "config": list(effective),
+                "build_s": time.perf_counter() - start}
+    return {"error": None, "config": list(effective), "args": args, "build_s": time.perf_counter() - start}
+
+
+def reference(workload: dict, target: dict) -> list:
+    """Inputs and the untuned kernel's output for a workload (cached per worker)."""
+    import tvm
+
+    key = _key(workload, target)
+    if key not in _references:
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        func = prim_func(workload)
+        shapes = [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in ArgInfo.from_prim_func(func)]
+        rng = np.random.default_rng(0)
+        arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
+        arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
+        lib = _build_module(tvm.IRModule({"main": func}), target)
+        device = tvm.cpu(0)
+        tensors = [tvm.runtime.tensor(a, device) for a in arrays]
+        lib[lib.entry_name](*tensors)
+        _references[key] = (arrays, tensors[-1].numpy())
+    return [list(a.shape) for a in _references[key][0]]
+
+
+def run(workload: dict, target: dict, lib_path: str, args: list, spec: dict) -> dict:
+    """Check the output, then time it. spec: MeasureSpec fields as a dict."""
+    import tvm
+
+    start = time.perf_counter()
+    device = tvm.cpu(0)
+    lib = tvm.runtime.load_module(lib_path)
+    function = lib[lib.entry_name]
+    inputs, expected = _references[_key(workload, target)]
+    same_layout = [list(a.shape) for a in inputs] == [shape for shape, _ in args[:len(inputs)]]
+    if same_layout:
+        tensors = [tvm.runtime.tensor(a, device) for a in inputs]
+    else:  # the schedule rewrote a weight layout: time it on random data, skip the check
+        tensors = [tvm.runtime.tensor(np.zeros(s, dtype=d), device) for s, d in args]
+    single = time.perf_counter()
+    function(*tensors)
+    device.sync()
+    single = time.perf_counter() - single
+    if spec["check_correctness"] and same_layout:
+        if not np.allclose(tensors[-1].numpy(), expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
+            return {"error": "wrong_answer", "message": "output differs from the untuned kernel",
+                    "run_s": time.perf_counter() - start}
+    expected_seconds = single + spec["repeat"] * max(single * max(spec["number"], 1), spec["min_repeat_ms"] / 1000)
+    if expected_seconds > spec["timeout_s"]:
+        return {"error": "timeout", "run_s": time.perf_counter() - start,
+                "message": f"one run took {single:.3f} s; the measurement would exceed timeout_s={spec['timeout_s']}"}
+    evaluator = lib.time_evaluator(
+        lib.entry_name, device, number=spec["number"], repeat=spec["repeat"],
+        min_repeat_ms=spec["min_repeat_ms"],
+        f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] else "",
+    )
+    costs = [float(c) for c in evaluator(*tensors).results]
+    return {"error": None, "costs": costs, "run_s": time.perf_counter() - start}

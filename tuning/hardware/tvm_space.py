@@ -1,0 +1,157 @@
+"""MetaSchedule design spaces as tunelab knob spaces (imports TVM).
+
+Used in the main process (to build the Space and canonicalise configs) and in
+the build worker (to turn a config into a schedule and a library). See
+../shared/TVM_NOTES.md §MetaSchedule design spaces.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+
+from tuning.space import Knob, Space, factorizations, merge_sketches
+
+
+def fast_tensor_intrin_import(target_kind: str = "llvm") -> None:
+    """Import only the tensor intrinsics the target needs (0.5 s instead of ~45 s).
+
+    `import tvm.s_tir.tensor_intrin` parses every target's intrinsics; MetaSchedule
+    imports it eagerly. A package object with the real __path__ lets us import
+    just one submodule and makes the later full import a no-op."""
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    import tvm.s_tir
+
+    path = os.path.join(os.path.dirname(tvm.s_tir.__file__), "tensor_intrin")
+    package = types.ModuleType("tvm.s_tir.tensor_intrin")
+    package.__path__ = [path]
+    package.__package__ = "tvm.s_tir.tensor_intrin"
+    sys.modules["tvm.s_tir.tensor_intrin"] = package
+    importlib.import_module("tvm.s_tir.tensor_intrin." + ("cuda" if target_kind == "cuda" else "x86"))
+
+
+def make_target(target: dict):
+    import tvm
+
+    return tvm.target.Target(dict(target))
+
+
+def prim_func(workload: dict):
+    """The untuned TIR function of a single-operator workload."""
+    from tvm import te, topi
+
+    dtype = workload.get("dtype", "float32")
+    if workload["op"] == "gemm":
+        M, N, K = workload["M"], workload["N"], workload["K"]
+        A = te.placeholder((M, K), dtype, name="A")
+        B = te.placeholder((K, N), dtype, name="B")
+        k = te.reduce_axis((0, K), name="k")
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        return te.create_prim_func([A, B, C])
+    if workload["op"] == "conv2d":
+        w = workload
+        X = te.placeholder((w["batch"], w["in_channels"], w["height"], w["width"]), dtype, name="X")
+        W = te.placeholder((w["out_channels"], w["in_channels"], w["kernel"], w["kernel"]), dtype, name="W")
+        Y = topi.nn.conv2d_nchw(X, W, w["stride"], w["padding"], 1)
+        return te.create_prim_func([X, W, Y])
+    raise ValueError(f"unsupported op {workload['op']!r}")
+
+
+class TaskSchedules:
+    """A task's design spaces, its knob Space, and config -> schedule."""
+
+    def __init__(self, workload: dict, target: dict):
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+
+        fast_tensor_intrin_import(target.get("kind", "llvm"))
+        self.target = make_target(target)
+        self.mod = tvm.IRModule({"main": prim_func(workload)})
+        context = ms.TuneContext(
+            mod=self.mod, target=self.target,
+            space_generator=ms.space_generator.PostOrderApply(), task_name="task",
+        )
+        self.sketches = [s.trace for s in context.generate_design_space()]
+        self.postprocs = list(context.space_generator.postprocs)
+        for postproc in self.postprocs:
+            postproc._initialize_with_tune_context(context)
+        self.sketch_knobs = [self._read_knobs(trace) for trace in self.sketches]
+        knobs, active = merge_sketches(self.sketch_knobs)
+        self.space = Space(knobs, active, canonicalize=self.canonical)
+
+    # ---- reading the knobs ----------------------------------------------------
+    def _read_knobs(self, trace) -> list[Knob]:
+        """Replay the sketch and describe each sampling instruction's legal choices."""
+        from tvm import s_tir
+
+        fresh = s_tir.Schedule(self.mod)
+        knobs: list[Knob] = []
+
+        def describe(inst, inputs, attrs, decision):
+            kind = inst.kind.name
+            if kind == "SamplePerfectTile":
+                extent = int(fresh.get(inputs[0]).extent)
+                parts, max_innermost = int(attrs[0]), int(attrs[1])
+                choices = tuple(factorizations(extent, parts, max_innermost))
+                knobs.append(Knob(f"tile{len(knobs)}", "tile", choices))
+            elif kind == "SampleCategorical":
+                candidates = tuple(int(c) for c in attrs[0])
+                knobs.append(Knob(f"categorical{len(knobs)}", "categorical", tuple(range(len(candidates)))))
+            elif kind == "SampleComputeLocation":
+                consumer = fresh.get_consumers(inputs[0])[0]
+                n_loops = len(fresh.get_loops(consumer))
+                knobs.append(Knob(f"location{len(knobs)}", "location", tuple(range(-2, n_loops))))
+            return decision
+
+        trace.apply_to_schedule(fresh, remove_postproc=True, decision_provider=describe)
+        return knobs
+
+    # ---- config -> schedule ------------------------------------------------------
+    def _decisions(self, config) -> tuple[int, list]:
+        sketch = config[0]
+        slots = self.space.active[sketch]
+        return sketch, [self.space.knobs[slot].choices[config[slot]] for slot in slots]
+
+    def replay(self, config):
+        """The schedule for a config, before postprocessing (raises on wrong-length decisions)."""
+        from tvm import s_tir
+
+        sketch, decisions = self._decisions(config)
+        queue = list(decisions)
+
+        def provide(inst, inputs, attrs, decision):
+            if inst.kind.name.startswith("Sample"):
+                return list(queue.pop(0)) if isinstance(queue[0], tuple) else queue.pop(0)
+            return decision
+
+        sch = s_tir.Schedule(self.mod)
+        self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
+        return sch
+
+    def effective_config(self, sch, sketch: int) -> tuple:
+        """Read the decisions TVM actually used back into choice indices."""
+        trace = sch.trace
+        values = [trace.decisions[inst] for inst in trace.insts if inst.kind.name.startswith("Sample")]
+        config = [0] * len(self.space.knobs)
+        config[0] = sketch
+        for slot, value in zip(self.space.active[sketch], values):
+            value = tuple(int(v) for v in value) if self.space.knobs[slot].kind == "tile" else int(value)
+            config[slot] = self.space.knobs[slot].choices.index(value)
+        return tuple(config)
+
+    def canonical(self, config) -> tuple:
+        try:
+            return self.effective_config(self.replay(config), config[0])
+        except Exception:  # noqa: BLE001 - a config TVM cannot even replay stays itself; building reports it
+            return tuple(config)
+
+    def schedule(self, config):
+        """(schedule, effective config) with postprocessors applied, or raises ValueError."""
+        sch = self.replay(config)
+        effective = self.effective_config(sch, config[0])
+        for postproc in self.postprocs:
+            if not postproc.apply(sch):
+                raise ValueError(f"postprocessor {type(postproc).__name__} rejected the schedule")
+        return sch, effective
