@@ -56,13 +56,18 @@ class Space:
     active: list[tuple[int, ...]]  # active[s] = slot indices (>=1) used by sketch s
     canonicalize: Callable[[Config], Config] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
+    # per slot (1..): a (choices, width) float32 table of Knob.feature, built on first use
+    _feature_tables: list = field(default_factory=list, repr=False, compare=False)
+    _dims: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self):
         assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
 
     @property
     def dims(self) -> list[int]:
-        return [len(k.choices) for k in self.knobs]
+        if not self._dims:
+            self._dims = [len(k.choices) for k in self.knobs]
+        return self._dims
 
     @property
     def num_sketches(self) -> int:
@@ -150,17 +155,30 @@ class Space:
         return sum(k.feature_width for k in self.knobs[1:]) + self.num_sketches
 
     def features(self, configs: Sequence[Config]) -> np.ndarray:
-        """Knob features: sketch one-hot, then each slot's numeric value (0 when inactive)."""
+        """Knob features: sketch one-hot, then each slot's numeric value (0 when inactive).
+
+        Row r, slot i holds knobs[i].feature(configs[r][i]) when i is active in
+        the row's sketch. Computed by table lookup (one table per slot, built
+        once) so a search can describe thousands of configs per step."""
         out = np.zeros((len(configs), self.feature_width), dtype=np.float32)
-        for row, config in enumerate(configs):
-            out[row, config[0]] = 1.0
-            col = self.num_sketches
-            active = set(self.active[config[0]])
-            for i, knob in enumerate(self.knobs[1:], start=1):
-                width = knob.feature_width
-                if i in active:
-                    out[row, col:col + width] = knob.feature(config[i])
-                col += width
+        if len(configs) == 0:
+            return out
+        if not self._feature_tables:
+            self._feature_tables.extend(
+                np.array([knob.feature(j) for j in range(len(knob.choices))], dtype=np.float32)
+                for knob in self.knobs[1:]
+            )
+        index = np.asarray(configs, dtype=np.int64).reshape(len(configs), len(self.knobs))
+        sketch = index[:, 0]
+        active = np.zeros((self.num_sketches, len(self.knobs)), dtype=bool)
+        for s, slots in enumerate(self.active):
+            active[s, list(slots)] = True
+        out[np.arange(len(index)), sketch] = 1.0
+        col = self.num_sketches
+        for i, table in enumerate(self._feature_tables, start=1):
+            rows = active[sketch, i]
+            out[rows, col:col + table.shape[1]] = table[index[rows, i]]
+            col += table.shape[1]
         return out
 
 

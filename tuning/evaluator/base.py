@@ -1,7 +1,9 @@
 """The evaluator contract: the one door to hardware.
 
-    measure(hardware, task, configs) -> list[MeasureResult]
+    measure(hardware, task, configs, on_result=None) -> list[MeasureResult]
         One result per config, in order; errors are results, never raised.
+        `on_result(i, result)` is passed on to the hardware (records are
+        written as each result arrives).
         The evaluator decides the repeat policy (a MeasureSpec handed to the
         hardware, which applies it inside its isolated run worker) and
         accounts the seconds spent.
@@ -30,7 +32,7 @@ class MeasureSpec:
 
 
 class Evaluator:
-    def measure(self, hardware, task, configs):
+    def measure(self, hardware, task, configs, on_result=None):
         raise NotImplementedError
 
     def remeasure(self, hardware, task, config):

@@ -7,10 +7,12 @@ crashing or hanging kernel becomes an error record, not a dead run.
     space(task) -> Space
         The task's knob space (tuning.space.Space), with `canonicalize` set if
         the backend repairs decisions.
-    measure(task, configs, spec) -> list[MeasureResult]
+    measure(task, configs, spec, on_result=None) -> list[MeasureResult]
         Build the whole batch first, then time it with nothing compiling
         (compiling beside a measurement nearly doubles it). One result per
         config, in order, each carrying the effective config in `.config`.
+        `on_result(i, result)` is called as soon as each result exists, so the
+        caller can write it down before the next one is measured.
     export(task, config, out_dir) -> list of written paths
         The schedule as TVMScript (best schedules artifact).
     export_database(records_by_task, out_dir) -> list of written paths
@@ -27,7 +29,7 @@ class Hardware:
     def space(self, task):
         raise NotImplementedError
 
-    def measure(self, task, configs, spec):
+    def measure(self, task, configs, spec, on_result=None):
         raise NotImplementedError
 
     def export(self, task, config, out_dir):

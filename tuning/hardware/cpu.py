@@ -31,6 +31,8 @@ class CPUHardware(Hardware):
     build_workers  parallel build processes
     """
 
+    ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
+
     def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1):
         self.mcpu = mcpu
         self.num_threads = num_threads
@@ -72,7 +74,7 @@ class CPUHardware(Hardware):
         return self.schedules(task).space
 
     # ---- measuring --------------------------------------------------------------------
-    def measure(self, task, configs, spec):
+    def measure(self, task, configs, spec, on_result=None):
         builders, runner = self._workers()
         self._prepare(task, runner)
         paths = [os.path.join(self._libs, f"{task.key}-{i}-{time.time_ns()}.so") for i in range(len(configs))]
@@ -84,9 +86,12 @@ class CPUHardware(Hardware):
         built = {}
         for shard_jobs, shard in zip(shards, built_shards):
             built.update({p: b for (_, p), b in zip(shard_jobs, shard)})
-        results = [self._run(runner, task, config, path, built[path], spec) for config, path in jobs]
-        for path in paths:
+        results = []
+        for i, (config, path) in enumerate(jobs):
+            results.append(self._run(runner, task, config, path, built[path], spec))
             Path(path).unlink(missing_ok=True)
+            if on_result:
+                on_result(i, results[-1])
         return results
 
     def _prepare(self, task, runner) -> None:

@@ -84,19 +84,20 @@ class SyntheticHardware(Hardware):
         jitter = 0.1 * _unit("config", tuple(config))
         return max(0.02, min(1.0, math.exp(score) * (1 - jitter)))
 
-    def measure(self, task, configs, spec):
-        space = self.space(task)
-        results = []
-        for config in configs:
-            config = tuple(config)
-            efficiency = self.efficiency(space, config)
-            if efficiency is None:
-                results.append(MeasureResult.failed("invalid", "register tile too large", config=config))
-                continue
-            cost = task.flops / (self.peak_gflops * 1e9 * efficiency)
-            costs = [cost * (1 + self.noise * (2 * _unit("noise", config, r) - 1)) for r in range(spec.repeat)]
-            results.append(MeasureResult(costs=costs, config=config, build_s=0.0, run_s=sum(costs)))
+    def measure(self, task, configs, spec, on_result=None):
+        results = [self._measure_one(task, tuple(config), spec) for config in configs]
+        for i, result in enumerate(results):
+            if on_result:
+                on_result(i, result)
         return results
+
+    def _measure_one(self, task, config, spec) -> MeasureResult:
+        efficiency = self.efficiency(self.space(task), config)
+        if efficiency is None:
+            return MeasureResult.failed("invalid", "register tile too large", config=config)
+        cost = task.flops / (self.peak_gflops * 1e9 * efficiency)
+        costs = [cost * (1 + self.noise * (2 * _unit("noise", config, r) - 1)) for r in range(spec.repeat)]
+        return MeasureResult(costs=costs, config=config, build_s=0.0, run_s=sum(costs))
 
     def describe(self) -> dict:
         return {"hardware": "synthetic", "peak_gflops": self.peak_gflops}

@@ -7,6 +7,7 @@ the build worker (to turn a config into a schedule and a library). See
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import types
@@ -67,6 +68,7 @@ class TaskSchedules:
         from tvm.s_tir import meta_schedule as ms
 
         fast_tensor_intrin_import(target.get("kind", "llvm"))
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
         self.target = make_target(target)
         self.mod = tvm.IRModule({"main": prim_func(workload)})
         context = ms.TuneContext(

@@ -1,0 +1,75 @@
+"""Contract of every cost model in conf/cost_model/: shapes, tiny fits, ranking where it can."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra.utils
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from scipy.stats import spearmanr
+
+from tuning.evaluator.base import MeasureSpec
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.task import gemm_task
+
+COST_MODEL_YAMLS = sorted((Path(__file__).parents[1] / "conf" / "cost_model").glob("*.yaml"))
+HARDWARE = SyntheticHardware()
+TASK = gemm_task("g", 256, 256, 256)
+
+
+def instantiate(path, seed=0):
+    return hydra.utils.instantiate(OmegaConf.create({"seed": seed, "node": OmegaConf.load(path)}).node)
+
+
+def measured(count, seed):
+    """Features and measured GFLOP/s (0 for invalid configs) of random configs."""
+    space = HARDWARE.space(TASK)
+    rng = np.random.default_rng(seed)
+    configs = [space.sample(rng) for _ in range(count)]
+    y = np.array([r.gflops(TASK.flops) for r in HARDWARE.measure(TASK, configs, MeasureSpec())])
+    return space.features(configs), y
+
+
+@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
+def test_fit_predict_shapes(path):
+    X, y = measured(50, seed=0)
+    model = instantiate(path)
+    assert isinstance(model.can_rank, bool)
+    assert model.fit(X, y) is model
+    X_new, _ = measured(17, seed=1)
+    scores = model.predict(X_new)
+    assert np.shape(scores) == (17,) and np.all(np.isfinite(scores))
+    assert np.shape(model.predict(X_new[:0])) == (0,)
+
+
+@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
+def test_tiny_and_degenerate_fits(path):
+    X, y = measured(5, seed=0)
+    model = instantiate(path)
+    assert np.shape(model.predict(X)) == (5,)  # before any fit
+    for count in (0, 1):
+        model.fit(X[:count], y[:count])
+        assert np.shape(model.predict(X)) == (5,) and np.all(np.isfinite(model.predict(X)))
+    model.fit(X, np.zeros(5))  # every candidate failed
+    assert np.all(np.isfinite(model.predict(X)))
+
+
+@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
+def test_same_seed_same_predictions(path):
+    X, y = measured(100, seed=0)
+    X_new, _ = measured(50, seed=1)
+    first = instantiate(path, seed=3).fit(X, y).predict(X_new)
+    second = instantiate(path, seed=3).fit(X, y).predict(X_new)
+    assert np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
+def test_ranks_held_out_configs(path):
+    model = instantiate(path)
+    if not model.can_rank:
+        pytest.skip("declares can_rank = False")
+    X, y = measured(200, seed=0)
+    X_test, y_test = measured(500, seed=1)
+    correlation = spearmanr(model.fit(X, y).predict(X_test), y_test).correlation
+    assert correlation > 0.3, correlation

@@ -1,0 +1,172 @@
+"""Typed schema of the top-level config, and checks that run before any work.
+
+Hydra already rejects an unknown group option (listing the available ones)
+and OmegaConf rejects a wrong type for the structured keys below. `validate`
+adds ranges, the hyperparameters of every `_target_` component (checked
+against the constructor's signature and the class's `ranges`), and the
+impossible combinations. Every message names the key.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking")
+
+
+@dataclass
+class BudgetSchema:
+    trials: int = 256  # measurements per task
+    time_limit_s: Optional[float] = None  # wall-clock cap for the whole run
+    early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
+
+
+@dataclass
+class ModelSchema:
+    name: str = MISSING
+    kind: str = MISSING  # gemm | conv2d
+    description: str = ""
+
+
+@dataclass
+class TopLevelSchema:
+    seed: int = 0
+    resume: Optional[str] = None  # output dir of a run to continue
+    output_dir: str = MISSING
+    budget: BudgetSchema = field(default_factory=BudgetSchema)
+    model: Any = MISSING
+    search: Any = MISSING
+    sampler: Any = MISSING
+    evaluator: Any = MISSING
+    cost_model: Any = MISSING
+    hardware: Any = MISSING
+    tracking: Any = MISSING
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="base_config", node=TopLevelSchema)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+MODEL_KEYS = {
+    "gemm": {"M": int, "N": int, "K": int},
+    "conv2d": {"batch": int, "in_channels": int, "height": int, "width": int, "out_channels": int,
+               "kernel": int, "stride": int, "padding": int},
+}
+
+
+def validate(cfg: DictConfig, choices: dict | None = None) -> None:
+    """Raise ConfigError listing every problem (each naming its key) before any work.
+
+    `choices` maps group -> chosen option name (Hydra's runtime choices), for messages."""
+    problems = []
+    problems += _check_range("seed", cfg.seed, 0, None)
+    problems += _check_range("budget.trials", cfg.budget.trials, 1, None)
+    if cfg.budget.time_limit_s is not None:
+        problems += _check_range("budget.time_limit_s", cfg.budget.time_limit_s, 0, None, inclusive_low=False)
+    if cfg.budget.early_stop is not None:
+        problems += _check_range("budget.early_stop", cfg.budget.early_stop, 1, None)
+    problems += _check_model(cfg.model)
+    classes = {}
+    for group in COMPONENT_GROUPS:
+        cls, group_problems = _check_component(group, cfg[group])
+        classes[group] = cls
+        problems += group_problems
+    if not problems:
+        problems += _check_combinations(cfg, classes, choices or {})
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _check_range(key, value, low, high, inclusive_low=True) -> list[str]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return [f"{key}: expected a number, got {value!r}"]
+    too_low = low is not None and (value < low if inclusive_low else value <= low)
+    if too_low or (high is not None and value > high):
+        bounds = f"{'>=' if inclusive_low else '>'} {low}" + (f" and <= {high}" if high is not None else "")
+        return [f"{key}: must be {bounds}, got {value}"]
+    return []
+
+
+def _check_model(model) -> list[str]:
+    kind = model.get("kind")
+    if kind not in MODEL_KEYS:
+        return [f"model.kind: must be one of {sorted(MODEL_KEYS)}, got {kind!r}"]
+    problems = []
+    for key, typ in MODEL_KEYS[kind].items():
+        value = model.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            problems.append(f"model.{key}: expected {typ.__name__} for a {kind} model, got {value!r}")
+        else:
+            problems += _check_range(f"model.{key}", value, 0 if key == "padding" else 1, None)
+    return problems
+
+
+def _check_component(group: str, node) -> tuple[type | None, list[str]]:
+    """Hyperparameters vs the class's signature (name and type of each) and its `ranges`."""
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    if not target:
+        return None, [f"{group}._target_: missing"]
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        return None, [f"{group}._target_: cannot import {target!r} ({error})"]
+    parameters = inspect.signature(cls.__init__).parameters
+    problems = []
+    values = OmegaConf.to_container(node, resolve=True)
+    for key, value in values.items():
+        if key.startswith("_"):
+            continue
+        if key not in parameters:
+            allowed = ", ".join(p for p in parameters if p != "self")
+            problems.append(f"{group}.{key}: not a hyperparameter of {name} (allowed: {allowed})")
+            continue
+        problems += _check_type(f"{group}.{key}", value, parameters[key].default)
+    for key, (low, high) in getattr(cls, "ranges", {}).items():
+        if key in values and values[key] is not None:
+            problems += _check_range(f"{group}.{key}", values[key], low, high)
+    return cls, problems
+
+
+def _check_type(key, value, default) -> list[str]:
+    if default is inspect.Parameter.empty or default is None or value is None:
+        return []
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, (list, tuple)):
+        ok = isinstance(value, (list, tuple))
+    else:
+        ok = isinstance(value, type(default))
+    return [] if ok else [f"{key}: expected {type(default).__name__}, got {value!r}"]
+
+
+def _check_combinations(cfg, classes, choices) -> list[str]:
+    problems = []
+    search, cost_model = classes["search"], classes["cost_model"]
+    if getattr(search, "needs_cost_model", False) and not getattr(cost_model, "can_rank", True):
+        problems.append(f"cost_model: search={choices.get('search', search.__name__)} needs a cost model that "
+                        f"ranks configs, but cost_model={choices.get('cost_model', cost_model.__name__)} "
+                        "cannot (use cost_model=xgb)")
+    evaluator = cfg.evaluator
+    if evaluator.get("cache_flush") and evaluator.get("number", 1) != 1:
+        problems.append(f"evaluator.cache_flush: needs evaluator.number=1 (got number={evaluator.number}); "
+                        "flushing before a batch of runs only affects the first")
+    if cfg.hardware.get("_target_", "").endswith("SyntheticHardware") and cfg.model.kind not in ("gemm", "conv2d"):
+        problems.append(f"hardware: synthetic hardware models only gemm/conv2d, not model.kind={cfg.model.kind}")
+    plan = cfg.search.get("plan_size")
+    if plan is not None:
+        problems += _check_range("search.plan_size", plan, 1, None)
+    return problems

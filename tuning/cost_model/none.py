@@ -1,0 +1,18 @@
+"""cost_model=none: no model, for searches that do not use one (random, G-BFS)."""
+from __future__ import annotations
+
+import numpy as np
+
+from tuning.cost_model.base import CostModel
+
+
+class NoCostModel(CostModel):
+    """Predicts zeros; `can_rank = False` so model-based searches are rejected with it."""
+
+    can_rank = False
+
+    def fit(self, X, y):
+        return self
+
+    def predict(self, X):
+        return np.zeros(len(X), dtype=np.float64)

@@ -1,0 +1,81 @@
+"""cost_model=xgb: AutoTVM's XGBoost regression cost model.
+
+After TVM <= 0.19 `autotvm/tuner/xgboost_cost_model.py` with loss_type="reg":
+gradient-boosted trees on the features, trained on throughput normalised by
+the best seen (y / max(y)), so predictions are "fraction of the best so far"
+and SA's temperature 1 -> 0 is on that scale.
+
+AutoTVM trains up to 8000 rounds and stops when recall@plan_size on the
+training set has not improved for 20 rounds. tunelab bounds that at
+`num_boost_round` (400) and stops when the training RMSE has not improved for
+`early_stopping_rounds` (50), keeping the best round: no plan size has to
+reach the model, a fit costs well under a second at thousands of samples, and
+with depth-3 trees at eta 0.3 the fit on a few hundred samples has settled
+long before 400 rounds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import xgboost as xgb
+
+from tuning.cost_model.base import CostModel
+
+
+class XGBoostCostModel(CostModel):
+    """Hyperparameters (AutoTVM "reg" defaults unless noted):
+
+        max_depth 3, gamma 1e-4, min_child_weight 1, subsample 1.0, eta 0.3,
+        reg_lambda 1 (xgboost `lambda`), alpha 0, objective reg:squarederror
+        (AutoTVM's "reg:linear", renamed by xgboost)
+        num_boost_round         cap on boosting rounds (400; AutoTVM 8000)
+        early_stopping_rounds   rounds without training-RMSE gain before
+                                stopping (50; AutoTVM 20 on recall@plan_size)
+        seed                    xgboost seed (from the run's seed)
+        nthread                 xgboost threads (1: bit-reproducible fits)
+    """
+
+    def __init__(self, max_depth: int = 3, gamma: float = 0.0001, min_child_weight: float = 1,
+                 subsample: float = 1.0, eta: float = 0.3, reg_lambda: float = 1.0, alpha: float = 0.0,
+                 objective: str = "reg:squarederror", num_boost_round: int = 400,
+                 early_stopping_rounds: int = 50, seed: int = 0, nthread: int = 1):
+        self.max_depth = max_depth
+        self.gamma = gamma
+        self.min_child_weight = min_child_weight
+        self.subsample = subsample
+        self.eta = eta
+        self.reg_lambda = reg_lambda
+        self.alpha = alpha
+        self.objective = objective
+        self.num_boost_round = num_boost_round
+        self.early_stopping_rounds = early_stopping_rounds
+        self.seed = seed
+        self.nthread = nthread
+        self.booster: xgb.Booster | None = None
+
+    def _params(self) -> dict:
+        return {
+            "max_depth": self.max_depth, "gamma": self.gamma, "min_child_weight": self.min_child_weight,
+            "subsample": self.subsample, "eta": self.eta, "lambda": self.reg_lambda, "alpha": self.alpha,
+            "objective": self.objective, "seed": self.seed, "nthread": self.nthread, "verbosity": 0,
+        }
+
+    def fit(self, X, y):
+        X = np.asarray(X, dtype=np.float32)
+        y = np.asarray(y, dtype=np.float64)
+        if len(y) < 2:  # nothing to learn an order from: predict zeros, as unfitted
+            self.booster = None
+            return self
+        y = y / max(float(y.max()), 1e-8)
+        train = xgb.DMatrix(X, label=y)
+        self.booster = xgb.train(
+            self._params(), train, num_boost_round=self.num_boost_round, evals=[(train, "train")],
+            verbose_eval=False,
+            callbacks=[xgb.callback.EarlyStopping(rounds=self.early_stopping_rounds, save_best=True)],
+        )
+        return self
+
+    def predict(self, X):
+        X = np.asarray(X, dtype=np.float32)
+        if self.booster is None or len(X) == 0:
+            return np.zeros(len(X), dtype=np.float64)
+        return self.booster.inplace_predict(X).astype(np.float64)

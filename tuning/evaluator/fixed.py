@@ -1,0 +1,38 @@
+"""evaluator=fixed: a fixed number of timed runs per candidate (AutoTVM/MetaSchedule style).
+
+Every repeat is kept in the record. The incumbent best is re-measured at the
+end with `final_repeat` repeats, so the reported best is not a lucky sample.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tuning.evaluator.base import Evaluator, MeasureSpec
+
+
+class FixedEvaluator(Evaluator):
+    """Hyperparameters (TVM time_evaluator semantics):
+    number          runs averaged into one cost
+    repeat          costs recorded per candidate
+    min_repeat_ms   a repeat lasts at least this long (number grows to fit)
+    cache_flush     flush the CPU cache before each run (needs number == 1)
+    timeout_s       per-candidate cap on measuring (a bad config can run for seconds)
+    build_timeout_s per-candidate cap on building
+    check_correctness  compare each candidate's output with the untuned kernel's
+    final_repeat    repeats when re-measuring the incumbent best at the end
+    """
+
+    ranges = {"number": (0, None), "repeat": (1, None), "min_repeat_ms": (0, None), "timeout_s": (0.001, None),
+              "build_timeout_s": (0.001, None), "final_repeat": (1, None)}
+
+    def __init__(self, number=1, repeat=3, min_repeat_ms=50, cache_flush=False, timeout_s=10.0,
+                 build_timeout_s=60.0, check_correctness=True, final_repeat=10):
+        self.spec = MeasureSpec(number, repeat, min_repeat_ms, cache_flush, timeout_s, build_timeout_s,
+                                check_correctness)
+        self.final_repeat = final_repeat
+
+    def measure(self, hardware, task, configs, on_result=None):
+        return hardware.measure(task, list(configs), self.spec, on_result)
+
+    def remeasure(self, hardware, task, config):
+        return hardware.measure(task, [config], replace(self.spec, repeat=self.final_repeat))[0]

@@ -1,0 +1,161 @@
+"""One tuning job: validate -> instantiate -> tune each task -> export -> report.
+
+Called by run.py (the thin @hydra.main). Returns the sweep objective (best
+GFLOP/s, summed over tasks) so Optuna sweeps can use it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from tuning.config import ConfigError, validate
+from tuning.loop import Components, RunInfo, tune_task
+from tuning.task import build_tasks
+from tuning.tracking.base import flatten
+from tuning.tracking.plot import convergence_png
+
+
+def main(cfg: DictConfig) -> float:
+    hydra = _hydra_info()
+    try:
+        cfg, out_dir = _resolve_resume(cfg, hydra)
+        validate(cfg, hydra.get("choices"))
+    except ConfigError as error:
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    tasks = build_tasks(cfg.model)
+    parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model",
+                                                         "hardware", "tracking")))
+    method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
+    run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
+    run_id_file = out_dir / "mlflow_run_id"
+    run_id = parts.tracker.start(
+        run_name, flatten(OmegaConf.to_container(cfg, resolve=True)), _tags(hydra, cfg),
+        parent=hydra.get("sweep_dir"),
+        resume_run_id=run_id_file.read_text().strip() if run_id_file.exists() else None,
+    )
+    if run_id:
+        run_id_file.write_text(run_id)
+
+    status = "FAILED"
+    try:
+        with parts.hardware:
+            parts.tracker.set_tags(parts.hardware.describe())
+            outcomes = _tune_all(cfg, tasks, parts, out_dir, method)
+            _export(parts, outcomes, out_dir)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        parts.tracker.end(status)
+    _report(outcomes, parts.tracker, out_dir)
+    return sum(o.best_gflops for o in outcomes)
+
+
+def _tune_all(cfg, tasks, parts, out_dir, method):
+    deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
+    plan_size = int(cfg.search.get("plan_size", 64))
+    outcomes, step_offset = [], 0
+    for index, task in enumerate(tasks):
+        run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, plan_size, deadline,
+                      cfg.budget.early_stop, step_offset)
+        outcome = tune_task(task, index, parts, run)
+        outcomes.append(outcome)
+        step_offset += len(outcome.records)
+        if math.isfinite(outcome.best_cost):
+            parts.tracker.log_metrics({
+                f"task/{task.name}/final_latency_us": outcome.best_cost * 1e6,
+                f"task/{task.name}/final_gflops": outcome.best_gflops,
+            }, step=step_offset)
+    total = sum(o.best_gflops for o in outcomes)
+    parts.tracker.log_metrics({"tuning/final_gflops": total,
+                               "tuning/measurements": step_offset}, step=step_offset)
+    return outcomes
+
+
+def _export(parts, outcomes, out_dir: Path) -> None:
+    tracker, hardware = parts.tracker, parts.hardware
+    for outcome in outcomes:
+        if outcome.best_config is not None:
+            for path in hardware.export(outcome.task, outcome.best_config, out_dir / "best_schedules"):
+                tracker.log_artifact(path, "best_schedules")
+    measured = [(o.task, o.records) for o in outcomes if o.best_config is not None]
+    for path in hardware.export_database(measured, out_dir / "database") if measured else []:
+        tracker.log_artifact(path, "database")
+    curves = {o.task.name: o.curve() for o in outcomes}
+    tracker.log_artifact(convergence_png(curves, str(out_dir / "convergence.png")))
+    tracker.log_artifact(str(out_dir / "records.jsonl"))
+    tracker.log_artifact(str(out_dir / "config.yaml"))
+
+
+def _report(outcomes, tracker, out_dir: Path) -> None:
+    for o in outcomes:
+        latency = f"{o.best_cost * 1e6:.1f} us" if math.isfinite(o.best_cost) else "none valid"
+        print(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
+              f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
+    print(f"records: {out_dir / 'records.jsonl'}")
+    print(f"MLflow: {tracker.location}")
+
+
+# ---- Hydra context -------------------------------------------------------------------------
+def _hydra_info() -> dict:
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    info = {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task)}
+    if hc.mode == RunMode.MULTIRUN:
+        info["sweep_dir"] = str(Path(hc.sweep.dir).resolve())
+    return info
+
+
+def _choice(hydra: dict, cfg, group: str) -> str:
+    return hydra.get("choices", {}).get(group) or cfg[group]["_target_"].rsplit(".", 1)[-1]
+
+
+def _resolve_resume(cfg, hydra: dict):
+    """A resumed run continues in its old folder with its saved config; budget.* overrides apply."""
+    if not cfg.resume:
+        return cfg, Path(cfg.output_dir).resolve()
+    out_dir = Path(cfg.resume).resolve()
+    saved = out_dir / "config.yaml"
+    if not saved.exists():
+        raise ConfigError(f"resume: {out_dir} holds no config.yaml (not a tunelab run folder)")
+    old = OmegaConf.load(saved)
+    budget_overrides = [o for o in hydra.get("overrides", []) if o.startswith("budget.")]
+    old.merge_with(OmegaConf.from_dotlist(budget_overrides))
+    old.resume = str(out_dir)
+    old.output_dir = str(out_dir)
+    return old, out_dir
+
+
+def _tags(hydra: dict, cfg) -> dict:
+    import torch
+
+    return {
+        "overrides": " ".join(hydra.get("overrides", [])) or "(defaults)",
+        "git_commit": _git_commit(),
+        "torch_version": torch.__version__,
+        "model": cfg.model.name,
+        "seed": str(cfg.seed),
+    }
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

@@ -1,0 +1,15 @@
+"""sampler=all: measure the search's own picks (G-BFS, N-A2C choose their measurements)."""
+from __future__ import annotations
+
+from tuning.sampler.base import Sampler, take_unvisited
+
+
+class AllSampler(Sampler):
+    """The first b unvisited candidates, canonical and distinct, in the search's order.
+
+    No hyperparameters. Adds nothing of its own: fewer than b candidates that
+    are new means a smaller batch, because the search decided what to measure.
+    """
+
+    def select(self, candidates, space, visited, b, rng):
+        return take_unvisited(candidates, space, visited, [], b)

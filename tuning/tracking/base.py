@@ -1,0 +1,105 @@
+"""The tracker contract.
+
+A Tracker records one tuning job: its parameters, its step metrics and its
+artifacts. The loop drives it in this order:
+
+    run_id = tracker.start(run_name, params, tags, parent=None, resume_run_id=None)
+        Open the run and return its id ('' when nothing is tracked).
+        `params` is a FLAT dict (key -> str/int/float/bool; see `flatten`).
+        `tags` values are stringified. `parent` is a multirun key (e.g. the
+        Hydra sweep dir): every job started with the same key becomes a
+        child of one shared parent run, also across processes.
+        `resume_run_id` reopens an earlier run instead of creating one;
+        params it already has are not logged again.
+    tracker.log_metrics({"tuning/best_gflops": 12.3, ...}, step=measurements)
+        Buffered; non-finite values are dropped. Keys may contain '/'.
+    tracker.log_artifact(path, artifact_path=None)   copy a local file into the run
+    tracker.log_text(text, artifact_file)            write a text artifact
+    tracker.set_tags(tags)
+    tracker.flush()                                  write buffered metrics now
+    tracker.end(status="FINISHED")                   flush, then close the run as
+                                                     FINISHED | FAILED | KILLED
+    tracker.location                                 where to find the run, for humans
+
+__init__ stores settings only: no I/O, no threads, no clients.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+
+class Tracker:
+    """Run lifecycle for one tuning job. __init__ stores settings only (no I/O)."""
+
+    def start(self, run_name: str, params: dict, tags: dict, parent: str | None = None,
+              resume_run_id: str | None = None) -> str:
+        raise NotImplementedError
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
+        raise NotImplementedError
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        raise NotImplementedError
+
+    def set_tags(self, tags: dict) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        pass
+
+    def end(self, status: str = "FINISHED") -> None:
+        raise NotImplementedError
+
+    @property
+    def location(self) -> str:
+        raise NotImplementedError
+
+
+class NoTracker(Tracker):
+    """Tracking disabled: every call is accepted and ignored."""
+
+    def start(self, run_name, params, tags, parent=None, resume_run_id=None) -> str:
+        return ""
+
+    def log_metrics(self, metrics, step) -> None:
+        pass
+
+    def log_artifact(self, path, artifact_path=None) -> None:
+        pass
+
+    def log_text(self, text, artifact_file) -> None:
+        pass
+
+    def set_tags(self, tags) -> None:
+        pass
+
+    def end(self, status="FINISHED") -> None:
+        pass
+
+    @property
+    def location(self) -> str:
+        return "tracking disabled"
+
+
+def flatten(cfg: dict, prefix: str = "") -> dict[str, str | int | float | bool]:
+    """Nested dicts -> {'a.b.c': value}; lists -> JSON strings; None -> 'null'."""
+    flat: dict[str, str | int | float | bool] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, prefix=f"{name}."))
+        elif isinstance(value, Mapping):
+            flat[name] = "{}"  # keep the key visible: an empty group is a choice too
+        elif isinstance(value, (list, tuple)):
+            flat[name] = json.dumps(list(value), default=str)
+        elif value is None:
+            flat[name] = "null"
+        elif isinstance(value, (str, int, float, bool)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
