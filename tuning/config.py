@@ -130,27 +130,45 @@ def _check_component(group: str, node) -> tuple[type | None, list[str]]:
             allowed = ", ".join(p for p in parameters if p != "self")
             problems.append(f"{group}.{key}: not a hyperparameter of {name} (allowed: {allowed})")
             continue
-        problems += _check_type(f"{group}.{key}", value, parameters[key].default)
+        problems += _check_type(f"{group}.{key}", value, _expected_type(parameters[key]))
     for key, (low, high) in getattr(cls, "ranges", {}).items():
         if key in values and values[key] is not None:
             problems += _check_range(f"{group}.{key}", values[key], low, high)
     return cls, problems
 
 
-def _check_type(key, value, default) -> list[str]:
-    if default is inspect.Parameter.empty or default is None or value is None:
+_PLAIN_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def _expected_type(parameter) -> type | None:
+    """The annotation when it is a plain bool/int/float/str, else the default's type.
+
+    The annotation wins because a default can be narrower than the parameter
+    (xgb's `min_child_weight: float = 1` takes 0.5)."""
+    annotation = parameter.annotation
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None)
+    if name in _PLAIN_TYPES:
+        return _PLAIN_TYPES[name]
+    if parameter.default is inspect.Parameter.empty or parameter.default is None:
+        return None
+    return type(parameter.default)
+
+
+def _check_type(key, value, expected: type | None) -> list[str]:
+    if expected is None or value is None:
         return []
-    if isinstance(default, bool):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is bool:
         ok = isinstance(value, bool)
-    elif isinstance(default, int):
+    elif expected is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif isinstance(default, (list, tuple)):
-        ok = isinstance(value, (list, tuple))
+    elif expected is float:
+        ok = number
+    elif issubclass(expected, (list, tuple)):
+        ok = isinstance(value, (list, tuple)) or number  # a sequence, or one number (sa's temp: fixed)
     else:
-        ok = isinstance(value, type(default))
-    return [] if ok else [f"{key}: expected {type(default).__name__}, got {value!r}"]
+        ok = isinstance(value, expected)
+    return [] if ok else [f"{key}: expected {expected.__name__}, got {value!r}"]
 
 
 def _check_combinations(cfg, classes, choices) -> list[str]:

@@ -82,6 +82,7 @@ class TaskOutcome:
 
 def tune_task(task, task_index: int, parts: Components, run: RunInfo) -> TaskOutcome:
     space = parts.hardware.space(task)
+    run.log.repair()  # a kill can leave a torn last line; appending after it would corrupt the file
     records = [r for r in run.log.load() if r.workload_key == task.key]
     visited = {tuple(r.config) for r in records}
     rng, round_index = _restore_state(run, task, parts.search, task_index)
@@ -133,7 +134,7 @@ def _stop_reason(run: RunInfo, task, records) -> str | None:
     if run.deadline is not None and time.monotonic() >= run.deadline:
         return "time limit"
     if run.early_stop and records:
-        costs = [r.result.mean_cost for r in records]
+        costs = [r.result.cost for r in records]
         best_at = int(np.argmin(costs))
         if len(records) - 1 - best_at >= run.early_stop:
             return "early stop"
@@ -177,7 +178,7 @@ def _finish(parts: Components, task, outcome: TaskOutcome) -> None:
     ok = [r for r in outcome.records if r.result.ok]
     if not ok:
         return
-    best = min(ok, key=lambda r: r.result.mean_cost)
+    best = min(ok, key=lambda r: r.result.cost)
     outcome.best_config = tuple(best.config)
     again = parts.evaluator.remeasure(parts.hardware, task, outcome.best_config)
     outcome.final_costs = again.costs if again.ok else best.result.costs

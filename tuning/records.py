@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,11 +31,14 @@ class MeasureResult:
         return self.error is None and bool(self.costs)
 
     @property
-    def mean_cost(self) -> float:
-        return sum(self.costs) / len(self.costs) if self.ok else math.inf
+    def cost(self) -> float:
+        """Median of the repeats (inf on error). Not the mean: on a 2-core host a
+        preempted run costs 10-50x a normal one, and one such spike in ten
+        repeats would otherwise decide the ranking."""
+        return statistics.median(self.costs) if self.ok else math.inf
 
     def gflops(self, flops: float) -> float:
-        return flops / self.mean_cost / 1e9 if self.ok else 0.0
+        return flops / self.cost / 1e9 if self.ok else 0.0
 
     @classmethod
     def failed(cls, error: str, message: str, **timings) -> "MeasureResult":

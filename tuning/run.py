@@ -134,6 +134,11 @@ def _resolve_resume(cfg, hydra: dict):
     if not saved.exists():
         raise ConfigError(f"resume: {out_dir} holds no config.yaml (not a tunelab run folder)")
     old = OmegaConf.load(saved)
+    # Names (method, run name) come from the saved run's group choices, not from this
+    # composition's defaults: `resume=DIR` alone would otherwise call a random run "sa".
+    saved_hydra = out_dir / ".hydra" / "hydra.yaml"
+    choices = OmegaConf.load(saved_hydra).hydra.runtime.choices if saved_hydra.exists() else {}
+    hydra["choices"] = {k: v for k, v in dict(choices).items() if not k.startswith("hydra/")}
     budget_overrides = [o for o in hydra.get("overrides", []) if o.startswith("budget.")]
     old.merge_with(OmegaConf.from_dotlist(budget_overrides))
     old.resume = str(out_dir)

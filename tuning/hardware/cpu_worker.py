@@ -39,7 +39,7 @@ def _build_module(mod, target):
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.build(mod, target=make_target(target))
+    return tvm.tirx.build(mod, target=make_target(target))
 
 
 def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:

@@ -21,7 +21,7 @@ def write_database(hardware, records_by_task, out_dir) -> list[str]:
         schedules = hardware.schedules(task)
         workload = database.commit_workload(schedules.mod)
         args_info = ArgInfo.from_prim_func(schedules.mod["main"])
-        measured = sorted((r for r in records if r.result.ok), key=lambda r: r.result.mean_cost)
+        measured = sorted((r for r in records if r.result.ok), key=lambda r: r.result.cost)
         for record in measured[:KEEP_BEST]:
             sch, _ = schedules.schedule(tuple(record.config))
             database.commit_tuning_record(ms.database.TuningRecord(

@@ -1,0 +1,36 @@
+# tunelab: `make demo` and `make test` set everything up themselves (a .venv in this folder).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+STORE  := sqlite:///$(CURDIR)/outputs/mlflow.db
+
+.PHONY: setup demo test test-full ui clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first: with the local CPU wheel in place nothing pulls the CUDA build
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+# A real tuning run on the default workload (conv_l8 = ResNet-18 conv task 11) in a few minutes.
+demo: setup
+	$(BIN)/python run.py
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+# Everything, including the slow real-hardware checks.
+test-full: setup
+	$(BIN)/python -m pytest -q -m ""
+
+ui: setup
+	@echo "MLflow UI on http://127.0.0.1:5000 (store $(STORE)); Ctrl-C stops it"
+	$(BIN)/mlflow ui --backend-store-uri $(STORE) --host 127.0.0.1 --port 5000
+
+clean:
+	rm -rf outputs multirun

@@ -1,0 +1,270 @@
+"""The tuning loop (tuning/loop.py) on the synthetic hardware: budget, determinism, resume, stops, errors.
+
+In-process tests build the components from the YAMLs in conf/ and call `tune_task`
+directly; the fresh-process and kill + resume tests run `run.py` in a subprocess.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from tuning.loop import Components, RunInfo, tune_task
+from tuning.records import RecordLog
+from tuning.task import build_tasks, gemm_task
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+COMPARED = ("config", "costs", "error", "round", "index")
+
+
+# ---- helpers -----------------------------------------------------------------------------
+def component(group: str, name: str, seed: int = 0, **overrides):
+    """Instantiate conf/<group>/<name>.yaml (with `${seed}` resolved) plus overrides."""
+    node = OmegaConf.merge(OmegaConf.load(CONF / group / f"{name}.yaml"), overrides)
+    return instantiate(OmegaConf.create({"seed": seed, "x": node}).x)
+
+
+def model_task(name: str):
+    return build_tasks(OmegaConf.load(CONF / "model" / f"{name}.yaml"))[0]
+
+
+def components(search="sa", sampler="greedy", cost_model="xgb", seed=0, search_overrides=None,
+               hardware_overrides=None) -> Components:
+    return Components(
+        search=component("search", search, seed, **(search_overrides or {})),
+        sampler=component("sampler", sampler, seed),
+        evaluator=component("evaluator", "fixed", seed),
+        cost_model=component("cost_model", cost_model, seed),
+        hardware=component("hardware", "synthetic", seed, **(hardware_overrides or {})),
+        tracker=component("tracking", "none", seed),
+    )
+
+
+def tune(out_dir: Path, task, trials: int, seed: int = 0, parts: Components | None = None,
+         deadline=None, early_stop=None, **kwargs):
+    parts = parts or components(seed=seed, **kwargs)
+    run = RunInfo(seed=seed, out_dir=out_dir, method="test", trials=trials,
+                  plan_size=int(parts.search.plan_size), deadline=deadline, early_stop=early_stop)
+    return tune_task(task, 0, parts, run)
+
+
+def key(record: dict) -> tuple:
+    """The fields that must be identical across runs with the same seed (not times)."""
+    return (tuple(record["config"]), tuple(record["result"]["costs"]), record["result"]["error"],
+            record["round"], record["index"])
+
+
+def outcome_keys(outcome) -> list[tuple]:
+    return [(tuple(r.config), tuple(r.result.costs), r.result.error, r.round, r.index) for r in outcome.records]
+
+
+def file_keys(path: Path) -> list[tuple]:
+    return [key(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def run_py(*args: str, tmp: Path) -> subprocess.Popen:
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp / "outputs")}  # never the repo's outputs/
+    return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def finish(proc: subprocess.Popen, timeout=120) -> str:
+    output, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, output[-3000:]
+    return output
+
+
+def complete_lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def kill_after(proc: subprocess.Popen, records: Path, lines: int, timeout=60.0) -> None:
+    """SIGKILL the run once `records` holds at least `lines` complete lines."""
+    stop = time.monotonic() + timeout
+    while complete_lines(records) < lines:
+        assert proc.poll() is None, f"run ended before it was killed:\n{proc.communicate()[0][-3000:]}"
+        assert time.monotonic() < stop, "run made no progress"
+        time.sleep(0.002)
+    proc.kill()
+    proc.communicate(timeout=30)
+
+
+def tear_last_line(records: Path) -> bytes:
+    """Make sure the file ends in a torn line (as a kill mid-write leaves it); return the intact part."""
+    data = records.read_bytes()
+    intact = data[: data.rfind(b"\n") + 1]
+    if data == intact:  # the kill fell between two writes: simulate one that did not
+        with records.open("ab") as f:
+            f.write(intact.splitlines()[-1][:57])
+    return intact
+
+
+def check_resumed(records: Path, intact: bytes, trials: int) -> list[dict]:
+    rows = [json.loads(line) for line in records.read_text().splitlines()]  # every line parses
+    assert len(rows) == trials
+    assert records.read_bytes().startswith(intact), "records measured before the kill were changed"
+    assert records.read_bytes().endswith(b"\n")
+    assert len({tuple(r["config"]) for r in rows}) == trials, "a config was measured twice"
+    assert [r["index"] for r in rows] == list(range(trials))
+    assert len({r["method"] for r in rows}) == 1, "the resumed run must keep the run's method name"
+    return rows
+
+
+# ---- budget ------------------------------------------------------------------------------
+@pytest.mark.parametrize("search,cost_model", [("sa", "xgb"), ("random", "none")])
+def test_budget_respected_exactly(tmp_path, search, cost_model):
+    task = model_task("gemm_64")
+    outcome = tune(tmp_path, task, trials=100, search=search, cost_model=cost_model,
+                   search_overrides={"n_iter": 100} if search == "sa" else None)
+    assert outcome.stopped_because == "budget"
+    assert len(outcome.records) == 100  # 64 + 36: the last round is cut to what is left
+    assert [r.round for r in outcome.records] == [0] * 64 + [1] * 36
+    assert len({tuple(r.config) for r in outcome.records}) == 100
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 100
+    assert file_keys(tmp_path / "records.jsonl") == outcome_keys(outcome)
+    assert outcome.best_config is not None and outcome.best_gflops > 0
+
+
+# ---- determinism -------------------------------------------------------------------------
+def test_same_seed_same_records_in_process(tmp_path):
+    task = model_task("gemm_64")
+    first = tune(tmp_path / "a", task, trials=96, seed=3)
+    second = tune(tmp_path / "b", task, trials=96, seed=3)
+    other = tune(tmp_path / "c", task, trials=96, seed=4)
+    assert outcome_keys(first) == outcome_keys(second)
+    assert file_keys(tmp_path / "a" / "records.jsonl") == file_keys(tmp_path / "b" / "records.jsonl")
+    assert [k[0] for k in outcome_keys(first)] != [k[0] for k in outcome_keys(other)]
+
+
+def test_same_seed_same_records_in_fresh_processes(tmp_path):
+    args = ("hardware=synthetic", "tracking=none", "model=gemm_64", "budget.trials=96", "seed=3")
+    procs = [run_py(*args, f"hydra.run.dir={tmp_path / name}", tmp=tmp_path) for name in ("a", "b")]
+    for proc in procs:
+        finish(proc)
+    first, second = (file_keys(tmp_path / name / "records.jsonl") for name in ("a", "b"))
+    assert len(first) == 96
+    assert first == second
+    # and the same as the loop called in this process with the same components
+    in_process = tune(tmp_path / "c", model_task("gemm_64"), trials=96, seed=3)
+    assert outcome_keys(in_process) == first
+
+
+# ---- kill + resume -----------------------------------------------------------------------
+def test_kill_and_resume_random(tmp_path):
+    run_dir, records = tmp_path / "run", tmp_path / "run" / "records.jsonl"
+    proc = run_py("hardware=synthetic", "tracking=none", "model=gemm_1024", "search=random",
+                  "budget.trials=3000", f"hydra.run.dir={run_dir}", tmp=tmp_path)
+    kill_after(proc, records, 100)
+    intact = tear_last_line(records)
+    measured = intact.count(b"\n")
+    assert 100 <= measured < 400
+
+    output = finish(run_py(f"resume={run_dir}", "budget.trials=400", f"hydra.run.dir={tmp_path / 'resume'}",
+                           tmp=tmp_path))
+    assert "measurements 400" in output
+    rows = check_resumed(records, intact, 400)
+    assert rows[0]["method"] == "random+greedy"
+    assert OmegaConf.load(run_dir / "config.yaml").budget.trials == 400
+
+
+def test_kill_and_resume_sa_restores_search_state(tmp_path):
+    run_dir, records = tmp_path / "run", tmp_path / "run" / "records.jsonl"
+    proc = run_py("hardware=synthetic", "tracking=none", "model=gemm_64", "search=sa", "search.n_iter=100",
+                  "budget.trials=3000", f"hydra.run.dir={run_dir}", tmp=tmp_path)
+    kill_after(proc, records, 70)  # into round 1, after round 0's search state was saved
+    intact = tear_last_line(records)
+    assert (run_dir / "state").is_dir()
+    saved = json.loads(next((run_dir / "state").glob("*.json")).read_text())
+    assert saved["round"] >= 1 and len(saved["search"]["points"]) == 128
+
+    finish(run_py(f"resume={run_dir}", "budget.trials=200", f"hydra.run.dir={tmp_path / 'resume'}",
+                  tmp=tmp_path))
+    rows = check_resumed(records, intact, 200)
+    assert rows[0]["method"] == "sa+greedy"
+
+
+def test_resume_at_a_round_boundary_continues_as_if_never_stopped(tmp_path):
+    """Search walkers, rng and round are restored: 128 then +64 equals 192 straight."""
+    task = model_task("gemm_64")
+    overrides = {"n_iter": 100}
+    straight = tune(tmp_path / "straight", task, trials=192, search_overrides=overrides)
+    tune(tmp_path / "resumed", task, trials=128, search_overrides=overrides)
+    resumed = tune(tmp_path / "resumed", task, trials=192, search_overrides=overrides)  # fresh components
+    assert outcome_keys(resumed) == outcome_keys(straight)
+    assert file_keys(tmp_path / "resumed" / "records.jsonl") == outcome_keys(straight)
+
+
+def test_torn_last_line_is_dropped_before_appending(tmp_path):
+    task = model_task("gemm_64")
+    tune(tmp_path, task, trials=64, search="random", cost_model="none")
+    path = tmp_path / "records.jsonl"
+    intact = tear_last_line(path)
+    assert len(RecordLog(path).load()) == 64  # the torn line is not a record
+    outcome = tune(tmp_path, task, trials=100, search="random", cost_model="none")
+    assert len(outcome.records) == 100
+    assert path.read_bytes().startswith(intact)
+    assert len(RecordLog(path).load()) == len(path.read_text().splitlines()) == 100
+
+
+# ---- stopping ----------------------------------------------------------------------------
+def test_early_stop(tmp_path):
+    task = model_task("gemm_64")
+    outcome = tune(tmp_path, task, trials=5000, early_stop=40, search="random", cost_model="none")
+    assert outcome.stopped_because == "early stop"
+    records = outcome.records
+    assert 64 <= len(records) < 5000
+    speeds = [r.result.gflops(task.flops) for r in records]
+    best_at = speeds.index(max(speeds))
+    assert len(records) - 1 - best_at >= 40  # no new best in the last early_stop measurements
+    assert "early stop" not in tune(tmp_path / "none", task, trials=128, search="random",
+                                    cost_model="none").stopped_because
+
+
+def test_time_limit(tmp_path):
+    task = model_task("gemm_1024")
+    started = time.monotonic()
+    outcome = tune(tmp_path, task, trials=10**6, deadline=started + 1.0, search="random", cost_model="none")
+    assert outcome.stopped_because == "time limit"
+    assert 0 < len(outcome.records) < 10**6
+    assert time.monotonic() - started < 15  # stops at the first round boundary past the deadline
+    assert complete_lines(tmp_path / "records.jsonl") == len(outcome.records)
+
+    expired = tune(tmp_path / "expired", task, trials=64, deadline=time.monotonic() - 1)
+    assert expired.stopped_because == "time limit" and expired.records == []
+    assert expired.best_config is None and expired.best_gflops == 0.0
+
+
+def test_space_exhausted(tmp_path):
+    task = gemm_task("tiny", 2, 2, 2)
+    parts = components(search="random", cost_model="none")
+    size = parts.hardware.space(task).size
+    outcome = tune(tmp_path, task, trials=10 * size, parts=parts)
+    assert outcome.stopped_because == "space exhausted"
+    assert 0.9 * size <= len(outcome.records) <= size
+    assert len({tuple(r.config) for r in outcome.records}) == len(outcome.records)
+
+
+# ---- errors are records ------------------------------------------------------------------
+def test_invalid_configs_are_records(tmp_path):
+    task = model_task("gemm_1024")
+    outcome = tune(tmp_path, task, trials=200, hardware_overrides={"invalid_register_tile": 256},
+                   search_overrides={"n_iter": 50})
+    assert len(outcome.records) == 200 and outcome.stopped_because == "budget"
+    invalid = [r for r in outcome.records if not r.result.ok]
+    assert invalid and outcome.invalid == len(invalid) < 200
+    for record in invalid:
+        assert record.result.error == "invalid" and record.result.costs == []
+        assert record.result.message
+        assert record.result.gflops(task.flops) == 0.0
+    assert outcome.best_config not in {tuple(r.config) for r in invalid}
+    on_disk = RecordLog(tmp_path / "records.jsonl").load()
+    assert sum(r.result.error == "invalid" for r in on_disk) == outcome.invalid

@@ -1,0 +1,130 @@
+"""Real TVM on tiny workloads: spaces from MetaSchedule, kernels built and timed in workers."""
+import math
+import time
+
+import numpy as np
+import pytest
+
+from tuning.evaluator.base import MeasureSpec
+from tuning.hardware.cpu import CPUHardware
+from tuning.records import Record
+from tuning.task import conv2d_task, gemm_task
+
+pytestmark = pytest.mark.tvm
+
+GEMM = gemm_task("gemm_64", 64, 64, 64)
+CONV = conv2d_task("conv_tiny", 1, 16, 14, 14, 32, 3, 1, 1)
+SPEC = MeasureSpec(number=1, repeat=5, min_repeat_ms=0, cache_flush=False, timeout_s=10.0)
+
+
+@pytest.fixture(scope="module")
+def hardware():
+    hw = CPUHardware(num_threads=2)
+    yield hw
+    hw.close()
+
+
+def untuned_seconds(task, hardware) -> float:
+    """The naive (unscheduled) kernel, built and timed in this process."""
+    import tvm
+
+    from tuning.hardware.tvm_space import make_target, prim_func
+
+    func = prim_func(task.workload)
+    lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=make_target(hardware.target))
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    args = [tvm.runtime.tensor(np.zeros([int(d) for d in a.shape], "float32")) for a in ArgInfo.from_prim_func(func)]
+    return float(np.median(lib.time_evaluator(lib.entry_name, tvm.cpu(0), number=1, repeat=5)(*args).results))
+
+
+def test_space_reads_the_design_spaces(hardware):
+    space = hardware.space(GEMM)
+    assert space.num_sketches == 3
+    kinds = [k.kind for k in space.knobs]
+    assert kinds.count("tile") == 3 and "categorical" in kinds
+    assert space.size > 100_000
+    conv_space = hardware.space(CONV)
+    assert "location" in [k.kind for k in conv_space.knobs]
+
+
+def test_canonical_is_the_replayed_identity(hardware):
+    space = hardware.space(CONV)
+    rng = np.random.default_rng(0)
+    configs = [space.sample(rng) for _ in range(30)]
+    canon = [space.canonical(c) for c in configs]
+    assert any(c != k for c, k in zip(configs, canon)), "illegal compute locations should be repaired"
+    assert all(space.canonical(k) == k for k in canon)
+    assert all(space.is_valid(k) for k in canon)
+
+
+@pytest.mark.parametrize("task", [GEMM, CONV], ids=lambda t: t.name)
+def test_random_configs_build_run_and_beat_untuned(hardware, task):
+    space = hardware.space(task)
+    rng = np.random.default_rng(1)
+    configs = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(8)))
+    seen = []
+    results = hardware.measure(task, configs, SPEC, on_result=lambda i, r: seen.append(i))
+    assert seen == list(range(len(configs)))  # results are handed out one by one, in order
+    ok = [r for r in results if r.ok]
+    assert len(ok) >= len(configs) // 2
+    for config, result in zip(configs, results):
+        assert result.config == config  # the effective config comes back with the result
+        if result.ok:
+            assert len(result.costs) == SPEC.repeat and result.build_s > 0 and result.run_s > 0
+    best = min(r.cost for r in ok)
+    assert best < untuned_seconds(task, hardware)
+
+
+def test_invalid_decisions_are_errors_and_tuning_goes_on(hardware):
+    space = hardware.space(GEMM)
+    good = space.canonical(space.sample(np.random.default_rng(2)))
+    wrong_sketch = (99,) + good[1:]
+    wrong_length = good[:2]
+    results = hardware.measure(GEMM, [wrong_sketch, wrong_length, good], SPEC)
+    assert [r.error for r in results[:2]] == ["invalid", "invalid"]
+    assert all(r.message for r in results[:2])
+    assert results[2].ok
+
+
+def test_hanging_candidate_is_a_timeout(hardware):
+    """A kernel slower than timeout_s is stopped and recorded, not waited for."""
+    space = hardware.space(GEMM)
+    config = space.canonical(space.sample(np.random.default_rng(3)))
+    results = hardware.measure(GEMM, [config], MeasureSpec(repeat=3, min_repeat_ms=100, timeout_s=0.01))
+    assert results[0].error == "timeout"
+
+
+def test_exports_apply_through_metaschedule(hardware, tmp_path):
+    """The exported database compiles with MetaSchedule and computes the right answer."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    space = hardware.space(GEMM)
+    rng = np.random.default_rng(4)
+    configs = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(4)))
+    results = hardware.measure(GEMM, configs, SPEC)
+    records = [Record(GEMM.name, GEMM.key, list(c), space.decisions(c), r, 0, "test", 0, i, time.time())
+               for i, (c, r) in enumerate(zip(configs, results))]
+    best = min((r for r in records if r.result.ok), key=lambda r: r.result.cost)
+    script = hardware.export(GEMM, best.config, tmp_path / "best")
+    assert "T.prim_func" in open(script[0]).read() or "prim_func" in open(script[0]).read()
+
+    paths = hardware.export_database([(GEMM, records)], tmp_path / "db")
+    assert all(open(p).read() for p in paths)
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+    schedules = hardware.schedules(GEMM)
+    sch = ms.tir_integration.compile_tir(database, schedules.mod, schedules.target)
+    assert sch is not None
+    lib = tvm.tirx.build(sch.mod, target=schedules.target)
+    a = np.random.default_rng(0).uniform(size=(64, 64)).astype("float32")
+    b = np.random.default_rng(1).uniform(size=(64, 64)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((64, 64), "float32"))
+    lib[lib.entry_name](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4)
+
+
+def test_describe_names_target_and_cpu(hardware):
+    info = hardware.describe()
+    assert info["hardware"] == "cpu" and "llvm" in info["target"] and info["num_threads"] == 2
+    assert not math.isnan(float(info["num_threads"]))
