@@ -115,7 +115,9 @@ def tune_task(task, task_index: int, parts: Components, run: RunInfo) -> TaskOut
             visited.add(config)
             progress.update(1)
 
+        progress.set_description(f"{task.name} round {round_index}: building+timing {len(batch)}")
         results = parts.evaluator.measure(parts.hardware, task, batch, on_result=write)
+        progress.set_description(f"{task.name} round {round_index}: searching")
         times["build_s"] += sum(r.build_s for r in results)
         times["run_s"] += sum(r.run_s for r in results)
         _fit(parts.cost_model, space, task, records, times)

@@ -139,7 +139,12 @@ def _resolve_resume(cfg, hydra: dict):
     saved_hydra = out_dir / ".hydra" / "hydra.yaml"
     choices = OmegaConf.load(saved_hydra).hydra.runtime.choices if saved_hydra.exists() else {}
     hydra["choices"] = {k: v for k, v in dict(choices).items() if not k.startswith("hydra/")}
-    budget_overrides = [o for o in hydra.get("overrides", []) if o.startswith("budget.")]
+    overrides = hydra.get("overrides", [])
+    budget_overrides = [o for o in overrides if o.startswith("budget.")]
+    ignored = [o for o in overrides if not o.startswith(("budget.", "resume=", "hydra."))]
+    if ignored:
+        print(f"tunelab: resuming {out_dir} with its saved config; ignoring {' '.join(ignored)} "
+              "(only budget.* may change on resume)", file=sys.stderr)
     old.merge_with(OmegaConf.from_dotlist(budget_overrides))
     old.resume = str(out_dir)
     old.output_dir = str(out_dir)

@@ -34,6 +34,10 @@ class XGBoostCostModel(CostModel):
         nthread                 xgboost threads (1: bit-reproducible fits)
     """
 
+    ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "subsample": (1e-6, 1.0),
+              "eta": (1e-6, 1.0), "reg_lambda": (0.0, None), "alpha": (0.0, None), "num_boost_round": (1, None),
+              "early_stopping_rounds": (1, None), "seed": (0, None), "nthread": (1, None)}
+
     def __init__(self, max_depth: int = 3, gamma: float = 0.0001, min_child_weight: float = 1,
                  subsample: float = 1.0, eta: float = 0.3, reg_lambda: float = 1.0, alpha: float = 0.0,
                  objective: str = "reg:squarederror", num_boost_round: int = 400,

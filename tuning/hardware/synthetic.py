@@ -56,6 +56,8 @@ def _unit(*parts) -> float:
 class SyntheticHardware(Hardware):
     """Analytic latency landscape; `noise` is the per-repeat relative jitter."""
 
+    ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None)}
+
     def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024):
         self.peak_gflops = peak_gflops
         self.noise = noise

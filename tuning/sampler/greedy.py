@@ -16,6 +16,8 @@ class GreedySampler(Sampler):
     When the candidates run out the remaining slots are random unvisited configs.
     """
 
+    ranges = {"eps": (0.0, 1.0)}
+
     def __init__(self, eps: float = 0.05):
         self.eps = eps
 

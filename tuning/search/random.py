@@ -13,6 +13,8 @@ class RandomSearch(Search):
                     reads it, the search itself proposes whatever n it is asked.
     """
 
+    ranges = {"plan_size": (1, None)}
+
     def __init__(self, plan_size: int = 64):
         self.plan_size = plan_size
 

@@ -34,6 +34,7 @@ class SimulatedAnnealing(Search):
     """
 
     needs_cost_model = True
+    ranges = {"n_iter": (1, None), "parallel_size": (1, None), "early_stop": (1, None), "plan_size": (1, None)}
 
     def __init__(self, n_iter: int = 500, parallel_size: int = 128, early_stop: int = 50,
                  temp=(1.0, 0.0), persistent: bool = True, plan_size: int = 64):

@@ -1,0 +1,225 @@
+"""Config rejection before any work, and contract tests over every YAML of the groups.
+
+`python run.py <bad override>` must exit non-zero within seconds, name the key
+(and, for a group, the allowed options), and leave no records behind. Every
+YAML must compose with the defaults, pass `validate`, and instantiate without
+doing work (constructors store hyperparameters only).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from tuning.config import ConfigError, register, validate
+from tuning.cost_model.base import CostModel
+from tuning.evaluator.base import Evaluator
+from tuning.hardware.base import Hardware
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.sampler.base import Sampler
+from tuning.search.base import Search
+from tuning.task import build_tasks
+from tuning.tracking.base import Tracker
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+BASES = {"search": Search, "sampler": Sampler, "evaluator": Evaluator, "cost_model": CostModel,
+         "hardware": Hardware, "tracking": Tracker}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def choices(cfg) -> dict:
+    return {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+
+
+@pytest.fixture
+def compose_cfg(tmp_path, monkeypatch):
+    """compose(overrides) -> the job config, with `${hydra:...}` resolvable as in a real run."""
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))  # tracking.uri: never the repo's
+    register()
+
+    def _compose(*overrides: str):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=[f"output_dir={tmp_path / 'run'}", *overrides],
+                          return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        return cfg
+
+    yield _compose
+    HydraConfig.instance().cfg = None
+
+
+# ---- rejection through the CLI -------------------------------------------------------------
+BAD = {
+    "unknown group option": (["search=nope"], ["search", "nope", "random", "sa"]),
+    "negative trials": (["budget.trials=-3"], ["budget.trials", ">= 1"]),
+    "trials not a number": (["budget.trials=abc"], ["budget.trials", "abc"]),
+    "hyperparameter wrong type": (["search.n_iter=abc"], ["search.n_iter", "int"]),
+    "unknown hyperparameter": (["+search.foo=1"], ["search.foo", "n_iter", "parallel_size"]),
+    "search needs a cost model": (["cost_model=none"], ["cost_model", "search=sa", "xgb"]),
+    "cache flush needs number 1": (["evaluator.number=4"], ["evaluator.cache_flush", "evaluator.number"]),
+    "negative model shape": (["model.M=-1", "model=gemm"], ["model.M", ">= 1"]),
+    "unknown hardware": (["hardware=nope"], ["hardware", "cpu", "synthetic"]),
+}
+
+
+@pytest.mark.parametrize("overrides,expected", BAD.values(), ids=BAD.keys())
+def test_cli_rejects_before_any_work(tmp_path, overrides, expected):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "run.py", *overrides, f"hydra.run.dir={run_dir}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    for text in expected:
+        assert text in output, f"{text!r} not in:\n{output}"
+    assert "Traceback" not in output, "a config error should be a message, not a crash"
+    assert elapsed < 30, f"took {elapsed:.1f} s: work started before the config was checked"
+    assert not (run_dir / "records.jsonl").exists()
+    assert not (run_dir / "config.yaml").exists()
+    assert not (tmp_path / "outputs").exists(), "the MLflow store was opened"
+
+
+# ---- validate, in process ------------------------------------------------------------------
+REJECTED = {
+    "trials zero": (["budget.trials=0"], "budget.trials"),
+    "time limit zero": (["budget.time_limit_s=0"], "budget.time_limit_s"),
+    "early stop zero": (["budget.early_stop=0"], "budget.early_stop"),
+    "negative seed": (["seed=-1"], "seed"),
+    "plan size zero": (["search.plan_size=0"], "search.plan_size"),
+    "float for int": (["search.n_iter=1.5"], "search.n_iter"),
+    "int for bool": (["search.persistent=1"], "search.persistent"),
+    "repeat zero": (["evaluator.repeat=0"], "evaluator.repeat"),
+    "threads zero": (["hardware.num_threads=0"], "hardware.num_threads"),
+    "unknown model kind": (["model.kind=lstm"], "model.kind"),
+    "negative padding": (["model.padding=-1"], "model.padding"),
+    "missing model key": (["model=gemm", "~model.K"], "model.K"),
+    "bad target": (["sampler._target_=tuning.sampler.nope.Nope"], "sampler._target_"),
+    "cache flush": (["evaluator.number=0"], "evaluator.cache_flush"),
+}
+
+
+@pytest.mark.parametrize("overrides,key", REJECTED.values(), ids=REJECTED.keys())
+def test_validate_names_the_key(compose_cfg, overrides, key):
+    cfg = compose_cfg(*overrides)
+    with pytest.raises(ConfigError, match=rf"(?m)^  {key}: "):
+        validate(cfg, choices(cfg))
+
+
+def test_validate_lists_every_problem_at_once(compose_cfg):
+    cfg = compose_cfg("budget.trials=-3", "search.n_iter=abc", "+search.foo=1", "model.kind=lstm")
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    for key in ("budget.trials", "search.n_iter", "search.foo", "model.kind"):
+        assert f"\n  {key}: " in str(error.value)
+
+
+ACCEPTED = {
+    "random without a model": ["search=random", "cost_model=none"],
+    "sa fixed temperature": ["search.temp=0.5"],  # documented: one number holds it fixed
+    "sa temperature schedule": ["search.temp=[2.0,0.5]"],
+    "float hyperparameter given an int": ["cost_model.eta=1"],
+    "float-annotated int default": ["cost_model.min_child_weight=0.5"],
+    "no cache flush, several runs": ["evaluator.cache_flush=false", "evaluator.number=4"],
+    "padding zero": ["model.padding=0"],
+    "gemm shape": ["model=gemm", "model.M=8", "model.N=16", "model.K=4"],
+    "time limit and early stop": ["budget.time_limit_s=0.5", "budget.early_stop=10"],
+    "synthetic": ["hardware=synthetic", "tracking=none"],
+}
+
+
+@pytest.mark.parametrize("overrides", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_validate_accepts(compose_cfg, overrides):
+    cfg = compose_cfg(*overrides)
+    validate(cfg, choices(cfg))
+
+
+# ---- contracts over every YAML -------------------------------------------------------------
+VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget")
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in VALIDATED_GROUPS for o in options(g)])
+def test_every_yaml_composes_and_validates(compose_cfg, group, option):
+    cfg = compose_cfg(f"{group}={option}")
+    assert choices(cfg)[group] == option
+    validate(cfg, choices(cfg))
+
+
+@pytest.mark.parametrize("option", options("model"))
+def test_every_model_builds_tasks(compose_cfg, option):
+    cfg = compose_cfg(f"model={option}")
+    tasks = build_tasks(cfg.model)
+    assert tasks and all(t.flops > 0 and t.workload["op"] == cfg.model.kind for t in tasks)
+    assert cfg.model.name == tasks[0].name
+    assert SyntheticHardware().space(tasks[0]).size > 0
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in BASES for o in options(g)])
+def test_every_component_instantiates_without_work(compose_cfg, tmp_path, group, option):
+    cfg = compose_cfg(f"{group}={option}")
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    files_before = sorted(tmp_path.rglob("*"))
+
+    component = instantiate(cfg[group])
+
+    assert isinstance(component, BASES[group])
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == children_before, "a process was started"
+    assert not multiprocessing.active_children()
+    assert sorted(tmp_path.rglob("*")) == files_before, "the constructor wrote files"
+    if group == "hardware" and hasattr(component, "_runner"):
+        assert component._runner is None and not component._builders, "workers started in __init__"
+    if group == "tracking" and hasattr(component, "_client"):
+        assert component._client is None, "the tracker opened its store in __init__"
+
+
+def test_instantiating_everything_imports_no_tvm(tmp_path):
+    """In a fresh interpreter: compose + instantiate every YAML of every group; TVM stays unloaded."""
+    script = f"""
+import json, sys, psutil
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from tuning.config import register
+register()
+groups = {list(BASES)!r}
+with initialize_config_dir(config_dir={str(CONF)!r}, version_base="1.3"):
+    for group in groups:
+        for option in {json.dumps({g: options(g) for g in BASES})}[group]:
+            cfg = compose("config", overrides=["output_dir=/nonexistent", f"{{group}}={{option}}"],
+                          return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            instantiate(cfg[group])
+print(json.dumps({{"tvm": sorted(m for m in sys.modules if m == "tvm" or m.startswith("tvm.")),
+                  "children": len(psutil.Process().children(recursive=True))}}))
+"""
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"tvm": [], "children": 0}
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_budget_schema_is_typed(compose_cfg):
+    """budget.* is a structured config: a wrong type fails at composition, naming the key."""
+    with pytest.raises(Exception, match="budget.trials"):
+        compose_cfg("budget.trials=abc")
+    cfg = compose_cfg("budget.trials=12")
+    assert cfg.budget.trials == 12 and OmegaConf.get_type(cfg.budget).__name__ == "BudgetSchema"

@@ -1,0 +1,128 @@
+"""Smoke tests of the CLI (`python run.py`) on the synthetic hardware with a temporary MLflow store."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+REPO = Path(__file__).resolve().parents[1]
+
+# mlflow 3.17's own sqlalchemy store trips this on SQLAlchemy 2.x; nothing tunelab can change.
+pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")
+
+SUMMARY = re.compile(r"\[(?P<task>\w+)\] best [\d.]+ us\s+(?P<gflops>[\d.]+) GFLOP/s\s+"
+                     r"measurements (?P<n>\d+)\s+invalid (?P<invalid>\d+)")
+
+
+def run_py(store: Path, experiment: str, *args: str) -> str:
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(store / "outputs")}  # nothing lands in the repo's outputs/
+    proc = subprocess.run([sys.executable, "run.py", *args, "hardware=synthetic", f"tracking.uri={uri(store)}",
+                           f"tracking.experiment={experiment}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc.stdout
+
+
+def uri(tmp: Path) -> str:
+    return f"sqlite:///{tmp / 'mlflow.db'}"
+
+
+def all_runs(store: Path, experiment: str):
+    client = MlflowClient(tracking_uri=uri(store))
+    found = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([found.experiment_id], max_results=100)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One sqlite store for the module (creating one costs seconds); one experiment per test."""
+    return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(scope="module")
+def single_run(store, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("single")
+    output = run_py(store, "single", "model=gemm_64", "budget.trials=100", "search.n_iter=100",
+                    f"hydra.run.dir={tmp / 'run'}")
+    return tmp, store, output
+
+
+def test_single_run_prints_summary(single_run):
+    tmp, store, output = single_run
+    summary = SUMMARY.search(output)
+    assert summary, output
+    assert summary["task"] == "gemm_64" and int(summary["n"]) == 100 and float(summary["gflops"]) > 0
+    assert "MLflow:" in output and uri(store) in output
+    assert len((tmp / "run" / "records.jsonl").read_text().splitlines()) == 100
+    assert not (store / "outputs").exists()
+
+
+def test_single_run_mlflow_contents(single_run):
+    tmp, store, _ = single_run
+    client, runs = all_runs(store, "single")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "gemm_64-sa-greedy-0"
+    assert (tmp / "run" / "mlflow_run_id").read_text().strip() == run.info.run_id
+
+    history = client.get_metric_history(run.info.run_id, "tuning/best_gflops")
+    assert len(history) > 1  # one point per round: 64 + 36
+    steps = [m.step for m in history]
+    assert steps == sorted(steps) and max(steps) == 100
+    values = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert values == sorted(values), "best-so-far never falls"
+    for name in ("time/search_s", "time/model_s", "tuning/best_latency_us", "tuning/invalid",
+                 "tuning/final_gflops", "task/gemm_64/best_gflops"):
+        assert name in run.data.metrics, name
+
+    params = run.data.params
+    assert params["budget.trials"] == "100" and params["seed"] == "0"
+    assert params["search._target_"] == "tuning.search.sa.SimulatedAnnealing"
+    assert params["hardware._target_"] == "tuning.hardware.synthetic.SyntheticHardware"
+    assert params["model.M"] == "64"
+    tags = run.data.tags
+    assert "budget.trials=100" in tags["overrides"] and tags["hardware"] == "synthetic"
+    assert tags["git_commit"]
+
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"records.jsonl", "config.yaml", "convergence.png"} <= artifacts
+    local = Path(client.download_artifacts(run.info.run_id, "records.jsonl", str(tmp / "download")))
+    assert local.read_text() == (tmp / "run" / "records.jsonl").read_text()
+
+
+def test_multirun_grid_one_parent_two_children(store, tmp_path):
+    output = run_py(store, "multi", "-m", "search=random,sa", "model=gemm_64", "budget.trials=32",
+                    f"hydra.sweep.dir={tmp_path / 'multi'}")
+    assert len(SUMMARY.findall(output)) == 2
+    client, runs = all_runs(store, "multi")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    parent = parents[0]
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert sorted(c.info.run_name for c in children) == ["gemm_64-random-greedy-0", "gemm_64-sa-greedy-0"]
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert parent.info.status == "FINISHED"
+    for job in ("0", "1"):
+        assert len((tmp_path / "multi" / job / "records.jsonl").read_text().splitlines()) == 32
+    assert not (store / "outputs").exists()
+
+
+def test_resume_continues_the_same_mlflow_run(store, tmp_path):
+    run_dir = tmp_path / "run"
+    run_py(store, "resume", "model=gemm_64", "search=random", "budget.trials=64", f"hydra.run.dir={run_dir}")
+    output = run_py(store, "resume", f"resume={run_dir}", "budget.trials=96", f"hydra.run.dir={tmp_path / 'resumed'}")
+    assert SUMMARY.search(output)["n"] == "96"
+    client, runs = all_runs(store, "resume")
+    assert len(runs) == 1, "a resume must reopen the run, not start another"
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == "gemm_64-random-greedy-0"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "tuning/best_gflops")]
+    assert 64 in steps and 96 in steps
+    assert len((run_dir / "records.jsonl").read_text().splitlines()) == 96
