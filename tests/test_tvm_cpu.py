@@ -128,3 +128,31 @@ def test_describe_names_target_and_cpu(hardware):
     info = hardware.describe()
     assert info["hardware"] == "cpu" and "llvm" in info["target"] and info["num_threads"] == 2
     assert not math.isnan(float(info["num_threads"]))
+
+
+def test_cli_real_run_end_to_end(tmp_path):
+    """`python run.py` on real hardware: records, best schedule, database and MLflow artifacts."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    repo = Path(__file__).resolve().parents[1]
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = subprocess.run(
+        [sys.executable, "run.py", "model=gemm_64", "budget.trials=24", "search.plan_size=12",
+         f"hydra.run.dir={tmp_path / 'run'}", f"tracking.uri={store}", "tracking.experiment=real"],
+        cwd=repo, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GFLOP/s" in proc.stdout and "MLflow:" in proc.stdout
+    records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 24 and len({tuple(r["config"]) for r in records}) == 24
+    assert {r["round"] for r in records} == {0, 1}
+    client = MlflowClient(store)
+    run = client.search_runs([client.get_experiment_by_name("real").experiment_id])[0]
+    assert run.info.status == "FINISHED" and run.data.metrics["tuning/best_gflops"] > 0
+    assert "model/rank_corr" in run.data.metrics and "cpu_model" in run.data.tags
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"records.jsonl", "config.yaml", "convergence.png", "best_schedules", "database"} <= artifacts

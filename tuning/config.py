@@ -16,6 +16,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from tuning.task import conv2d_output_size
+
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking")
 
 
@@ -24,13 +26,6 @@ class BudgetSchema:
     trials: int = 256  # measurements per task
     time_limit_s: Optional[float] = None  # wall-clock cap for the whole run
     early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
-
-
-@dataclass
-class ModelSchema:
-    name: str = MISSING
-    kind: str = MISSING  # gemm | conv2d
-    description: str = ""
 
 
 @dataclass
@@ -107,6 +102,11 @@ def _check_model(model) -> list[str]:
             problems.append(f"model.{key}: expected {typ.__name__} for a {kind} model, got {value!r}")
         else:
             problems += _check_range(f"model.{key}", value, 0 if key == "padding" else 1, None)
+    if kind == "conv2d" and not problems:
+        for side in ("height", "width"):
+            if conv2d_output_size(model[side], model.kernel, model.stride, model.padding) < 1:
+                problems.append(f"model.kernel: a {model.kernel}x{model.kernel} kernel with padding "
+                                f"{model.padding} does not fit model.{side}={model[side]}")
     return problems
 
 

@@ -99,13 +99,22 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     tracker.log_artifact(convergence_png(curves, str(out_dir / "convergence.png")))
     tracker.log_artifact(str(out_dir / "records.jsonl"))
     tracker.log_artifact(str(out_dir / "config.yaml"))
+    tracker.log_text(_summary(outcomes), "summary.txt")
+    for log in out_dir.glob("*.log"):  # Hydra's job log
+        tracker.log_artifact(str(log), "logs")
+
+
+def _summary(outcomes) -> str:
+    lines = []
+    for o in outcomes:
+        latency = f"{o.best_cost * 1e6:.1f} us" if math.isfinite(o.best_cost) else "none valid"
+        lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
+                     f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
+    return "\n".join(lines) + "\n"
 
 
 def _report(outcomes, tracker, out_dir: Path) -> None:
-    for o in outcomes:
-        latency = f"{o.best_cost * 1e6:.1f} us" if math.isfinite(o.best_cost) else "none valid"
-        print(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
-              f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
+    print(_summary(outcomes), end="")
     print(f"records: {out_dir / 'records.jsonl'}")
     print(f"MLflow: {tracker.location}")
 
