@@ -71,7 +71,8 @@ BAD = {
     "hyperparameter wrong type": (["search.n_iter=abc"], ["search.n_iter", "int"]),
     "unknown hyperparameter": (["+search.foo=1"], ["search.foo", "n_iter", "parallel_size"]),
     "search needs a cost model": (["cost_model=none"], ["cost_model", "search=sa", "xgb"]),
-    "cache flush needs number 1": (["evaluator.number=4"], ["evaluator.cache_flush", "evaluator.number"]),
+    "cache flush needs number 1": (["evaluator=autotvm_x86", "evaluator.number=4"],
+                                   ["evaluator.cache_flush", "evaluator.number"]),
     "negative model shape": (["model.M=-1", "model=gemm"], ["model.M", ">= 1"]),
     "unknown hardware": (["hardware=nope"], ["hardware", "cpu", "synthetic"]),
 }
@@ -111,7 +112,8 @@ REJECTED = {
     "negative padding": (["model.padding=-1"], "model.padding"),
     "missing model key": (["model=gemm", "~model.K"], "model.K"),
     "bad target": (["sampler._target_=tuning.sampler.nope.Nope"], "sampler._target_"),
-    "cache flush": (["evaluator.number=0"], "evaluator.cache_flush"),
+    "cache flush": (["evaluator=autotvm_x86", "evaluator.number=0"], "evaluator.cache_flush"),
+    "cache flush with min_repeat_ms": (["evaluator.cache_flush=true"], "evaluator.cache_flush"),
 }
 
 

@@ -179,9 +179,10 @@ def _check_combinations(cfg, classes, choices) -> list[str]:
                         f"ranks configs, but cost_model={choices.get('cost_model', cost_model.__name__)} "
                         "cannot (use cost_model=xgb)")
     evaluator = cfg.evaluator
-    if evaluator.get("cache_flush") and evaluator.get("number", 1) != 1:
-        problems.append(f"evaluator.cache_flush: needs evaluator.number=1 (got number={evaluator.number}); "
-                        "flushing before a batch of runs only affects the first")
+    if evaluator.get("cache_flush") and (evaluator.get("number", 1) != 1 or evaluator.get("min_repeat_ms", 0) > 0):
+        problems.append(f"evaluator.cache_flush: needs evaluator.number=1 and evaluator.min_repeat_ms=0 (got "
+                        f"number={evaluator.get('number')}, min_repeat_ms={evaluator.get('min_repeat_ms')}); "
+                        "the flush runs once per repeat, so it would only cool the first of many runs")
     if cfg.hardware.get("_target_", "").endswith("SyntheticHardware") and cfg.model.kind not in ("gemm", "conv2d"):
         problems.append(f"hardware: synthetic hardware models only gemm/conv2d, not model.kind={cfg.model.kind}")
     plan = cfg.search.get("plan_size")
