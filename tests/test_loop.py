@@ -268,3 +268,53 @@ def test_invalid_configs_are_records(tmp_path):
     assert outcome.best_config not in {tuple(r.config) for r in invalid}
     on_disk = RecordLog(tmp_path / "records.jsonl").load()
     assert sum(r.result.error == "invalid" for r in on_disk) == outcome.invalid
+
+
+class _ShiftingHardware:
+    """Synthetic hardware whose readings of one config are lucky while tuning."""
+
+    def __init__(self, inner, lucky):
+        self.inner, self.lucky, self.tuning = inner, lucky, True
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def measure(self, task, configs, spec, on_result=None):
+        results = self.inner.measure(task, configs, spec)
+        for i, (config, result) in enumerate(zip(configs, results)):
+            if self.tuning and tuple(config) == self.lucky and result.ok:
+                result.costs = [c / 10 for c in result.costs]  # a 10x lucky first reading
+            if on_result:
+                on_result(i, result)
+        return results
+
+
+def test_final_best_is_the_best_re_measured_finalist(tmp_path):
+    """The reported best comes from re-measuring the top few, not from the luckiest reading."""
+    task = model_task("gemm_64")
+    parts = components(search="random", cost_model="none")
+    space = parts.hardware.space(task)
+    import numpy as np
+
+    lucky = space.canonical(space.sample(np.random.default_rng(123)))
+    hardware = _ShiftingHardware(parts.hardware, lucky)
+    parts.search.propose = lambda space, model, n, visited, rng, _orig=parts.search.propose: (
+        ([lucky] if lucky not in visited else []) + _orig(space, model, n, visited, rng))
+    parts.hardware = hardware
+    original_remeasure = parts.evaluator.remeasure
+
+    def remeasure(hw, task, configs):
+        hardware.tuning = False  # the lucky streak is over
+        return original_remeasure(hw, task, configs)
+
+    parts.evaluator.remeasure = remeasure
+    outcome = tune(tmp_path, task, trials=64, parts=parts)
+    assert outcome.tuning_best_cost == min(r.result.cost for r in outcome.records)
+    assert outcome.best_cost > outcome.tuning_best_cost  # the lucky reading is not reported
+    assert len(outcome.final_costs) == parts.evaluator.final_repeat
+    top3 = [tuple(r.config) for r in sorted((r for r in outcome.records if r.result.ok),
+                                             key=lambda r: r.result.cost)[:3]]
+    assert top3[0] == lucky
+    honest = {c: r.cost for c, r in zip(top3, original_remeasure(hardware, task, top3))}
+    assert outcome.best_config == min(honest, key=honest.get)
+    assert outcome.best_cost == pytest.approx(honest[outcome.best_config])

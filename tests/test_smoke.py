@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 # mlflow 3.17's own sqlalchemy store trips this on SQLAlchemy 2.x; nothing tunelab can change.
 pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")
 
-SUMMARY = re.compile(r"\[(?P<task>\w+)\] best [\d.]+ us\s+(?P<gflops>[\d.]+) GFLOP/s\s+"
+SUMMARY = re.compile(r"\[(?P<task>\w+)\] best [\d.]+ us (?:\([^)]*\))?\s*(?P<gflops>[\d.]+) GFLOP/s\s+"
                      r"measurements (?P<n>\d+)\s+invalid (?P<invalid>\d+)")
 
 

@@ -107,7 +107,8 @@ def _export(parts, outcomes, out_dir: Path) -> None:
 def _summary(outcomes) -> str:
     lines = []
     for o in outcomes:
-        latency = f"{o.best_cost * 1e6:.1f} us" if math.isfinite(o.best_cost) else "none valid"
+        latency = (f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
+                   if math.isfinite(o.best_cost) else "none valid")
         lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
                      f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
     return "\n".join(lines) + "\n"

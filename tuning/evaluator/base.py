@@ -7,9 +7,10 @@
         The evaluator decides the repeat policy (a MeasureSpec handed to the
         hardware, which applies it inside its isolated run worker) and
         accounts the seconds spent.
-    remeasure(hardware, task, config) -> MeasureResult
-        A longer measurement of the incumbent best at the end of a run, so the
-        reported best is not a lucky sample.
+    remeasure(hardware, task, configs) -> list[MeasureResult]
+        A longer measurement of the best few configs at the end of a run
+        (`final_candidates` of them, measured together), so the reported best
+        is not a lucky sample: the minimum of many noisy readings is biased low.
 
 __init__ stores hyperparameters only.
 """
@@ -35,5 +36,7 @@ class Evaluator:
     def measure(self, hardware, task, configs, on_result=None):
         raise NotImplementedError
 
-    def remeasure(self, hardware, task, config):
+    final_candidates = 1
+
+    def remeasure(self, hardware, task, configs):
         raise NotImplementedError

@@ -19,20 +19,23 @@ class FixedEvaluator(Evaluator):
     timeout_s       per-candidate cap on measuring (a bad config can run for seconds)
     build_timeout_s per-candidate cap on building
     check_correctness  compare each candidate's output with the untuned kernel's
-    final_repeat    repeats when re-measuring the incumbent best at the end
+    final_repeat    repeats when re-measuring the best configs at the end
+    final_candidates  how many of the best configs are re-measured (the best
+                    re-measured one is reported)
     """
 
     ranges = {"number": (0, None), "repeat": (1, None), "min_repeat_ms": (0, None), "timeout_s": (0.001, None),
-              "build_timeout_s": (0.001, None), "final_repeat": (1, None)}
+              "build_timeout_s": (0.001, None), "final_repeat": (1, None), "final_candidates": (1, None)}
 
     def __init__(self, number=1, repeat=3, min_repeat_ms=50, cache_flush=False, timeout_s=10.0,
-                 build_timeout_s=60.0, check_correctness=True, final_repeat=10):
+                 build_timeout_s=60.0, check_correctness=True, final_repeat=10, final_candidates=3):
         self.spec = MeasureSpec(number, repeat, min_repeat_ms, cache_flush, timeout_s, build_timeout_s,
                                 check_correctness)
         self.final_repeat = final_repeat
+        self.final_candidates = final_candidates
 
     def measure(self, hardware, task, configs, on_result=None):
         return hardware.measure(task, list(configs), self.spec, on_result)
 
-    def remeasure(self, hardware, task, config):
-        return hardware.measure(task, [config], replace(self.spec, repeat=self.final_repeat))[0]
+    def remeasure(self, hardware, task, configs):
+        return hardware.measure(task, list(configs), replace(self.spec, repeat=self.final_repeat))
