@@ -78,7 +78,7 @@ def test_single_run_mlflow_contents(single_run):
     values = [m.value for m in sorted(history, key=lambda m: m.step)]
     assert values == sorted(values), "best-so-far never falls"
     for name in ("time/search_s", "time/model_s", "tuning/best_latency_us", "tuning/invalid",
-                 "tuning/final_gflops", "task/gemm_64/best_gflops"):
+                 "tuning/final_gflops", "task/gemm_64/best_gflops", "model/rank_corr"):
         assert name in run.data.metrics, name
 
     params = run.data.params
