@@ -1,5 +1,4 @@
 """Real TVM on tiny workloads: spaces from MetaSchedule, kernels built and timed in workers."""
-import math
 import time
 
 import numpy as np
@@ -14,7 +13,9 @@ pytestmark = pytest.mark.tvm
 
 GEMM = gemm_task("gemm_64", 64, 64, 64)
 CONV = conv2d_task("conv_tiny", 1, 16, 14, 14, 32, 3, 1, 1)
-SPEC = MeasureSpec(number=1, repeat=5, min_repeat_ms=0, cache_flush=False, timeout_s=10.0)
+# Warm runs (min_repeat_ms), as evaluator=fixed does: single cold runs of a ~10 us kernel
+# measure thread wake-ups, not the kernel (see conf/evaluator/fixed.yaml).
+SPEC = MeasureSpec(number=1, repeat=3, min_repeat_ms=20, cache_flush=False, timeout_s=10.0)
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +28,15 @@ def hardware():
 def untuned_seconds(task, hardware) -> float:
     """The naive (unscheduled) kernel, built and timed in this process."""
     import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from tuning.hardware.tvm_space import make_target, prim_func
 
     func = prim_func(task.workload)
     lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=make_target(hardware.target))
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
     args = [tvm.runtime.tensor(np.zeros([int(d) for d in a.shape], "float32")) for a in ArgInfo.from_prim_func(func)]
-    return float(np.median(lib.time_evaluator(lib.entry_name, tvm.cpu(0), number=1, repeat=5)(*args).results))
+    evaluator = lib.time_evaluator(lib.entry_name, tvm.cpu(0), number=1, repeat=3, min_repeat_ms=20)
+    return float(np.median(evaluator(*args).results))
 
 
 def test_space_reads_the_design_spaces(hardware):
@@ -108,7 +109,7 @@ def test_exports_apply_through_metaschedule(hardware, tmp_path):
                for i, (c, r) in enumerate(zip(configs, results))]
     best = min((r for r in records if r.result.ok), key=lambda r: r.result.cost)
     script = hardware.export(GEMM, best.config, tmp_path / "best")
-    assert "T.prim_func" in open(script[0]).read() or "prim_func" in open(script[0]).read()
+    assert "prim_func" in open(script[0]).read()
 
     paths = hardware.export_database([(GEMM, records)], tmp_path / "db")
     assert all(open(p).read() for p in paths)
@@ -127,7 +128,7 @@ def test_exports_apply_through_metaschedule(hardware, tmp_path):
 def test_describe_names_target_and_cpu(hardware):
     info = hardware.describe()
     assert info["hardware"] == "cpu" and "llvm" in info["target"] and info["num_threads"] == 2
-    assert not math.isnan(float(info["num_threads"]))
+    assert info["cpu_model"] and info["tvm_version"].startswith("0.27")
 
 
 def test_cli_real_run_end_to_end(tmp_path):
@@ -156,3 +157,16 @@ def test_cli_real_run_end_to_end(tmp_path):
     assert "time/build_s" in run.data.metrics and "cpu_model" in run.data.tags
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "config.yaml", "convergence.png", "best_schedules", "database"} <= artifacts
+
+
+def test_parallel_build_workers_keep_results_in_order():
+    hardware = CPUHardware(num_threads=2, build_workers=2)
+    try:
+        space = hardware.space(GEMM)
+        rng = np.random.default_rng(5)
+        configs = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(5)))
+        results = hardware.measure(GEMM, configs, SPEC)
+        assert [r.config for r in results] == configs
+        assert all(r.ok for r in results) and len(hardware._builders) == 2
+    finally:
+        hardware.close()

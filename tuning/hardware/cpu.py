@@ -79,13 +79,14 @@ class CPUHardware(Hardware):
         self._prepare(task, runner)
         paths = [os.path.join(self._libs, f"{task.key}-{i}-{time.time_ns()}.so") for i in range(len(configs))]
         jobs = list(zip(configs, paths))
-        with ThreadPoolExecutor(len(builders)) as pool:
-            shards = [jobs[i::len(builders)] for i in range(len(builders))]
-            built_shards = list(pool.map(lambda ws: [self._build(ws[0], task, c, p, spec) for c, p in ws[1]],
-                                         zip(builders, shards)))
+
+        def build_shard(worker, shard):  # one thread per worker: a worker serves one call at a time
+            return {path: self._build(worker, task, config, path, spec) for config, path in shard}
+
         built = {}
-        for shard_jobs, shard in zip(shards, built_shards):
-            built.update({p: b for (_, p), b in zip(shard_jobs, shard)})
+        with ThreadPoolExecutor(len(builders)) as pool:
+            for part in pool.map(build_shard, builders, [jobs[i::len(builders)] for i in range(len(builders))]):
+                built.update(part)
         results = []
         for i, (config, path) in enumerate(jobs):
             results.append(self._run(runner, task, config, path, built[path], spec))
