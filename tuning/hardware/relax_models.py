@@ -1,0 +1,129 @@
+"""Whole networks through Relax: torch module -> Relax IRModule -> tuning tasks (imports TVM).
+
+    mod = import_network(model, example, target)   # torch.export -> Relax, batch norm folded
+    tasks = extract_tasks(mod, target)              # one ExtractedTask per distinct fused kernel
+
+`extract_tasks` prepares the module exactly as `ms.relax_integration.compile_relax`
+does before applying a database (library dispatch, LegalizeOps, FuseOps, FuseTIR),
+so a task's `mod` is the function compile_relax will look up, and `key` (its
+structural hash, MetaSchedule's "structural" module equality) identifies the
+same kernel across runs, processes and models. See ../shared/TVM_NOTES.md
+§Whole models (Relax).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target
+
+
+@dataclass(frozen=True)
+class ExtractedTask:
+    """One distinct fused kernel of a network."""
+
+    name: str       # MetaSchedule's task name, e.g. "fused_conv2d1_add1_relu1" (unique per network only)
+    mod: object     # tvm.IRModule holding one PrimFunc "main": the kernel to schedule
+    weight: int     # how many times the network calls it per inference
+    flops: float    # per call, tvm.s_tir.analysis.estimate_tir_flops
+    key: str        # stable workload key: structural hash of `mod`, 16 hex digits
+
+
+def import_network(module, example, target: dict):
+    """Relax IRModule of a torch module (eval mode), simplified for inference.
+
+    Parameters stay bound as constants: FoldBatchnormToConv2D only matches constant
+    weights, and tasks then carry the folded weights' shapes. Batch norm after a
+    convolution is folded into its weights (the conv task gets a bias add instead of
+    four elementwise ops); any other batch norm is decomposed into elementwise ops.
+    CanonicalizeBindings removes the (out, mean, var) tuple batch norm leaves behind,
+    which otherwise stops FuseOps from fusing the following relu into the conv."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    with torch.no_grad():
+        exported = torch.export.export(module.eval(), (example,))
+    mod = from_exported_program(exported)
+    with make_target(target):  # FoldConstant compiles and runs the folded ops for this target
+        return tvm.transform.Sequential([
+            relax.transform.FoldBatchnormToConv2D(),
+            relax.transform.FoldConstant(),
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+        ])(mod)
+
+
+def fuse_for_tuning(mod, target: dict):
+    """The fused module whose PrimFuncs are the tasks: compile_relax's own preparation
+    (extract_tasks on the unfused import finds 0 tasks)."""
+    import tvm
+    from tvm import relax
+
+    tvm_target = make_target(target)
+    with tvm_target:
+        return tvm.transform.Sequential([
+            *relax.pipeline.library_dispatch_passes(tvm_target),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ])(mod)
+
+
+def workload_key(mod) -> str:
+    """Structural hash: independent of the task's name and buffer names, equal across processes."""
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(mod):016x}"
+
+
+def make_task(name: str, mod, weight: int) -> ExtractedTask:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    return ExtractedTask(name=name, mod=mod, weight=int(weight), flops=float(estimate_tir_flops(mod)),
+                         key=workload_key(mod))
+
+
+def extract_tasks(mod, target: dict) -> list[ExtractedTask]:
+    """The network's distinct kernels with weights, FLOPs and keys, largest total FLOPs first."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fast_tensor_intrin_import(target.get("kind", "llvm"))
+    extracted = ms.relax_integration.extract_tasks(fuse_for_tuning(mod, target), make_target(target))
+    tasks = [make_task(t.task_name, t.dispatched[0], t.weight) for t in extracted]
+    return sorted(tasks, key=lambda t: (-t.flops * t.weight, t.name))
+
+
+def tasks_as_json(tasks: list[ExtractedTask]) -> list[dict]:
+    """JSON-able task descriptions (how tasks travel to worker processes). Each module is
+    serialised with tvm.ir.save_json and checked to load back structurally equal."""
+    import tvm
+    import tvm_ffi
+
+    described = []
+    for task in tasks:
+        text = tvm.ir.save_json(task.mod)
+        if not tvm_ffi.structural_equal(tvm.ir.load_json(text), task.mod):
+            raise ValueError(f"task {task.name} does not round-trip through save_json/load_json")
+        described.append({"name": task.name, "weight": task.weight, "flops": task.flops,
+                          "key": task.key, "mod": text})
+    return described
+
+
+def tasks_from_json(described: list[dict]) -> list[ExtractedTask]:
+    import tvm
+
+    return [ExtractedTask(name=d["name"], mod=tvm.ir.load_json(d["mod"]), weight=d["weight"],
+                          flops=d["flops"], key=d["key"]) for d in described]
+
+
+def design_spaces(task: ExtractedTask, target: dict) -> list:
+    """MetaSchedule's design spaces (s_tir.Schedule sketches) of a task, as TaskSchedules builds them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fast_tensor_intrin_import(target.get("kind", "llvm"))
+    context = ms.TuneContext(mod=task.mod, target=make_target(target),
+                             space_generator=ms.space_generator.PostOrderApply(), task_name=task.name)
+    return list(context.generate_design_space())
