@@ -31,13 +31,12 @@ def hardware():
 def untuned_seconds(task, hardware) -> float:
     """The naive (unscheduled) kernel, built and timed in this process."""
     import tvm
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from tuning.hardware.tvm_space import make_target, prim_func
+    from tuning.hardware.tvm_space import arg_shapes, make_target, prim_func
 
     func = prim_func(task.workload)
     lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=make_target(hardware.target))
-    args = [tvm.runtime.tensor(np.zeros([int(d) for d in a.shape], "float32")) for a in ArgInfo.from_prim_func(func)]
+    args = [tvm.runtime.tensor(np.zeros(shape, dtype)) for shape, dtype in arg_shapes(func)]
     evaluator = lib.time_evaluator(lib.entry_name, tvm.cpu(0), number=1, repeat=3, min_repeat_ms=20)
     return float(np.median(evaluator(*args).results))
 

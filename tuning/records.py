@@ -60,7 +60,7 @@ class Record:
     time: float  # unix time the result came back
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), default=_jsonable)
+        return json.dumps(asdict(self), default=str)  # tuples are written as arrays by json itself
 
     @classmethod
     def from_json(cls, line: str) -> "Record":
@@ -68,12 +68,6 @@ class Record:
         result = data.pop("result")
         result["config"] = tuple(result["config"]) if result.get("config") is not None else None
         return cls(result=MeasureResult(**result), **data)
-
-
-def _jsonable(value):
-    if isinstance(value, tuple):
-        return list(value)
-    return str(value)
 
 
 class RecordLog:

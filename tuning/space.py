@@ -56,18 +56,17 @@ class Space:
     active: list[tuple[int, ...]]  # active[s] = slot indices (>=1) used by sketch s
     canonicalize: Callable[[Config], Config] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
-    # per slot (1..): a (choices, width) float32 table of Knob.feature, built on first use
-    _feature_tables: list = field(default_factory=list, repr=False, compare=False)
-    _dims: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self):
         assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
-
-    @property
-    def dims(self) -> list[int]:
-        if not self._dims:
-            self._dims = [len(k.choices) for k in self.knobs]
-        return self._dims
+        self.dims = [len(k.choices) for k in self.knobs]
+        # Derived once, used by `features` on every search step:
+        # per slot (1..) a (choices, width) float32 table of Knob.feature, and which slots each sketch uses.
+        self._feature_tables = [np.array([knob.feature(j) for j in range(len(knob.choices))], dtype=np.float32)
+                                for knob in self.knobs[1:]]
+        self._active_mask = np.zeros((len(self.active), len(self.knobs)), dtype=bool)
+        for sketch, slots in enumerate(self.active):
+            self._active_mask[sketch, list(slots)] = True
 
     @property
     def num_sketches(self) -> int:
@@ -163,20 +162,12 @@ class Space:
         out = np.zeros((len(configs), self.feature_width), dtype=np.float32)
         if len(configs) == 0:
             return out
-        if not self._feature_tables:
-            self._feature_tables.extend(
-                np.array([knob.feature(j) for j in range(len(knob.choices))], dtype=np.float32)
-                for knob in self.knobs[1:]
-            )
         index = np.asarray(configs, dtype=np.int64).reshape(len(configs), len(self.knobs))
         sketch = index[:, 0]
-        active = np.zeros((self.num_sketches, len(self.knobs)), dtype=bool)
-        for s, slots in enumerate(self.active):
-            active[s, list(slots)] = True
         out[np.arange(len(index)), sketch] = 1.0
         col = self.num_sketches
         for i, table in enumerate(self._feature_tables, start=1):
-            rows = active[sketch, i]
+            rows = self._active_mask[sketch, i]
             out[rows, col:col + table.shape[1]] = table[index[rows, i]]
             col += table.shape[1]
         return out

@@ -12,7 +12,7 @@ import traceback
 
 import numpy as np
 
-from tuning.hardware.tvm_space import TaskSchedules, fast_tensor_intrin_import, make_target, prim_func
+from tuning.hardware.tvm_space import TaskSchedules, arg_shapes, fast_tensor_intrin_import, make_target, prim_func
 
 _schedules: dict = {}
 _references: dict = {}
@@ -50,9 +50,7 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     except Exception as error:  # noqa: BLE001 - invalid decisions are a record, not a crash
         return {"error": "invalid", "message": f"{type(error).__name__}: {error}", "build_s": time.perf_counter() - start}
     try:
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-        args = [[list(map(int, info.shape)), str(info.dtype)] for info in ArgInfo.from_prim_func(sch.mod["main"])]
+        args = [[list(shape), dtype] for shape, dtype in arg_shapes(sch.mod["main"])]
         _build_module(sch.mod, target).export_library(lib_path)
     except Exception:  # noqa: BLE001
         return {"error": "build", "message": traceback.format_exc(limit=3), "config": list(effective),
@@ -60,16 +58,14 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     return {"error": None, "config": list(effective), "args": args, "build_s": time.perf_counter() - start}
 
 
-def reference(workload: dict, target: dict) -> list:
+def reference(workload: dict, target: dict) -> None:
     """Inputs and the untuned kernel's output for a workload (cached per worker)."""
     import tvm
 
     key = _key(workload, target)
     if key not in _references:
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
         func = prim_func(workload)
-        shapes = [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in ArgInfo.from_prim_func(func)]
+        shapes = arg_shapes(func)
         rng = np.random.default_rng(0)
         arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
         arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
@@ -78,7 +74,6 @@ def reference(workload: dict, target: dict) -> list:
         tensors = [tvm.runtime.tensor(a, device) for a in arrays]
         lib[lib.entry_name](*tensors)
         _references[key] = (arrays, tensors[-1].numpy())
-    return [list(a.shape) for a in _references[key][0]]
 
 
 def run(workload: dict, target: dict, lib_path: str, args: list, spec: dict) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target
+from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target, tune_context
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,4 @@ def tasks_from_json(described: list[dict]) -> list[ExtractedTask]:
 
 def design_spaces(task: ExtractedTask, target: dict) -> list:
     """MetaSchedule's design spaces (s_tir.Schedule sketches) of a task, as TaskSchedules builds them."""
-    from tvm.s_tir import meta_schedule as ms
-
-    fast_tensor_intrin_import(target.get("kind", "llvm"))
-    context = ms.TuneContext(mod=task.mod, target=make_target(target),
-                             space_generator=ms.space_generator.PostOrderApply(), task_name=task.name)
-    return list(context.generate_design_space())
+    return list(tune_context(task.mod, target, task.name).generate_design_space())

@@ -39,6 +39,23 @@ def make_target(target: dict):
     return tvm.target.Target(dict(target))
 
 
+def tune_context(mod, target: dict, task_name: str = "task"):
+    """MetaSchedule's TuneContext with its default design-space generator for `target`."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fast_tensor_intrin_import(target.get("kind", "llvm"))
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
+    return ms.TuneContext(mod=mod, target=make_target(target),
+                          space_generator=ms.space_generator.PostOrderApply(), task_name=task_name)
+
+
+def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each of a PrimFunc's buffers, in parameter order."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in ArgInfo.from_prim_func(func)]
+
+
 def prim_func(workload: dict):
     """The untuned TIR function of a single-operator workload."""
     from tvm import te, topi
@@ -65,16 +82,10 @@ class TaskSchedules:
 
     def __init__(self, workload: dict, target: dict):
         import tvm
-        from tvm.s_tir import meta_schedule as ms
 
-        fast_tensor_intrin_import(target.get("kind", "llvm"))
-        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
-        self.target = make_target(target)
         self.mod = tvm.IRModule({"main": prim_func(workload)})
-        context = ms.TuneContext(
-            mod=self.mod, target=self.target,
-            space_generator=ms.space_generator.PostOrderApply(), task_name="task",
-        )
+        context = tune_context(self.mod, target)
+        self.target = context.target
         self.sketches = [s.trace for s in context.generate_design_space()]
         self.postprocs = list(context.space_generator.postprocs)
         for postproc in self.postprocs:
