@@ -28,6 +28,7 @@ from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.base import Sampler
+from tuning.scheduler.base import Scheduler
 from tuning.search.base import Search
 from tuning.task import build_tasks
 from tuning.tracking.base import Tracker
@@ -35,7 +36,7 @@ from tuning.tracking.base import Tracker
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 BASES = {"search": Search, "sampler": Sampler, "evaluator": Evaluator, "cost_model": CostModel,
-         "hardware": Hardware, "tracking": Tracker}
+         "hardware": Hardware, "tracking": Tracker, "scheduler": Scheduler}
 
 
 def options(group: str) -> list[str]:
@@ -114,6 +115,13 @@ REJECTED = {
     "bad target": (["sampler._target_=tuning.sampler.nope.Nope"], "sampler._target_"),
     "cache flush": (["evaluator=autotvm_x86", "evaluator.number=0"], "evaluator.cache_flush"),
     "cache flush with min_repeat_ms": (["evaluator.cache_flush=true"], "evaluator.cache_flush"),
+    "unknown network": (["model=resnet18", "model.network=resnet19"], "model.network"),
+    "onnx without a file": (["model=onnx", "model.input_shape=[1,3,8,8]"], "model.path"),
+    "onnx file missing": (["model=onnx", "model.path=/nonexistent.onnx", "model.input_shape=[1,3]"], "model.path"),
+    "onnx bad shape": (["model=onnx", "model.path=pyproject.toml", "model.input_shape=[1,0]"], "model.input_shape"),
+    "gradient alpha": (["scheduler.alpha=1.5"], "scheduler.alpha"),
+    "negative per-task minimum": (["budget.min_trials_per_task=-1"], "budget.min_trials_per_task"),
+    "e2e runs zero": (["e2e.runs=0"], "e2e.runs"),
 }
 
 
@@ -143,6 +151,7 @@ ACCEPTED = {
     "gemm shape": ["model=gemm", "model.M=8", "model.N=16", "model.K=4"],
     "time limit and early stop": ["budget.time_limit_s=0.5", "budget.early_stop=10"],
     "synthetic": ["hardware=synthetic", "tracking=none"],
+    "network round robin": ["model=resnet18", "scheduler=round_robin", "budget.min_trials_per_task=0"],
 }
 
 
@@ -153,18 +162,20 @@ def test_validate_accepts(compose_cfg, overrides):
 
 
 # ---- contracts over every YAML -------------------------------------------------------------
-VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget")
+VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget", "scheduler")
+REQUIRED = {("model", "onnx"): ("model.path=pyproject.toml", "model.input_shape=[1,3,8,8]")}
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in VALIDATED_GROUPS for o in options(g)])
 def test_every_yaml_composes_and_validates(compose_cfg, group, option):
-    cfg = compose_cfg(f"{group}={option}")
+    cfg = compose_cfg(f"{group}={option}", *REQUIRED.get((group, option), ()))
     assert choices(cfg)[group] == option
     validate(cfg, choices(cfg))
 
 
-@pytest.mark.parametrize("option", options("model"))
-def test_every_model_builds_tasks(compose_cfg, option):
+@pytest.mark.parametrize("option", [o for o in options("model") if OmegaConf.load(CONF / "model" / f"{o}.yaml").kind
+                                    in ("gemm", "conv2d")])
+def test_every_single_operator_model_builds_tasks(compose_cfg, option):
     cfg = compose_cfg(f"model={option}")
     tasks = build_tasks(cfg.model)
     assert tasks and all(t.flops > 0 and t.workload["op"] == cfg.model.kind for t in tasks)

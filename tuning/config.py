@@ -11,21 +11,37 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from tuning.task import conv2d_output_size
 
-COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking")
+COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
 
 
 @dataclass
 class BudgetSchema:
-    trials: int = 256  # measurements per task
+    trials: int = 256  # measurements of the whole run (all of a model's tasks together)
     time_limit_s: Optional[float] = None  # wall-clock cap for the whole run
     early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
+    min_trials_per_task: int = 64  # every task gets this many (or its whole space) before scheduling
+
+
+@dataclass
+class TuningSchema:
+    database: Optional[str] = None  # an earlier run's folder or records.jsonl: matching tasks start from it
+
+
+@dataclass
+class E2ESchema:
+    enabled: bool = True  # whole models: apply the best schedules and time tuned / untuned / torch
+    runs: int = 50  # timed calls per variant (after one warm-up)...
+    min_runs: int = 3  # ...but at least this many (the untuned build gets only these)...
+    max_seconds: float = 10.0  # ...and no more calls once this long was spent on a variant
+    timeout_s: float = 3600.0  # compile + run of everything
 
 
 @dataclass
@@ -34,6 +50,8 @@ class TopLevelSchema:
     resume: Optional[str] = None  # output dir of a run to continue
     output_dir: str = MISSING
     budget: BudgetSchema = field(default_factory=BudgetSchema)
+    tuning: TuningSchema = field(default_factory=TuningSchema)
+    e2e: E2ESchema = field(default_factory=E2ESchema)
     model: Any = MISSING
     search: Any = MISSING
     sampler: Any = MISSING
@@ -41,6 +59,7 @@ class TopLevelSchema:
     cost_model: Any = MISSING
     hardware: Any = MISSING
     tracking: Any = MISSING
+    scheduler: Any = MISSING
 
 
 def register() -> None:
@@ -55,6 +74,8 @@ MODEL_KEYS = {
     "gemm": {"M": int, "N": int, "K": int},
     "conv2d": {"batch": int, "in_channels": int, "height": int, "width": int, "out_channels": int,
                "kernel": int, "stride": int, "padding": int},
+    "network": {"network": str},
+    "onnx": {"path": str, "input_shape": list},
 }
 
 
@@ -69,6 +90,10 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         problems += _check_range("budget.time_limit_s", cfg.budget.time_limit_s, 0, None, inclusive_low=False)
     if cfg.budget.early_stop is not None:
         problems += _check_range("budget.early_stop", cfg.budget.early_stop, 1, None)
+    problems += _check_range("budget.min_trials_per_task", cfg.budget.min_trials_per_task, 0, None)
+    for key in ("runs", "min_runs"):
+        problems += _check_range(f"e2e.{key}", cfg.e2e[key], 1, None)
+    problems += _check_range("e2e.max_seconds", cfg.e2e.max_seconds, 0, None)
     problems += _check_model(cfg.model)
     classes = {}
     for group in COMPONENT_GROUPS:
@@ -98,11 +123,27 @@ def _check_model(model) -> list[str]:
     problems = []
     for key, typ in MODEL_KEYS[kind].items():
         value = model.get(key)
-        if not isinstance(value, typ) or isinstance(value, bool):
+        if isinstance(value, ListConfig):
+            value = list(value)
+        if value is None:
+            problems.append(f"model.{key}: required for a {kind} model (e.g. model.{key}=...)")
+        elif not isinstance(value, typ) or isinstance(value, bool):
             problems.append(f"model.{key}: expected {typ.__name__} for a {kind} model, got {value!r}")
-        else:
+        elif typ is int:
             problems += _check_range(f"model.{key}", value, 0 if key == "padding" else 1, None)
-    if kind == "conv2d" and not problems:
+    if problems:
+        return problems
+    if kind == "network":
+        from tuning.networks import NETWORKS
+
+        if model.network not in NETWORKS:
+            problems.append(f"model.network: unknown network {model.network!r} (allowed: {', '.join(NETWORKS)})")
+    if kind == "onnx":
+        if not Path(model.path).expanduser().is_file():
+            problems.append(f"model.path: no such file {model.path!r}")
+        if not model.input_shape or not all(isinstance(d, int) and d >= 1 for d in model.input_shape):
+            problems.append(f"model.input_shape: expected a list of positive ints, got {list(model.input_shape)}")
+    if kind == "conv2d":
         for side in ("height", "width"):
             if conv2d_output_size(model[side], model.kernel, model.stride, model.padding) < 1:
                 problems.append(f"model.kernel: a {model.kernel}x{model.kernel} kernel with padding "

@@ -26,6 +26,7 @@ from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from tuning.records import Record, RecordLog
+from tuning.sampler.base import take_unvisited
 
 
 @dataclass
@@ -43,11 +44,12 @@ class RunInfo:
     seed: int
     out_dir: Path
     method: str
-    trials: int
+    trials: int  # measurements of the whole run, all tasks together (reused records count)
     plan_size: int
     deadline: float | None = None  # time.monotonic() value
     early_stop: int | None = None
-    step_offset: int = 0  # measurements of earlier tasks, so metric steps keep rising
+    min_trials_per_task: int = 0  # every task gets this many (or its whole space) before scheduling
+    measured: int = 0  # measurements so far, all tasks: the x axis of every metric
 
     @property
     def log(self) -> RecordLog:
@@ -64,6 +66,7 @@ class TaskOutcome:
     final_costs: list = field(default_factory=list)
     times: dict = field(default_factory=dict)
     stopped_because: str = "budget"
+    reused: int = 0  # records taken from tuning.database, not measured by this run
 
     @property
     def invalid(self) -> int:
@@ -81,61 +84,163 @@ class TaskOutcome:
         return points
 
 
-def tune_task(task, task_index: int, parts: Components, run: RunInfo) -> TaskOutcome:
-    space = parts.hardware.space(task)
-    run.log.repair()  # a kill can leave a torn last line; appending after it would corrupt the file
-    records = [r for r in run.log.load() if r.workload_key == task.key]
-    visited = {tuple(r.config) for r in records}
-    rng, round_index = _restore_state(run, task, parts.search, task_index)
-    times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0}
-    _fit(parts.cost_model, space, task, records, times)
-    outcome = TaskOutcome(task, records, times=times)
-    progress = tqdm(total=run.trials, initial=len(records), desc=task.name, unit="trial", dynamic_ncols=True)
+def tune_task(task, task_index: int, parts: Components, run: RunInfo, prior=()) -> TaskOutcome:
+    """Tune one task until the run's budget (or a stop) and re-measure its best."""
+    tuner = TaskTuner(task, task_index, parts, run, prior)
+    with _progress(run) as progress:
+        while run.measured < run.trials and not tuner.done:
+            if _out_of_time(run):
+                tuner.outcome.stopped_because = "time limit"
+                break
+            tuner.tune_round(min(run.plan_size, run.trials - run.measured), progress)
+    tuner.finish()
+    return tuner.outcome
 
-    while len(records) < run.trials:
-        stop = _stop_reason(run, task, records)
+
+def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> list[TaskOutcome]:
+    """Tune a model's tasks under one budget: first every task gets `min_trials_per_task`
+    measurements (or its whole space), fewest-measured first; then `scheduler` picks the
+    task of each round. `components_for(index)` gives a task its own search, sampler and
+    cost model; `prior[key]` are records from tuning.database."""
+    prior = prior or {}
+    tuners = [TaskTuner(task, i, components_for(i), run, prior.get(task.key, ()))
+              for i, task in enumerate(tasks)]
+    with _progress(run) as progress:
+        while run.measured < run.trials:
+            if _out_of_time(run):
+                for tuner in tuners:
+                    if not tuner.done:
+                        tuner.outcome.stopped_because = "time limit"
+                break
+            live = [t for t in tuners if not t.done]
+            if not live:
+                break
+            warming = [t for t in live if t.measured < run.min_trials_per_task]
+            if warming:
+                tuner = min(warming, key=lambda t: t.measured)  # min() keeps the first of equals
+                n = run.min_trials_per_task - tuner.measured
+            else:
+                tuner, n = live[scheduler.pick(live)], run.plan_size
+            tuner.tune_round(min(n, run.plan_size, run.trials - run.measured), progress)
+    for tuner in tuners:
+        tuner.finish()
+    return [t.outcome for t in tuners]
+
+
+class TaskTuner:
+    """One task's tuning state (space, records, rng, its own search/sampler/cost model);
+    `tune_round` runs one propose -> select -> measure -> fit round.
+
+    A space no bigger than `enumerate_below` is measured config by config instead of
+    searched (an elementwise kernel has a handful of schedules)."""
+
+    def __init__(self, task, task_index: int, parts: Components, run: RunInfo, prior=()):
+        self.task, self.parts, self.run = task, parts, run
+        self.space = parts.hardware.space(task)
+        run.log.repair()  # a kill can leave a torn last line; appending after it would corrupt the file
+        own = [r for r in run.log.load() if r.workload_key == task.key]
+        self.records = [*prior, *own]
+        run.measured += len(self.records)
+        self.visited = {tuple(r.config) for r in self.records}
+        self.rng, self.round_index = _restore_state(run, task, parts.search, task_index)
+        self.times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0}
+        self.outcome = TaskOutcome(task, self.records, times=self.times, reused=len(prior))
+        self.enumerated = (list(self.space.enumerate())
+                           if self.space.size <= max(run.plan_size, run.min_trials_per_task) else None)
+        self.done = False
+        _fit(parts.cost_model, self.space, task, self.records, self.times)
+        if self.enumerated is not None and self._next_enumerated(1) == []:
+            self._stop("space enumerated")
+
+    @property
+    def measured(self) -> int:
+        return len(self.records)
+
+    @property
+    def weight(self) -> int:
+        return self.task.weight
+
+    def best_history(self) -> list[float]:
+        """Best latency (seconds) after each round so far (reused records first)."""
+        best, history, previous = math.inf, [], None
+        for record in self.records:
+            if history and (record.round, record.method) == previous:
+                history.pop()
+            best = min(best, record.result.cost)
+            history.append(best)
+            previous = (record.round, record.method)
+        return history
+
+    def _stop(self, reason: str) -> None:
+        self.done = True
+        self.outcome.stopped_because = reason
+
+    def _next_enumerated(self, n: int) -> list:
+        return take_unvisited(self.enumerated, self.space, self.visited, [], n)
+
+    def tune_round(self, n: int, progress) -> int:
+        """Measure up to n new configs; returns how many were measured."""
+        task, parts, run = self.task, self.parts, self.run
+        stop = _early_stop(run, self.records)
         if stop:
-            outcome.stopped_because = stop
-            break
+            self._stop(stop)
+            return 0
         started = time.perf_counter()
-        wanted = min(run.plan_size, run.trials - len(records))
-        candidates = parts.search.propose(space, parts.cost_model, run.plan_size, visited, rng)
-        batch = parts.sampler.select(candidates, space, visited, wanted, rng)
-        times["search_s"] += time.perf_counter() - started
+        if self.enumerated is not None:
+            batch = self._next_enumerated(n)
+        else:
+            candidates = parts.search.propose(self.space, parts.cost_model, run.plan_size, self.visited, self.rng)
+            batch = parts.sampler.select(candidates, self.space, self.visited, n, self.rng)
+        self.times["search_s"] += time.perf_counter() - started
         if not batch:
-            outcome.stopped_because = "space exhausted"
-            break
-        predicted = parts.cost_model.predict(space.features(batch)) if records else None
+            self._stop("space enumerated" if self.enumerated is not None else "space exhausted")
+            return 0
+        predicted = parts.cost_model.predict(self.space.features(batch)) if self.records else None
+        round_index, first_index = self.round_index, len(self.records) - self.outcome.reused
 
-        def write(i, result, _batch=batch, _round=round_index):
-            config = tuple(_batch[i])
-            record = Record(task.name, task.key, list(config), _jsonable(space.decisions(config)), result,
-                            _round, run.method, run.seed, len(records), time.time())
+        def write(i, result):
+            config = tuple(batch[i])
+            record = Record(task.name, task.key, list(config), _jsonable(self.space.decisions(config)), result,
+                            round_index, run.method, run.seed, first_index + i, time.time())
             run.log.append(record)
-            records.append(record)
-            visited.add(config)
+            self.records.append(record)
+            self.visited.add(config)
+            run.measured += 1
             progress.update(1)
 
         progress.set_description(f"{task.name} round {round_index}: building+timing {len(batch)}")
         results = parts.evaluator.measure(parts.hardware, task, batch, on_result=write)
         progress.set_description(f"{task.name} round {round_index}: searching")
-        times["build_s"] += sum(r.build_s for r in results)
-        times["run_s"] += sum(r.run_s for r in results)
-        _fit(parts.cost_model, space, task, records, times)
+        self.times["build_s"] += sum(r.build_s for r in results)
+        self.times["run_s"] += sum(r.run_s for r in results)
+        _fit(parts.cost_model, self.space, task, self.records, self.times)
         parts.search.observe(batch, results)
-        round_index += 1
-        _save_state(run, task, parts.search, rng, round_index)
-        _log_step(parts.tracker, run, task, outcome, predicted, results)
-        progress.set_postfix(best_gflops=f"{max(p[1] for p in outcome.curve()):.1f}")
-    progress.close()
-    _finish(parts, task, outcome)
-    return outcome
+        self.round_index += 1
+        _save_state(run, task, parts.search, self.rng, self.round_index)
+        _log_step(parts.tracker, run, task, self.outcome, predicted, results)
+        progress.set_postfix(best_gflops=f"{max(p[1] for p in self.outcome.curve()):.1f}")
+        if self.enumerated is not None and not self._next_enumerated(1):
+            self._stop("space enumerated")
+        return len(results)
+
+    def finish(self) -> None:
+        if self.outcome.reused and self.measured == self.outcome.reused:
+            _best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
+            self.outcome.stopped_because = "reused"
+        else:
+            _finish(self.parts, self.task, self.outcome)
+
+
+def _progress(run: RunInfo):
+    return tqdm(total=run.trials, initial=run.measured, unit="trial", dynamic_ncols=True)
+
+
+def _out_of_time(run: RunInfo) -> bool:
+    return run.deadline is not None and time.monotonic() >= run.deadline
 
 
 # ---- pieces of the loop ------------------------------------------------------------------
-def _stop_reason(run: RunInfo, task, records) -> str | None:
-    if run.deadline is not None and time.monotonic() >= run.deadline:
-        return "time limit"
+def _early_stop(run: RunInfo, records) -> str | None:
     if run.early_stop and records:
         costs = [r.result.cost for r in records]
         best_at = int(np.argmin(costs))
@@ -173,7 +278,7 @@ def _log_step(tracker, run, task, outcome, predicted, results) -> None:
     if correlation is not None:
         metrics["model/rank_corr"] = correlation
     metrics.update({f"task/{task.name}/{k.split('/')[-1]}": v for k, v in metrics.items() if k.startswith("tuning/")})
-    tracker.log_metrics(metrics, step=run.step_offset + len(outcome.records))
+    tracker.log_metrics(metrics, step=run.measured)
 
 
 def _finish(parts: Components, task, outcome: TaskOutcome) -> None:
@@ -192,6 +297,14 @@ def _finish(parts: Components, task, outcome: TaskOutcome) -> None:
     outcome.best_config = tuple(record.config)
     outcome.final_costs = costs
     outcome.best_cost = float(np.median(costs))
+
+
+def _best_from_records(outcome: TaskOutcome) -> None:
+    ok = [r for r in outcome.records if r.result.ok]
+    if ok:
+        best = min(ok, key=lambda r: r.result.cost)
+        outcome.best_config, outcome.final_costs = tuple(best.config), list(best.result.costs)
+        outcome.best_cost = outcome.tuning_best_cost = best.result.cost
 
 
 # ---- resume state ------------------------------------------------------------------------

@@ -256,6 +256,22 @@ class BertEncoderLayer(nn.Module):
         return self.output_norm(self.output(nn.functional.gelu(self.intermediate(x))) + x)
 
 
+# ---- a tiny CNN for tests and quick checks ---------------------------------------------
+class TinyCNN(nn.Module):
+    """conv-bn-relu, a strided residual block, global pooling, classifier: ResNet-18's kinds of
+    kernels at 1x3x16x16, so the whole-model path runs in seconds."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
+        self.block = BasicBlock(8, 16, stride=2)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.block(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 # ---- registry -------------------------------------------------------------------------
 # name -> (constructor, example input shape)
 NETWORKS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
@@ -265,6 +281,7 @@ NETWORKS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "squeezenet1_0": (SqueezeNet10, IMAGE_SHAPE),
     "mobilenet_v2": (MobileNetV2, IMAGE_SHAPE),
     "bert_encoder_layer": (BertEncoderLayer, (1, 128, 768)),
+    "tiny_cnn": (TinyCNN, (1, 3, 16, 16)),
 }
 
 

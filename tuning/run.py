@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -18,7 +19,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tuning.config import ConfigError, validate
-from tuning.loop import Components, RunInfo, tune_task
+from tuning.apply import e2e_line, evaluate_end_to_end, is_whole_model, task_table, weighted_latency_ms
+from tuning.loop import Components, RunInfo, tune_tasks
+from tuning.records import RecordLog
 from tuning.task import build_tasks
 from tuning.tracking.base import flatten
 from tuning.tracking.plot import convergence_png
@@ -35,9 +38,15 @@ def main(cfg: DictConfig) -> float:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
-    tasks = build_tasks(cfg.model)
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model",
                                                          "hardware", "tracking")))
+    try:
+        tasks = _tasks(cfg, parts.hardware)
+        prior = _prior_records(cfg, tasks, out_dir)
+    except ConfigError as error:
+        parts.hardware.close()
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
     run_id_file = out_dir / "mlflow_run_id"
@@ -49,40 +58,77 @@ def main(cfg: DictConfig) -> float:
     if run_id:
         run_id_file.write_text(run_id)
 
-    status = "FAILED"
+    status, e2e = "FAILED", None
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
-            outcomes = _tune_all(cfg, tasks, parts, out_dir, method)
+            outcomes = _tune_all(cfg, tasks, parts, out_dir, method, prior)
             _export(parts, outcomes, out_dir)
+            if is_whole_model(cfg.model) and cfg.e2e.enabled:
+                e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir)
+            parts.tracker.log_text(_summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""), "summary.txt")
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         parts.tracker.end(status)
-    _report(outcomes, parts.tracker, out_dir)
+    _report(outcomes, e2e, parts.tracker, out_dir)
     return sum(o.best_gflops for o in outcomes)
 
 
-def _tune_all(cfg, tasks, parts, out_dir, method):
+def _tasks(cfg, hardware) -> list:
+    """The model's tasks; a whole model's come from the backend (import + extraction)."""
+    if not is_whole_model(cfg.model):
+        return build_tasks(cfg.model)
+    tasks = hardware.model_tasks(cfg.model, cfg.seed)
+    if cfg.budget.trials < len(tasks):
+        raise ConfigError(f"budget.trials: {cfg.model.name} has {len(tasks)} tasks and every one needs at "
+                          f"least one measurement; got {cfg.budget.trials}")
+    return tasks
+
+
+def _prior_records(cfg, tasks, out_dir: Path) -> dict:
+    """tuning.database: records of an earlier run (its folder or records.jsonl) for these tasks."""
+    if not cfg.tuning.database:
+        return {}
+    path = Path(cfg.tuning.database).expanduser().resolve()
+    records_file = path / "records.jsonl" if path.is_dir() else path
+    if not records_file.is_file():
+        raise ConfigError(f"tuning.database: {path} is neither a run folder with records.jsonl nor a records file")
+    if records_file.parent == out_dir:
+        raise ConfigError("tuning.database: points at this run's own folder (use resume= to continue a run)")
+    keys = {t.key for t in tasks}
+    prior: dict = {}
+    for record in RecordLog(records_file).load():
+        if record.workload_key in keys:
+            prior.setdefault(record.workload_key, []).append(record)
+    return prior
+
+
+def _tune_all(cfg, tasks, parts, out_dir, method, prior):
     deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
     plan_size = int(cfg.search.get("plan_size", 64))
-    outcomes, step_offset = [], 0
-    for index, task in enumerate(tasks):
-        run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, plan_size, deadline,
-                      cfg.budget.early_stop, step_offset)
-        outcome = tune_task(task, index, parts, run)
-        outcomes.append(outcome)
-        step_offset += len(outcome.records)
+    run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, plan_size, deadline, cfg.budget.early_stop,
+                  cfg.budget.min_trials_per_task)
+
+    def components_for(index: int) -> Components:  # each task learns its own model and search state
+        if len(tasks) == 1:
+            return parts
+        return replace(parts, **{g: instantiate(cfg[g]) for g in ("search", "sampler", "cost_model")})
+
+    outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), prior)
+    for outcome in outcomes:
         if math.isfinite(outcome.best_cost):
             parts.tracker.log_metrics({
-                f"task/{task.name}/final_latency_us": outcome.best_cost * 1e6,
-                f"task/{task.name}/final_gflops": outcome.best_gflops,
-            }, step=step_offset)
+                f"task/{outcome.task.name}/final_latency_us": outcome.best_cost * 1e6,
+                f"task/{outcome.task.name}/final_gflops": outcome.best_gflops,
+            }, step=run.measured)
     total = sum(o.best_gflops for o in outcomes)
-    parts.tracker.log_metrics({"tuning/final_gflops": total,
-                               "tuning/measurements": step_offset}, step=step_offset)
+    parts.tracker.log_metrics({"tuning/final_gflops": total, "tuning/measurements": run.measured,
+                               "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
+                               "tuning/weighted_latency_ms": weighted_latency_ms(outcomes)},
+                              step=run.measured)
     return outcomes
 
 
@@ -99,12 +145,13 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     tracker.log_artifact(convergence_png(curves, str(out_dir / "convergence.png")))
     tracker.log_artifact(str(out_dir / "records.jsonl"))
     tracker.log_artifact(str(out_dir / "config.yaml"))
-    tracker.log_text(_summary(outcomes), "summary.txt")
     for log in out_dir.glob("*.log"):  # Hydra's job log
         tracker.log_artifact(str(log), "logs")
 
 
 def _summary(outcomes) -> str:
+    if len(outcomes) > 1:
+        return task_table(outcomes) + "\n"
     lines = []
     for o in outcomes:
         latency = (f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
@@ -114,8 +161,10 @@ def _summary(outcomes) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _report(outcomes, tracker, out_dir: Path) -> None:
+def _report(outcomes, e2e, tracker, out_dir: Path) -> None:
     print(_summary(outcomes), end="")
+    if e2e:
+        print(e2e_line(e2e))
     print(f"records: {out_dir / 'records.jsonl'}")
     print(f"MLflow: {tracker.location}")
 

@@ -17,6 +17,7 @@ after replay. Searches may propose raw configs; samplers compare canonical ones.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -96,6 +97,16 @@ class Space:
         for i in self.active[sketch]:
             config[i] = int(rng.integers(self.dims[i]))
         return tuple(config)
+
+    def enumerate(self):
+        """Every config, sketch by sketch (only sensible when `size` is small)."""
+        for sketch, slots in enumerate(self.active):
+            for values in itertools.product(*(range(self.dims[i]) for i in slots)):
+                config = [0] * len(self.knobs)
+                config[0] = sketch
+                for slot, value in zip(slots, values):
+                    config[slot] = value
+                yield tuple(config)
 
     def switch_sketch(self, config: Config, sketch: int) -> Config:
         """Same knob values where the new sketch has the slot, zeros elsewhere."""

@@ -14,12 +14,16 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Task:
     name: str
-    workload: dict = field(hash=False)  # {"op": "gemm", "M":.., ...} or {"op": "conv2d", ...}
+    # {"op": "gemm", "M":.., ...}, {"op": "conv2d", ...}, or a network's kernel
+    # {"op": "tir", "key": structural hash, "mod": tvm.ir.save_json text}
+    workload: dict = field(hash=False)
     flops: float = 0.0
     weight: int = 1  # how often the model runs it
 
     @property
     def key(self) -> str:
+        if self.workload["op"] == "tir":
+            return f"tir-{self.workload['key']}"
         blob = json.dumps(self.workload, sort_keys=True)
         return f"{self.workload['op']}-{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
 
@@ -50,7 +54,8 @@ def conv2d_task(
 
 
 def build_tasks(model_cfg) -> list[Task]:
-    """Tasks of a `model` config group entry (single-operator models)."""
+    """Tasks of a single-operator `model` config group entry (networks: the hardware backend's
+    `network_tasks`)."""
     kind = model_cfg["kind"]
     name = model_cfg["name"]
     if kind == "gemm":

@@ -17,6 +17,11 @@ crashing or hanging kernel becomes an error record, not a dead run.
         The schedule as TVMScript (best schedules artifact).
     export_database(records_by_task, out_dir) -> list of written paths
         A MetaSchedule JSON database TVM can compile from (optional).
+    model_tasks(model_cfg, seed) -> list[Task]
+        A whole model's distinct kernels (model.kind network / onnx) with weights.
+    evaluate_model(model_cfg, seed, database_dir, out_dir, timing) -> dict
+        Compile the model with the exported database, check its output, and time
+        it against the untuned build and torch (keys: latency_ms, match, ...).
     describe() -> dict       target, device, versions: logged as tags.
     close()                  stop the workers.
 
@@ -37,6 +42,12 @@ class Hardware:
 
     def export_database(self, records_by_task, out_dir):
         return []
+
+    def model_tasks(self, model_cfg, seed):
+        raise NotImplementedError(f"{type(self).__name__} cannot tune whole models")
+
+    def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
+        raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
 
     def describe(self) -> dict:
         return {}

@@ -129,6 +129,26 @@ class CPUHardware(Hardware):
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
         return MeasureResult(costs=value["costs"], run_s=value["run_s"], **timings)
 
+    # ---- whole models ---------------------------------------------------------------------
+    def model_tasks(self, model_cfg, seed):
+        from tuning.hardware.relax_models import as_tuning_tasks, extract_tasks, load_model
+
+        return as_tuning_tasks(extract_tasks(load_model(model_cfg, seed, self.target).mod, self.target))
+
+    def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
+        """Compile with the database, check against torch, time tuned/untuned/torch (in a worker
+        with this backend's thread count, so the parent's TVM runtime threads do not count)."""
+        worker = Worker({"TVM_NUM_THREADS": self.num_threads}, "tuning.hardware.e2e_worker:init")
+        try:
+            status, value = worker.call("tuning.hardware.e2e_worker:evaluate", dict(model_cfg), seed, self.target,
+                                        str(database_dir), self.num_threads, dict(timing), str(out_dir),
+                                        timeout=timing.get("timeout_s", 3600))
+        finally:
+            worker.close()
+        if status != "ok":
+            raise RuntimeError(f"end-to-end evaluation failed ({status}): {value}")
+        return value
+
     # ---- outputs --------------------------------------------------------------------------
     def export(self, task, config, out_dir):
         sch, _ = self.schedules(task).schedule(tuple(config))

@@ -12,7 +12,8 @@ import traceback
 
 import numpy as np
 
-from tuning.hardware.tvm_space import TaskSchedules, arg_shapes, fast_tensor_intrin_import, make_target, prim_func
+from tuning.hardware.tvm_space import (TaskSchedules, arg_shapes, fast_tensor_intrin_import, make_target,
+                                       workload_module)
 
 _schedules: dict = {}
 _references: dict = {}
@@ -23,8 +24,9 @@ def init() -> None:
     import tvm  # noqa: F401  - pay the import once, at worker start
 
 
-def _key(*parts) -> str:
-    return json.dumps(parts, sort_keys=True)
+def _key(workload: dict, target: dict) -> str:
+    """Cache key; a network kernel is named by its structural hash, not its (long) JSON text."""
+    return json.dumps([workload.get("key") or workload, target], sort_keys=True)
 
 
 def task_schedules(workload: dict, target: dict) -> TaskSchedules:
@@ -64,12 +66,12 @@ def reference(workload: dict, target: dict) -> None:
 
     key = _key(workload, target)
     if key not in _references:
-        func = prim_func(workload)
-        shapes = arg_shapes(func)
+        mod = workload_module(workload)
+        shapes = arg_shapes(mod["main"])
         rng = np.random.default_rng(0)
         arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
         arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
-        lib = _build_module(tvm.IRModule({"main": func}), target)
+        lib = _build_module(mod, target)
         device = tvm.cpu(0)
         tensors = [tvm.runtime.tensor(a, device) for a in arrays]
         lib[lib.entry_name](*tensors)

@@ -12,6 +12,7 @@ same kernel across runs, processes and models. See ../shared/TVM_NOTES.md
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target, tune_context
@@ -28,6 +29,42 @@ class ExtractedTask:
     key: str        # stable workload key: structural hash of `mod`, 16 hex digits
 
 
+@dataclass
+class LoadedModel:
+    """A whole model ready to tune: its Relax module, an input, and the torch module if any."""
+
+    mod: object                 # Relax IRModule, simplified (import_network / import_onnx)
+    example: object             # numpy input
+    torch_module: object = None  # the torch network the model came from (None for ONNX files)
+
+
+def load_model(model_cfg, seed: int, target: dict) -> LoadedModel:
+    """model.kind=network: a torch network of tuning/networks.py with weights from `seed`;
+    model.kind=onnx: the user's file at model.path with model.input_shape."""
+    if model_cfg["kind"] == "onnx":
+        import numpy as np
+
+        shape = [int(d) for d in model_cfg["input_shape"]]
+        example = np.random.default_rng(seed).uniform(-1, 1, size=shape).astype("float32")
+        return LoadedModel(import_onnx(model_cfg["path"], shape, target), example)
+    from tuning.networks import build_network
+
+    module, example = build_network(model_cfg["network"], seed)
+    return LoadedModel(import_network(module, example, target), example.numpy(), module)
+
+
+def import_onnx(path: str, input_shape: list[int], target: dict):
+    """Relax IRModule of an ONNX file (weights bound as constants), simplified like import_network."""
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = onnx.load(path)
+    graph_inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    if len(graph_inputs) != 1:
+        raise ValueError(f"model.path: {path} has inputs {graph_inputs}; tunelab tunes single-input models")
+    return simplify(from_onnx(model, shape_dict={graph_inputs[0]: input_shape}), target)
+
+
 def import_network(module, example, target: dict):
     """Relax IRModule of a torch module (eval mode), simplified for inference.
 
@@ -38,13 +75,19 @@ def import_network(module, example, target: dict):
     CanonicalizeBindings removes the (out, mean, var) tuple batch norm leaves behind,
     which otherwise stops FuseOps from fusing the following relu into the conv."""
     import torch
-    import tvm
-    from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`isinstance\\(treespec, LeafSpec\\)` is deprecated", FutureWarning)
         exported = torch.export.export(module.eval(), (example,))
-    mod = from_exported_program(exported)
+    return simplify(from_exported_program(exported), target)
+
+
+def simplify(mod, target: dict):
+    """Fold batch norm into convolutions, fold constants, decompose what is left (see import_network)."""
+    import tvm
+    from tvm import relax
+
     with make_target(target):  # FoldConstant compiles and runs the folded ops for this target
         return tvm.transform.Sequential([
             relax.transform.FoldBatchnormToConv2D(),
@@ -94,6 +137,14 @@ def extract_tasks(mod, target: dict) -> list[ExtractedTask]:
     extracted = ms.relax_integration.extract_tasks(fuse_for_tuning(mod, target), make_target(target))
     tasks = [make_task(t.task_name, t.dispatched[0], t.weight) for t in extracted]
     return sorted(tasks, key=lambda t: (-t.flops * t.weight, t.name))
+
+
+def as_tuning_tasks(tasks: list[ExtractedTask]) -> list:
+    """tunelab Tasks (plain data the workers can rebuild) of a network's kernels."""
+    from tuning.task import Task
+
+    return [Task(t.name, {"op": "tir", "key": t.key, "mod": d["mod"]}, flops=t.flops, weight=t.weight)
+            for t, d in zip(tasks, tasks_as_json(tasks))]
 
 
 def tasks_as_json(tasks: list[ExtractedTask]) -> list[dict]:

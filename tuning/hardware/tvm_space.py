@@ -45,8 +45,10 @@ def tune_context(mod, target: dict, task_name: str = "task"):
 
     fast_tensor_intrin_import(target.get("kind", "llvm"))
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
-    return ms.TuneContext(mod=mod, target=make_target(target),
-                          space_generator=ms.space_generator.PostOrderApply(), task_name=task_name)
+    # A fixed rand_state: the sketches' own (sampled) decisions decide some knobs' ranges (a compute
+    # location's loop count follows earlier choices), so every process must generate the same sketches.
+    return ms.TuneContext(mod=mod, target=make_target(target), space_generator=ms.space_generator.PostOrderApply(),
+                          task_name=task_name, rand_state=0)
 
 
 def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:
@@ -56,10 +58,21 @@ def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:
     return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in ArgInfo.from_prim_func(func)]
 
 
+def workload_module(workload: dict):
+    """The IRModule ("main" only) of a workload: a network's kernel as extracted, or a single operator."""
+    import tvm
+
+    if workload["op"] == "tir":
+        return tvm.ir.load_json(workload["mod"])
+    return tvm.IRModule({"main": prim_func(workload)})
+
+
 def prim_func(workload: dict):
-    """The untuned TIR function of a single-operator workload."""
+    """The untuned TIR function of a workload."""
     from tvm import te, topi
 
+    if workload["op"] == "tir":
+        return workload_module(workload)["main"]
     dtype = workload.get("dtype", "float32")
     if workload["op"] == "gemm":
         M, N, K = workload["M"], workload["N"], workload["K"]
@@ -81,9 +94,7 @@ class TaskSchedules:
     """A task's design spaces, its knob Space, and config -> schedule."""
 
     def __init__(self, workload: dict, target: dict):
-        import tvm
-
-        self.mod = tvm.IRModule({"main": prim_func(workload)})
+        self.mod = workload_module(workload)
         context = tune_context(self.mod, target)
         self.target = context.target
         self.sketches = [s.trace for s in context.generate_design_space()]
