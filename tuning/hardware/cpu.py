@@ -29,12 +29,18 @@ class CPUHardware(Hardware):
     mcpu           LLVM cpu name; "auto" asks LLVM for the host's (e.g. znver3)
     num_threads    runtime threads for measuring (TVM_NUM_THREADS); also the target's num-cores
     build_workers  parallel build processes
+    weight_prepack whole models: let schedules choose the (constant) weights' layout; the rewrite is
+                   folded into the weights when the model is compiled (MetaSchedule's
+                   cpu_weight_prepack). Kernels whose weight layout changed are timed on zeros and
+                   not checked one by one; the whole model's output is checked against torch.
     """
 
     ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
 
-    def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1):
+    def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1,
+                 weight_prepack: bool = True):
         self.mcpu = mcpu
+        self.weight_prepack = weight_prepack
         self.num_threads = num_threads
         self.build_workers = build_workers
         self._schedules: dict = {}
@@ -133,7 +139,8 @@ class CPUHardware(Hardware):
     def model_tasks(self, model_cfg, seed):
         from tuning.hardware.relax_models import as_tuning_tasks, extract_tasks, load_model
 
-        return as_tuning_tasks(extract_tasks(load_model(model_cfg, seed, self.target).mod, self.target))
+        mod = load_model(model_cfg, seed, self.target).mod
+        return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
 
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
         """Compile with the database, check against torch, time tuned/untuned/torch (in a worker
@@ -142,7 +149,7 @@ class CPUHardware(Hardware):
         try:
             status, value = worker.call("tuning.hardware.e2e_worker:evaluate", dict(model_cfg), seed, self.target,
                                         str(database_dir), self.num_threads, dict(timing), str(out_dir),
-                                        timeout=timing.get("timeout_s", 3600))
+                                        self.weight_prepack, timeout=timing.get("timeout_s", 3600))
         finally:
             worker.close()
         if status != "ok":

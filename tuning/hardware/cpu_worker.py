@@ -36,12 +36,18 @@ def task_schedules(workload: dict, target: dict) -> TaskSchedules:
     return _schedules[key]
 
 
-def _build_module(mod, target):
-    import tvm
+def _without_layout_rewrite(mod):
+    """A kernel whose schedule re-lays-out a (layout-free) weight takes that weight already
+    rewritten: the rewrite is folded into the constants when the model is compiled."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.tirx.build(mod, target=make_target(target))
+    return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+
+
+def _build_module(mod, target):
+    import tvm
+
+    return tvm.tirx.build(_without_layout_rewrite(mod), target=make_target(target))
 
 
 def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
@@ -52,7 +58,7 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     except Exception as error:  # noqa: BLE001 - invalid decisions are a record, not a crash
         return {"error": "invalid", "message": f"{type(error).__name__}: {error}", "build_s": time.perf_counter() - start}
     try:
-        args = [[list(shape), dtype] for shape, dtype in arg_shapes(sch.mod["main"])]
+        args = [[list(shape), dtype] for shape, dtype in arg_shapes(_without_layout_rewrite(sch.mod)["main"])]
         _build_module(sch.mod, target).export_library(lib_path)
     except Exception:  # noqa: BLE001
         return {"error": "build", "message": traceback.format_exc(limit=3), "config": list(effective),

@@ -5,8 +5,9 @@
 compiles the model twice (with the tuned MetaSchedule database; untuned, TVM's
 default pipeline), runs both on the Relax VM and the torch module in eager mode on
 the same input with the same thread count, checks the outputs, and times each the
-same way: a warm-up call, then back-to-back calls until `runs` calls or
-`max_seconds` (at least `min_runs`); the median is the latency.
+same way: a warm-up call, then calls (tuned and torch alternating) until `runs`
+each or `max_seconds` per variant (at least `min_runs`); the median is the latency.
+The untuned build (seconds per call) gets `min_runs` calls.
 """
 from __future__ import annotations
 
@@ -22,13 +23,6 @@ def init() -> None:
     fast_tensor_intrin_import("llvm")
     import torch  # noqa: F401
     import tvm  # noqa: F401
-
-
-def compile_tuned(mod, target: dict, database_dir: str):
-    from tvm.s_tir import meta_schedule as ms
-
-    database = ms.database.JSONDatabase(work_dir=database_dir, allow_missing=False)
-    return ms.relax_integration.compile_relax(database, mod, make_target(target), params=None)
 
 
 def compile_untuned(mod, target: dict):
@@ -53,30 +47,36 @@ def vm_function(executable):
     return call, device
 
 
-def latencies(call, timing: dict) -> list[float]:
-    call()  # warm-up: first-call allocation and page faults are not latency
-    times: list[float] = []
-    started = time.perf_counter()
-    while len(times) < timing["runs"] and (len(times) < timing["min_runs"]
-                                           or time.perf_counter() - started < timing["max_seconds"]):
-        begin = time.perf_counter()
+def latencies(calls: dict, timing: dict) -> dict[str, list[float]]:
+    """Seconds per call of each variant. Calls alternate between the variants (this host's speed
+    drifts by ~25% over tens of seconds, so back-to-back blocks would compare different machines).
+    One warm-up call each: first-call allocation and page faults are not latency."""
+    for call in calls.values():
         call()
-        times.append(time.perf_counter() - begin)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    started = time.perf_counter()
+    for done in range(timing["runs"]):
+        if done >= timing["min_runs"] and time.perf_counter() - started >= timing["max_seconds"] * len(calls):
+            break
+        for name, call in calls.items():
+            begin = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - begin)
     return times
 
 
 def evaluate(model_cfg: dict, seed: int, target: dict, database_dir: str, num_threads: int,
-             timing: dict, out_dir: str) -> dict:
+             timing: dict, out_dir: str, weight_prepack: bool) -> dict:
     import torch
     import tvm
 
-    from tuning.hardware.relax_models import load_model
+    from tuning.hardware.relax_models import compile_with_database, load_model
 
     torch.set_num_threads(num_threads)
     loaded = load_model(model_cfg, seed, target)
     result = {"num_threads": num_threads, "tvm_num_threads": os.environ.get("TVM_NUM_THREADS")}
     started = time.perf_counter()
-    tuned_exec = compile_tuned(loaded.mod, target, database_dir)
+    tuned_exec = compile_with_database(loaded.mod, target, database_dir, weight_prepack)
     result["compile_tuned_s"] = time.perf_counter() - started
     started = time.perf_counter()
     untuned_exec = compile_untuned(loaded.mod, target)
@@ -86,13 +86,14 @@ def evaluate(model_cfg: dict, seed: int, target: dict, database_dir: str, num_th
     untuned, _ = vm_function(untuned_exec)
     x = tvm.runtime.tensor(loaded.example, device)
     outputs = {"tuned": tuned(x).numpy(), "untuned": untuned(x).numpy()}
-    runs = {"tuned": latencies(lambda: tuned(x), timing),
-            "untuned": latencies(lambda: untuned(x), {**timing, "runs": timing["min_runs"]})}
+    calls = {"tuned": lambda: tuned(x)}
     if loaded.torch_module is not None:
         example = torch.from_numpy(loaded.example)
         with torch.no_grad():
             outputs["torch"] = _first(loaded.torch_module(example)).numpy()
-            runs["torch"] = latencies(lambda: loaded.torch_module(example), timing)
+        calls["torch"] = torch.no_grad()(lambda: loaded.torch_module(example))
+    runs = latencies(calls, timing)
+    runs.update(latencies({"untuned": lambda: untuned(x)}, {**timing, "runs": timing["min_runs"]}))
     reference = "torch" if "torch" in outputs else "untuned"
     expected = outputs[reference]
     difference = float(np.max(np.abs(outputs["tuned"] - expected)))

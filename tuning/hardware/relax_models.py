@@ -97,9 +97,13 @@ def simplify(mod, target: dict):
         ])(mod)
 
 
-def fuse_for_tuning(mod, target: dict):
+def fuse_for_tuning(mod, target: dict, weight_prepack: bool = True):
     """The fused module whose PrimFuncs are the tasks: compile_relax's own preparation
-    (extract_tasks on the unfused import finds 0 tasks)."""
+    (extract_tasks on the unfused import finds 0 tasks). With `weight_prepack` the kernels'
+    weight buffers are marked layout-free, so MetaSchedule's RewriteLayout may store the
+    (constant) weights in whatever layout the schedule reads fastest; `compile_with_database`
+    then folds that rewrite into the constants (static_shape_tuning_pipeline's
+    cpu_weight_prepack, with no runtime transform because weights are bound)."""
     import tvm
     from tvm import relax
 
@@ -112,7 +116,35 @@ def fuse_for_tuning(mod, target: dict):
             relax.transform.FoldConstant(),
             relax.transform.FuseOps(),
             relax.transform.FuseTIR(),
+            *([relax.transform.AttachAttrLayoutFreeBuffers()] if weight_prepack else []),
         ])(mod)
+
+
+def compile_with_database(mod, target: dict, database_dir: str, weight_prepack: bool = True):
+    """Relax VM executable of `mod` with the database's best schedules (what
+    ms.relax_integration.compile_relax does, plus the weight-prepack passes)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+    from tvm.s_tir import meta_schedule as ms
+
+    tvm_target = make_target(target)
+    database = ms.database.JSONDatabase(work_dir=database_dir, allow_missing=False)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod, _context):
+        mod = fuse_for_tuning(mod, target, weight_prepack)
+        mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        if weight_prepack:
+            mod = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
+                                            relax.transform.FoldConstant()])(mod)
+        # cpu_generic's own module: its package forgets to export dataflow_lower_passes, so
+        # relax.pipeline.dataflow_lower_passes(llvm target) raises AttributeError in 0.27
+        return tvm.transform.Sequential([*cpu_pipeline.dataflow_lower_passes(tvm_target),
+                                         *cpu_pipeline.finalize_passes(tvm_target)])(mod)
+
+    with tvm_target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=tvm_target, relax_pipeline=pipeline)
 
 
 def workload_key(mod) -> str:
@@ -129,12 +161,12 @@ def make_task(name: str, mod, weight: int) -> ExtractedTask:
                          key=workload_key(mod))
 
 
-def extract_tasks(mod, target: dict) -> list[ExtractedTask]:
+def extract_tasks(mod, target: dict, weight_prepack: bool = True) -> list[ExtractedTask]:
     """The network's distinct kernels with weights, FLOPs and keys, largest total FLOPs first."""
     from tvm.s_tir import meta_schedule as ms
 
     fast_tensor_intrin_import(target.get("kind", "llvm"))
-    extracted = ms.relax_integration.extract_tasks(fuse_for_tuning(mod, target), make_target(target))
+    extracted = ms.relax_integration.extract_tasks(fuse_for_tuning(mod, target, weight_prepack), make_target(target))
     tasks = [make_task(t.task_name, t.dispatched[0], t.weight) for t in extracted]
     return sorted(tasks, key=lambda t: (-t.flops * t.weight, t.name))
 

@@ -1,0 +1,130 @@
+"""Whole models end to end on the real CPU backend: tune every task, apply the database,
+compare with torch, time tuned / untuned / torch; `python -m tuning.apply`; tuning.database
+reuse; ONNX. Uses tiny_cnn (seconds per kernel) in `make test`; every named network with a
+one-measurement-per-task budget in `make test-full`."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from tuning.networks import NETWORKS, build_network
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.tvm, pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")]
+E2E = re.compile(r"end to end: tuned (?P<tuned>[\d.]+) ms\s+untuned (?P<untuned>[\d.]+) ms\s+"
+                 r"(?:torch eager (?P<torch>[\d.]+) ms\s+speed-up vs torch [\d.]+x\s+)?vs untuned [\d.]+x\s+"
+                 r"outputs (?P<verdict>match|DO NOT match) (?P<reference>\w+)")
+QUICK_E2E = ("e2e.runs=5", "e2e.min_runs=1", "e2e.max_seconds=2")
+
+
+def run(*args: str, tmp: Path, module=("run.py",), timeout=900) -> str:
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp / "outputs")}
+    proc = subprocess.run([sys.executable, *module, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    return proc.stdout
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tiny")
+    output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
+                 *QUICK_E2E, f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", f"hydra.run.dir={tmp / 'run'}", tmp=tmp)
+    return tmp, tmp / "run", output
+
+
+def test_network_run_prints_table_and_e2e_line_and_matches_torch(tiny):
+    tmp, run_dir, output = tiny
+    assert re.search(r"^task\s+weight\s+MFLOP\s+best us", output, re.M), output
+    assert re.search(r"^all tasks\s+7\s", output, re.M), output  # tiny_cnn: 7 distinct kernels, each once
+    line = E2E.search(output)
+    assert line, output
+    assert line["verdict"] == "match" and line["reference"] == "torch"
+    assert float(line["tuned"]) < float(line["untuned"])  # the untuned build runs serial loops
+    e2e = json.loads((run_dir / "e2e.json").read_text())
+    assert e2e["match"] and e2e["max_abs_diff"] <= e2e["tolerance"]
+    assert set(e2e["latency_ms"]) == {"tuned", "untuned", "torch"} and e2e["num_threads"] == 2
+    # every task was measured, and the budget was the model's, not per task
+    rows = records(run_dir)
+    assert len(rows) == 40 and len({r["task"] for r in rows}) == 7
+    assert (run_dir / "database" / "database_tuning_record.json").exists()
+
+
+def test_network_run_is_tracked_in_mlflow(tiny):
+    tmp, run_dir, _ = tiny
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    run_id = (run_dir / "mlflow_run_id").read_text().strip()
+    logged = client.get_run(run_id)
+    assert logged.info.status == "FINISHED"
+    for key in ("e2e/tuned_ms", "e2e/untuned_ms", "e2e/torch_ms", "e2e/speedup_vs_torch", "e2e/match",
+                "tuning/weighted_latency_ms"):
+        assert key in logged.data.metrics, key
+    assert logged.data.metrics["e2e/match"] == 1.0
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"e2e.json", "summary.txt", "records.jsonl", "database"} <= artifacts
+
+
+def test_apply_standalone(tiny):
+    tmp, run_dir, _ = tiny
+    (run_dir / "database").rename(run_dir / "database.moved")  # apply exports it again from the records
+    output = run(str(run_dir), module=("-m", "tuning.apply"), tmp=tmp)
+    line = E2E.search(output)
+    assert line and line["verdict"] == "match", output
+    assert (run_dir / "database" / "database_tuning_record.json").exists()
+
+
+def test_database_reuse_measures_nothing_already_done(tiny, tmp_path):
+    _, first_dir, _ = tiny
+    again = tmp_path / "again"
+    output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
+                 "e2e.enabled=false", "tracking=none", f"tuning.database={first_dir}", f"hydra.run.dir={again}",
+                 tmp=tmp_path)
+    assert records(again) == []
+    assert output.count(" reused") >= 7, output  # every task's row says it reused the first run's records
+    longer = tmp_path / "longer"
+    run("model=tiny_cnn", "budget.trials=56", "budget.min_trials_per_task=4", "search.plan_size=8",
+        "e2e.enabled=false", "tracking=none", f"tuning.database={first_dir}", f"hydra.run.dir={longer}", tmp=tmp_path)
+    new, old = records(longer), records(first_dir)
+    assert len(new) == 16
+    assert not {(r["workload_key"], tuple(r["config"])) for r in new} & {(r["workload_key"], tuple(r["config"])) for r in old}
+
+
+def test_onnx_file_tuned_applied_and_matches_torch(tmp_path):
+    model, example = build_network("tiny_cnn", seed=5)
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(model, (example,), str(path), dynamo=True, verbose=False)
+    run_dir = tmp_path / "run"
+    output = run("model=onnx", f"model.path={path}", "model.input_shape=[1,3,16,16]", "budget.trials=20",
+                 "budget.min_trials_per_task=2", "search.plan_size=4", *QUICK_E2E, "tracking=none",
+                 f"hydra.run.dir={run_dir}", tmp=tmp_path)
+    line = E2E.search(output)
+    assert line and line["verdict"] == "match" and line["reference"] == "untuned", output
+    x = np.load(run_dir / "e2e_input.npy")
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(np.load(run_dir / "e2e_output.npy"), expected, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", sorted(set(NETWORKS) - {"tiny_cnn"}))
+def test_every_network_tunes_applies_and_matches_torch(network, tmp_path):
+    """One measurement per task (the minimum budget) is enough to compile and check the whole model."""
+    output = run(f"model={network}", "budget.trials=40", "budget.min_trials_per_task=1", "search.plan_size=1",
+                 "e2e.runs=1", "e2e.min_runs=1", "e2e.max_seconds=0", "tracking=none",
+                 f"hydra.run.dir={tmp_path / 'run'}", tmp=tmp_path, timeout=3000)
+    line = E2E.search(output)
+    assert line and line["verdict"] == "match" and line["reference"] == "torch", output
