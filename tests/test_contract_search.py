@@ -125,3 +125,12 @@ def test_feature_table_matches_knob_definition(task_name):
             col += knob.feature_width
         assert row.tobytes() == expected.tobytes()
     assert space.features([]).shape == (0, space.feature_width)
+
+
+def test_enumerate_lists_every_valid_config_once():
+    space = HARDWARE.space(gemm_task("small", 4, 2, 2))
+    every = list(space.enumerate())
+    assert len(every) == len(set(every)) == space.size
+    assert all(space.is_valid(c) for c in every)
+    rng = np.random.default_rng(0)
+    assert {space.sample(rng) for _ in range(2000)} <= set(every)

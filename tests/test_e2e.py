@@ -88,13 +88,19 @@ def test_apply_standalone(tiny):
 
 
 def test_database_reuse_measures_nothing_already_done(tiny, tmp_path):
-    _, first_dir, _ = tiny
+    tmp, first_dir, _ = tiny
     again = tmp_path / "again"
     output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
                  "e2e.enabled=false", "tracking=none", f"tuning.database={first_dir}", f"hydra.run.dir={again}",
                  tmp=tmp_path)
     assert records(again) == []
     assert output.count(" reused") >= 7, output  # every task's row says it reused the first run's records
+    # the same, naming the first run by its MLflow run id
+    by_id = tmp_path / "by_id"
+    run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
+        "e2e.enabled=false", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
+        f"tuning.database={(first_dir / 'mlflow_run_id').read_text().strip()}", f"hydra.run.dir={by_id}", tmp=tmp_path)
+    assert records(by_id) == []
     longer = tmp_path / "longer"
     run("model=tiny_cnn", "budget.trials=56", "budget.min_trials_per_task=4", "search.plan_size=8",
         "e2e.enabled=false", "tracking=none", f"tuning.database={first_dir}", f"hydra.run.dir={longer}", tmp=tmp_path)
@@ -128,3 +134,13 @@ def test_every_network_tunes_applies_and_matches_torch(network, tmp_path):
                  f"hydra.run.dir={tmp_path / 'run'}", tmp=tmp_path, timeout=3000)
     line = E2E.search(output)
     assert line and line["verdict"] == "match" and line["reference"] == "torch", output
+
+
+def test_onnx_file_that_is_not_onnx_is_rejected_naming_the_key(tmp_path):
+    bogus = tmp_path / "bogus.onnx"
+    bogus.write_text("not a model")
+    proc = subprocess.run([sys.executable, "run.py", "model=onnx", f"model.path={bogus}", "model.input_shape=[1,3]",
+                           "tracking=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TUNELAB_OUTPUTS": str(tmp_path)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "model.path:" in proc.stderr and not (tmp_path / "run" / "records.jsonl").exists()

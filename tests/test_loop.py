@@ -53,7 +53,7 @@ def tune(out_dir: Path, task, trials: int, seed: int = 0, parts: Components | No
     parts = parts or components(seed=seed, **kwargs)
     run = RunInfo(seed=seed, out_dir=out_dir, method="test", trials=trials,
                   plan_size=int(parts.search.plan_size), deadline=deadline, early_stop=early_stop)
-    return tune_task(task, 0, parts, run)
+    return tune_task(task, parts, run)
 
 
 def key(record: dict) -> tuple:

@@ -28,6 +28,21 @@ def weighted_latency_ms(outcomes) -> float:
     return sum(o.task.weight * o.best_cost for o in outcomes) * 1e3
 
 
+def model_curve(outcomes) -> list[tuple[int, float]]:
+    """(measurements, sum of weight x best latency in ms) once every task has a valid record,
+    records in the order they were measured (reused ones first)."""
+    merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),
+                    key=lambda item: item[:2])
+    best: dict = {}
+    points = []
+    for count, (_, _, task, record) in enumerate(merged, start=1):
+        if record.result.ok:
+            best[task.key] = min(best.get(task.key, math.inf), task.weight * record.result.cost)
+        if len(best) == len(outcomes):
+            points.append((count, sum(best.values()) * 1e3))
+    return points
+
+
 def task_table(outcomes) -> str:
     """Where the time goes: one row per task, biggest share of weight x latency first."""
     total = weighted_latency_ms(outcomes)

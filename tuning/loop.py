@@ -1,16 +1,19 @@
-"""The tuning loop for one task (DESIGN.md §The loop).
+"""The tuning loop (DESIGN.md §The loop).
 
-    until the budget is spent, the time is up, early stopping, or the space is exhausted:
-        candidates = search.propose(...)          # no measuring here
-        batch      = sampler.select(...)
+    until the run's budget is spent, the time is up, or every task stopped:
+        task       = the next task without its minimum yet, else scheduler.pick(tasks)
+        candidates = task's search.propose(...)   # no measuring here
+        batch      = task's sampler.select(...)
         results    = evaluator.measure(...)       # each record appended + flushed as it arrives
-        cost_model.fit(all measured so far)
-        search.observe(batch, results)
-        save search/rng state; log step metrics
+        task's cost_model.fit(all its records)
+        task's search.observe(batch, results)
+        save its search/rng state; log step metrics
+    re-measure each task's best few
 
-Resuming reads the records file (visited set, cost model) and the saved
-search and rng state, so a killed run finishes with exactly `trials` records
-and never measures a config twice.
+A single-operator model is the one-task case. Resuming reads the records file
+(visited sets, cost models) and each task's saved search and rng state; the
+scheduler decides from the records alone, so a killed run finishes with
+exactly `trials` records and never measures a config twice.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from tqdm import tqdm
 
 from tuning.records import Record, RecordLog
 from tuning.sampler.base import take_unvisited
+from tuning.scheduler.round_robin import RoundRobin
 
 
 @dataclass
@@ -84,17 +88,9 @@ class TaskOutcome:
         return points
 
 
-def tune_task(task, task_index: int, parts: Components, run: RunInfo, prior=()) -> TaskOutcome:
+def tune_task(task, parts: Components, run: RunInfo, prior=()) -> TaskOutcome:
     """Tune one task until the run's budget (or a stop) and re-measure its best."""
-    tuner = TaskTuner(task, task_index, parts, run, prior)
-    with _progress(run) as progress:
-        while run.measured < run.trials and not tuner.done:
-            if _out_of_time(run):
-                tuner.outcome.stopped_because = "time limit"
-                break
-            tuner.tune_round(min(run.plan_size, run.trials - run.measured), progress)
-    tuner.finish()
-    return tuner.outcome
+    return tune_tasks([task], lambda _: parts, run, RoundRobin(), {task.key: list(prior)})[0]
 
 
 def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> list[TaskOutcome]:
@@ -131,8 +127,8 @@ class TaskTuner:
     """One task's tuning state (space, records, rng, its own search/sampler/cost model);
     `tune_round` runs one propose -> select -> measure -> fit round.
 
-    A space no bigger than `enumerate_below` is measured config by config instead of
-    searched (an elementwise kernel has a handful of schedules)."""
+    A space that fits in one round (or in the per-task minimum) is measured config by
+    config instead of searched: an elementwise kernel has a handful of schedules."""
 
     def __init__(self, task, task_index: int, parts: Components, run: RunInfo, prior=()):
         self.task, self.parts, self.run = task, parts, run

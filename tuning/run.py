@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tuning.config import ConfigError, validate
-from tuning.apply import e2e_line, evaluate_end_to_end, is_whole_model, task_table, weighted_latency_ms
+from tuning.apply import (e2e_line, evaluate_end_to_end, is_whole_model, model_curve, task_table,
+                          weighted_latency_ms)
 from tuning.loop import Components, RunInfo, tune_tasks
 from tuning.records import RecordLog
 from tuning.task import build_tasks
@@ -42,7 +44,7 @@ def main(cfg: DictConfig) -> float:
                                                          "hardware", "tracking")))
     try:
         tasks = _tasks(cfg, parts.hardware)
-        prior = _prior_records(cfg, tasks, out_dir)
+        prior = _prior_records(cfg, tasks, out_dir, parts.tracker)
     except ConfigError as error:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
@@ -81,29 +83,49 @@ def _tasks(cfg, hardware) -> list:
     """The model's tasks; a whole model's come from the backend (import + extraction)."""
     if not is_whole_model(cfg.model):
         return build_tasks(cfg.model)
-    tasks = hardware.model_tasks(cfg.model, cfg.seed)
+    try:
+        tasks = hardware.model_tasks(cfg.model, cfg.seed)
+    except Exception as error:  # noqa: BLE001 - a file the frontend cannot read is bad input, not a crash
+        if cfg.model.kind != "onnx":
+            raise
+        raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {cfg.model.path}: "
+                          f"{type(error).__name__}: {error}") from error
     if cfg.budget.trials < len(tasks):
         raise ConfigError(f"budget.trials: {cfg.model.name} has {len(tasks)} tasks and every one needs at "
                           f"least one measurement; got {cfg.budget.trials}")
     return tasks
 
 
-def _prior_records(cfg, tasks, out_dir: Path) -> dict:
-    """tuning.database: records of an earlier run (its folder or records.jsonl) for these tasks."""
+def _prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
+    """tuning.database: records of an earlier run (its folder, its records.jsonl, or its MLflow
+    run id in this run's tracking store) for these tasks."""
     if not cfg.tuning.database:
         return {}
-    path = Path(cfg.tuning.database).expanduser().resolve()
-    records_file = path / "records.jsonl" if path.is_dir() else path
-    if not records_file.is_file():
-        raise ConfigError(f"tuning.database: {path} is neither a run folder with records.jsonl nor a records file")
-    if records_file.parent == out_dir:
-        raise ConfigError("tuning.database: points at this run's own folder (use resume= to continue a run)")
+    records_file = _records_file(str(cfg.tuning.database), out_dir, tracker)
     keys = {t.key for t in tasks}
     prior: dict = {}
     for record in RecordLog(records_file).load():
         if record.workload_key in keys:
             prior.setdefault(record.workload_key, []).append(record)
     return prior
+
+
+def _records_file(database: str, out_dir: Path, tracker) -> Path:
+    path = Path(database).expanduser().resolve()
+    if path.exists():
+        records_file = path / "records.jsonl" if path.is_dir() else path
+        if not records_file.is_file():
+            raise ConfigError(f"tuning.database: {path} holds no records.jsonl (not a tunelab run folder)")
+        if records_file.parent == out_dir:
+            raise ConfigError("tuning.database: points at this run's own folder (use resume= to continue a run)")
+        return records_file
+    if re.fullmatch(r"[0-9a-f]{32}", database):
+        (out_dir / "database_source").mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(tracker.download(database, "records.jsonl", str(out_dir / "database_source")))
+        except FileNotFoundError as error:
+            raise ConfigError(f"tuning.database: {error}") from error
+    raise ConfigError(f"tuning.database: {database!r} is neither a run folder, a records file, nor an MLflow run id")
 
 
 def _tune_all(cfg, tasks, parts, out_dir, method, prior):
@@ -141,8 +163,12 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     measured = [(o.task, o.records) for o in outcomes if o.best_config is not None]
     for path in hardware.export_database(measured, out_dir / "database") if measured else []:
         tracker.log_artifact(path, "database")
-    curves = {o.task.name: o.curve() for o in outcomes}
-    tracker.log_artifact(convergence_png(curves, str(out_dir / "convergence.png")))
+    if len(outcomes) == 1:
+        png = convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"))
+    else:
+        png = convergence_png({"sum of weight x best latency": model_curve(outcomes)}, str(out_dir / "convergence.png"),
+                              ylabel="model latency estimate (ms)")
+    tracker.log_artifact(png)
     tracker.log_artifact(str(out_dir / "records.jsonl"))
     tracker.log_artifact(str(out_dir / "config.yaml"))
     for log in out_dir.glob("*.log"):  # Hydra's job log

@@ -20,6 +20,8 @@ artifacts. The loop drives it in this order:
     tracker.end(status="FINISHED")                   flush, then close the run as
                                                      FINISHED | FAILED | KILLED
     tracker.location                                 where to find the run, for humans
+    tracker.download(run_id, artifact, dst_dir)      fetch an artifact of any run in the store
+                                                     (needs no open run); returns the local path
 
 __init__ stores settings only: no I/O, no threads, no clients.
 """
@@ -57,6 +59,9 @@ class Tracker:
     @property
     def location(self) -> str:
         raise NotImplementedError
+
+    def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
+        raise FileNotFoundError(f"{type(self).__name__} keeps no runs to download {artifact} from")
 
 
 class NoTracker(Tracker):

@@ -137,6 +137,15 @@ class MlflowTracker(Tracker):
         for i in range(0, len(run_tags), PARAMS_PER_BATCH):
             self._client.log_batch(self._run_id, tags=run_tags[i:i + PARAMS_PER_BATCH], synchronous=True)
 
+    def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        try:
+            return MlflowClient(tracking_uri=self.uri).download_artifacts(run_id, artifact, dst_dir)
+        except MlflowException as error:
+            raise FileNotFoundError(f"no artifact {artifact} in run {run_id} of {self.uri}: {error}") from error
+
     @property
     def location(self) -> str:
         experiment = f"experiment={self.experiment}"
