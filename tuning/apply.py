@@ -87,8 +87,11 @@ def e2e_metrics(e2e: dict) -> dict:
 
 def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
     """Apply the exported database (out_dir/database), time, write e2e.json, log e2e/*."""
+    from omegaconf import OmegaConf
+
     timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s")}
-    e2e = hardware.evaluate_model(cfg.model, cfg.seed, out_dir / "database", out_dir, timing)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    e2e = hardware.evaluate_model(model, cfg.seed, out_dir / "database", out_dir, timing)
     path = out_dir / "e2e.json"
     path.write_text(json.dumps(e2e, indent=1))
     tracker.log_metrics(e2e_metrics(e2e), step=0)

@@ -143,18 +143,10 @@ class CPUHardware(Hardware):
         return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
 
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
-        """Compile with the database, check against torch, time tuned/untuned/torch (in a worker
-        with this backend's thread count, so the parent's TVM runtime threads do not count)."""
-        worker = Worker({"TVM_NUM_THREADS": self.num_threads}, "tuning.hardware.e2e_worker:init")
-        try:
-            status, value = worker.call("tuning.hardware.e2e_worker:evaluate", dict(model_cfg), seed, self.target,
-                                        str(database_dir), self.num_threads, dict(timing), str(out_dir),
-                                        self.weight_prepack, timeout=timing.get("timeout_s", 3600))
-        finally:
-            worker.close()
-        if status != "ok":
-            raise RuntimeError(f"end-to-end evaluation failed ({status}): {value}")
-        return value
+        from tuning.hardware.e2e import evaluate_model
+
+        return evaluate_model(model_cfg, seed, self.target, database_dir, out_dir, timing, self.num_threads,
+                              self.weight_prepack)
 
     # ---- outputs --------------------------------------------------------------------------
     def export(self, task, config, out_dir):

@@ -1,0 +1,92 @@
+"""Apply and time a whole model: tuned vs untuned TVM builds vs torch eager (no TVM import here).
+
+    evaluate_model(model_cfg, seed, target, database_dir, out_dir, timing, num_threads, weight_prepack)
+
+The TVM builds and the torch module live in two worker processes
+(e2e_worker.py), each with `num_threads` threads. Tuned and torch are timed in
+alternating blocks (BLOCKS each, an untimed call first): this host's speed
+drifts by ~25% over tens of seconds, so one long block each would compare two
+different machines. The untuned build (seconds per call) gets `min_runs` calls.
+Latency = median. The tuned output is checked against torch (or, for an ONNX
+file, against the untuned build).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tuning.hardware.workers import Worker
+
+WORKER = "tuning.hardware.e2e_worker"
+BLOCKS = 5
+
+
+def evaluate_model(model_cfg, seed, target, database_dir, out_dir, timing, num_threads, weight_prepack) -> dict:
+    timeout = timing.get("timeout_s", 3600)
+    workers = {"tvm": Worker({"TVM_NUM_THREADS": num_threads}, f"{WORKER}:init_tvm")}
+    if model_cfg["kind"] == "network":
+        workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads}, f"{WORKER}:init_torch")
+    try:
+        tvm_side = _call(workers["tvm"], "prepare_tvm", dict(model_cfg), seed, target, str(database_dir),
+                         weight_prepack, timeout=timeout)
+        outputs = dict(tvm_side["outputs"])
+        owner = {"tuned": workers["tvm"], "untuned": workers["tvm"]}
+        if "torch" in workers:
+            torch_side = _call(workers["torch"], "prepare_torch", model_cfg["network"], seed, num_threads,
+                               timeout=timeout)
+            if not np.array_equal(torch_side["example"], tvm_side["example"]):
+                raise RuntimeError("the torch and TVM workers built different inputs from the same seed")
+            outputs.update(torch_side["outputs"])
+            owner["torch"] = workers["torch"]
+        times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, timeout)
+        times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
+                                 0.0, True, timeout=timeout)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    np.save(os.path.join(out_dir, "e2e_input.npy"), tvm_side["example"])
+    np.save(os.path.join(out_dir, "e2e_output.npy"), outputs["tuned"])
+    return _verdict(outputs, times, num_threads, tvm_side)
+
+
+def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[float]]:
+    times = {name: [] for name in owners}
+    per_block = -(-timing["runs"] // BLOCKS)
+    for _ in range(BLOCKS):
+        for name, worker in owners.items():
+            wanted = min(per_block, timing["runs"] - len(times[name]))
+            if wanted > 0:
+                times[name] += _call(worker, "time_block", name, wanted, min(wanted, timing["min_runs"]),
+                                     timing["max_seconds"] / BLOCKS, True, timeout=timeout)
+    return times
+
+
+def _verdict(outputs: dict, times: dict, num_threads: int, tvm_side: dict) -> dict:
+    reference = "torch" if "torch" in outputs else "untuned"
+    expected = outputs[reference]
+    scale = max(1.0, float(np.max(np.abs(expected))))
+
+    def close(name):
+        return bool(np.allclose(outputs[name], expected, rtol=1e-3, atol=1e-4 * scale))
+
+    return {
+        "num_threads": num_threads,
+        "reference": reference,
+        "max_abs_diff": float(np.max(np.abs(outputs["tuned"] - expected))),
+        "tolerance": 1e-4 * scale,
+        "match": close("tuned"),
+        "untuned_matches_reference": close("untuned"),
+        "latency_ms": {name: float(np.median(t)) * 1e3 for name, t in times.items()},
+        "runs": {name: len(t) for name, t in times.items()},
+        "latencies_ms": {name: [x * 1e3 for x in t] for name, t in times.items()},
+        "compile_tuned_s": tvm_side["compile_tuned_s"],
+        "compile_untuned_s": tvm_side["compile_untuned_s"],
+    }
+
+
+def _call(worker: Worker, function: str, *args, timeout: float):
+    status, value = worker.call(f"{WORKER}:{function}", *args, timeout=timeout)
+    if status != "ok":
+        raise RuntimeError(f"end-to-end evaluation: {function} failed ({status}): {value}")
+    return value
