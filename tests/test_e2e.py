@@ -19,7 +19,8 @@ from mlflow.tracking import MlflowClient
 from tuning.networks import NETWORKS, build_network
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.tvm, pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")]
+pytestmark = [pytest.mark.tvm, pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")]
 E2E = re.compile(r"end to end: tuned (?P<tuned>[\d.]+) ms\s+untuned (?P<untuned>[\d.]+) ms\s+"
                  r"(?:torch eager (?P<torch>[\d.]+) ms\s+speed-up vs torch [\d.]+x\s+)?vs untuned [\d.]+x\s+"
                  r"outputs (?P<verdict>match|DO NOT match) (?P<reference>\w+)")

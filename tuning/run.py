@@ -49,6 +49,7 @@ def main(cfg: DictConfig) -> float:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
+    (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
     run_id_file = out_dir / "mlflow_run_id"
