@@ -105,8 +105,9 @@ def apply_run(run_dir: Path) -> dict:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from tuning.loop import TaskOutcome, _best_from_records
+    from tuning.loop import TaskOutcome, best_from_records
     from tuning.records import RecordLog
+    from tuning.run import prior_records  # run.py imports this module: import at call time
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     if not is_whole_model(cfg.model):
@@ -115,10 +116,12 @@ def apply_run(run_dir: Path) -> dict:
     records = RecordLog(run_dir / "records.jsonl").load()
     with instantiate(cfg.hardware) as hardware:
         tasks = hardware.model_tasks(cfg.model, cfg.seed)
+        prior = prior_records(cfg, tasks, run_dir, instantiate(cfg.tracking))  # its tuning.database, if any
         outcomes = []
         for task in tasks:
-            outcome = TaskOutcome(task, [r for r in records if r.workload_key == task.key])
-            _best_from_records(outcome)
+            own = [r for r in records if r.workload_key == task.key]
+            outcome = TaskOutcome(task, [*prior.get(task.key, []), *own], reused=len(prior.get(task.key, [])))
+            best_from_records(outcome)
             outcome.stopped_because = "from records"
             outcomes.append(outcome)
         missing = [o.task.name for o in outcomes if o.best_config is None]

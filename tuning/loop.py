@@ -99,7 +99,11 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     task of each round. `components_for(index)` gives a task its own search, sampler and
     cost model; `prior[key]` are records from tuning.database."""
     prior = prior or {}
-    tuners = [TaskTuner(task, i, components_for(i), run, prior.get(task.key, ()))
+    run.log.repair()  # a kill can leave a torn last line; appending after it would corrupt the file
+    own: dict = {}
+    for record in run.log.load():
+        own.setdefault(record.workload_key, []).append(record)
+    tuners = [TaskTuner(task, i, components_for(i), run, prior.get(task.key, ()), own.get(task.key, ()))
               for i, task in enumerate(tasks)]
     with _progress(run) as progress:
         while run.measured < run.trials:
@@ -130,11 +134,10 @@ class TaskTuner:
     A space that fits in one round (or in the per-task minimum) is measured config by
     config instead of searched: an elementwise kernel has a handful of schedules."""
 
-    def __init__(self, task, task_index: int, parts: Components, run: RunInfo, prior=()):
+    def __init__(self, task, task_index: int, parts: Components, run: RunInfo, prior=(), own=()):
+        """`prior`: records reused from tuning.database; `own`: this run's records of the task (resume)."""
         self.task, self.parts, self.run = task, parts, run
         self.space = parts.hardware.space(task)
-        run.log.repair()  # a kill can leave a torn last line; appending after it would corrupt the file
-        own = [r for r in run.log.load() if r.workload_key == task.key]
         self.records = [*prior, *own]
         run.measured += len(self.records)
         self.visited = {tuple(r.config) for r in self.records}
@@ -145,7 +148,7 @@ class TaskTuner:
                            if self.space.size <= max(run.plan_size, run.min_trials_per_task) else None)
         self.done = False
         _fit(parts.cost_model, self.space, task, self.records, self.times)
-        if self.enumerated is not None and self._next_enumerated(1) == []:
+        if self.enumerated is not None and not self._next_enumerated(1):
             self._stop("space enumerated")
 
     @property
@@ -221,7 +224,7 @@ class TaskTuner:
 
     def finish(self) -> None:
         if self.outcome.reused and self.measured == self.outcome.reused:
-            _best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
+            best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
             self.outcome.stopped_because = "reused"
         else:
             _finish(self.parts, self.task, self.outcome)
@@ -295,7 +298,7 @@ def _finish(parts: Components, task, outcome: TaskOutcome) -> None:
     outcome.best_cost = float(np.median(costs))
 
 
-def _best_from_records(outcome: TaskOutcome) -> None:
+def best_from_records(outcome: TaskOutcome) -> None:
     ok = [r for r in outcome.records if r.result.ok]
     if ok:
         best = min(ok, key=lambda r: r.result.cost)

@@ -44,7 +44,7 @@ def main(cfg: DictConfig) -> float:
                                                          "hardware", "tracking")))
     try:
         tasks = _tasks(cfg, parts.hardware)
-        prior = _prior_records(cfg, tasks, out_dir, parts.tracker)
+        prior = prior_records(cfg, tasks, out_dir, parts.tracker)
     except ConfigError as error:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
@@ -97,7 +97,7 @@ def _tasks(cfg, hardware) -> list:
     return tasks
 
 
-def _prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
+def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
     """tuning.database: records of an earlier run (its folder, its records.jsonl, or its MLflow
     run id in this run's tracking store) for these tasks."""
     if not cfg.tuning.database:
