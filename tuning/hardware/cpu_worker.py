@@ -44,10 +44,10 @@ def _without_layout_rewrite(mod):
     return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
 
 
-def _build_module(mod, target):
+def _compile(mod, target):
     import tvm
 
-    return tvm.tirx.build(_without_layout_rewrite(mod), target=make_target(target))
+    return tvm.tirx.build(mod, target=make_target(target))
 
 
 def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
@@ -58,8 +58,9 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     except Exception as error:  # noqa: BLE001 - invalid decisions are a record, not a crash
         return {"error": "invalid", "message": f"{type(error).__name__}: {error}", "build_s": time.perf_counter() - start}
     try:
-        args = [[list(shape), dtype] for shape, dtype in arg_shapes(_without_layout_rewrite(sch.mod)["main"])]
-        _build_module(sch.mod, target).export_library(lib_path)
+        mod = _without_layout_rewrite(sch.mod)
+        args = [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+        _compile(mod, target).export_library(lib_path)
     except Exception:  # noqa: BLE001
         return {"error": "build", "message": traceback.format_exc(limit=3), "config": list(effective),
                 "build_s": time.perf_counter() - start}
@@ -77,7 +78,7 @@ def reference(workload: dict, target: dict) -> None:
         rng = np.random.default_rng(0)
         arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
         arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
-        lib = _build_module(mod, target)
+        lib = _compile(mod, target)
         device = tvm.cpu(0)
         tensors = [tvm.runtime.tensor(a, device) for a in arrays]
         lib[lib.entry_name](*tensors)

@@ -68,11 +68,9 @@ def workload_module(workload: dict):
 
 
 def prim_func(workload: dict):
-    """The untuned TIR function of a workload."""
+    """The untuned TIR function of a single-operator workload."""
     from tvm import te, topi
 
-    if workload["op"] == "tir":
-        return workload_module(workload)["main"]
     dtype = workload.get("dtype", "float32")
     if workload["op"] == "gemm":
         M, N, K = workload["M"], workload["N"], workload["K"]
