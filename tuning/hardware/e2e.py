@@ -28,7 +28,7 @@ def evaluate_model(model_cfg, seed, target, database_dir, out_dir, timing, num_t
     if model_cfg["kind"] == "network":
         workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads}, f"{WORKER}:init_torch")
     try:
-        tvm_side = _call(workers["tvm"], "prepare_tvm", dict(model_cfg), seed, target, str(database_dir),
+        tvm_side = _call(workers["tvm"], "prepare_tvm", model_cfg, seed, target, str(database_dir),
                          weight_prepack, timeout=timeout)
         outputs = dict(tvm_side["outputs"])
         owner = {"tuned": workers["tvm"], "untuned": workers["tvm"]}
@@ -41,7 +41,7 @@ def evaluate_model(model_cfg, seed, target, database_dir, out_dir, timing, num_t
             owner["torch"] = workers["torch"]
         times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, timeout)
         times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
-                                 0.0, True, timeout=timeout)
+                                 0.0, timeout=timeout)
     finally:
         for worker in workers.values():
             worker.close()
@@ -58,7 +58,7 @@ def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[flo
             wanted = min(per_block, timing["runs"] - len(times[name]))
             if wanted > 0:
                 times[name] += _call(worker, "time_block", name, wanted, min(wanted, timing["min_runs"]),
-                                     timing["max_seconds"] / BLOCKS, True, timeout=timeout)
+                                     timing["max_seconds"] / BLOCKS, timeout=timeout)
     return times
 
 

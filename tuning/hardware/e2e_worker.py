@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 _variants: dict = {}  # name -> a callable that runs the model once on the stored input
 
 
@@ -67,11 +65,11 @@ def prepare_torch(network: str, seed: int, num_threads: int) -> dict:
     return {"outputs": {"torch": call().numpy()}, "example": example.numpy()}
 
 
-def time_block(name: str, runs: int, min_runs: int, max_seconds: float, warm_up: bool) -> list[float]:
-    """Seconds of up to `runs` back-to-back calls (at least `min_runs`, stopping after `max_seconds`)."""
+def time_block(name: str, runs: int, min_runs: int, max_seconds: float) -> list[float]:
+    """Seconds of up to `runs` back-to-back calls (at least `min_runs`, stopping after `max_seconds`),
+    after one untimed call (warm-up; the other process's idle threads go to sleep meanwhile)."""
     call = _variants[name]
-    if warm_up:
-        call()
+    call()
     times: list[float] = []
     started = time.perf_counter()
     while len(times) < runs and (len(times) < min_runs or time.perf_counter() - started < max_seconds):
