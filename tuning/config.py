@@ -3,7 +3,7 @@
 Hydra already rejects an unknown group option (listing the available ones)
 and OmegaConf rejects a wrong type for the structured keys below. `validate`
 adds ranges, the hyperparameters of every `_target_` component (checked
-against the constructor's signature and the class's `ranges`), and the
+against the constructor's signature, the class's `ranges` and `options`), and the
 impossible combinations. Every message names the key.
 """
 from __future__ import annotations
@@ -175,6 +175,9 @@ def _check_component(group: str, node) -> tuple[type | None, list[str]]:
     for key, (low, high) in getattr(cls, "ranges", {}).items():
         if key in values and values[key] is not None:
             problems += _check_range(f"{group}.{key}", values[key], low, high)
+    for key, allowed in getattr(cls, "options", {}).items():
+        if key in values and values[key] not in allowed:
+            problems.append(f"{group}.{key}: expected one of {', '.join(map(str, allowed))}, got {values[key]!r}")
     return cls, problems
 
 
@@ -226,6 +229,10 @@ def _check_combinations(cfg, classes, choices) -> list[str]:
                         "the flush runs once per repeat, so it would only cool the first of many runs")
     if cfg.hardware.get("_target_", "").endswith("SyntheticHardware") and cfg.model.kind not in ("gemm", "conv2d"):
         problems.append(f"hardware: synthetic hardware models only gemm/conv2d, not model.kind={cfg.model.kind}")
+    k_min, k_max = cfg.sampler.get("k_min"), cfg.sampler.get("k_max")
+    if isinstance(k_min, int) and isinstance(k_max, int) and k_min >= k_max:
+        problems.append(f"sampler.k_min: must be below sampler.k_max (got k_min={k_min}, k_max={k_max}): "
+                        "k runs over range(k_min, k_max)")
     plan = cfg.search.get("plan_size")
     if plan is not None:
         problems += _check_range("search.plan_size", plan, 1, None)

@@ -190,7 +190,8 @@ class TaskTuner:
         else:
             candidates = parts.search.propose(self.space, parts.cost_model, run.plan_size, self.visited, self.rng)
             batch = parts.sampler.select(candidates, self.space, self.visited, n, self.rng)
-        self.times["search_s"] += time.perf_counter() - started
+        search_s = time.perf_counter() - started
+        self.times["search_s"] += search_s
         if not batch:
             self._stop("space enumerated" if self.enumerated is not None else "space exhausted")
             return 0
@@ -216,7 +217,11 @@ class TaskTuner:
         parts.search.observe(batch, results)
         self.round_index += 1
         _save_state(run, task, parts.search, self.rng, self.round_index)
-        _log_step(parts.tracker, run, task, self.outcome, predicted, results)
+        round_metrics = {"round/search_s": search_s, "round/batch": len(batch),
+                         "round/measure_s": sum(r.build_s + r.run_s for r in results),
+                         **{f"search/{k}": v for k, v in parts.search.metrics().items()},
+                         **{f"sampler/{k}": v for k, v in parts.sampler.metrics().items()}}
+        _log_step(parts.tracker, run, task, self.outcome, predicted, results, round_metrics)
         progress.set_postfix(best_gflops=f"{max(p[1] for p in self.outcome.curve()):.1f}")
         if self.enumerated is not None and not self._next_enumerated(1):
             self._stop("space enumerated")
@@ -265,7 +270,7 @@ def _rank_correlation(predicted, results, flops) -> float | None:
     return float(spearmanr(predicted, measured).statistic)
 
 
-def _log_step(tracker, run, task, outcome, predicted, results) -> None:
+def _log_step(tracker, run, task, outcome, predicted, results, round_metrics) -> None:
     best_gflops = outcome.curve()[-1][1]
     metrics = {
         "tuning/best_gflops": best_gflops,
@@ -277,6 +282,7 @@ def _log_step(tracker, run, task, outcome, predicted, results) -> None:
     if correlation is not None:
         metrics["model/rank_corr"] = correlation
     metrics.update({f"task/{task.name}/{k.split('/')[-1]}": v for k, v in metrics.items() if k.startswith("tuning/")})
+    metrics.update(round_metrics)
     tracker.log_metrics(metrics, step=run.measured)
 
 

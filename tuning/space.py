@@ -123,6 +123,24 @@ class Space:
         new[knob] = int(np.clip(config[knob] + delta, 0, self.dims[knob] - 1))
         return tuple(new)
 
+    def step_all(self, configs: np.ndarray, deltas: np.ndarray) -> np.ndarray:
+        """Chameleon's move on every knob at once, for a batch: (B, knobs) arrays of
+        indices and of deltas in {-1, 0, +1}. The sketch moves first (slots the new
+        sketch lacks become 0), then every slot active in the row's sketch moves,
+        clipped to its range; deltas on inactive slots do nothing."""
+        configs = np.asarray(configs, dtype=np.int64)
+        sketch = np.clip(configs[:, 0] + deltas[:, 0], 0, self.num_sketches - 1)
+        active = self._active_mask[sketch]
+        moved = np.clip(configs + deltas, 0, np.asarray(self.dims) - 1)
+        out = np.where(active, moved, 0)
+        out[:, 0] = sketch
+        return out
+
+    def normalized(self, configs) -> np.ndarray:
+        """Knob indices scaled to [0, 1] by each slot's size (Chameleon's state)."""
+        index = np.asarray(configs, dtype=np.float32).reshape(-1, len(self.knobs))
+        return index / np.maximum(np.asarray(self.dims, dtype=np.float32) - 1, 1)
+
     def neighbors(self, config: Config) -> list[Config]:
         """Every config one increment/decrement away (sketch changes included)."""
         out = []

@@ -6,8 +6,13 @@ A sampler picks which candidates are measured this round.
         `candidates` come from the search, best first. Returns at most b
         configs that are canonical (space.canonical), distinct, and not in
         `visited`; fewer only when the space has no more unvisited configs it
-        can find. Samplers may add configs that are not candidates (random
-        exploration, synthesis). Randomness only from `rng`.
+        can find, or when the sampler is `adaptive` (it decides how many to
+        measure, e.g. kmeans's knee; then at least one while any candidate
+        is new). Samplers may add configs that are
+        not candidates (random exploration, synthesis). Randomness only from
+        `rng`.
+    metrics() -> dict
+        Numbers about the latest select, logged per round as sampler/<name>.
 
 __init__ stores hyperparameters only.
 """
@@ -15,8 +20,13 @@ from __future__ import annotations
 
 
 class Sampler:
+    adaptive = False  # True: returns as many as it judges worth measuring, 1..b
+
     def select(self, candidates, space, visited, b, rng):
         raise NotImplementedError
+
+    def metrics(self) -> dict:
+        return {}
 
 
 def take_unvisited(configs, space, visited, chosen, limit):

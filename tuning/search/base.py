@@ -14,10 +14,18 @@ A search strategy proposes candidate configs each round; it never measures.
         The configs measured this round (canonical) and their MeasureResults.
     state_dict() / load_state_dict(state)
         Everything needed to continue after a resume (JSON-serialisable).
+    metrics() -> dict
+        Numbers about the latest propose, logged per round as search/<name>.
 
 __init__ stores hyperparameters only: no TVM, no I/O, no threads.
 """
 from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from tuning.sampler.base import random_unvisited
 
 
 class Search:
@@ -34,3 +42,54 @@ class Search:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+    def metrics(self) -> dict:
+        return {}
+
+
+# ---- helpers shared by the model-guided searches ------------------------------------------
+def predict(space, cost_model, configs) -> np.ndarray:
+    return np.asarray(cost_model.predict(space.features(configs)), dtype=np.float64)
+
+
+def fill_with_random(proposals, space, visited, n, rng) -> list:
+    """Top up `proposals` to n with random unvisited configs (a walk may find fewer)."""
+    proposals = list(proposals)
+    keys = [space.canonical(c) for c in proposals]
+    while len(proposals) < n:
+        config = random_unvisited(space, visited, keys, rng)
+        if config is None:
+            break
+        proposals.append(config)
+        keys.append(config)
+    return proposals
+
+
+class TopN:
+    """Min-heap of the n best distinct (by canonical form) unvisited configs."""
+
+    def __init__(self, space, visited, n):
+        self.space, self.visited, self.n = space, visited, n
+        self.heap: list[tuple[float, tuple]] = []
+        self.keys: set = set()
+
+    def offer(self, configs, scores) -> bool:
+        changed = False
+        for config, score in zip(configs, scores):
+            score = float(score)
+            if self.n <= 0 or (len(self.heap) == self.n and score <= self.heap[0][0]):
+                continue
+            key = self.space.canonical(config)
+            if key in self.visited or key in self.keys:
+                continue
+            if len(self.heap) < self.n:
+                heapq.heappush(self.heap, (score, config))
+            else:
+                _, dropped = heapq.heapreplace(self.heap, (score, config))
+                self.keys.discard(self.space.canonical(dropped))
+            self.keys.add(key)
+            changed = True
+        return changed
+
+    def sorted_configs(self) -> list:
+        return [config for _, config in sorted(self.heap, reverse=True)]

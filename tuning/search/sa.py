@@ -14,12 +14,9 @@ Every step predicts all walkers in one batch (one `space.features` and one
 """
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
-from tuning.sampler.base import random_unvisited
-from tuning.search.base import Search
+from tuning.search.base import Search, TopN, fill_with_random, predict
 
 
 class SimulatedAnnealing(Search):
@@ -48,8 +45,8 @@ class SimulatedAnnealing(Search):
 
     def propose(self, space, cost_model, n, visited, rng):
         points = self._start_points(space, rng)
-        scores = self._predict(space, cost_model, points)
-        best = _TopN(space, visited, n)
+        scores = predict(space, cost_model, points)
+        best = TopN(space, visited, n)
         best.offer(points, scores)
 
         if isinstance(self.temp, (int, float)):
@@ -61,7 +58,7 @@ class SimulatedAnnealing(Search):
         step = last_change = 0
         while step < self.n_iter and step < last_change + self.early_stop:
             moved = [space.random_walk(p, rng) for p in points]
-            moved_scores = self._predict(space, cost_model, moved)
+            moved_scores = predict(space, cost_model, moved)
             # clipped: a better move is always taken, and exp never overflows
             exponent = np.clip((moved_scores - scores) / (temperature + 1e-5), -700.0, 0.0)
             accept = rng.random(len(points)) < np.exp(exponent)
@@ -74,15 +71,7 @@ class SimulatedAnnealing(Search):
 
         if self.persistent:
             self.points = [[int(c) for c in p] for p in points]
-        proposals = best.sorted_configs()
-        keys = [space.canonical(c) for c in proposals]
-        while len(proposals) < n:  # the walk found fewer than n unmeasured configs
-            config = random_unvisited(space, visited, keys, rng)
-            if config is None:
-                break
-            proposals.append(config)
-            keys.append(config)
-        return proposals
+        return fill_with_random(best.sorted_configs(), space, visited, n, rng)
 
     def _start_points(self, space, rng):
         if self.persistent and self.points is not None and len(self.points) == self.parallel_size:
@@ -91,43 +80,9 @@ class SimulatedAnnealing(Search):
                 return points
         return [space.sample(rng) for _ in range(self.parallel_size)]
 
-    @staticmethod
-    def _predict(space, cost_model, points):
-        return np.asarray(cost_model.predict(space.features(points)), dtype=np.float64)
-
     def state_dict(self) -> dict:
         return {"points": self.points}
 
     def load_state_dict(self, state: dict) -> None:
         points = state.get("points")
         self.points = None if points is None else [[int(c) for c in p] for p in points]
-
-
-class _TopN:
-    """Min-heap of the n best distinct (by canonical form) unvisited configs."""
-
-    def __init__(self, space, visited, n):
-        self.space, self.visited, self.n = space, visited, n
-        self.heap: list[tuple[float, tuple]] = []
-        self.keys: set = set()
-
-    def offer(self, configs, scores) -> bool:
-        changed = False
-        for config, score in zip(configs, scores):
-            score = float(score)
-            if self.n <= 0 or (len(self.heap) == self.n and score <= self.heap[0][0]):
-                continue
-            key = self.space.canonical(config)
-            if key in self.visited or key in self.keys:
-                continue
-            if len(self.heap) < self.n:
-                heapq.heappush(self.heap, (score, config))
-            else:
-                _, dropped = heapq.heapreplace(self.heap, (score, config))
-                self.keys.discard(self.space.canonical(dropped))
-            self.keys.add(key)
-            changed = True
-        return changed
-
-    def sorted_configs(self) -> list:
-        return [config for _, config in sorted(self.heap, reverse=True)]

@@ -1,0 +1,205 @@
+"""sampler=kmeans: Chameleon's Adaptive Sampling with Sample Synthesis.
+
+Ahn et al., ICLR 2020, §3.3, Algorithm 1 (ReLeASE 2019, §4.2):
+
+    previous_loss = inf
+    for k in k_min, k_min + k_step, ... < k_max:
+        centroids, clusters, loss = k-means(candidates, k)
+        if threshold * loss > previous_loss: break      # the knee of the loss curve
+        previous_loss = loss
+    for each centroid already visited: replace it with mode(candidates)
+    measure the centroids
+
+So the batch size adapts: the centroids of the k the loop stopped at (the k
+that tripped the rule, or the last k tried) are the round's measurements, at
+most b of them.
+
+Details the paper leaves open, as tunelab fills them:
+  - configs are clustered as their knob indices scaled to [0, 1] by each
+    knob's size (the PPO agent's state); `cluster_dims: 2` clusters on the
+    two knobs with the most choices only, as the published code did;
+  - a centroid becomes the nearest valid config: for each sketch, every
+    active knob rounded to its nearest index and inactive knobs 0; the
+    closest of those;
+  - synthesis: per knob, the most frequent value among the candidates that
+    use that knob (the sketch: the most frequent sketch); a synthesised
+    config that is visited or already chosen is drawn again knob by knob
+    from the candidates' values (the published code's "mode or sample"),
+    then a random unvisited config;
+  - `synthesis_pool: cluster` takes the mode over the centroid's own
+    cluster (the ReLeASE code) instead of all candidates (the paper);
+  - at most b centroids are kept, those whose clusters hold the
+    best-ranked candidates first (candidates arrive best first).
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
+
+from tuning.sampler.base import Sampler, random_unvisited
+
+
+class KMeansSampler(Sampler):
+    """Hyperparameters:
+
+        threshold       knee rule: stop when threshold * loss > previous loss (2.5: the published
+                        code's constant; the value in the paper's Table 7 is not legible)
+        k_min, k_max    k runs over range(k_min, k_max, k_step) (8 and 64, Algorithm 1)
+        k_step          1 (Algorithm 1: range(8, 64)); the published code used 8
+        max_iter        Lloyd iterations per k-means (100, code)
+        cluster_dims    null: all knobs (the paper); 2: the two largest knobs (the code)
+        synthesis_pool  "candidates" (paper: mode(s_Θ)) or "cluster" (ReLeASE code)
+        synthesis_tries draws of a knob-by-knob sample before a random config (100)
+    """
+
+    adaptive = True
+    ranges = {"threshold": (1e-6, None), "k_min": (1, None), "k_max": (2, None), "k_step": (1, None),
+              "max_iter": (1, None), "cluster_dims": (1, None), "synthesis_tries": (0, None)}
+    options = {"synthesis_pool": ("candidates", "cluster")}
+
+    def __init__(self, threshold: float = 2.5, k_min: int = 8, k_max: int = 64, k_step: int = 1,
+                 max_iter: int = 100, cluster_dims: int | None = None, synthesis_pool: str = "candidates",
+                 synthesis_tries: int = 100):
+        self.threshold = threshold
+        self.k_min = k_min
+        self.k_max = k_max
+        self.k_step = k_step
+        self.max_iter = max_iter
+        self.cluster_dims = cluster_dims
+        self.synthesis_pool = synthesis_pool
+        self.synthesis_tries = synthesis_tries
+        self.last_k = 0  # the k of the latest select, and how many of its samples were synthesised
+        self.last_synthesised = 0
+
+    def select(self, candidates, space, visited, b, rng):
+        if b <= 0:
+            return []
+        configs = _distinct([space.canonical(c) for c in candidates])
+        if not configs:
+            pick = random_unvisited(space, visited, [], rng)
+            return [] if pick is None else [pick]
+        points = self._points(space, configs)
+        k, labels, centers = self.knee(points, rng)
+        self.last_k, self.last_synthesised = k, 0
+        order = _clusters_best_first(labels, k)[:b]
+        chosen: list = []
+        for cluster in order:
+            pool = configs if self.synthesis_pool == "candidates" else [
+                c for c, label in zip(configs, labels) if label == cluster]
+            centroid = space.canonical(snap(space, self._unproject(space, configs, centers[cluster])))
+            if centroid in visited or centroid in chosen:
+                centroid = self._synthesise(pool, space, visited, chosen, rng)
+                self.last_synthesised += 1
+            if centroid is not None:
+                chosen.append(centroid)
+        return chosen
+
+    def metrics(self) -> dict:
+        return {"k": self.last_k, "synthesised": self.last_synthesised}
+
+    # ---- Algorithm 1, lines 2-6 ------------------------------------------------------------
+    def knee(self, points: np.ndarray, rng) -> tuple[int, np.ndarray, np.ndarray]:
+        """Run k-means for growing k until the loss stops falling by `threshold`x;
+        returns (k, labels, centres) of the last k run."""
+        distinct = len(np.unique(points, axis=0))
+        previous_loss, result = np.inf, None
+        for k in range(self.k_min, self.k_max, self.k_step):
+            if k > distinct:
+                break
+            result = self._kmeans(points, k, rng)
+            if self.threshold * result[3] > previous_loss:
+                break
+            previous_loss = result[3]
+        if result is None:  # fewer distinct candidates than k_min: each is its own cluster
+            result = self._kmeans(points, distinct, rng)
+        return result[:3]
+
+    def _kmeans(self, points, k, rng):
+        seed = int(rng.integers(2**31 - 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fitted = KMeans(n_clusters=k, n_init=1, max_iter=self.max_iter, random_state=seed).fit(points)
+        return k, fitted.labels_, fitted.cluster_centers_, float(fitted.inertia_)
+
+    # ---- where configs live while clustered ------------------------------------------------
+    def _dims(self, space) -> list[int]:
+        if self.cluster_dims is None:
+            return list(range(len(space.knobs)))
+        return sorted(np.argsort(-np.asarray(space.dims), kind="stable")[:self.cluster_dims].tolist())
+
+    def _points(self, space, configs) -> np.ndarray:
+        return space.normalized(configs)[:, self._dims(space)].astype(np.float64)
+
+    def _unproject(self, space, configs, center) -> np.ndarray:
+        """A centre over the clustered knobs, as a full normalised vector: knobs left out of
+        the clustering take their mean over the candidates."""
+        full = space.normalized(configs).mean(axis=0).astype(np.float64)
+        full[self._dims(space)] = center
+        return full
+
+    # ---- Algorithm 1, lines 7-9 ------------------------------------------------------------
+    def _synthesise(self, pool, space, visited, chosen, rng):
+        taken = set(chosen) | set(visited)
+        mode = space.canonical(per_knob_mode(space, pool))
+        if mode not in taken:
+            return mode
+        for _ in range(self.synthesis_tries):
+            drawn = space.canonical(per_knob_draw(space, pool, rng))
+            if drawn not in taken:
+                return drawn
+        return random_unvisited(space, visited, chosen, rng)
+
+
+def snap(space, vector: np.ndarray) -> tuple:
+    """The valid config nearest (Euclidean, in normalised indices) to `vector`."""
+    dims = np.asarray(space.dims)
+    scale = np.maximum(dims - 1, 1)
+    best, best_distance = None, np.inf
+    for sketch, slots in enumerate(space.active):
+        config = np.zeros(len(dims), dtype=np.int64)
+        config[0] = sketch
+        slots = list(slots)
+        config[slots] = np.clip(np.rint(vector[slots] * scale[slots]), 0, dims[slots] - 1)
+        distance = float(((config / scale - vector) ** 2).sum())
+        if distance < best_distance:
+            best, best_distance = tuple(int(c) for c in config), distance
+    return best
+
+
+def per_knob_mode(space, pool) -> tuple:
+    """The most frequent sketch, then per active knob its most frequent value among the
+    configs of that sketch (ties: the value seen first)."""
+    sketch = Counter(c[0] for c in pool).most_common(1)[0][0]
+    same = [c for c in pool if c[0] == sketch]
+    config = [0] * len(space.knobs)
+    config[0] = sketch
+    for slot in space.active[sketch]:
+        config[slot] = Counter(c[slot] for c in same).most_common(1)[0][0]
+    return tuple(config)
+
+
+def per_knob_draw(space, pool, rng) -> tuple:
+    """Like per_knob_mode, but every knob drawn from the values the pool shows."""
+    sketch = pool[int(rng.integers(len(pool)))][0]
+    same = [c for c in pool if c[0] == sketch]
+    config = [0] * len(space.knobs)
+    config[0] = sketch
+    for slot in space.active[sketch]:
+        config[slot] = same[int(rng.integers(len(same)))][slot]
+    return tuple(config)
+
+
+def _distinct(configs) -> list:
+    return list(dict.fromkeys(configs))
+
+
+def _clusters_best_first(labels, k) -> list[int]:
+    """Cluster ids ordered by the rank of their best member (labels are in candidate order)."""
+    first_seen = {}
+    for rank, label in enumerate(labels):
+        first_seen.setdefault(int(label), rank)
+    return sorted(range(k), key=lambda cluster: first_seen.get(cluster, len(labels)))

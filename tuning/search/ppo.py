@@ -1,0 +1,280 @@
+"""search=ppo: Chameleon's Adaptive Exploration, a PPO agent walking the knob space.
+
+Ahn et al., "Chameleon: adaptive code optimization for expedited DNN
+compilation", ICLR 2020, §3.2 (and ReLeASE, 2019, §4.1). One `propose` is one
+iteration of their optimization:
+
+  1. start  `episodes` walkers: the best configs measured so far (from
+            `observe`), the rest random ("a set of initial configurations").
+  2. walk   every step the policy emits, for every knob, decrement / stay /
+            increment (one categorical head per knob; the state is the knob
+            indices normalised by each knob's size) and the configuration
+            updater applies them all (Space.step_all). A walker's episode ends
+            when at least `converged_fraction` of its movable knobs did not move
+            (stay, or stuck at a boundary), or after `max_steps`; the round ends
+            when every walker has ended or `early_stop` steps brought no new
+            top-n config (the published optimizer's rule, as AutoTVM's SA).
+  3. reward the cost model scores every config on the walks: no hardware in
+            the inner loop. A step's reward is the prediction for the config it
+            reached, standardised over the round (cost models promise only an
+            order, not a scale).
+  4. learn  PPO (clipped surrogate, GAE, value and entropy terms) on the
+            round's transitions. The agent and its optimizer persist across
+            rounds and resumes; that reuse is the claimed edge over SA.
+  5. return the n best-predicted distinct unmeasured configs seen on the walks,
+            the candidate set s_Θ handed to the sampler.
+
+All randomness comes from the run's rng: the network's initial weights are
+drawn under a torch seed taken from it, and actions are sampled with numpy
+from the policy's probabilities.
+"""
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import torch
+from torch import nn
+
+from tuning.search.base import Search, TopN, fill_with_random, predict
+
+DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1
+
+
+class PPO(Search):
+    """Hyperparameters (Chameleon Tables 7 and 9; where the paper is silent, its published code):
+
+        episodes            walkers per round (128, Table 7 "number of episodes")
+        max_steps           step cap of one episode (500, Table 7)
+        early_stop          end the round after this many steps without a new top-n config (50, code)
+        converged_fraction  an episode ends when this share of its knobs did not move (0.75, code)
+        best_starts         walkers that start from the best measured configs (16; tunelab's
+                            choice: the paper says "a set of initial configurations")
+        learning_rate       Adam step size (1e-3, Table 9)
+        gamma               discount factor (0.9, Table 9)
+        gae_lambda          GAE parameter (0.99, Table 9)
+        epochs              PPO epochs per round (3, Table 9)
+        clip                clipping parameter (0.3, Table 9; the code used 0.2)
+        value_coef          value-loss coefficient (1.0, Table 9)
+        entropy_coef        entropy coefficient (0.1, Table 9; the code used 0.3)
+        minibatch_size      transitions per gradient step (32, code)
+        hidden              width of every hidden layer (20, code: 2x20 tanh policy, 3x20 value,
+                            the first layer shared, as the paper says)
+        temperature         softmax temperature of the knob heads (0.1, code)
+        max_grad_norm       gradient-norm clip (0.5, the PPO reference implementations)
+        plan_size           configs measured per round (64, Table 7), read by the loop
+    """
+
+    needs_cost_model = True
+    ranges = {"episodes": (1, None), "max_steps": (1, None), "early_stop": (1, None),
+              "converged_fraction": (0.0, 1.0), "best_starts": (0, None), "learning_rate": (1e-12, None),
+              "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "epochs": (1, None), "clip": (1e-6, None),
+              "value_coef": (0.0, None), "entropy_coef": (0.0, None), "minibatch_size": (1, None),
+              "hidden": (1, None), "temperature": (1e-6, None), "max_grad_norm": (1e-6, None),
+              "plan_size": (1, None)}
+
+    def __init__(self, episodes: int = 128, max_steps: int = 500, early_stop: int = 50,
+                 converged_fraction: float = 0.75, best_starts: int = 16, learning_rate: float = 1e-3,
+                 gamma: float = 0.9, gae_lambda: float = 0.99, epochs: int = 3, clip: float = 0.3,
+                 value_coef: float = 1.0, entropy_coef: float = 0.1, minibatch_size: int = 32,
+                 hidden: int = 20, temperature: float = 0.1, max_grad_norm: float = 0.5,
+                 plan_size: int = 64):
+        self.episodes = episodes
+        self.max_steps = max_steps
+        self.early_stop = early_stop
+        self.converged_fraction = converged_fraction
+        self.best_starts = best_starts
+        self.learning_rate = learning_rate
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+        self.epochs = epochs
+        self.clip = clip
+        self.value_coef = value_coef
+        self.entropy_coef = entropy_coef
+        self.minibatch_size = minibatch_size
+        self.hidden = hidden
+        self.temperature = temperature
+        self.max_grad_norm = max_grad_norm
+        self.plan_size = plan_size
+        self.agent: ActorCritic | None = None  # built on the first propose, when the knob count is known
+        self.optimizer: torch.optim.Adam | None = None
+        self.best: list[tuple[float, list[int]]] = []  # (seconds, config) of the best measured configs
+        self.saved_agent: str | None = None  # from load_state_dict, restored on the next propose
+        self.last_round: dict = {}  # what the latest round did (steps, transitions, mean reward)
+
+    # ---- one round -------------------------------------------------------------------------
+    def propose(self, space, cost_model, n, visited, rng):
+        self._ensure_agent(len(space.knobs), rng)
+        starts = self._start_configs(space, rng)
+        top = TopN(space, visited, n)
+        top.offer([tuple(int(c) for c in row) for row in starts], predict(space, cost_model, starts))
+        rollout = self._walk(space, cost_model, starts, top, rng)
+        self._learn(rollout, rng)
+        return fill_with_random(top.sorted_configs(), space, visited, n, rng)
+
+    def _start_configs(self, space, rng) -> np.ndarray:
+        best = [tuple(c) for _, c in self.best[:self.best_starts] if space.is_valid(tuple(c))]
+        randoms = [space.sample(rng) for _ in range(self.episodes - len(best))]
+        return np.asarray((best + randoms)[:self.episodes], dtype=np.int64)
+
+    def _walk(self, space, cost_model, configs, top, rng) -> dict:
+        """Run the episodes; returns the transitions as (steps, walkers, ...) arrays."""
+        movable = _movable_mask(space)
+        alive = np.ones(len(configs), dtype=bool)
+        steps: list[dict] = []
+        last_change = 0
+        while len(steps) < self.max_steps and alive.any() and len(steps) < last_change + self.early_stop:
+            state = space.normalized(configs)
+            with torch.no_grad():
+                probs, value = self.agent(torch.from_numpy(state), self.temperature)
+            actions = _sample(probs.numpy(), rng)
+            moved = space.step_all(configs, actions - 1)
+            moved[~alive] = configs[~alive]  # ended walkers stay put
+            scores = predict(space, cost_model, moved)
+            converged = alive & _converged(configs, moved, movable, self.converged_fraction)
+            steps.append({"state": state, "actions": actions, "value": value.numpy()[:, 0],
+                          "log_prob": _log_prob(probs.numpy(), actions), "score": scores,
+                          "alive": alive.copy(), "ends": converged})
+            if top.offer([tuple(int(c) for c in row) for row in moved[alive]], scores[alive]):
+                last_change = len(steps)
+            configs, alive = moved, alive & ~converged
+        with torch.no_grad():
+            _, final_value = self.agent(torch.from_numpy(space.normalized(configs)), self.temperature)
+        rollout = {key: np.stack([s[key] for s in steps]) for key in steps[0]}
+        rollout["final_value"] = final_value.numpy()[:, 0]
+        return rollout
+
+    def _learn(self, rollout, rng) -> None:
+        """PPO on the round's transitions (CleanRL's ppo.py, minus its environment loop)."""
+        alive = rollout["alive"]
+        scores = rollout["score"]
+        reward = (scores - scores[alive].mean()) / (scores[alive].std() + 1e-8)
+        advantage = generalized_advantages(reward, rollout["value"], rollout["ends"], rollout["final_value"],
+                                           self.gamma, self.gae_lambda)
+        returns = advantage + rollout["value"]
+        data = {"state": rollout["state"][alive], "actions": rollout["actions"][alive],
+                "log_prob": rollout["log_prob"][alive], "advantage": advantage[alive], "returns": returns[alive]}
+        data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
+        count = len(data["returns"])
+        for _ in range(self.epochs):
+            order = rng.permutation(count)
+            for start in range(0, count, self.minibatch_size):
+                batch = {key: value[order[start:start + self.minibatch_size]] for key, value in data.items()}
+                self._gradient_step(batch)
+        self.last_round = {"steps": int(len(alive)), "transitions": count, "mean_score": float(scores[alive].mean())}
+
+    def _gradient_step(self, batch) -> None:
+        probs, value = self.agent(batch["state"], self.temperature)
+        log_probs = torch.log(probs.clamp_min(1e-12))
+        taken = log_probs.gather(2, batch["actions"].unsqueeze(2)).squeeze(2).sum(1)
+        ratio = torch.exp(taken - batch["log_prob"])
+        advantage = batch["advantage"]
+        if len(advantage) > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - self.clip, 1 + self.clip) * advantage).mean()
+        value_loss = 0.5 * ((value[:, 0] - batch["returns"]) ** 2).mean()
+        entropy = -(probs * log_probs).sum(2).sum(1).mean()
+        loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.agent.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+
+    def metrics(self) -> dict:
+        return dict(self.last_round)
+
+    # ---- measurements, agent, resume -------------------------------------------------------
+    def observe(self, configs, results):
+        measured = [(r.cost, [int(c) for c in config]) for config, r in zip(configs, results) if r.ok]
+        self.best = sorted(self.best + measured)[:max(self.best_starts, 1)]
+
+    def _ensure_agent(self, knobs: int, rng) -> None:
+        if self.agent is not None:
+            return
+        restoring = self.saved_agent is not None
+        with torch.random.fork_rng(devices=[]):  # the initial weights, without touching torch's global RNG
+            torch.manual_seed(0 if restoring else int(rng.integers(2**62)))  # restored weights overwrite them
+            self.agent = ActorCritic(knobs, self.hidden)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=self.learning_rate)
+        if restoring:
+            saved = torch.load(io.BytesIO(base64.b64decode(self.saved_agent)), weights_only=True)
+            self.agent.load_state_dict(saved["agent"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+
+    def state_dict(self) -> dict:
+        agent = self.saved_agent
+        if self.agent is not None:
+            buffer = io.BytesIO()
+            torch.save({"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}, buffer)
+            agent = base64.b64encode(buffer.getvalue()).decode("ascii")
+        return {"agent": agent, "best": [[cost, config] for cost, config in self.best]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.saved_agent = state.get("agent")
+        self.best = [(float(cost), [int(c) for c in config]) for cost, config in state.get("best", [])]
+        self.agent = self.optimizer = None
+
+
+class ActorCritic(nn.Module):
+    """The first layer is shared; the policy has one more tanh layer and a 3-way head per
+    knob, the value two more tanh layers and one output."""
+
+    def __init__(self, knobs: int, hidden: int):
+        super().__init__()
+        self.knobs = knobs
+        self.shared = nn.Sequential(nn.Linear(knobs, hidden), nn.Tanh())
+        self.policy = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, knobs * DIRECTIONS))
+        self.value = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                                   nn.Linear(hidden, 1))
+
+    def forward(self, state, temperature: float):
+        features = self.shared(state)
+        logits = self.policy(features).view(-1, self.knobs, DIRECTIONS) / temperature
+        return torch.softmax(logits, dim=2), self.value(features)
+
+
+def generalized_advantages(reward, value, ends, final_value, gamma, lam) -> np.ndarray:
+    """GAE over (steps, walkers) arrays. `ends[t]` marks a walker's last step (converged);
+    walkers still going after the last step are bootstrapped from `final_value`. Steps after
+    a walker ended are garbage that its `ends` step cuts off."""
+    advantage = np.zeros_like(reward)
+    running = np.zeros(reward.shape[1])
+    next_value = final_value
+    for t in reversed(range(len(reward))):
+        going = 1.0 - ends[t]
+        delta = reward[t] + gamma * next_value * going - value[t]
+        running = delta + gamma * lam * going * running
+        advantage[t] = running
+        next_value = value[t]
+    return advantage
+
+
+def _sample(probs: np.ndarray, rng) -> np.ndarray:
+    """One direction per knob per walker, drawn from the heads' probabilities."""
+    cumulative = probs.cumsum(axis=2)
+    draws = rng.random(probs.shape[:2])[:, :, None]
+    return np.minimum((draws > cumulative).sum(axis=2), DIRECTIONS - 1)
+
+
+def _log_prob(probs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    taken = np.take_along_axis(probs, actions[:, :, None], axis=2)[:, :, 0]
+    return np.log(np.maximum(taken, 1e-12)).sum(axis=1).astype(np.float32)
+
+
+def _converged(configs, moved, movable, fraction) -> np.ndarray:
+    """Walkers whose movable knobs mostly did not move (stay, or stuck at a boundary)."""
+    can_move = movable[configs[:, 0]]
+    count = can_move.sum(axis=1)
+    unmoved = ((moved == configs) & can_move).sum(axis=1)
+    return (count == 0) | (unmoved >= fraction * count)
+
+
+def _movable_mask(space) -> np.ndarray:
+    """(sketches, knobs): the knobs a config of each sketch can move."""
+    dims = np.asarray(space.dims)
+    mask = np.zeros((space.num_sketches, len(dims)), dtype=bool)
+    for sketch, slots in enumerate(space.active):
+        mask[sketch, list(slots)] = dims[list(slots)] > 1
+        mask[sketch, 0] = space.num_sketches > 1
+    return mask
