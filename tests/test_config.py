@@ -122,6 +122,13 @@ REJECTED = {
     "gradient alpha": (["scheduler.alpha=1.5"], "scheduler.alpha"),
     "negative per-task minimum": (["budget.min_trials_per_task=-1"], "budget.min_trials_per_task"),
     "e2e runs zero": (["e2e.runs=0"], "e2e.runs"),
+    "rounds per task zero": (["budget.rounds_per_task=0"], "budget.rounds_per_task"),
+    "trials per task zero": (["budget.trials_per_task=0"], "budget.trials_per_task"),
+    "kmeans synthesis pool": (["sampler=kmeans", "sampler.synthesis_pool=everything"], "sampler.synthesis_pool"),
+    "kmeans empty k range": (["sampler=kmeans", "sampler.k_min=64"], "sampler.k_min"),
+    "ppo clip zero": (["search=ppo", "search.clip=0"], "search.clip"),
+    "ppo gamma above one": (["search=ppo", "search.gamma=1.5"], "search.gamma"),
+    "ppo without a model": (["search=ppo", "cost_model=none"], "cost_model"),
 }
 
 
@@ -152,6 +159,10 @@ ACCEPTED = {
     "time limit and early stop": ["budget.time_limit_s=0.5", "budget.early_stop=10"],
     "synthetic": ["hardware=synthetic", "tracking=none"],
     "network round robin": ["model=resnet18", "scheduler=round_robin", "budget.min_trials_per_task=0"],
+    "chameleon as published in code": ["search=ppo", "sampler=kmeans", "search.clip=0.2", "search.entropy_coef=0.3",
+                                       "sampler.k_step=8", "sampler.cluster_dims=2", "sampler.synthesis_pool=cluster"],
+    "paper protocol budget": ["budget.trials_per_task=1000", "budget.rounds_per_task=16"],
+    "ablation experiment": ["+experiment=chameleon_ablation_reduced"],
 }
 
 

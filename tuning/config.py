@@ -25,6 +25,8 @@ COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", 
 @dataclass
 class BudgetSchema:
     trials: int = 256  # measurements of the whole run (all of a model's tasks together)
+    trials_per_task: Optional[int] = None  # when set, trials = this x the model's number of tasks
+    rounds_per_task: Optional[int] = None  # stop a task after this many propose/measure rounds
     time_limit_s: Optional[float] = None  # wall-clock cap for the whole run
     early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
     min_trials_per_task: int = 64  # every task gets this many (or its whole space) before scheduling
@@ -90,6 +92,9 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         problems += _check_range("budget.time_limit_s", cfg.budget.time_limit_s, 0, None, inclusive_low=False)
     if cfg.budget.early_stop is not None:
         problems += _check_range("budget.early_stop", cfg.budget.early_stop, 1, None)
+    for key in ("trials_per_task", "rounds_per_task"):
+        if cfg.budget[key] is not None:
+            problems += _check_range(f"budget.{key}", cfg.budget[key], 1, None)
     problems += _check_range("budget.min_trials_per_task", cfg.budget.min_trials_per_task, 0, None)
     for key in ("runs", "min_runs"):
         problems += _check_range(f"e2e.{key}", cfg.e2e[key], 1, None)

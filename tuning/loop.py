@@ -53,6 +53,7 @@ class RunInfo:
     deadline: float | None = None  # time.monotonic() value
     early_stop: int | None = None
     min_trials_per_task: int = 0  # every task gets this many (or its whole space) before scheduling
+    rounds_per_task: int | None = None  # a task stops after this many rounds (Chameleon's "iterations")
     measured: int = 0  # measurements so far, all tasks: the x axis of every metric
 
     @property
@@ -115,7 +116,8 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
             live = [t for t in tuners if not t.done]
             if not live:
                 break
-            warming = [t for t in live if t.measured < run.min_trials_per_task]
+            # one task has nobody to share with: its rounds are never cut to reach the minimum
+            warming = [t for t in live if t.measured < run.min_trials_per_task] if len(tuners) > 1 else []
             if warming:
                 tuner = min(warming, key=lambda t: t.measured)  # min() keeps the first of equals
                 n = run.min_trials_per_task - tuner.measured
@@ -181,6 +183,8 @@ class TaskTuner:
         """Measure up to n new configs; returns how many were measured."""
         task, parts, run = self.task, self.parts, self.run
         stop = _early_stop(run, self.records)
+        if run.rounds_per_task is not None and self.round_index >= run.rounds_per_task:
+            stop = "rounds"
         if stop:
             self._stop(stop)
             return 0

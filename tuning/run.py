@@ -81,9 +81,10 @@ def main(cfg: DictConfig) -> float:
 
 
 def _tasks(cfg, hardware) -> list:
-    """The model's tasks; a whole model's come from the backend (import + extraction)."""
+    """The model's tasks; a whole model's come from the backend (import + extraction).
+    With budget.trials_per_task, budget.trials becomes that times the number of tasks."""
     if not is_whole_model(cfg.model):
-        return build_tasks(cfg.model)
+        return _with_budget(cfg, build_tasks(cfg.model))
     try:
         tasks = hardware.model_tasks(cfg.model, cfg.seed)
     except Exception as error:  # noqa: BLE001 - a file the frontend cannot read is bad input, not a crash
@@ -91,6 +92,12 @@ def _tasks(cfg, hardware) -> list:
             raise
         raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {cfg.model.path}: "
                           f"{type(error).__name__}: {error}") from error
+    return _with_budget(cfg, tasks)
+
+
+def _with_budget(cfg, tasks) -> list:
+    if cfg.budget.trials_per_task is not None:
+        cfg.budget.trials = cfg.budget.trials_per_task * len(tasks)
     if cfg.budget.trials < len(tasks):
         raise ConfigError(f"budget.trials: {cfg.model.name} has {len(tasks)} tasks and every one needs at "
                           f"least one measurement; got {cfg.budget.trials}")
@@ -133,14 +140,18 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior):
     deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
     plan_size = int(cfg.search.get("plan_size", 64))
     run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, plan_size, deadline, cfg.budget.early_stop,
-                  cfg.budget.min_trials_per_task)
+                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task)
 
     def components_for(index: int) -> Components:  # each task learns its own model and search state
         if len(tasks) == 1:
             return parts
         return replace(parts, **{g: instantiate(cfg[g]) for g in ("search", "sampler", "cost_model")})
 
+    started = time.perf_counter()
     outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), prior)
+    totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes)
+              for key in ("search_s", "model_s", "build_s", "run_s")}
+    totals["run/tuning_wall_s"] = time.perf_counter() - started  # tuning and the final re-measurements
     for outcome in outcomes:
         if math.isfinite(outcome.best_cost):
             parts.tracker.log_metrics({
@@ -150,7 +161,7 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior):
     total = sum(o.best_gflops for o in outcomes)
     parts.tracker.log_metrics({"tuning/final_gflops": total, "tuning/measurements": run.measured,
                                "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
-                               "tuning/weighted_latency_ms": weighted_latency_ms(outcomes)},
+                               "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals},
                               step=run.measured)
     return outcomes
 
@@ -245,6 +256,7 @@ def _tags(hydra: dict, cfg) -> dict:
         "git_commit": _git_commit(),
         "torch_version": torch.__version__,
         "model": cfg.model.name,
+        "experiment": hydra.get("choices", {}).get("experiment") or "none",
         "seed": str(cfg.seed),
     }
 
