@@ -40,9 +40,10 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from tuning.records import RecordLog  # noqa: E402
 
-COLUMNS = {("SimulatedAnnealing", "GreedySampler"): "SA", ("PPO", "GreedySampler"): "AE",
-           ("SimulatedAnnealing", "KMeansSampler"): "SA+AS", ("PPO", "KMeansSampler"): "AE+AS"}
-ORDER = ("SA", "AE", "SA+AS", "AE+AS")
+COLUMNS = {("sa", "greedy"): "SA", ("ppo", "greedy"): "AE", ("sa", "kmeans"): "SA+AS", ("ppo", "kmeans"): "AE+AS",
+           ("sa", "kmeans_code"): "SA+AS code", ("ppo", "kmeans_code"): "AE+AS code"}
+CLASS_NAMES = {"SimulatedAnnealing": "sa", "PPO": "ppo", "GreedySampler": "greedy", "KMeansSampler": "kmeans"}
+PAPER_COLUMNS = ("SA", "AE", "SA+AS", "AE+AS")
 # Chameleon Table 2 (optimization hours) and Table 3 (inference ms), Titan Xp GPU.
 PAPER_NETWORKS = {
     "alexnet": {"hours": (4.31, 4.06, 1.25, 1.20), "ms": (1.0277, 1.0207, 0.9762, 0.9673)},
@@ -73,8 +74,7 @@ def find_runs(client: MlflowClient, experiment: str, tag: str | None, parent: st
 
 def describe(client: MlflowClient, run, scratch: Path) -> dict | None:
     p, m = run.data.params, run.data.metrics
-    column = COLUMNS.get((p.get("search._target_", "").rsplit(".", 1)[-1],
-                          p.get("sampler._target_", "").rsplit(".", 1)[-1]))
+    column = COLUMNS.get((_choice(run, "search"), _choice(run, "sampler")))
     if column is None:
         return None
     records = _records(client, run.info.run_id, scratch)
@@ -89,6 +89,12 @@ def describe(client: MlflowClient, run, scratch: Path) -> dict | None:
         "search_s": m.get("run/search_s", m.get("time/search_s", math.nan)),
         "rounds": rounds, "parent": run.data.tags.get("mlflow.parentRunId", ""),
     }
+
+
+def _choice(run, group: str) -> str:
+    """The group option the run was started with (older runs: from the class name)."""
+    tagged = run.data.tags.get(f"choice.{group}")
+    return tagged or CLASS_NAMES.get(run.data.params.get(f"{group}._target_", "").rsplit(".", 1)[-1], "?")
 
 
 def _records(client, run_id, scratch: Path) -> list:
@@ -117,9 +123,10 @@ def model_table(model: str, runs: list[dict]) -> tuple[list[list[str]], dict]:
     target = None
     if sa and not sa[0]["whole_model"]:
         target = _mean([float(r["best_curve"][-1]) for r in sa]) / 0.95  # 95% of SA's best throughput
-    rows = [["", *ORDER]]
+    order = [c for c in COLUMNS.values() if c in by_column or c in PAPER_COLUMNS]
+    rows = [["", *order]]
     stats = {}
-    for column in ORDER:
+    for column in order:
         group = by_column.get(column, [])
         reach = [measurements_to(r["best_curve"], target) for r in group] if target and group else []
         stats[column] = {"measurements": _mean([r["measurements"] for r in group]),
@@ -128,19 +135,21 @@ def model_table(model: str, runs: list[dict]) -> tuple[list[list[str]], dict]:
         stats[column]["reach"] = reach
     unit, scale = ("ms", 1e3) if runs[0]["whole_model"] else ("us", 1e6)
     rows.append([f"best latency ({unit})", *(_fmt(stats[c]["latency_s"] * scale, ".1f" if unit == "us" else ".2f")
-                                             for c in ORDER)])
-    rows.append(["vs SA", *(_fmt(sa_latency / stats[c]["latency_s"], ".3f", "x") for c in ORDER)])
-    rows.append(["measurements", *(_fmt(stats[c]["measurements"], ".0f") for c in ORDER)])
+                                             for c in order)])
+    rows.append(["vs SA", *(_fmt(sa_latency / stats[c]["latency_s"], ".3f", "x") for c in order)])
+    rows.append(["measurements", *(_fmt(stats[c]["measurements"], ".0f") for c in order)])
     if target:
-        rows.append(["to 95% of SA", *(_reach_cell(stats[c]["reach"]) for c in ORDER)])
+        rows.append(["to 95% of SA", *(_reach_cell(stats[c]["reach"]) for c in order)])
     rows.append(["optimization s", *(_fmt(_mean([r["optimization_s"] for r in by_column.get(c, [])]), ".0f")
-                                     for c in ORDER)])
-    rows.append(["search s (per round)", *(_search_cell(by_column.get(c, [])) for c in ORDER)])
+                                     for c in order)])
+    rows.append(["search s (per round)", *(_search_cell(by_column.get(c, [])) for c in order)])
     if model in PAPER_NETWORKS:
         paper = PAPER_NETWORKS[model]
-        rows.append(["paper: hours", *(f"{h:.2f}" for h in paper["hours"])])
-        rows.append(["paper: ms (Titan Xp)", *(f"{v:.4f}" for v in paper["ms"])])
-        rows.append(["paper: vs SA", *(f"{paper['ms'][0] / v:.3f}x" for v in paper["ms"])])
+        papers = [PAPER_COLUMNS.index(c) if c in PAPER_COLUMNS else None for c in order]
+        rows.append(["paper: hours", *("-" if i is None else f"{paper['hours'][i]:.2f}" for i in papers)])
+        rows.append(["paper: ms (Titan Xp)", *("-" if i is None else f"{paper['ms'][i]:.4f}" for i in papers)])
+        rows.append(["paper: vs SA", *("-" if i is None else f"{paper['ms'][0] / paper['ms'][i]:.3f}x"
+                                       for i in papers)])
     return rows, stats
 
 
@@ -163,22 +172,25 @@ def _search_cell(group: list[dict]) -> str:
 
 def reductions(stats_by_model: dict) -> list[str]:
     lines = []
-    for search, with_as in (("SA", "SA+AS"), ("AE", "AE+AS")):
-        total = [s[search]["measurements"] / s[with_as]["measurements"] for s in stats_by_model.values()
+    pairs = [("SA", "SA+AS"), ("AE", "AE+AS"), ("SA", "SA+AS code"), ("AE", "AE+AS code")]
+    for search, with_as in pairs:
+        models = [s for s in stats_by_model.values() if with_as in s]
+        if not models:
+            continue
+        total = [s[search]["measurements"] / s[with_as]["measurements"] for s in models
                  if _has(s, search, "measurements") and _has(s, with_as, "measurements")]
-        to_target = [s[search]["to_target"] / s[with_as]["to_target"] for s in stats_by_model.values()
+        to_target = [s[search]["to_target"] / s[with_as]["to_target"] for s in models
                      if _has(s, search, "to_target") and _has(s, with_as, "to_target")]
         in_all = "equal budgets" if total and all(t == 1 for t in total) else f"{_geo(total)} fewer measurements in all"
-        lines.append(f"adaptive sampling with {search}: {in_all}, "
-                     f"{_geo(to_target)} fewer to reach 95% of SA's best "
+        lines.append(f"{with_as} vs {search}: {in_all}; {_geo(to_target)} fewer to reach 95% of SA's best "
+                     f"(on {len(to_target)} of {len(models)} models where every seed of both got there) "
                      f"(paper: {PAPER_REDUCTION[search]:.2f}x)")
-    goal = [s["SA"]["to_target"] / s["AE+AS"]["to_target"] for s in stats_by_model.values()
-            if _has(s, "SA", "to_target") and _has(s, "AE+AS", "to_target")]
-    if goal:
-        verdict = "met" if min(goal) >= 2 else "not met"
-        lines.append(f"goal (AE+AS reaches 95% of SA's best in <= half SA's measurements): {verdict} "
-                     f"(SA / AE+AS measurements to get there, per model: "
-                     f"{', '.join(f'{g:.2f}x' for g in goal)})")
+    goal = {model: s["SA"]["to_target"] / s["AE+AS"]["to_target"] for model, s in stats_by_model.items()
+            if _has(s, "SA", "to_target") and _has(s, "AE+AS", "to_target")}
+    met = [model for model, ratio in goal.items() if ratio >= 2]
+    lines.append(f"goal (AE+AS reaches 95% of SA's best in <= half SA's measurements): met on {len(met)} of "
+                 f"{len(stats_by_model)} models ({', '.join(f'{m} {r:.2f}x' for m, r in goal.items()) or 'none comparable'}"
+                 f"; a model is comparable when every seed of both columns got there)")
     return lines
 
 

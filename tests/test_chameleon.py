@@ -176,3 +176,37 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
     advantage = generalized_advantages(reward, value, ends, np.array([10.0, 99.0]), gamma=0.5, lam=1.0)
     assert advantage[:, 0].tolist() == [1 + 0.5 * (1 + 0.5 * 10), 1 + 0.5 * 10]
     assert advantage[0, 1] == 1.0  # nothing after its end leaks back
+
+
+# ---- the ablation table ------------------------------------------------------------------
+def load_table_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "experiments" / "chameleon_table.py"
+    spec = importlib.util.spec_from_file_location("chameleon_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_run(column, seed, curve_us, latency_us):
+    return {"model": "conv_l8", "column": column, "seed": str(seed), "whole_model": False,
+            "latency_s": latency_us * 1e-6, "measurements": len(curve_us),
+            "best_curve": np.minimum.accumulate(np.asarray(curve_us) * 1e-6), "optimization_s": 10.0,
+            "search_s": 2.0, "rounds": 4}
+
+
+def test_table_counts_measurements_to_95_percent_of_sa_and_the_goal():
+    table = load_table_script()
+    sa = [fake_run("SA", 0, [200, 150, 120, 100, 100, 100], 100), fake_run("SA", 1, [180, 100, 100, 100, 100, 100], 100)]
+    chameleon = [fake_run("AE+AS", 0, [104, 100, 99, 99, 99, 99], 98), fake_run("AE+AS", 1, [300, 105, 90, 90, 90, 90], 95)]
+    never = [fake_run("AE", 0, [500] * 6, 400)]
+    rows, stats = table.model_table("conv_l8", sa + chameleon + never)
+    # target: 95% of SA's mean best throughput = 100 us / 0.95 = 105.3 us
+    assert stats["SA"]["reach"] == [4, 2] and stats["SA"]["to_target"] == 3
+    assert stats["AE+AS"]["reach"] == [1, 2] and stats["AE+AS"]["to_target"] == 1.5
+    assert stats["AE"]["reach"] == [None] and stats["AE"]["to_target"] is None
+    assert dict((r[0], r) for r in rows)["to 95% of SA"][1:] == ["3", "- (0/1)", "-", "2"]
+    lines = table.reductions({"conv_l8": stats})
+    assert lines[-1].startswith("goal (AE+AS reaches 95% of SA's best in <= half SA's measurements): met on 1 of 1")

@@ -203,6 +203,38 @@ def test_resume_at_a_round_boundary_continues_as_if_never_stopped(tmp_path):
     assert file_keys(tmp_path / "resumed" / "records.jsonl") == outcome_keys(straight)
 
 
+def test_ppo_kmeans_resume_continues_as_if_never_stopped(tmp_path):
+    """The agent's weights and Adam state, its best configs and the rng come back: stopping at a
+    round boundary of adaptive-size rounds and resuming gives the straight run's records."""
+    task = model_task("conv_tiny")
+    overrides = {"episodes": 32, "max_steps": 50}
+    straight = tune(tmp_path / "straight", task, trials=90, search="ppo", sampler="kmeans",
+                    search_overrides=overrides)
+    rounds = [r.round for r in straight.records]
+    boundary = rounds.index(rounds[40]) + rounds.count(rounds[40])  # the end of the round holding record 40
+    tune(tmp_path / "resumed", task, trials=boundary, search="ppo", sampler="kmeans", search_overrides=overrides)
+    saved = json.loads(next((tmp_path / "resumed" / "state").glob("*.json")).read_text())
+    assert saved["search"]["agent"] and saved["search"]["best"]
+    resumed = tune(tmp_path / "resumed", task, trials=90, search="ppo", sampler="kmeans", search_overrides=overrides)
+    assert outcome_keys(resumed) == outcome_keys(straight)
+    assert len(set(rounds)) > 90 / 64 + 1  # kmeans measured fewer than a plan per round
+
+
+def test_rounds_per_task_stops_a_task(tmp_path):
+    task = model_task("gemm_64")
+    parts = components(search="random", cost_model="none")
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=10_000, plan_size=16, rounds_per_task=3)
+    outcome = tune_task(task, parts, run)
+    assert outcome.stopped_because == "rounds"
+    assert [r.round for r in outcome.records] == [0] * 16 + [1] * 16 + [2] * 16
+
+
+def test_trials_per_task_sets_the_run_budget(tmp_path):
+    finish(run_py("hardware=synthetic", "tracking=none", "model=gemm_64", "budget.trials=1",
+                  "budget.trials_per_task=40", f"hydra.run.dir={tmp_path / 'run'}", tmp=tmp_path))
+    assert complete_lines(tmp_path / "run" / "records.jsonl") == 40
+
+
 def test_torn_last_line_is_dropped_before_appending(tmp_path):
     task = model_task("gemm_64")
     tune(tmp_path, task, trials=64, search="random", cost_model="none")

@@ -257,6 +257,8 @@ def _tags(hydra: dict, cfg) -> dict:
         "torch_version": torch.__version__,
         "model": cfg.model.name,
         "experiment": hydra.get("choices", {}).get("experiment") or "none",
+        **{f"choice.{group}": _choice(hydra, cfg, group) for group in ("search", "sampler", "cost_model",
+                                                                        "evaluator", "hardware")},
         "seed": str(cfg.seed),
     }
 
