@@ -86,11 +86,12 @@ class KMeansSampler(Sampler):
         k, labels, centers = self.knee(points, rng)
         self.last_k, self.last_synthesised = k, 0
         order = _clusters_best_first(labels, k)[:b]
+        background = space.normalized(configs).mean(axis=0).astype(np.float64)
         chosen: list = []
         for cluster in order:
             pool = configs if self.synthesis_pool == "candidates" else [
                 c for c, label in zip(configs, labels) if label == cluster]
-            centroid = space.canonical(snap(space, self._unproject(space, configs, centers[cluster])))
+            centroid = space.canonical(snap(space, self._unproject(space, background, centers[cluster])))
             if centroid in visited or centroid in chosen:
                 centroid = self._synthesise(pool, space, visited, chosen, rng)
                 self.last_synthesised += 1
@@ -134,10 +135,10 @@ class KMeansSampler(Sampler):
     def _points(self, space, configs) -> np.ndarray:
         return space.normalized(configs)[:, self._dims(space)].astype(np.float64)
 
-    def _unproject(self, space, configs, center) -> np.ndarray:
+    def _unproject(self, space, background, center) -> np.ndarray:
         """A centre over the clustered knobs, as a full normalised vector: knobs left out of
-        the clustering take their mean over the candidates."""
-        full = space.normalized(configs).mean(axis=0).astype(np.float64)
+        the clustering take `background`, their mean over the candidates."""
+        full = background.copy()
         full[self._dims(space)] = center
         return full
 
