@@ -82,16 +82,18 @@ class KMeansSampler(Sampler):
         if not configs:
             pick = random_unvisited(space, visited, [], rng)
             return [] if pick is None else [pick]
-        points = self._points(space, configs)
-        k, labels, centers = self.knee(points, rng)
+        normalized = space.normalized(configs).astype(np.float64)
+        clustered = self._clustered_knobs(space)
+        k, labels, centers = self.knee(normalized[:, clustered], rng)
         self.last_k, self.last_synthesised = k, 0
-        order = _clusters_best_first(labels, k)[:b]
-        background = space.normalized(configs).mean(axis=0).astype(np.float64)
+        background = normalized.mean(axis=0)  # knobs left out of the clustering: their mean over the candidates
         chosen: list = []
-        for cluster in order:
+        for cluster in _clusters_best_first(labels, k)[:b]:
             pool = configs if self.synthesis_pool == "candidates" else [
                 c for c, label in zip(configs, labels) if label == cluster]
-            centroid = space.canonical(snap(space, self._unproject(space, background, centers[cluster])))
+            centre = background.copy()
+            centre[clustered] = centers[cluster]
+            centroid = space.canonical(snap(space, centre))
             if centroid in visited or centroid in chosen:
                 centroid = self._synthesise(pool, space, visited, chosen, rng)
                 self.last_synthesised += 1
@@ -126,21 +128,11 @@ class KMeansSampler(Sampler):
             fitted = KMeans(n_clusters=k, n_init=1, max_iter=self.max_iter, random_state=seed).fit(points)
         return k, fitted.labels_, fitted.cluster_centers_, float(fitted.inertia_)
 
-    # ---- where configs live while clustered ------------------------------------------------
-    def _dims(self, space) -> list[int]:
+    def _clustered_knobs(self, space) -> list[int]:
+        """All knobs, or (cluster_dims) the ones with the most choices."""
         if self.cluster_dims is None:
             return list(range(len(space.knobs)))
         return sorted(np.argsort(-np.asarray(space.dims), kind="stable")[:self.cluster_dims].tolist())
-
-    def _points(self, space, configs) -> np.ndarray:
-        return space.normalized(configs)[:, self._dims(space)].astype(np.float64)
-
-    def _unproject(self, space, background, center) -> np.ndarray:
-        """A centre over the clustered knobs, as a full normalised vector: knobs left out of
-        the clustering take `background`, their mean over the candidates."""
-        full = background.copy()
-        full[self._dims(space)] = center
-        return full
 
     # ---- Algorithm 1, lines 7-9 ------------------------------------------------------------
     def _synthesise(self, pool, space, visited, chosen, rng):
