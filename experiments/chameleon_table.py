@@ -87,7 +87,7 @@ def describe(client: MlflowClient, run, scratch: Path) -> dict | None:
         "best_curve": None if whole_model else np.minimum.accumulate([r.result.cost for r in records]),
         "optimization_s": m.get("run/tuning_wall_s", math.nan),
         "search_s": m.get("run/search_s", m.get("time/search_s", math.nan)),
-        "rounds": rounds, "parent": run.data.tags.get("mlflow.parentRunId", ""),
+        "rounds": rounds,
     }
 
 
