@@ -38,7 +38,8 @@ import numpy as np
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per downloaded run otherwise
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from tuning.records import RecordLog  # noqa: E402
+from tuning.tracking.ablation import (final_latency_s, find_runs, first_index_at_most, fmt, geometric_mean,  # noqa: E402
+                                     mean, newest_per, print_table, reach_cell, run_records)
 
 COLUMNS = {("sa", "greedy"): "SA", ("ppo", "greedy"): "AE", ("sa", "kmeans"): "SA+AS", ("ppo", "kmeans"): "AE+AS",
            ("sa", "kmeans_code"): "SA+AS code", ("ppo", "kmeans_code"): "AE+AS code"}
@@ -54,32 +55,14 @@ PAPER_REDUCTION = {"SA": 1.98, "AE": 2.33}  # Figure 7(b), §4.2: fewer measurem
 
 
 # ---- reading the runs --------------------------------------------------------------------
-def find_runs(client: MlflowClient, experiment: str, tag: str | None, parent: str | None) -> tuple[str, list]:
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise SystemExit(f"no MLflow experiment {experiment!r} in this store")
-    filters = ["attributes.status = 'FINISHED'", "tags.experiment LIKE 'chameleon_ablation%'"]
-    if tag:
-        filters.append(f"tags.experiment = '{tag}'")
-    if parent:
-        filters.append(f"tags.mlflow.parentRunId = '{parent}'")
-    runs = client.search_runs([found.experiment_id], " and ".join(filters), max_results=5000,
-                              order_by=["attributes.start_time DESC"])
-    if not runs:
-        raise SystemExit("no finished runs of +experiment=chameleon_ablation[_reduced] found "
-                         "(run: python run.py -m +experiment=chameleon_ablation_reduced)")
-    tag = tag or runs[0].data.tags["experiment"]  # the latest ablation, when not told
-    return tag, [r for r in runs if r.data.tags.get("experiment") == tag]
-
-
 def describe(client: MlflowClient, run, scratch: Path) -> dict | None:
     p, m = run.data.params, run.data.metrics
     column = COLUMNS.get((_choice(run, "search"), _choice(run, "sampler")))
     if column is None:
         return None
-    records = _records(client, run.info.run_id, scratch)
+    records = run_records(client, run.info.run_id, scratch)
     whole_model = "e2e/tuned_ms" in m
-    latency = m["e2e/tuned_ms"] * 1e-3 if whole_model else _final_latency(m)
+    latency = m["e2e/tuned_ms"] * 1e-3 if whole_model else final_latency_s(m)
     rounds = len({(r.workload_key, r.round) for r in records})
     return {
         "model": p.get("model.name", "?"), "column": column, "seed": p.get("seed", "?"), "whole_model": whole_model,
@@ -97,21 +80,11 @@ def _choice(run, group: str) -> str:
     return tagged or CLASS_NAMES.get(run.data.params.get(f"{group}._target_", "").rsplit(".", 1)[-1], "?")
 
 
-def _records(client, run_id, scratch: Path) -> list:
-    (scratch / run_id).mkdir(parents=True, exist_ok=True)
-    return RecordLog(Path(client.download_artifacts(run_id, "records.jsonl", str(scratch / run_id)))).load()
-
-
-def _final_latency(metrics) -> float:
-    finals = [v for k, v in metrics.items() if k.startswith("task/") and k.endswith("/final_latency_us")]
-    return finals[0] * 1e-6 if len(finals) == 1 else math.nan
-
-
 # ---- the table ---------------------------------------------------------------------------
 def measurements_to(curve, target_s: float) -> int | None:
     """Measurements until the best reading was at most `target_s` (None: never)."""
-    reached = np.nonzero(curve <= target_s)[0]
-    return int(reached[0]) + 1 if len(reached) else None
+    index = first_index_at_most(curve, target_s)
+    return None if index is None else index + 1
 
 
 def model_table(model: str, runs: list[dict]) -> tuple[list[list[str]], dict]:
@@ -119,28 +92,28 @@ def model_table(model: str, runs: list[dict]) -> tuple[list[list[str]], dict]:
     for run in runs:
         by_column[run["column"]].append(run)
     sa = by_column.get("SA", [])
-    sa_latency = _mean([r["latency_s"] for r in sa])
+    sa_latency = mean([r["latency_s"] for r in sa])
     target = None
     if sa and not sa[0]["whole_model"]:
-        target = _mean([float(r["best_curve"][-1]) for r in sa]) / 0.95  # 95% of SA's best throughput
+        target = mean([float(r["best_curve"][-1]) for r in sa]) / 0.95  # 95% of SA's best throughput
     order = [c for c in COLUMNS.values() if c in by_column or c in PAPER_COLUMNS]
     rows = [["", *order]]
     stats = {}
     for column in order:
         group = by_column.get(column, [])
         reach = [measurements_to(r["best_curve"], target) for r in group] if target and group else []
-        stats[column] = {"measurements": _mean([r["measurements"] for r in group]),
-                         "to_target": _mean(reach) if reach and None not in reach else None,
-                         "latency_s": _mean([r["latency_s"] for r in group])}
+        stats[column] = {"measurements": mean([r["measurements"] for r in group]),
+                         "to_target": mean(reach) if reach and None not in reach else None,
+                         "latency_s": mean([r["latency_s"] for r in group])}
         stats[column]["reach"] = reach
     unit, scale = ("ms", 1e3) if runs[0]["whole_model"] else ("us", 1e6)
-    rows.append([f"best latency ({unit})", *(_fmt(stats[c]["latency_s"] * scale, ".1f" if unit == "us" else ".2f")
+    rows.append([f"best latency ({unit})", *(fmt(stats[c]["latency_s"] * scale, ".1f" if unit == "us" else ".2f")
                                              for c in order)])
-    rows.append(["vs SA", *(_fmt(sa_latency / stats[c]["latency_s"], ".3f", "x") for c in order)])
-    rows.append(["measurements", *(_fmt(stats[c]["measurements"], ".0f") for c in order)])
+    rows.append(["vs SA", *(fmt(sa_latency / stats[c]["latency_s"], ".3f", "x") for c in order)])
+    rows.append(["measurements", *(fmt(stats[c]["measurements"], ".0f") for c in order)])
     if target:
-        rows.append(["to 95% of SA", *(_reach_cell(stats[c]["reach"]) for c in order)])
-    rows.append(["optimization s", *(_fmt(_mean([r["optimization_s"] for r in by_column.get(c, [])]), ".0f")
+        rows.append(["to 95% of SA", *(reach_cell(stats[c]["reach"]) for c in order)])
+    rows.append(["optimization s", *(fmt(mean([r["optimization_s"] for r in by_column.get(c, [])]), ".0f")
                                      for c in order)])
     rows.append(["search s (per round)", *(_search_cell(by_column.get(c, [])) for c in order)])
     if model in PAPER_NETWORKS:
@@ -153,20 +126,11 @@ def model_table(model: str, runs: list[dict]) -> tuple[list[list[str]], dict]:
     return rows, stats
 
 
-def _reach_cell(reach: list) -> str:
-    if not reach:
-        return "-"
-    got = [r for r in reach if r is not None]
-    if len(got) == len(reach):
-        return f"{np.mean(got):.0f}"
-    return f"- ({len(got)}/{len(reach)})" if not got else f"{np.mean(got):.0f} ({len(got)}/{len(reach)})"
-
-
 def _search_cell(group: list[dict]) -> str:
     if not group:
         return "-"
-    total = _mean([r["search_s"] for r in group])
-    per_round = _mean([r["search_s"] / max(r["rounds"], 1) for r in group])
+    total = mean([r["search_s"] for r in group])
+    per_round = mean([r["search_s"] / max(r["rounds"], 1) for r in group])
     return f"{total:.0f} ({per_round:.2f})"
 
 
@@ -200,24 +164,7 @@ def _has(stats, column, key) -> bool:
 
 
 def _geo(ratios) -> str:
-    return f"{math.exp(np.mean(np.log(ratios))):.2f}x" if ratios else "n/a"
-
-
-def _mean(values) -> float:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.mean(values)) if values else math.nan
-
-
-def _fmt(value, spec: str, suffix: str = "") -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
-
-
-def print_table(title: str, rows: list[list[str]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    print(title)
-    for row in rows:
-        print("  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-    print()
+    return f"{geometric_mean(ratios):.2f}x" if ratios else "n/a"
 
 
 def main() -> None:
@@ -228,14 +175,12 @@ def main() -> None:
     parser.add_argument("--parent", help="only the children of this multirun parent run id")
     args = parser.parse_args()
     client = MlflowClient(args.uri)
-    tag, runs = find_runs(client, args.mlflow_experiment, args.experiment, args.parent)
+    tag, runs = find_runs(client, args.mlflow_experiment, "chameleon_ablation", args.experiment, args.parent)
     with tempfile.TemporaryDirectory() as scratch:
         described = [d for d in (describe(client, r, Path(scratch)) for r in runs) if d is not None]
-    latest = {}
-    for run in described:  # runs arrive newest first: keep the newest of each (model, column, seed)
-        latest.setdefault((run["model"], run["column"], run["seed"]), run)
+    latest = newest_per(described, "model", "column", "seed")
     by_model = defaultdict(list)
-    for run in latest.values():
+    for run in latest:
         by_model[run["model"]].append(run)
     print(f"+experiment={tag}: {len(latest)} runs\n")
     stats_by_model = {}

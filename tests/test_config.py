@@ -129,6 +129,13 @@ REJECTED = {
     "ppo clip zero": (["search=ppo", "search.clip=0"], "search.clip"),
     "ppo gamma above one": (["search=ppo", "search.gamma=1.5"], "search.gamma"),
     "ppo without a model": (["search=ppo", "cost_model=none"], "cost_model"),
+    "csa without an uncertainty": (["search=csa", "cost_model=xgb"], "cost_model"),
+    "adaptive micro-batch above runs": (["evaluator=adaptive", "evaluator.micro_batch=600"], "evaluator.micro_batch"),
+    "adaptive minimum unreachable": (["evaluator=adaptive", "evaluator.min_batches=11"], "evaluator.min_batches"),
+    "adaptive statistic": (["evaluator=adaptive", "evaluator.statistic=median"], "evaluator.statistic"),
+    "adaptive threshold negative": (["evaluator=adaptive", "evaluator.cv_threshold=-0.1"], "evaluator.cv_threshold"),
+    "rf acquisition": (["cost_model=rf", "cost_model.acquisition=ucb"], "cost_model.acquisition"),
+    "rf no trees": (["cost_model=rf", "cost_model.n_estimators=0"], "cost_model.n_estimators"),
 }
 
 
@@ -163,6 +170,10 @@ ACCEPTED = {
                                        "sampler.k_step=8", "sampler.cluster_dims=2", "sampler.synthesis_pool=cluster"],
     "paper protocol budget": ["budget.trials_per_task=1000", "budget.rounds_per_task=16"],
     "ablation experiment": ["+experiment=chameleon_ablation_reduced"],
+    "adatune": ["evaluator=adaptive", "cost_model=rf", "search=csa"],
+    "adatune as published in code": ["evaluator=adaptive_code", "cost_model=rf", "search=csa"],
+    "rfei with sa": ["cost_model=rf", "search=sa"],
+    "adatune ablation experiment": ["+experiment=adatune_ablation_reduced"],
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.cost_model.none import NoCostModel
+from tuning.cost_model.rf import RandomForestCostModel
 from tuning.cost_model.xgb import XGBoostCostModel
 from tuning.evaluator.base import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
@@ -25,17 +26,28 @@ def instantiate(path):
     return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": OmegaConf.load(path)}).node)
 
 
-def fitted_xgb(task, samples=64, seed=0):
+def fitted(model, task, samples=64, seed=0):
     space = HARDWARE.space(task)
     rng = np.random.default_rng(seed)
     configs = [space.sample(rng) for _ in range(samples)]
     y = [r.gflops(task.flops) for r in HARDWARE.measure(task, configs, MeasureSpec())]
-    return XGBoostCostModel(seed=seed).fit(space.features(configs), np.array(y))
+    return model.fit(space.features(configs), np.array(y))
+
+
+class _Models:
+    """Per task, a fitted xgb, or a fitted rf for searches that need an uncertainty."""
+
+    def __init__(self):
+        self.xgb = {name: fitted(XGBoostCostModel(), task) for name, task in TASKS.items()}
+        self.rf = {name: fitted(RandomForestCostModel(), task) for name, task in TASKS.items()}
+
+    def for_search(self, path):
+        return self.rf if instantiate(path).needs_uncertainty else self.xgb
 
 
 @pytest.fixture(scope="module")
 def models():
-    return {name: fitted_xgb(task) for name, task in TASKS.items()}
+    return _Models()
 
 
 def visited_of(space, count=20, seed=99):
@@ -66,7 +78,7 @@ def test_proposals_valid_distinct_at_most_n(path, task_name, models):
     task, n = TASKS[task_name], 16
     space = HARDWARE.space(task)
     search = instantiate(path)
-    proposals = search.propose(space, models[task_name], n, visited_of(space), np.random.default_rng(0))
+    proposals = search.propose(space, models.for_search(path)[task_name], n, visited_of(space), np.random.default_rng(0))
     assert 0 < len(proposals) <= n
     assert all(space.is_valid(tuple(c)) for c in proposals)
     assert len({space.canonical(c) for c in proposals}) == len(proposals)
@@ -89,14 +101,15 @@ def test_same_seed_same_proposals(path, task_name, models):
     runs = []
     for _ in range(2):
         search, rng, visited = instantiate(path), np.random.default_rng(7), set()
-        runs.append([one_round(search, task, models[task_name], 16, visited, rng) for _ in range(2)])
+        runs.append([one_round(search, task, models.for_search(path)[task_name], 16, visited, rng)
+                     for _ in range(2)])
     assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
 def test_state_dict_round_trip_resumes(path, models):
     """A fresh instance loaded from the JSON state proposes what the original would."""
-    task, model = TASKS["gemm64"], models["gemm64"]
+    task, model = TASKS["gemm64"], models.for_search(path)["gemm64"]
     original, visited = instantiate(path), set()
     one_round(original, task, model, 16, visited, np.random.default_rng(1))
     state = json.loads(json.dumps(original.state_dict()))

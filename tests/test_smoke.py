@@ -126,3 +126,26 @@ def test_resume_continues_the_same_mlflow_run(store, tmp_path):
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "tuning/best_gflops")]
     assert 64 in steps and 96 in steps
     assert len((run_dir / "records.jsonl").read_text().splitlines()) == 96
+
+
+def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_path):
+    """+experiment=adatune_ablation_reduced on one model and seed: one run per row of AdaTune §5.3,
+    read back by experiments/adatune_table.py from the same store."""
+    output = run_py(store, "adatune", "-m", "+experiment=adatune_ablation_reduced", "model=gemm_64", "seed=0",
+                    "budget.trials=40", "search.n_iter=40", "hardware.noise=0.2",
+                    f"hydra.sweep.dir={tmp_path / 'multi'}")
+    assert len(SUMMARY.findall(output)) == 4
+    client, runs = all_runs(store, "adatune")
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    schemes = {(r.data.tags["choice.cost_model"], r.data.tags["choice.search"], r.data.tags["choice.evaluator"])
+               for r in children}
+    assert schemes == {("xgb", "sa", "adatune_de"), ("rf", "sa", "adatune_de"), ("rf", "csa", "adatune_de"),
+                       ("rf", "csa", "adaptive")}
+    assert all(r.data.params["search.plan_size"] == "32" for r in children)
+    table = subprocess.run([sys.executable, "experiments/adatune_table.py", "--uri", uri(store),
+                            "--mlflow-experiment", "adatune"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert "+experiment=adatune_ablation_reduced: 4 runs" in table.stdout
+    for scheme in ("XGB+SA+DE", "RFEI+SA+DE", "RFEI+CSA+DE", "RFEI+CSA+AE"):
+        assert f"\n  {scheme} " in table.stdout, table.stdout
+    assert "RFEI+CSA+AE vs RFEI+CSA+DE: measurement seconds" in table.stdout

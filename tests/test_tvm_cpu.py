@@ -79,6 +79,22 @@ def test_random_configs_build_run_and_beat_untuned(hardware, task):
     assert best < untuned_seconds(task, hardware)
 
 
+def test_adaptive_evaluator_stops_inside_the_run_worker(hardware):
+    """AdaTune's rule runs in the worker: between min_batches and max_batches micro-batch costs,
+    and a CV threshold of 0 (never satisfied) times every micro-batch."""
+    from tuning.evaluator.adaptive import AdaptiveEvaluator
+
+    space = hardware.space(GEMM)
+    rng = np.random.default_rng(4)
+    configs = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(4)))
+    adaptive = AdaptiveEvaluator(runs=200, micro_batch=20, min_batches=3).measure(hardware, GEMM, configs)
+    never = AdaptiveEvaluator(runs=200, micro_batch=20, cv_threshold=0.0).measure(hardware, GEMM, configs)
+    for a, n in zip(adaptive, never):
+        assert a.ok == n.ok
+        if a.ok:
+            assert 3 <= len(a.costs) <= 10 and len(n.costs) == 10 and all(c > 0 for c in a.costs)
+
+
 def test_invalid_decisions_are_errors_and_tuning_goes_on(hardware):
     space = hardware.space(GEMM)
     good = space.canonical(space.sample(np.random.default_rng(2)))

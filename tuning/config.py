@@ -227,7 +227,19 @@ def _check_combinations(cfg, classes, choices) -> list[str]:
         problems.append(f"cost_model: search={choices.get('search', search.__name__)} needs a cost model that "
                         f"ranks configs, but cost_model={choices.get('cost_model', cost_model.__name__)} "
                         "cannot (use cost_model=xgb)")
+    if getattr(search, "needs_uncertainty", False) and not getattr(cost_model, "has_uncertainty", False):
+        problems.append(f"cost_model: search={choices.get('search', search.__name__)} needs a cost model with a "
+                        f"predictive uncertainty, but cost_model={choices.get('cost_model', cost_model.__name__)} "
+                        "has none (use cost_model=rf)")
     evaluator = cfg.evaluator
+    runs, micro_batch = evaluator.get("runs"), evaluator.get("micro_batch")
+    if isinstance(runs, int) and isinstance(micro_batch, int):
+        if micro_batch > runs:
+            problems.append(f"evaluator.micro_batch: must be at most evaluator.runs (got micro_batch={micro_batch}, "
+                            f"runs={runs})")
+        elif evaluator.get("min_batches", 1) > runs // micro_batch:
+            problems.append(f"evaluator.min_batches: {evaluator.get('min_batches')} micro-batches of {micro_batch} "
+                            f"exceed evaluator.runs={runs}; the rule could never stop early")
     if evaluator.get("cache_flush") and (evaluator.get("number", 1) != 1 or evaluator.get("min_repeat_ms", 0) > 0):
         problems.append(f"evaluator.cache_flush: needs evaluator.number=1 and evaluator.min_repeat_ms=0 (got "
                         f"number={evaluator.get('number')}, min_repeat_ms={evaluator.get('min_repeat_ms')}); "

@@ -193,13 +193,14 @@ class TaskTuner:
             batch = self._next_enumerated(n)
         else:
             candidates = parts.search.propose(self.space, parts.cost_model, run.plan_size, self.visited, self.rng)
-            batch = parts.sampler.select(candidates, self.space, self.visited, n, self.rng)
+            batch = parts.sampler.select(candidates, self.space, self.visited, n, self.rng,
+                                         exploration=parts.search.exploration())
         search_s = time.perf_counter() - started
         self.times["search_s"] += search_s
         if not batch:
             self._stop("space enumerated" if self.enumerated is not None else "space exhausted")
             return 0
-        predicted = parts.cost_model.predict(self.space.features(batch)) if self.records else None
+        predicted = _predicted_throughput(parts.cost_model, self.space, batch) if self.records else None
         round_index, first_index = self.round_index, len(self.records) - self.outcome.reused
 
         def write(i, result):
@@ -224,7 +225,8 @@ class TaskTuner:
         round_metrics = {"round/search_s": search_s, "round/batch": len(batch),
                          "round/measure_s": sum(r.build_s + r.run_s for r in results),
                          **{f"search/{k}": v for k, v in parts.search.metrics().items()},
-                         **{f"sampler/{k}": v for k, v in parts.sampler.metrics().items()}}
+                         **{f"sampler/{k}": v for k, v in parts.sampler.metrics().items()},
+                         **{f"evaluator/{k}": v for k, v in parts.evaluator.metrics().items()}}
         _log_step(parts.tracker, run, task, self.outcome, predicted, results, round_metrics)
         progress.set_postfix(best_gflops=f"{max(p[1] for p in self.outcome.curve()):.1f}")
         if self.enumerated is not None and not self._next_enumerated(1):
@@ -265,6 +267,13 @@ def _fit(cost_model, space, task, records, times) -> None:
     y = np.array([r.result.gflops(task.flops) for r in records], dtype=np.float64)
     cost_model.fit(X, y)
     times["model_s"] += time.perf_counter() - started
+
+
+def _predicted_throughput(cost_model, space, batch):
+    """The model's throughput estimate: its predictive mean where it has one (rf's `predict` is an
+    acquisition, which ranks uncertain configs high on purpose)."""
+    features = space.features(batch)
+    return cost_model.predict_dist(features)[0] if cost_model.has_uncertainty else cost_model.predict(features)
 
 
 def _rank_correlation(predicted, results, flops) -> float | None:

@@ -7,10 +7,16 @@ A cost model predicts the throughput of configs from their features.
                            Higher is better. Must accept n == 0 or 1.
     predict(X) -> (n,)     Scores where higher is better; any scale, only the
                            order matters to searches.
-    predict_dist(X) -> (mean, std)   where the model has an uncertainty.
+    predict_dist(X) -> (mean, std)   where the model has an uncertainty
+                           (`has_uncertainty = True`): predictive mean and
+                           standard deviation as fractions of the best
+                           throughput it was fit on (the incumbent is 1.0);
+                           zeros before a fit with a valid measurement.
     can_rank               False for cost_model=none (predictions carry no
                            information); searches that need a model are
                            rejected with it.
+    has_uncertainty        True where predict_dist exists; searches that need it
+                           (search=csa) are rejected with other models.
 
 __init__ stores hyperparameters only; seeds come from the config.
 """
@@ -21,6 +27,7 @@ import numpy as np
 
 class CostModel:
     can_rank = True
+    has_uncertainty = False
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CostModel":
         raise NotImplementedError

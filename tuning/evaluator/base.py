@@ -11,6 +11,9 @@
         A longer measurement of the best few configs at the end of a run
         (`final_candidates` of them, measured together), so the reported best
         is not a lucky sample: the minimum of many noisy readings is biased low.
+    metrics() -> dict
+        Numbers about the latest measure (e.g. how early the adaptive evaluator
+        stopped), logged per round as evaluator/<name>.
 
 __init__ stores hyperparameters only.
 """
@@ -30,6 +33,9 @@ class MeasureSpec:
     timeout_s: float = 10.0  # per-candidate cap on running
     build_timeout_s: float = 60.0  # per-candidate cap on building
     check_correctness: bool = True  # compare the output to the untuned kernel's
+    # An early-stop rule (evaluator.adaptive.CVStop) the run worker applies between repeats: it may
+    # stop before `repeat` costs. None: every repeat is timed.
+    cv_stop: object = None
 
 
 class Evaluator:
@@ -40,3 +46,6 @@ class Evaluator:
 
     def remeasure(self, hardware, task, configs):
         raise NotImplementedError
+
+    def metrics(self) -> dict:
+        return {}

@@ -12,6 +12,7 @@ import traceback
 
 import numpy as np
 
+from tuning.evaluator.adaptive import CVStop
 from tuning.hardware.tvm_space import (TaskSchedules, arg_shapes, fast_tensor_intrin_import, make_target,
                                        workload_module)
 
@@ -111,10 +112,24 @@ def run(workload: dict, target: dict, lib_path: str, args: list, spec: dict) -> 
     if expected_seconds > spec["timeout_s"]:
         return {"error": "timeout", "run_s": time.perf_counter() - start,
                 "message": f"one run took {single:.3f} s; the measurement would exceed timeout_s={spec['timeout_s']}"}
-    evaluator = lib.time_evaluator(
-        lib.entry_name, device, number=spec["number"], repeat=spec["repeat"],
-        min_repeat_ms=spec["min_repeat_ms"],
-        f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] else "",
-    )
-    costs = [float(c) for c in evaluator(*tensors).results]
+    if spec["cv_stop"]:
+        costs = _time_until_stable(lib, device, tensors, CVStop(**spec["cv_stop"]))
+    else:
+        evaluator = lib.time_evaluator(
+            lib.entry_name, device, number=spec["number"], repeat=spec["repeat"],
+            min_repeat_ms=spec["min_repeat_ms"],
+            f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] else "",
+        )
+        costs = [float(c) for c in evaluator(*tensors).results]
     return {"error": None, "costs": costs, "run_s": time.perf_counter() - start}
+
+
+def _time_until_stable(lib, device, tensors, rule: CVStop) -> list[float]:
+    """AdaTune's adaptive evaluator: one micro-batch at a time until the rule says stop.
+    Each time_evaluator call runs the kernel once untimed before its batch, so the adaptive
+    evaluator pays one extra run per micro-batch (2% at B = 50); run_s includes it."""
+    batch = lib.time_evaluator(lib.entry_name, device, number=rule.micro_batch, repeat=1, min_repeat_ms=0)
+    costs: list[float] = []
+    while not rule.finished(costs):
+        costs.append(float(batch(*tensors).results[0]))
+    return costs

@@ -6,7 +6,10 @@ workload alone, and answers each config with a latency from a smooth
 analytic landscape plus deterministic per-config noise, so the same config
 always gets the same costs. Some configs are "invalid" (register tile too
 large) so error handling is exercised. An optional noise model (per-repeat
-multiplicative jitter, seeded by config) serves measurement-policy tests.
+multiplicative jitter, seeded by config) serves measurement-policy tests; an
+early-stop rule in the MeasureSpec (evaluator=adaptive) is applied to those
+costs as the cpu backend's run worker applies it to real timings. run_s is
+the simulated seconds of running: the costs times the runs behind each.
 """
 from __future__ import annotations
 
@@ -98,8 +101,10 @@ class SyntheticHardware(Hardware):
         if efficiency is None:
             return MeasureResult.failed("invalid", "register tile too large", config=config)
         cost = task.flops / (self.peak_gflops * 1e9 * efficiency)
-        costs = [cost * (1 + self.noise * (2 * _unit("noise", config, r) - 1)) for r in range(spec.repeat)]
-        return MeasureResult(costs=costs, config=config, build_s=0.0, run_s=sum(costs))
+        costs = []
+        while len(costs) < spec.repeat and not (spec.cv_stop and spec.cv_stop.finished(costs)):
+            costs.append(cost * (1 + self.noise * (2 * _unit("noise", config, len(costs)) - 1)))
+        return MeasureResult(costs=costs, config=config, build_s=0.0, run_s=sum(costs) * max(spec.number, 1))
 
     def describe(self) -> dict:
         return {"hardware": "synthetic", "peak_gflops": self.peak_gflops}

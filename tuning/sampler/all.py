@@ -11,5 +11,5 @@ class AllSampler(Sampler):
     are new means a smaller batch, because the search decided what to measure.
     """
 
-    def select(self, candidates, space, visited, b, rng):
+    def select(self, candidates, space, visited, b, rng, exploration=None):
         return take_unvisited(candidates, space, visited, [], b)

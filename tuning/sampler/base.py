@@ -2,7 +2,7 @@
 
 A sampler picks which candidates are measured this round.
 
-    select(candidates, space, visited, b, rng) -> list of configs
+    select(candidates, space, visited, b, rng, exploration=None) -> list of configs
         `candidates` come from the search, best first. Returns at most b
         configs that are canonical (space.canonical), distinct, and not in
         `visited`; fewer only when the space has no more unvisited configs it
@@ -10,7 +10,9 @@ A sampler picks which candidates are measured this round.
         measure, e.g. kmeans's knee; then at least one while any candidate
         is new). Samplers may add configs that are
         not candidates (random exploration, synthesis). Randomness only from
-        `rng`.
+        `rng`. `exploration` is the search's wish for the share of random
+        configs this round (search=csa's eps_t); a sampler with a random share
+        uses it in place of its own, others ignore it.
     metrics() -> dict
         Numbers about the latest select, logged per round as sampler/<name>.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 class Sampler:
     adaptive = False  # True: returns as many as it judges worth measuring, 1..b
 
-    def select(self, candidates, space, visited, b, rng):
+    def select(self, candidates, space, visited, b, rng, exploration=None):
         raise NotImplementedError
 
     def metrics(self) -> dict:

@@ -13,6 +13,7 @@ class GreedySampler(Sampler):
               the last int(0.05 * plan_size) picks of each plan random; a
               per-slot coin gives the same expected share for any batch size.
 
+    A contextual search (search=csa) passes its eps_t as `exploration`, which replaces eps.
     When the candidates run out the remaining slots are random unvisited configs.
     """
 
@@ -21,13 +22,14 @@ class GreedySampler(Sampler):
     def __init__(self, eps: float = 0.05):
         self.eps = eps
 
-    def select(self, candidates, space, visited, b, rng):
+    def select(self, candidates, space, visited, b, rng, exploration=None):
+        eps = self.eps if exploration is None else exploration
         chosen: list = []
         taken: set = set()
         queue = iter(candidates)
         while len(chosen) < b:
             pick = None
-            if rng.random() < self.eps:
+            if rng.random() < eps:
                 pick = random_unvisited(space, visited, chosen, rng)
             if pick is None:
                 pick = _next_new(queue, space, visited, taken)

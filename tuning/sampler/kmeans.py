@@ -75,7 +75,7 @@ class KMeansSampler(Sampler):
         self.last_k = 0  # the k of the latest select, and how many of its samples were synthesised
         self.last_synthesised = 0
 
-    def select(self, candidates, space, visited, b, rng):
+    def select(self, candidates, space, visited, b, rng, exploration=None):
         if b <= 0:
             return []
         configs = _distinct([space.canonical(c) for c in candidates])

@@ -16,6 +16,12 @@ A search strategy proposes candidate configs each round; it never measures.
         Everything needed to continue after a resume (JSON-serialisable).
     metrics() -> dict
         Numbers about the latest propose, logged per round as search/<name>.
+    exploration() -> float | None
+        The share of this round's batch the search wants drawn at random, for
+        samplers with a random share (sampler=greedy's eps); None leaves the
+        sampler's own. A contextual search (csa) sets it from its model's
+        uncertainty; `needs_uncertainty = True` then requires a cost model with
+        predict_dist.
 
 __init__ stores hyperparameters only: no TVM, no I/O, no threads.
 """
@@ -30,6 +36,7 @@ from tuning.sampler.base import random_unvisited
 
 class Search:
     needs_cost_model = False
+    needs_uncertainty = False
 
     def propose(self, space, cost_model, n, visited, rng):
         raise NotImplementedError
@@ -45,6 +52,9 @@ class Search:
 
     def metrics(self) -> dict:
         return {}
+
+    def exploration(self) -> float | None:
+        return None
 
 
 # ---- helpers shared by the model-guided searches ------------------------------------------
