@@ -12,6 +12,7 @@ search=csa, DE = evaluator=adatune_de, AE = evaluator=adaptive), each the mean o
     vs base          the baseline's best latency / the row's (> 1: faster than the baseline)
     measure s        seconds spent running kernels on the hardware (run/run_s), the part the
                      adaptive evaluator cuts; `vs DE` divides by the same scheme's DE row
+    costs/cand       recorded costs per valid candidate: micro-batches of 50 runs (DE: always 10)
     build s          seconds compiling candidates (the same work for every evaluator)
     tuning s         tuning wall time (search, fits, builds, runs, the final re-measurement)
     to base (s)      wall-clock seconds from the run's start until its best reading was within
@@ -65,6 +66,7 @@ def describe(client, run, scratch: Path) -> dict | None:
         "model": run.data.params.get("model.name", "?"), "scheme": name, "seed": run.data.params.get("seed", "?"),
         "latency_s": final_latency_s(m), "measure_s": m["run/run_s"], "build_s": m.get("run/build_s", math.nan),
         "tuning_s": m.get("run/tuning_wall_s", math.nan),
+        "batches": mean([len(r.result.costs) for r in records if r.result.ok]),
         "best_curve": np.minimum.accumulate([r.result.cost for r in records]) if records else np.array([]),
         "elapsed_s": np.array([r.time - started for r in records]),
     }
@@ -86,10 +88,11 @@ def model_table(runs: list[dict], fraction: float) -> tuple[list[list[str]], dic
     for name in order:
         group = by_scheme[name]
         reach = [seconds_to(r, target) for r in group] if target and math.isfinite(target) else []
-        stats[name] = {key: mean([r[key] for r in group]) for key in ("latency_s", "measure_s", "build_s", "tuning_s")}
+        stats[name] = {key: mean([r[key] for r in group])
+                       for key in ("latency_s", "measure_s", "batches", "build_s", "tuning_s")}
         stats[name]["reach"] = reach
         stats[name]["to_base_s"] = mean(reach) if reach and None not in reach else None
-    header = ["scheme", "best us", "vs base", "measure s", "vs DE", "build s", "tuning s",
+    header = ["scheme", "best us", "vs base", "measure s", "vs DE", "costs/cand", "build s", "tuning s",
               f"to {fraction:.0%} of base (s)"]
     rows = [header]
     for name in order:
@@ -97,6 +100,7 @@ def model_table(runs: list[dict], fraction: float) -> tuple[list[list[str]], dic
         rows.append([name, fmt(s["latency_s"] * 1e6, ".1f"),
                      fmt(stats.get(BASELINE, {}).get("latency_s", math.nan) / s["latency_s"], ".3f", "x"),
                      fmt(s["measure_s"], ".1f"), fmt(s["measure_s"] / de.get("measure_s", math.nan), ".2f", "x"),
+                     fmt(s["batches"], ".1f"),
                      fmt(s["build_s"], ".0f"), fmt(s["tuning_s"], ".0f"), reach_cell(s["reach"])])
     return rows, stats
 

@@ -213,7 +213,7 @@ def load_table_script():
 
 def fake_run(scheme, seed, curve_us, latency_us, measure_s, seconds_per_record=10.0):
     return {"model": "conv_l8", "scheme": scheme, "seed": str(seed), "latency_s": latency_us * 1e-6,
-            "measure_s": measure_s, "build_s": 50.0, "tuning_s": 100.0,
+            "measure_s": measure_s, "batches": 10.0, "build_s": 50.0, "tuning_s": 100.0,
             "best_curve": np.minimum.accumulate(np.asarray(curve_us) * 1e-6),
             "elapsed_s": seconds_per_record * np.arange(1, len(curve_us) + 1)}
 
@@ -234,7 +234,7 @@ def test_table_reports_measurement_ratio_loss_and_time_to_the_baseline():
     assert stats["XGB+SA+DE"]["reach"] == [30.0, 20.0] and stats["XGB+SA+DE"]["to_base_s"] == 25.0
     assert stats["RFEI+CSA+AE"]["reach"] == [5.0, None] and stats["RFEI+CSA+AE"]["to_base_s"] is None
     row = {r[0]: r for r in rows}["RFEI+CSA+AE"]
-    assert row[4] == "0.30x" and row[7] == "5 (1/2)"  # 15 / 50 measurement seconds; one seed of two
+    assert row[4] == "0.30x" and row[8] == "5 (1/2)"  # 15 / 50 measurement seconds; one seed of two
     lines = table.summary({"conv_l8": stats})
     assert lines[0].startswith("RFEI+CSA+AE vs RFEI+CSA+DE: measurement seconds 0.30x, final best latency +1.0%")
     assert "met on 1 of 1 models (conv_l8)" in lines[1]
