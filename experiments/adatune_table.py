@@ -38,8 +38,9 @@ import numpy as np
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from tuning.tracking.ablation import (final_latency_s, find_runs, first_index_at_most, fmt, geometric_mean,  # noqa: E402
-                                     mean, newest_per, print_table, reach_cell, run_records)
+from tuning.tracking.ablation import (  # noqa: E402
+    final_latency_s, find_runs, first_index_at_most, fmt, geometric_mean, mean, newest_per, print_table, reach_cell,
+    run_records)
 
 COST_MODELS = {"xgb": "XGB", "rf": "RFEI"}
 SEARCHES = {"sa": "SA", "csa": "CSA"}

@@ -4,8 +4,9 @@
     python experiments/compare_runs.py --parent <run id>     # the children of one multirun
     python experiments/compare_runs.py --model conv_l8 --uri sqlite:///outputs/mlflow.db
 
-Columns: final best (incumbent re-measured at the end), the best seen during
-tuning, measurements, invalid, and where the time went.
+Columns: the group options, final best (incumbent re-measured at the end), the
+best seen during tuning, measurements, invalid, and where the time went
+(run_s: seconds spent running kernels, the measurement time evaluators differ in).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-COLUMNS = ("run", "search", "sampler", "cost_model", "seed", "meas", "invalid", "final GFLOP/s",
+COLUMNS = ("run", "search", "sampler", "cost_model", "evaluator", "seed", "meas", "invalid", "final GFLOP/s",
            "tuning best", "search_s", "model_s", "build_s", "run_s")
 
 
@@ -32,14 +33,16 @@ def rows(client: MlflowClient, experiment: str, parent: str | None, model: str |
         p, m = run.data.params, run.data.metrics
         if "tuning/final_gflops" not in m:
             continue  # a multirun parent, or a run from before final metrics
-        yield (run.info.run_name, _option(p, "search"), _option(p, "sampler"), _option(p, "cost_model"),
+        yield (run.info.run_name, *(_option(run, group) for group in ("search", "sampler", "cost_model", "evaluator")),
                p.get("seed", "?"), int(m.get("tuning/measurements", 0)), int(m.get("tuning/invalid", 0)),
                f"{m['tuning/final_gflops']:.2f}", f"{m.get('tuning/best_gflops', 0):.2f}",
                *(f"{m.get(f'time/{k}', 0):.1f}" for k in ("search_s", "model_s", "build_s", "run_s")))
 
 
-def _option(params: dict, group: str) -> str:
-    return params.get(f"{group}._target_", "?").rsplit(".", 1)[-1]
+def _option(run, group: str) -> str:
+    """The group option the run was started with (older runs: the class name)."""
+    return (run.data.tags.get(f"choice.{group}")
+            or run.data.params.get(f"{group}._target_", "?").rsplit(".", 1)[-1])
 
 
 def main() -> None:

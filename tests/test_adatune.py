@@ -224,7 +224,8 @@ def test_table_reports_measurement_ratio_loss_and_time_to_the_baseline():
         == "RFEI+CSA+AE"
     assert table.scheme({"choice.cost_model": "xgb", "choice.search": "ppo", "choice.evaluator": "fixed"}) is None
     runs = [
-        fake_run("XGB+SA+DE", 0, [200, 120, 100, 100], 100, 40.0), fake_run("XGB+SA+DE", 1, [150, 100, 100, 100], 100, 40.0),
+        fake_run("XGB+SA+DE", 0, [200, 120, 100, 100], 100, 40.0),
+        fake_run("XGB+SA+DE", 1, [150, 100, 100, 100], 100, 40.0),
         fake_run("RFEI+CSA+DE", 0, [120, 100, 99, 99], 100, 50.0),
         fake_run("RFEI+CSA+AE", 0, [104, 99, 99, 99], 101, 15.0, seconds_per_record=5.0),
         fake_run("RFEI+CSA+AE", 1, [300, 300, 300, 300], 101, 15.0),
