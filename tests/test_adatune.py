@@ -200,17 +200,6 @@ def test_adatune_in_the_loop_logs_eps_and_batches(tmp_path):
 
 
 # ---- the ablation table ----------------------------------------------------------------------
-def load_table_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "experiments" / "adatune_table.py"
-    spec = importlib.util.spec_from_file_location("adatune_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def fake_run(scheme, seed, curve_us, latency_us, measure_s, seconds_per_record=10.0):
     return {"model": "conv_l8", "scheme": scheme, "seed": str(seed), "latency_s": latency_us * 1e-6,
             "measure_s": measure_s, "batches": 10.0, "build_s": 50.0, "tuning_s": 100.0,
@@ -218,8 +207,8 @@ def fake_run(scheme, seed, curve_us, latency_us, measure_s, seconds_per_record=1
             "elapsed_s": seconds_per_record * np.arange(1, len(curve_us) + 1)}
 
 
-def test_table_reports_measurement_ratio_loss_and_time_to_the_baseline():
-    table = load_table_script()
+def test_table_reports_measurement_ratio_loss_and_time_to_the_baseline(experiment_script):
+    table = experiment_script("adatune_table")
     assert table.scheme({"choice.cost_model": "rf", "choice.search": "csa", "choice.evaluator": "adaptive"}) \
         == "RFEI+CSA+AE"
     assert table.scheme({"choice.cost_model": "xgb", "choice.search": "ppo", "choice.evaluator": "fixed"}) is None

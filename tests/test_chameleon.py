@@ -179,17 +179,6 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
 
 
 # ---- the ablation table ------------------------------------------------------------------
-def load_table_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "experiments" / "chameleon_table.py"
-    spec = importlib.util.spec_from_file_location("chameleon_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def fake_run(column, seed, curve_us, latency_us):
     return {"model": "conv_l8", "column": column, "seed": str(seed), "whole_model": False,
             "latency_s": latency_us * 1e-6, "measurements": len(curve_us),
@@ -197,8 +186,8 @@ def fake_run(column, seed, curve_us, latency_us):
             "search_s": 2.0, "rounds": 4}
 
 
-def test_table_counts_measurements_to_95_percent_of_sa_and_the_goal():
-    table = load_table_script()
+def test_table_counts_measurements_to_95_percent_of_sa_and_the_goal(experiment_script):
+    table = experiment_script("chameleon_table")
     sa = [fake_run("SA", 0, [200, 150, 120, 100, 100, 100], 100), fake_run("SA", 1, [180, 100, 100, 100, 100, 100], 100)]
     chameleon = [fake_run("AE+AS", 0, [104, 100, 99, 99, 99, 99], 98), fake_run("AE+AS", 1, [300, 105, 90, 90, 90, 90], 95)]
     never = [fake_run("AE", 0, [500] * 6, 400)]
