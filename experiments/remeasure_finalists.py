@@ -30,24 +30,22 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from tuning.evaluator.fixed import FixedEvaluator  # noqa: E402
 from tuning.hardware.cpu import CPUHardware  # noqa: E402
 from tuning.task import build_tasks  # noqa: E402
-from tuning.tracking.ablation import find_runs, print_table, run_records  # noqa: E402
+from tuning.tracking.ablation import find_runs, newest_per, print_table, run_records  # noqa: E402
 
 GROUPS = ("cost_model", "search", "sampler", "evaluator")
 
 
 def finalists(client, runs, top: int, scratch: Path) -> list[dict]:
-    described = {}
-    for run in runs:  # newest first: the newest of each (model, scheme, seed) wins
-        scheme = "+".join(run.data.tags.get(f"choice.{g}", "?") for g in GROUPS)
-        key = (run.data.params.get("model.name", "?"), scheme, run.data.params.get("seed", "?"))
-        if key in described:
-            continue
-        ok = sorted((r for r in run_records(client, run.info.run_id, scratch) if r.result.ok),
+    """Each (model, scheme, seed)'s newest run with its `top` best configs by tuning reading."""
+    labelled = [{"run": run, "model": run.data.params.get("model.name", "?"), "seed": run.data.params.get("seed", "?"),
+                 "scheme": "+".join(run.data.tags.get(f"choice.{g}", "?") for g in GROUPS)} for run in runs]
+    described = newest_per(labelled, "model", "scheme", "seed")
+    for entry in described:
+        ok = sorted((r for r in run_records(client, entry.pop("run").info.run_id, scratch) if r.result.ok),
                     key=lambda r: r.result.cost)
-        configs = list(dict.fromkeys(tuple(r.config) for r in ok))[:top]
-        described[key] = {"model": key[0], "scheme": key[1], "seed": key[2], "configs": configs,
-                          "readings": {tuple(r.config): r.result.cost for r in ok}}
-    return list(described.values())
+        entry["configs"] = list(dict.fromkeys(tuple(r.config) for r in ok))[:top]
+        entry["readings"] = {tuple(r.config): r.result.cost for r in ok}
+    return described
 
 
 def remeasure(runs: list[dict], passes: int, evaluator) -> None:

@@ -124,5 +124,5 @@ class AdaptiveEvaluator(Evaluator):
         batches = [len(r.costs) for r in self.latest if r.ok]
         if not batches:
             return {}
-        return {"batches": float(np.mean(batches)),
-                "stopped_early": float(np.mean([b < self.rule.max_batches for b in batches]))}
+        max_batches = self.rule.max_batches
+        return {"batches": float(np.mean(batches)), "stopped_early": float(np.mean([b < max_batches for b in batches]))}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuning.sampler.base import random_unvisited
+from tuning.search.base import fill_with_random
 from tuning.search.sa import SimulatedAnnealing
 
 
@@ -49,12 +49,7 @@ class ContextualSimulatedAnnealing(SimulatedAnnealing):
         return candidates
 
     def _contextual_eps(self, space, cost_model, visited, rng) -> tuple[float, float]:
-        unmeasured = []
-        for _ in range(self.uncertainty_samples):
-            config = random_unvisited(space, visited, unmeasured, rng)
-            if config is None:
-                break
-            unmeasured.append(config)
+        unmeasured = fill_with_random([], space, visited, self.uncertainty_samples, rng)
         if not unmeasured:
             return self.initial_eps, 0.0
         _, std = cost_model.predict_dist(space.features(unmeasured))
