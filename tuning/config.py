@@ -47,6 +47,15 @@ class E2ESchema:
 
 
 @dataclass
+class ObjectiveSchema:
+    """What run.py returns to a sweep (tuning/sweep.py lists the metrics)."""
+    metrics: list = field(default_factory=lambda: ["final_gflops"])
+    directions: list = field(default_factory=lambda: ["maximize"])
+    target_latency_us: Optional[float] = None  # for measurements_to_target / seconds_to_target
+    report_every: int = 16  # pruning: best-so-far goes to the Optuna trial every this many measurements
+
+
+@dataclass
 class TopLevelSchema:
     seed: int = 0
     resume: Optional[str] = None  # output dir of a run to continue
@@ -54,6 +63,7 @@ class TopLevelSchema:
     budget: BudgetSchema = field(default_factory=BudgetSchema)
     tuning: TuningSchema = field(default_factory=TuningSchema)
     e2e: E2ESchema = field(default_factory=E2ESchema)
+    objective: ObjectiveSchema = field(default_factory=ObjectiveSchema)
     model: Any = MISSING
     search: Any = MISSING
     sampler: Any = MISSING
@@ -100,6 +110,8 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         problems += _check_range(f"e2e.{key}", cfg.e2e[key], 1, None)
     problems += _check_range("e2e.max_seconds", cfg.e2e.max_seconds, 0, None)
     problems += _check_model(cfg.model)
+    problems += _check_objective(cfg.objective)
+    problems += _check_range("objective.report_every", cfg.objective.report_every, 1, None)
     classes = {}
     for group in COMPONENT_GROUPS:
         cls, group_problems = _check_component(group, cfg[group])
@@ -118,6 +130,23 @@ def _check_range(key, value, low, high, inclusive_low=True) -> list[str]:
     if too_low or (high is not None and value > high):
         bounds = f"{'>=' if inclusive_low else '>'} {low}" + (f" and <= {high}" if high is not None else "")
         return [f"{key}: must be {bounds}, got {value}"]
+    return []
+
+
+def _check_objective(objective) -> list[str]:
+    from tuning.sweep import DIRECTIONS, NEEDS_TARGET
+
+    metrics, directions = list(objective.metrics), list(objective.directions)
+    unknown = [m for m in metrics if m not in DIRECTIONS]
+    if not metrics or unknown:
+        return [f"objective.metrics: expected names from {', '.join(DIRECTIONS)}, got {metrics}"]
+    expected = [DIRECTIONS[m] for m in metrics]
+    if directions != expected:
+        return [f"objective.directions: {metrics} are optimised as {expected}, got {directions}"]
+    target = objective.target_latency_us
+    if any(m in NEEDS_TARGET for m in metrics) and (target is None or target <= 0):
+        return [f"objective.target_latency_us: {', '.join(m for m in metrics if m in NEEDS_TARGET)} needs a "
+                f"positive target latency (us), got {target}"]
     return []
 
 

@@ -1,14 +1,14 @@
 """The tuning loop (DESIGN.md §The loop).
 
-    until the run's budget is spent, the time is up, or every task stopped:
+    until the run's budget is spent, the time is up, every task stopped, or after_round abandons it:
         task       = the next task without its minimum yet, else scheduler.pick(tasks)
         candidates = task's search.propose(...)   # no measuring here
         batch      = task's sampler.select(...)
         results    = evaluator.measure(...)       # each record appended + flushed as it arrives
         task's cost_model.fit(all its records)
         task's search.observe(batch, results)
-        save its search/rng state; log step metrics
-    re-measure each task's best few
+        save its search/rng state; log step metrics; after_round (an Optuna sweep's pruning)
+    re-measure each task's best few (not when abandoned)
 
 A single-operator model is the one-task case. Resuming reads the records file
 (visited sets, cost models) and each task's saved search and rng state; the
@@ -23,6 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -54,6 +55,10 @@ class RunInfo:
     early_stop: int | None = None
     min_trials_per_task: int = 0  # every task gets this many (or its whole space) before scheduling
     rounds_per_task: int | None = None  # a task stops after this many rounds (Chameleon's "iterations")
+    # after_round(measured, outcomes) -> a reason to abandon the run (e.g. "pruned" by an Optuna
+    # sweep), or None; an abandoned run skips the final re-measurement: nobody wants its result.
+    after_round: Callable[[int, list], str | None] | None = None
+    abandoned: str | None = None
     measured: int = 0  # measurements so far, all tasks: the x axis of every metric
 
     @property
@@ -124,6 +129,11 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
             else:
                 tuner, n = live[scheduler.pick(live)], run.plan_size
             tuner.tune_round(min(n, run.plan_size, run.trials - run.measured), progress)
+            run.abandoned = run.after_round(run.measured, [t.outcome for t in tuners]) if run.after_round else None
+            if run.abandoned:
+                for tuner in live:
+                    tuner._stop(run.abandoned)
+                break
     for tuner in tuners:
         tuner.finish()
     return [t.outcome for t in tuners]
@@ -234,7 +244,9 @@ class TaskTuner:
         return len(results)
 
     def finish(self) -> None:
-        if self.outcome.reused and self.measured == self.outcome.reused:
+        if self.run.abandoned:
+            best_from_records(self.outcome)
+        elif self.outcome.reused and self.measured == self.outcome.reused:
             best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
             self.outcome.stopped_because = "reused"
         else:

@@ -1,7 +1,9 @@
 """One tuning job: validate -> instantiate -> tune each task -> export -> report.
 
-Called by run.py (the thin @hydra.main). Returns the sweep objective (best
-GFLOP/s, summed over tasks) so Optuna sweeps can use it.
+Called by run.py (the thin @hydra.main). Returns the sweep objective
+(`cfg.objective`, tuning/sweep.py) so Optuna sweeps can use it; a job that is an
+Optuna trial reports its best-so-far each round and raises optuna.TrialPruned
+when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
+from hydra_plugins.tunelab_optuna_sweeper.trial import current_trial
 from omegaconf import DictConfig, OmegaConf
 
 from tuning.config import ConfigError, validate
@@ -24,6 +27,7 @@ from tuning.apply import (e2e_line, evaluate_end_to_end, is_whole_model, model_c
                           weighted_latency_ms)
 from tuning.loop import Components, RunInfo, tune_tasks
 from tuning.records import RecordLog
+from tuning.sweep import Pruning, objective_values, trial_tags
 from tuning.task import build_tasks
 from tuning.tracking.base import flatten
 from tuning.tracking.plot import convergence_png
@@ -52,9 +56,14 @@ def main(cfg: DictConfig) -> float:
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
+    trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
+    pruning = Pruning(trial, cfg.objective, cfg.budget.trials) if trial is not None else None
+    if trial is not None:
+        run_name += f"-trial{trial.number}"
     run_id_file = out_dir / "mlflow_run_id"
     run_id = parts.tracker.start(
-        run_name, flatten(OmegaConf.to_container(cfg, resolve=True)), _tags(hydra, cfg),
+        run_name, flatten(OmegaConf.to_container(cfg, resolve=True)),
+        {**_tags(hydra, cfg), **(trial_tags(trial) if trial is not None else {})},
         parent=hydra.get("sweep_dir"),
         resume_run_id=run_id_file.read_text().strip() if run_id_file.exists() else None,
     )
@@ -65,19 +74,25 @@ def main(cfg: DictConfig) -> float:
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
-            outcomes = _tune_all(cfg, tasks, parts, out_dir, method, prior)
+            outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, pruning)
             _export(parts, outcomes, out_dir)
-            if is_whole_model(cfg.model) and cfg.e2e.enabled:
+            if is_whole_model(cfg.model) and cfg.e2e.enabled and not (pruning and pruning.pruned_at):
                 e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir)
             parts.tracker.log_text(_summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""), "summary.txt")
-        status = "FINISHED"
+        status = "KILLED" if pruning and pruning.pruned_at else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
+        if trial is not None:
+            parts.tracker.set_tags({"optuna.state": {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}.get(status, "FAIL")})
         parts.tracker.end(status)
     _report(outcomes, e2e, parts.tracker, out_dir)
-    return sum(o.best_gflops for o in outcomes)
+    if pruning and pruning.pruned_at:
+        import optuna
+
+        raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
+    return objective_values(cfg.objective, outcomes, tuning_s, started_at)
 
 
 def _tasks(cfg, hardware) -> list:
@@ -136,18 +151,19 @@ def _records_file(database: str, out_dir: Path, tracker) -> Path:
     raise ConfigError(f"tuning.database: {database!r} is neither a run folder, a records file, nor an MLflow run id")
 
 
-def _tune_all(cfg, tasks, parts, out_dir, method, prior):
+def _tune_all(cfg, tasks, parts, out_dir, method, prior, after_round=None):
+    """Tune, log the totals; returns (outcomes, tuning seconds, time.time() at the start)."""
     deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
     plan_size = int(cfg.search.get("plan_size", 64))
     run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, plan_size, deadline, cfg.budget.early_stop,
-                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task)
+                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task, after_round)
 
     def components_for(index: int) -> Components:  # each task learns its own model and search state
         if len(tasks) == 1:
             return parts
         return replace(parts, **{g: instantiate(cfg[g]) for g in ("search", "sampler", "cost_model")})
 
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), prior)
     totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes)
               for key in ("search_s", "model_s", "build_s", "run_s")}
@@ -163,7 +179,7 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior):
                                "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
                                "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals},
                               step=run.measured)
-    return outcomes
+    return outcomes, totals["run/tuning_wall_s"], started_at
 
 
 def _export(parts, outcomes, out_dir: Path) -> None:

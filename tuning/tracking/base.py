@@ -22,6 +22,9 @@ artifacts. The loop drives it in this order:
     tracker.location                                 where to find the run, for humans
     tracker.download(run_id, artifact, dst_dir)      fetch an artifact of any run in the store
                                                      (needs no open run); returns the local path
+    tracker.log_to_parent(parent, params, metrics, tags, artifacts)
+                                                     annotate the multirun's parent run (needs no
+                                                     open run): a sweep's best params, its results
 
 __init__ stores settings only: no I/O, no threads, no clients.
 """
@@ -63,6 +66,9 @@ class Tracker:
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         raise FileNotFoundError(f"{type(self).__name__} keeps no runs to download {artifact} from")
 
+    def log_to_parent(self, parent: str, params: dict, metrics: dict, tags: dict, artifacts: list[str]) -> None:
+        raise NotImplementedError
+
 
 class NoTracker(Tracker):
     """Tracking disabled: every call is accepted and ignored."""
@@ -83,6 +89,9 @@ class NoTracker(Tracker):
         pass
 
     def end(self, status="FINISHED") -> None:
+        pass
+
+    def log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:
         pass
 
     @property

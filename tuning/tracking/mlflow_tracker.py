@@ -51,18 +51,9 @@ class MlflowTracker(Tracker):
     # -- lifecycle ---------------------------------------------------------
 
     def start(self, run_name, params, tags, parent=None, resume_run_id=None) -> str:
-        from mlflow.tracking import MlflowClient
-
         if self._active:
             raise RuntimeError(f"run {self._run_id} is still open; end() it first")
-        db = _sqlite_path(self.uri)
-        if db is not None:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        # Concurrent jobs on a fresh sqlite file would race on schema creation.
-        with _locked(db.with_name(db.name + ".lock")) if db is not None else nullcontext():
-            self._client = MlflowClient(tracking_uri=self.uri)
-            self._experiment_id = self._get_or_create_experiment(db)
-
+        self._connect()
         tags = {str(k): v for k, v in tags.items()}
         if parent is not None:
             self._parent_run_id = self._get_or_create_parent(parent)
@@ -95,6 +86,21 @@ class MlflowTracker(Tracker):
             if self._parent_run_id is not None:
                 self._client.set_terminated(self._parent_run_id, "FINISHED")
             self._active = False
+
+    def log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        self._connect()
+        run_id = self._get_or_create_parent(parent)
+        now_ms = int(time.time() * 1000)
+        self._client.log_batch(
+            run_id, synchronous=True,
+            params=[Param(_key(k), _cut(v, MAX_PARAM_CHARS)) for k, v in params.items()],
+            metrics=[Metric(_key(k), float(v), now_ms, 0) for k, v in metrics.items() if math.isfinite(float(v))],
+            tags=[RunTag(_key(k), _cut(v, MAX_TAG_CHARS)) for k, v in tags.items()])
+        for path in artifacts:
+            self._client.log_artifact(run_id, path)
+        self._client.set_terminated(run_id, "FINISHED")
 
     # -- logging -----------------------------------------------------------
 
@@ -165,6 +171,17 @@ class MlflowTracker(Tracker):
     def _require_run(self) -> None:
         if not self._active:
             raise RuntimeError("no open run: call start() first")
+
+    def _connect(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        db = _sqlite_path(self.uri)
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        # Concurrent jobs on a fresh sqlite file would race on schema creation.
+        with _locked(db.with_name(db.name + ".lock")) if db is not None else nullcontext():
+            self._client = MlflowClient(tracking_uri=self.uri)
+            self._experiment_id = self._get_or_create_experiment(db)
 
     def _get_or_create_experiment(self, db: Path | None) -> str:
         from mlflow.exceptions import MlflowException
