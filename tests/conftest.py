@@ -5,6 +5,10 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 @pytest.fixture
@@ -18,3 +22,22 @@ def experiment_script():
         return module
 
     return load
+
+
+@pytest.fixture
+def compose_cfg(tmp_path, monkeypatch):
+    """compose(overrides) -> the job config, with `${hydra:...}` resolvable as in a real run."""
+    from tuning.config import register
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))  # tracking.uri: never the repo's
+    register()
+
+    def _compose(*overrides: str):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=[f"output_dir={tmp_path / 'run'}", *overrides],
+                          return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        return cfg
+
+    yield _compose
+    HydraConfig.instance().cfg = None

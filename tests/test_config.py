@@ -47,23 +47,6 @@ def choices(cfg) -> dict:
     return {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
 
 
-@pytest.fixture
-def compose_cfg(tmp_path, monkeypatch):
-    """compose(overrides) -> the job config, with `${hydra:...}` resolvable as in a real run."""
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))  # tracking.uri: never the repo's
-    register()
-
-    def _compose(*overrides: str):
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[f"output_dir={tmp_path / 'run'}", *overrides],
-                          return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        return cfg
-
-    yield _compose
-    HydraConfig.instance().cfg = None
-
-
 # ---- rejection through the CLI -------------------------------------------------------------
 BAD = {
     "unknown group option": (["search=nope"], ["search", "nope", "random", "sa"]),
@@ -184,8 +167,10 @@ def test_validate_accepts(compose_cfg, overrides):
 
 
 # ---- contracts over every YAML -------------------------------------------------------------
-VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget", "scheduler")
-REQUIRED = {("model", "onnx"): ("model.path=pyproject.toml", "model.input_shape=[1,3,8,8]")}
+VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget", "scheduler", "objective")
+REQUIRED = {("model", "onnx"): ("model.path=pyproject.toml", "model.input_shape=[1,3,8,8]"),
+            ("objective", "measurements_to_target"): ("objective.target_latency_us=100",),
+            ("objective", "seconds_to_target"): ("objective.target_latency_us=100",)}
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in VALIDATED_GROUPS for o in options(g)])

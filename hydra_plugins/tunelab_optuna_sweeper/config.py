@@ -98,8 +98,9 @@ class OptunaSweeperConf:
     params: override key -> search space, in Hydra's sweep syntax:
         choice(a, b, c)                     categorical
         range(start, stop, step=s)          int (or float) steps, stop exclusive
-        interval(low, high)                 float, or int when both ends are ints
-        tag(log, interval(low, high))       log scale
+        interval(low, high)                 float
+        int(interval(low, high))            int
+        tag(log, interval(low, high))       log scale (also around int(...))
         a plain value                       fixed for every trial
       Sweeps given on the command line (`key=choice(...)`, `key=a,b`) join them.
     direction: minimize | maximize, or a list for a multi-objective study. null: the

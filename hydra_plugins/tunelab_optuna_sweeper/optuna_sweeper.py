@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -190,12 +191,12 @@ def _tell(study, trial, ret: JobReturn, n_objectives: int) -> Exception | None:
         values = [float(v) for v in values]
     except (TypeError, ValueError):
         values = []
-    if len(values) != n_objectives:
+    if len(values) != n_objectives or any(math.isnan(v) for v in values):
         study.tell(trial, state=TrialState.FAIL)
         return ValueError(f"trial {trial.number}: the job returned {value!r}; the study needs "
-                          f"{n_objectives} number(s)")
-    frozen = study.tell(trial, values)
-    return None if frozen.state == TrialState.COMPLETE else ValueError(f"trial {trial.number}: {values} rejected")
+                          f"{n_objectives} number(s), not NaN")
+    study.tell(trial, values)
+    return None
 
 
 def _tell_failed(study, trial) -> None:
