@@ -6,8 +6,10 @@ import csv
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -60,7 +62,7 @@ def test_grid_comes_from_choice_and_range_only():
         search_space.grid(space)
 
 
-@pytest.mark.parametrize("value", [3, 2.5e-05, True, False, "kmeans", "a b", "1.5", "x,y", "it's", "sqlite:////t/o.db"])
+@pytest.mark.parametrize("value", [None, 3, 2.5e-05, True, False, "kmeans", "a b", "1.5", "x,y", "it's", "sqlite:////t/o.db"])
 def test_a_trial_value_survives_the_trip_through_hydra_overrides(value):
     line = search_space.override("key", value)
     parsed, _ = search_space.parse([line])
@@ -120,6 +122,62 @@ def test_directions_come_from_the_objective_and_a_contradiction_is_refused():
         _sweeper("maximize", objective)._directions()
     with pytest.raises(ValueError, match="hydra.sweeper.direction"):
         _sweeper("up")._directions()
+
+
+class FakeLauncher:
+    """Runs each trial's overrides through `objective(params)` in-process."""
+
+    def __init__(self, objective):
+        self.objective, self.launched = objective, []
+
+    def launch(self, job_overrides, initial_job_idx):
+        returns = []
+        for overrides in job_overrides:
+            params = dict(o.split("=", 1) for o in overrides if not o.startswith(("++hydra.", "hydra.")))
+            self.launched.append(params)
+            returns.append(JobReturn(status=JobStatus.COMPLETED, _return_value=self.objective(params),
+                                     overrides=list(overrides)))
+        return returns
+
+
+def run_sweeper(tmp_path, sampler: str, params: dict, n_trials: int, storage=None) -> tuple[optuna.Study, list]:
+    from hydra_plugins.tunelab_optuna_sweeper import config as sweeper_config
+
+    conf = {"tpe": sweeper_config.TPESamplerConf, "random": sweeper_config.RandomSamplerConf,
+            "cmaes": sweeper_config.CmaEsSamplerConf, "grid": sweeper_config.GridSamplerConf,
+            "nsgaii": sweeper_config.NSGAIISamplerConf}[sampler]
+    sweeper = OptunaSweeper(OmegaConf.structured(conf), None, "minimize", storage, "s", n_trials, 2, 0.0, True,
+                            params)
+    sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}})
+    sweeper.launcher = FakeLauncher(lambda p: (float(p["x"]) - 0.5) ** 2)
+    sweeper.validate_batch_is_legal = lambda batch: None
+    return sweeper.sweep([]), sweeper.launcher.launched
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "nsgaii"])
+def test_every_sampler_runs_its_trials(tmp_path, sampler):
+    study, launched = run_sweeper(tmp_path, sampler, {"x": "interval(-2.0, 2.0)", "y": "fixed"}, 6)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 6
+    assert len({t.params["x"] for t in study.trials}) == 6 and all(-2 <= t.params["x"] <= 2 for t in study.trials)
+    assert all(p["y"] == "fixed" for p in launched)
+    again, _ = run_sweeper(tmp_path / "again", sampler, {"x": "interval(-2.0, 2.0)", "y": "fixed"}, 6)
+    assert [t.params for t in again.trials] == [t.params for t in study.trials]  # seeded
+
+
+def test_grid_sampler_walks_the_grid_once(tmp_path):
+    study, launched = run_sweeper(tmp_path, "grid", {"x": "range(-2, 3)"}, 100)
+    assert sorted(int(p["x"]) for p in launched) == [-2, -1, 0, 1, 2]  # n_trials capped at the grid's 5 points
+    assert study.best_params == {"x": 0} or study.best_params == {"x": 1}
+
+
+def test_n_trials_is_the_study_total_and_a_resumed_sampler_draws_new_points(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    first, _ = run_sweeper(tmp_path, "random", {"x": "interval(-2.0, 2.0)"}, 3, storage)
+    study, launched = run_sweeper(tmp_path, "random", {"x": "interval(-2.0, 2.0)"}, 5, storage)
+    assert len(launched) == 2 and len(study.trials) == 5
+    assert len({t.params["x"] for t in study.trials}) == 5
+    _, launched = run_sweeper(tmp_path, "random", {"x": "interval(-2.0, 2.0)"}, 5, storage)
+    assert launched == []  # already complete
 
 
 # ---- the objective and pruning (job side) ------------------------------------------------------
@@ -276,7 +334,7 @@ def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):
 
 def test_a_clearly_bad_trial_is_pruned_early(tmp_path):
     """Three trials on the synthetic machine at its 100 GFLOP/s peak, then one on a machine 50x
-    slower: its best-so-far is far below the median at the first step, so it stops there."""
+    slower: its best-so-far is far below the others' at the first step, so it stops there."""
     storage = f"sqlite:///{tmp_path / 'outputs' / 'optuna.db'}"
     (tmp_path / "outputs").mkdir()
     study = optuna.create_study(study_name="kmeans_threshold-gemm_64", storage=storage, direction="maximize")
@@ -323,3 +381,38 @@ def test_cv_threshold_preset_writes_its_pareto_front(tmp_path):
     client, parents, _ = mlflow_runs(tmp_path)
     assert "pareto_front.csv" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert parents[0].data.tags["optuna.pareto_trials"] == ",".join(r["trial"] for r in rows)
+
+
+def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
+    args = [sys.executable, "run.py", "-m", "hardware=synthetic", "model=gemm_64", "hparams_search=kmeans_threshold",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "hydra.sweeper.n_trials=2", "budget.trials=4000"]
+    proc = subprocess.Popen([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    records = tmp_path / "sweep" / "0" / "records.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 20):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stderr = proc.communicate(timeout=120)[1]
+    assert proc.returncode != 0, stderr[-3000:]
+    trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING], stderr[-3000:]
+    assert trials[1].user_attrs["retry_of"] == 0
+
+    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "budget.trials=48",
+          f"hydra.sweep.dir={tmp_path / 'sweep2'}")
+    trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert trials[1].params == trials[0].params  # the interrupted point, measured this time
+
+
+def test_a_trial_with_an_invalid_config_stops_the_sweep_naming_the_key(tmp_path):
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
+    proc = subprocess.run([sys.executable, "run.py", "-m", "hardware=synthetic", "model=gemm_64",
+                           "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "tracking=none",
+                           "sampler.k_max=64", "sampler.k_min=choice(70, 80)", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "sampler.k_min: must be below sampler.k_max" in proc.stderr, proc.stderr[-3000:]
+    assert [t.state for t in study_of(tmp_path, "kmeans_threshold-gemm_64").trials] == [TrialState.FAIL]
+    assert not (tmp_path / "sweep" / "0" / "records.jsonl").exists()  # rejected before any work

@@ -28,14 +28,19 @@ def weighted_latency_ms(outcomes) -> float:
     return sum(o.task.weight * o.best_cost for o in outcomes) * 1e3
 
 
+def in_measured_order(outcomes) -> list[tuple[object, object, bool]]:
+    """(task, record, reused) over all tasks: reused records first, then in the order measured."""
+    merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),
+                    key=lambda item: item[:2])
+    return [(task, record, not own) for own, _, task, record in merged]
+
+
 def model_curve(outcomes) -> list[tuple[int, float]]:
     """(measurements, sum of weight x best latency in ms) once every task has a valid record,
     records in the order they were measured (reused ones first)."""
-    merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),
-                    key=lambda item: item[:2])
     best: dict = {}
     points = []
-    for count, (_, _, task, record) in enumerate(merged, start=1):
+    for count, (task, record, _) in enumerate(in_measured_order(outcomes), start=1):
         if record.result.ok:
             best[task.key] = min(best.get(task.key, math.inf), task.weight * record.result.cost)
         if len(best) == len(outcomes):

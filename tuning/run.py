@@ -208,8 +208,12 @@ def _summary(outcomes) -> str:
         return task_table(outcomes) + "\n"
     lines = []
     for o in outcomes:
-        latency = (f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
-                   if math.isfinite(o.best_cost) else "none valid")
+        if not math.isfinite(o.best_cost):
+            latency = "none valid"
+        elif o.stopped_because == "pruned":
+            latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
+        else:
+            latency = f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
         lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
                      f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
     return "\n".join(lines) + "\n"

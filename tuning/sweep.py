@@ -9,15 +9,17 @@ run.py returns `objective_values(...)`: one number per name in
     tuning_s                wall-clock seconds of tuning and the final re-measurement   (minimize)
     measurements_to_target  measurements until the best-so-far latency (weighted sum
                             over tasks) first reaches objective.target_latency_us      (minimize)
-    seconds_to_target       seconds since the first measurement until then              (minimize)
+    seconds_to_target       seconds from the start of tuning until then                 (minimize)
 
 A run that never reaches the target scores its whole spend scaled by how far it
-stayed: measurements (or seconds) x best / target, so misses still rank.
+stayed, measurements (or seconds) x best / target, so misses still rank (x 1000
+when nothing valid was measured).
 
 Pruning (single-objective studies): after every round the job reports the
 best-so-far of the metric to the Optuna trial at each multiple of
-objective.report_every measurements, and stops when the trial's pruner says so. The `*_to_target` and `tuning_s`
-metrics have no best-so-far curve to compare, so they are never pruned.
+objective.report_every measurements, and stops when the trial's pruner says
+so. The `*_to_target` and `tuning_s` metrics have no best-so-far curve to
+compare, so they are never pruned.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from hydra_plugins.tunelab_optuna_sweeper.trial import RESULTS_FILE
-from tuning.apply import model_curve, weighted_latency_ms
+from tuning.apply import in_measured_order, model_curve, weighted_latency_ms
 
 
 DIRECTIONS = {"final_gflops": "maximize", "final_latency_us": "minimize", "tuning_s": "minimize",
@@ -57,14 +59,13 @@ def _metric(name: str, objective, outcomes, tuning_s: float, started_at: float) 
 
 def _to_target(name: str, target_us: float, outcomes, tuning_s: float, started_at: float) -> float:
     curve = model_curve(outcomes)  # (measurements, ms) once every task has a valid record
-    # model_curve's order: reused records first (reached at second 0), then by time measured
-    stamps = sorted((i >= o.reused, r.time) for o in outcomes for i, r in enumerate(o.records))
+    ordered = in_measured_order(outcomes)  # the curve's order
     for measured, latency_ms in curve:
         if latency_ms * 1e3 <= target_us:
             if name == "measurements_to_target":
                 return float(measured)
-            own, stamp = stamps[measured - 1]
-            return max(0.0, stamp - started_at) if own else 0.0
+            _, record, reused = ordered[measured - 1]
+            return 0.0 if reused else max(0.0, record.time - started_at)
     spent = float(sum(len(o.records) for o in outcomes)) if name == "measurements_to_target" else tuning_s
     best_us = curve[-1][1] * 1e3 if curve else math.inf
     return spent * best_us / target_us if math.isfinite(best_us) else spent * 1e3
@@ -88,7 +89,7 @@ class Pruning:
     def __call__(self, measured: int, outcomes) -> str | None:
         if not self.enabled or measured < self.reported + self.every:
             return None
-        records = _in_measured_order(outcomes)
+        records = in_measured_order(outcomes)
         while self.reported + self.every <= measured:
             self.reported += self.every
             value = self._best_within(records[:self.reported], len(outcomes))
@@ -101,7 +102,7 @@ class Pruning:
 
     def _best_within(self, records, n_tasks: int) -> float | None:
         best: dict = {}
-        for task, record in records:
+        for task, record, _ in records:
             if record.result.ok:
                 if self.metric == "final_gflops":
                     best[task.key] = max(best.get(task.key, 0.0), record.result.gflops(task.flops))
@@ -110,13 +111,6 @@ class Pruning:
         if self.metric == "final_gflops":
             return sum(best.values())
         return sum(best.values()) if len(best) == n_tasks else None
-
-
-def _in_measured_order(outcomes) -> list:
-    """(task, record) pairs: reused records first, then in the order they were measured."""
-    merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),
-                    key=lambda item: item[:2])
-    return [(task, record) for _, _, task, record in merged]
 
 
 def trial_tags(trial) -> dict:

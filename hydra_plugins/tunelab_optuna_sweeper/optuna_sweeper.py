@@ -130,9 +130,9 @@ class OptunaSweeper(Sweeper):
         trial_side.hand_over(trials)
         try:
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
-        except BaseException:
-            for trial in trials:  # a launcher that dies leaves no trial RUNNING
-                _tell_failed(study, trial)
+        except BaseException as error:  # no trial stays RUNNING; interrupted ones run again on resume
+            for trial in trials:
+                _fail(study, trial.number, retry=isinstance(error, KeyboardInterrupt))
             raise
         finally:
             trial_side.hand_over([])
@@ -170,21 +170,30 @@ def _finished(study) -> list:
 def _retry_interrupted(study) -> None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         log.warning(f"trial {trial.number} was left RUNNING by an interrupted sweep: marked FAIL, run again")
-        study.tell(trial.number, state=TrialState.FAIL)
-        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        _fail(study, trial.number, retry=True)
+
+
+def _fail(study, number: int, retry: bool) -> None:
+    """Tell FAIL (unless already told); with `retry`, enqueue the same params as a new trial."""
+    try:
+        _told(study, number, state=TrialState.FAIL)
+    except ValueError:
+        return  # already finished
+    if retry:
+        study.enqueue_trial(study.get_trials(deepcopy=False)[number].params, user_attrs={"retry_of": number})
 
 
 def _tell(study, trial, ret: JobReturn, n_objectives: int) -> Exception | None:
     """Record one job's outcome; returns the failure, if it failed."""
     if ret.status == JobStatus.FAILED and isinstance(ret._return_value, optuna.TrialPruned):  # the field itself:
         log.info(f"trial {trial.number} pruned: {ret._return_value}")  # .return_value prints an error
-        study.tell(trial, state=TrialState.PRUNED)
+        _told(study, trial, state=TrialState.PRUNED)
         return None
     try:
         value = ret.return_value  # re-raises what the job raised
     except Exception as error:  # noqa: BLE001 - a crashed job is a FAIL trial, not a crashed sweep
         log.warning(f"trial {trial.number} failed: {type(error).__name__}: {error}")
-        study.tell(trial, state=TrialState.FAIL)
+        _told(study, trial, state=TrialState.FAIL)
         return error
     values = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value]
     try:
@@ -192,18 +201,21 @@ def _tell(study, trial, ret: JobReturn, n_objectives: int) -> Exception | None:
     except (TypeError, ValueError):
         values = []
     if len(values) != n_objectives or any(math.isnan(v) for v in values):
-        study.tell(trial, state=TrialState.FAIL)
+        _told(study, trial, state=TrialState.FAIL)
         return ValueError(f"trial {trial.number}: the job returned {value!r}; the study needs "
                           f"{n_objectives} number(s), not NaN")
-    study.tell(trial, values)
+    _told(study, trial, values=values)
     return None
 
 
-def _tell_failed(study, trial) -> None:
+def _told(study, trial, **outcome) -> None:
+    """study.tell; the grid sampler calls Study.stop() once its grid is done, which raises
+    outside study.optimize after the trial is recorded."""
     try:
-        study.tell(trial, state=TrialState.FAIL)
-    except (RuntimeError, ValueError):
-        pass  # already told
+        study.tell(trial, **outcome)
+    except RuntimeError as error:
+        if "Study.stop" not in str(error):
+            raise
 
 
 # ---- results in the sweep folder --------------------------------------------------------------
@@ -229,10 +241,13 @@ def write_results(study, sweep_dir: Path, names: list[str], storage) -> None:
 
 
 def _write_csv(path: Path, trials, names: list[str]) -> None:
+    """One row per trial; values only for COMPLETE ones (Optuna gives a pruned trial its last
+    reported value), and the last reported step (where a pruned trial stopped)."""
     params = sorted({k for t in trials for k in t.params})
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["trial", "state", *names, *params])
+        writer.writerow(["trial", "state", *names, "last_step", *params])
         for t in trials:
-            values = t.values if t.values is not None and len(t.values) == len(names) else [""] * len(names)
-            writer.writerow([t.number, t.state.name, *values, *(t.params.get(p, "") for p in params)])
+            values = t.values if t.state == TrialState.COMPLETE else [""] * len(names)
+            last_step = max(t.intermediate_values, default="")
+            writer.writerow([t.number, t.state.name, *values, last_step, *(t.params.get(p, "") for p in params)])

@@ -70,7 +70,9 @@ def grid(space: dict[str, BaseDistribution]) -> dict[str, list]:
 
 def override(key: str, value) -> str:
     """`key=value` that Hydra parses back to `value` (strings quoted where they would not)."""
-    if isinstance(value, bool):
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, (int, float)):
         text = repr(value)
