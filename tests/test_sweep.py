@@ -387,8 +387,10 @@ def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
     env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
     args = [sys.executable, "run.py", "-m", "hardware=synthetic", "model=gemm_64", "hparams_search=kmeans_threshold",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "hydra.sweeper.n_trials=2", "budget.trials=4000"]
+    # Ctrl-C as in a terminal, also where the suite itself runs in the background (SIGINT ignored, inherited)
     proc = subprocess.Popen([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     records = tmp_path / "sweep" / "0" / "records.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 20):

@@ -70,16 +70,17 @@ def main(cfg: DictConfig) -> float:
     if run_id:
         run_id_file.write_text(run_id)
 
-    status, e2e = "FAILED", None
+    status, e2e, pruned = "FAILED", None, False
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
             outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, pruning)
+            pruned = pruning is not None and pruning.pruned_at is not None
             _export(parts, outcomes, out_dir)
-            if is_whole_model(cfg.model) and cfg.e2e.enabled and not (pruning and pruning.pruned_at):
+            if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
                 e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir)
             parts.tracker.log_text(_summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""), "summary.txt")
-        status = "KILLED" if pruning and pruning.pruned_at else "FINISHED"
+        status = "KILLED" if pruned else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -88,7 +89,7 @@ def main(cfg: DictConfig) -> float:
             parts.tracker.set_tags({"optuna.state": {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}.get(status, "FAIL")})
         parts.tracker.end(status)
     _report(outcomes, e2e, parts.tracker, out_dir)
-    if pruning and pruning.pruned_at:
+    if pruned:
         import optuna
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")

@@ -66,13 +66,10 @@ class MedianPrunerConf:
 
 
 @dataclass
-class PercentilePrunerConf:
+class PercentilePrunerConf(MedianPrunerConf):
+    """The median pruner at another percentile: below the 25th of earlier trials is pruned."""
     _target_: str = "optuna.pruners.PercentilePruner"
     percentile: float = 25.0
-    n_startup_trials: int = 4
-    n_warmup_steps: int = 0
-    interval_steps: int = 1
-    n_min_trials: int = 1
 
 
 @dataclass
