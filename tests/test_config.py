@@ -17,12 +17,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from tuning.config import ConfigError, register, validate
+from tuning.config import ConfigError, validate
 from tuning.cost_model.base import CostModel
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
