@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -185,8 +186,9 @@ def _fail(study, number: int, retry: bool) -> None:
 
 def _tell(study, trial, ret: JobReturn, n_objectives: int) -> Exception | None:
     """Record one job's outcome; returns the failure, if it failed."""
-    if ret.status == JobStatus.FAILED and isinstance(ret._return_value, optuna.TrialPruned):  # the field itself:
-        log.info(f"trial {trial.number} pruned: {ret._return_value}")  # .return_value prints an error
+    # The field itself: reading .return_value of a failed job prints "Error executing job" first.
+    if ret.status == JobStatus.FAILED and isinstance(ret._return_value, optuna.TrialPruned):
+        log.info(f"trial {trial.number} pruned: {ret._return_value}")
         _told(study, trial, state=TrialState.PRUNED)
         return None
     try:
@@ -223,10 +225,9 @@ def write_results(study, sweep_dir: Path, names: list[str], storage) -> None:
     """optimization_results.yaml (the best trial, or the Pareto front), trials.csv, pareto_front.csv."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
-    counts = {state.name: sum(t.state == state for t in trials) for state in TrialState if
-              any(t.state == state for t in trials)}
     results = {"study_name": study.study_name, "storage": storage,
-               "directions": [d.name.lower() for d in study.directions], "objectives": names, "trials": counts}
+               "directions": [d.name.lower() for d in study.directions], "objectives": names,
+               "trials": dict(Counter(t.state.name for t in trials))}
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete and len(names) == 1:
         best = study.best_trial
