@@ -89,28 +89,27 @@ class Pruning:
     def __call__(self, measured: int, outcomes) -> str | None:
         if not self.enabled or measured < self.reported + self.every:
             return None
-        records = in_measured_order(outcomes)
+        curve = dict(self._curve(outcomes))
         while self.reported + self.every <= measured:
             self.reported += self.every
-            value = self._best_within(records[:self.reported], len(outcomes))
-            if value is not None:
-                self.trial.report(value, step=self.reported)
+            if self.reported in curve:  # a latency curve starts once every task has a valid record
+                self.trial.report(curve[self.reported], step=self.reported)
         if measured < self.budget and self.trial.should_prune():  # at the budget there is nothing to save
             self.pruned_at = measured
             return "pruned"
         return None
 
-    def _best_within(self, records, n_tasks: int) -> float | None:
+    def _curve(self, outcomes) -> list[tuple[int, float]]:
+        """(measurements, best-so-far of the metric), in the order measured."""
+        if self.metric == "final_latency_us":
+            return [(count, ms * 1e3) for count, ms in model_curve(outcomes)]
         best: dict = {}
-        for task, record, _ in records:
+        points = []
+        for count, (task, record, _) in enumerate(in_measured_order(outcomes), start=1):
             if record.result.ok:
-                if self.metric == "final_gflops":
-                    best[task.key] = max(best.get(task.key, 0.0), record.result.gflops(task.flops))
-                else:
-                    best[task.key] = min(best.get(task.key, math.inf), task.weight * record.result.cost * 1e6)
-        if self.metric == "final_gflops":
-            return sum(best.values())
-        return sum(best.values()) if len(best) == n_tasks else None
+                best[task.key] = max(best.get(task.key, 0.0), record.result.gflops(task.flops))
+            points.append((count, sum(best.values())))
+        return points
 
 
 def trial_tags(trial) -> dict:
