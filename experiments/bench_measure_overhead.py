@@ -16,7 +16,7 @@ import time
 import numpy as np
 from omegaconf import OmegaConf
 
-from tuning.evaluator.base import MeasureSpec
+from tuning.measure import MeasureSpec
 from tuning.hardware.cpu import CPUHardware
 from tuning.task import build_tasks
 

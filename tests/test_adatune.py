@@ -10,8 +10,9 @@ from scipy.stats import norm
 from sklearn.ensemble import RandomForestRegressor
 
 from tuning.cost_model.rf import RandomForestCostModel, expected_improvement
-from tuning.evaluator.adaptive import AdaptiveEvaluator, CVStop
-from tuning.evaluator.base import MeasureSpec
+from tuning.evaluator.adaptive import AdaptiveEvaluator
+from tuning.measure import CVStop
+from tuning.measure import MeasureSpec
 from tuning.evaluator.fixed import FixedEvaluator
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.loop import Components, RunInfo, tune_task

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuning.evaluator.base import MeasureSpec
+from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.kmeans import KMeansSampler, per_knob_mode, snap
 from tuning.search.ppo import PPO, generalized_advantages

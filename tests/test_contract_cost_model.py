@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 from scipy.stats import spearmanr
 
-from tuning.evaluator.base import MeasureSpec
+from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import gemm_task
 

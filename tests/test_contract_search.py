@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from tuning.cost_model.none import NoCostModel
 from tuning.cost_model.rf import RandomForestCostModel
 from tuning.cost_model.xgb import XGBoostCostModel
-from tuning.evaluator.base import MeasureSpec
+from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import conv2d_task, gemm_task
 

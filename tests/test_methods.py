@@ -5,7 +5,7 @@ import numpy as np
 
 from tuning.cost_model.none import NoCostModel
 from tuning.cost_model.xgb import XGBoostCostModel
-from tuning.evaluator.base import MeasureSpec
+from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.all import AllSampler
 from tuning.sampler.greedy import GreedySampler

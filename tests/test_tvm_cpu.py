@@ -4,7 +4,7 @@ import time
 import numpy as np
 import pytest
 
-from tuning.evaluator.base import MeasureSpec
+from tuning.measure import MeasureSpec
 from tuning.hardware.cpu import CPUHardware
 from tuning.records import Record
 from tuning.task import conv2d_task, gemm_task

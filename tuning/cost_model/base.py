@@ -7,6 +7,11 @@ A cost model predicts the throughput of configs from their features.
                            Higher is better. Must accept n == 0 or 1.
     predict(X) -> (n,)     Scores where higher is better; any scale, only the
                            order matters to searches.
+    predict_throughput(X) -> (n,)   The model's estimate of throughput itself
+                           (higher is better), for judging the model against
+                           measurements (model/rank_corr). `predict` by default;
+                           a model whose `predict` is an acquisition (rf's EI)
+                           returns its predictive mean.
     predict_dist(X) -> (mean, std)   where the model has an uncertainty
                            (`has_uncertainty = True`): predictive mean and
                            standard deviation as fractions of the best
@@ -22,18 +27,29 @@ __init__ stores hyperparameters only; seeds come from the config.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import numpy as np
 
+from tuning.component import Component
 
-class CostModel:
+
+class CostModel(Component):
+    capabilities = {"can_rank": ("ranks configs", "xgb"),
+                    "has_uncertainty": ("has a predictive uncertainty", "rf")}
     can_rank = True
     has_uncertainty = False
 
+    @abstractmethod
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CostModel":
-        raise NotImplementedError
+        """Learn from measured throughputs; returns self."""
 
+    @abstractmethod
     def predict(self, X: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """Scores, higher is better."""
+
+    def predict_throughput(self, X: np.ndarray) -> np.ndarray:
+        return self.predict(X)
 
     def predict_dist(self, X: np.ndarray):
         raise NotImplementedError(f"{type(self).__name__} has no predictive distribution")

@@ -79,6 +79,9 @@ class RandomForestCostModel(CostModel):
         per_tree = np.stack([tree.predict(X, check_input=False) for tree in self.forest.estimators_])
         return per_tree.mean(axis=0), per_tree.std(axis=0)
 
+    def predict_throughput(self, X):
+        return self.predict_dist(X)[0]  # the mean; `predict` ranks uncertain configs high on purpose
+
     def predict(self, X):
         mean, std = self.predict_dist(X)
         if self.acquisition == "mean":

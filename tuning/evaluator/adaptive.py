@@ -19,47 +19,12 @@ results' run_s (time/run_s, round/measure_s, run/run_s), comparable with any fix
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from tuning.evaluator.base import Evaluator, MeasureSpec
-
-STATISTICS = ("cumulative", "per_batch")
-
-
-@dataclass(frozen=True)
-class CVStop:
-    """The stopping rule, applied by the hardware's run worker between micro-batches."""
-
-    micro_batch: int = 50  # runs per micro-batch (B)
-    max_batches: int = 10  # runs // micro_batch: the measurement never exceeds `runs`
-    min_batches: int = 3  # micro-batches before the rule may stop
-    cv_threshold: float = 0.1
-    statistic: str = "cumulative"  # Perf_i of the batches so far (paper) or of batch i alone (code)
-    drop_extremes: bool = False  # drop the fastest and slowest batch when more than 4 (code)
-
-    def throughputs(self, batch_costs) -> np.ndarray:
-        """Perf_1..Perf_i up to the constant B x FLOP (the CV does not depend on it)."""
-        costs = np.asarray(batch_costs, dtype=np.float64)
-        if self.statistic == "cumulative":
-            perf = np.arange(1, len(costs) + 1) / np.cumsum(costs)
-        else:
-            perf = 1.0 / costs
-        if self.drop_extremes and len(perf) > 4:
-            perf = np.sort(perf)[1:-1]
-        return perf
-
-    def coefficient_of_variation(self, batch_costs) -> float:
-        perf = self.throughputs(batch_costs)
-        return float(np.std(perf) / np.mean(perf))
-
-    def finished(self, batch_costs) -> bool:
-        """True once the runs are spent, or once enough micro-batches agree."""
-        done = len(batch_costs)
-        if done >= self.max_batches:
-            return True
-        return done >= self.min_batches and self.coefficient_of_variation(batch_costs) < self.cv_threshold
+from tuning.evaluator.base import Evaluator
+from tuning.measure import STATISTICS, CVStop, MeasureSpec
 
 
 class AdaptiveEvaluator(Evaluator):
@@ -97,6 +62,16 @@ class AdaptiveEvaluator(Evaluator):
         self.final_repeat = final_repeat
         self.final_candidates = final_candidates
         self.latest: list = []
+
+    @classmethod
+    def check(cls, params, group):
+        runs, micro_batch = params["runs"], params["micro_batch"]
+        if micro_batch > runs:
+            return [f"{group}.micro_batch: must be at most {group}.runs (got micro_batch={micro_batch}, runs={runs})"]
+        if params["min_batches"] > runs // micro_batch:
+            return [f"{group}.min_batches: {params['min_batches']} micro-batches of {micro_batch} exceed "
+                    f"{group}.runs={runs}; the rule could never stop early"]
+        return []
 
     @property
     def rule(self) -> CVStop:

@@ -19,33 +19,20 @@ __init__ stores hyperparameters only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from abc import abstractmethod
+from tuning.component import Component
 
 
-@dataclass(frozen=True)
-class MeasureSpec:
-    """How the run worker times one built kernel (TVM time_evaluator semantics)."""
-
-    number: int = 1  # runs averaged into one cost (0 lets min_repeat_ms decide)
-    repeat: int = 3  # costs recorded
-    min_repeat_ms: int = 50
-    cache_flush: bool = False  # flush the CPU cache before each run (needs number == 1)
-    timeout_s: float = 10.0  # per-candidate cap on running
-    build_timeout_s: float = 60.0  # per-candidate cap on building
-    check_correctness: bool = True  # compare the output to the untuned kernel's
-    # An early-stop rule (evaluator.adaptive.CVStop) the run worker applies between repeats: it may
-    # stop before `repeat` costs. None: every repeat is timed.
-    cv_stop: object = None
-
-
-class Evaluator:
-    def measure(self, hardware, task, configs, on_result=None):
-        raise NotImplementedError
-
+class Evaluator(Component):
     final_candidates = 1
 
+    @abstractmethod
+    def measure(self, hardware, task, configs, on_result=None):
+        """One MeasureResult per config, in order; errors are results."""
+
+    @abstractmethod
     def remeasure(self, hardware, task, configs):
-        raise NotImplementedError
+        """A longer measurement of the best few configs."""
 
     def metrics(self) -> dict:
         return {}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuning.evaluator.base import Evaluator, MeasureSpec
+from tuning.evaluator.base import Evaluator
+from tuning.measure import MeasureSpec
 
 
 class FixedEvaluator(Evaluator):
@@ -33,6 +34,14 @@ class FixedEvaluator(Evaluator):
                                 check_correctness)
         self.final_repeat = final_repeat
         self.final_candidates = final_candidates
+
+    @classmethod
+    def check(cls, params, group):
+        if params["cache_flush"] and (params["number"] != 1 or params["min_repeat_ms"] > 0):
+            return [f"{group}.cache_flush: needs {group}.number=1 and {group}.min_repeat_ms=0 (got "
+                    f"number={params['number']}, min_repeat_ms={params['min_repeat_ms']}); "
+                    "the flush runs once per repeat, so it would only cool the first of many runs"]
+        return []
 
     def measure(self, hardware, task, configs, on_result=None):
         return hardware.measure(task, list(configs), self.spec, on_result)

@@ -24,18 +24,28 @@ crashing or hanging kernel becomes an error record, not a dead run.
         it against the untuned build and torch (keys: latency_ms, match, ...).
     describe() -> dict       target, device, versions: logged as tags.
     close()                  stop the workers.
+    model_kinds              the model.kind values it can tune (config validation
+                             rejects the others before any work).
 
 __init__ stores settings only; workers start on first use.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 
-class Hardware:
+from tuning.component import Component
+
+
+class Hardware(Component):
+    model_kinds = ("gemm", "conv2d", "network", "onnx")
+
+    @abstractmethod
     def space(self, task):
-        raise NotImplementedError
+        """The task's knob Space."""
 
+    @abstractmethod
     def measure(self, task, configs, spec, on_result=None):
-        raise NotImplementedError
+        """One MeasureResult per config, in order."""
 
     def export(self, task, config, out_dir):
         return []

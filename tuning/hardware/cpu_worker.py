@@ -12,7 +12,7 @@ import traceback
 
 import numpy as np
 
-from tuning.evaluator.adaptive import CVStop
+from tuning.measure import CVStop
 from tuning.hardware.tvm_space import (TaskSchedules, arg_shapes, fast_tensor_intrin_import, make_target,
                                        workload_module)
 

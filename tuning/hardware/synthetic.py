@@ -59,6 +59,7 @@ def _unit(*parts) -> float:
 class SyntheticHardware(Hardware):
     """Analytic latency landscape; `noise` is the per-repeat relative jitter."""
 
+    model_kinds = ("gemm", "conv2d")
     ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None)}
 
     def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024):
@@ -109,12 +110,3 @@ class SyntheticHardware(Hardware):
     def describe(self) -> dict:
         return {"hardware": "synthetic", "peak_gflops": self.peak_gflops}
 
-
-def best_possible_gflops(hardware: SyntheticHardware, task, space: Space, samples: int = 20000, seed: int = 0) -> float:
-    """A sampled upper reference for tests (how close did a search get?)."""
-    rng = np.random.default_rng(seed)
-    best = 0.0
-    for _ in range(samples):
-        eff = hardware.efficiency(space, space.sample(rng))
-        best = max(best, eff or 0.0)
-    return best * hardware.peak_gflops

@@ -11,5 +11,7 @@ class AllSampler(Sampler):
     are new means a smaller batch, because the search decided what to measure.
     """
 
+    candidates_only = True
+
     def select(self, candidates, space, visited, b, rng, exploration=None):
         return take_unvisited(candidates, space, visited, [], b)

@@ -16,16 +16,28 @@ A sampler picks which candidates are measured this round.
     metrics() -> dict
         Numbers about the latest select, logged per round as sampler/<name>.
 
-__init__ stores hyperparameters only.
+Capabilities a search may require (`requires = {"sampler": (...)}`):
+    adaptive         decides how many to measure (1..b)
+    candidates_only  measures only the search's candidates, adding none of its own
+
+__init__ stores hyperparameters only; tuning/component.py says how they are checked.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 
-class Sampler:
-    adaptive = False  # True: returns as many as it judges worth measuring, 1..b
+from tuning.component import Component
 
+
+class Sampler(Component):
+    capabilities = {"adaptive": ("decides how many configs to measure", "kmeans"),
+                    "candidates_only": ("measures only the search's own candidates", "all")}
+    adaptive = False
+    candidates_only = False
+
+    @abstractmethod
     def select(self, candidates, space, visited, b, rng, exploration=None):
-        raise NotImplementedError
+        """At most b canonical, distinct, unvisited configs."""
 
     def metrics(self) -> dict:
         return {}

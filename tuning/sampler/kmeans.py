@@ -75,6 +75,13 @@ class KMeansSampler(Sampler):
         self.last_k = 0  # the k of the latest select, and how many of its samples were synthesised
         self.last_synthesised = 0
 
+    @classmethod
+    def check(cls, params, group):
+        if params["k_min"] >= params["k_max"]:
+            return [f"{group}.k_min: must be below {group}.k_max (got k_min={params['k_min']}, "
+                    f"k_max={params['k_max']}): k runs over range(k_min, k_max)"]
+        return []
+
     def select(self, candidates, space, visited, b, rng, exploration=None):
         if b <= 0:
             return []

@@ -15,7 +15,12 @@ __init__ stores hyperparameters only.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 
-class Scheduler:
+from tuning.component import Component
+
+
+class Scheduler(Component):
+    @abstractmethod
     def pick(self, tasks) -> int:
-        raise NotImplementedError
+        """Index of the task that gets the next round."""

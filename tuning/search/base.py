@@ -8,8 +8,8 @@ A search strategy proposes candidate configs each round; it never measures.
         canonical configs already measured) but need not: the sampler filters.
         All randomness comes from `rng` (a numpy Generator seeded by the run).
         `cost_model` may be a model that cannot rank (cost_model=none);
-        strategies that need one declare `needs_cost_model = True` and the
-        config is rejected before any work.
+        strategies that need one declare `requires = {"cost_model": ("can_rank",)}`
+        and the config is rejected before any work.
     observe(configs, results)
         The configs measured this round (canonical) and their MeasureResults.
     state_dict() / load_state_dict(state)
@@ -20,26 +20,34 @@ A search strategy proposes candidate configs each round; it never measures.
         The share of this round's batch the search wants drawn at random, for
         samplers with a random share (sampler=greedy's eps); None leaves the
         sampler's own. A contextual search (csa) sets it from its model's
-        uncertainty; `needs_uncertainty = True` then requires a cost model with
-        predict_dist.
+        uncertainty, and requires a cost model that `has_uncertainty`.
 
-__init__ stores hyperparameters only: no TVM, no I/O, no threads.
+Every search takes a `default_plan_size` hyperparameter: configs measured per
+round when `budget.plan_size` is null, its paper's value (cited in its YAML).
+`n` above is the resolved plan size. A search that decides what is measured
+itself requires a sampler that is `candidates_only` (sampler=all).
+
+Hyperparameters are checked by the class (tuning/component.py: `ranges`,
+`options`, `check`). __init__ stores hyperparameters only: no TVM, no I/O, no threads.
 """
 from __future__ import annotations
 
 import heapq
+from abc import abstractmethod
 
 import numpy as np
 
+from tuning.component import Component
 from tuning.sampler.base import random_unvisited
 
 
-class Search:
-    needs_cost_model = False
-    needs_uncertainty = False
+class Search(Component):
+    moved = {"plan_size": "budget.plan_size (null: the method's default, search.default_plan_size)"}
+    default_plan_size: int
 
+    @abstractmethod
     def propose(self, space, cost_model, n, visited, rng):
-        raise NotImplementedError
+        """At most n valid, distinct configs, best first."""
 
     def observe(self, configs, results):
         pass

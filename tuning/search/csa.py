@@ -31,13 +31,13 @@ class ContextualSimulatedAnnealing(SimulatedAnnealing):
         initial_eps           eps before the model has any spread (0.05, AutoTVM's fixed eps)
     """
 
-    needs_uncertainty = True
+    requires = {"cost_model": ("can_rank", "has_uncertainty")}
     ranges = {**SimulatedAnnealing.ranges, "uncertainty_samples": (1, None), "initial_eps": (0.0, 1.0)}
 
     def __init__(self, n_iter: int = 500, parallel_size: int = 64, early_stop: int = 50, temp=(1.0, 0.0),
-                 persistent: bool = True, plan_size: int = 32, uncertainty_samples: int = 20,
+                 persistent: bool = True, default_plan_size: int = 32, uncertainty_samples: int = 20,
                  initial_eps: float = 0.05):
-        super().__init__(n_iter, parallel_size, early_stop, temp, persistent, plan_size)
+        super().__init__(n_iter, parallel_size, early_stop, temp, persistent, default_plan_size)
         self.uncertainty_samples = uncertainty_samples
         self.initial_eps = initial_eps
         self.eps = initial_eps

@@ -63,23 +63,23 @@ class PPO(Search):
                             the first layer shared, as the paper says)
         temperature         softmax temperature of the knob heads (0.1, code)
         max_grad_norm       gradient-norm clip (0.5, the PPO reference implementations)
-        plan_size           configs measured per round (64, Table 7), read by the loop
+        default_plan_size   configs measured per round unless budget.plan_size says otherwise (64, Table 7)
     """
 
-    needs_cost_model = True
+    requires = {"cost_model": ("can_rank",)}
     ranges = {"episodes": (1, None), "max_steps": (1, None), "early_stop": (1, None),
               "converged_fraction": (0.0, 1.0), "best_starts": (0, None), "learning_rate": (1e-12, None),
               "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "epochs": (1, None), "clip": (1e-6, None),
               "value_coef": (0.0, None), "entropy_coef": (0.0, None), "minibatch_size": (1, None),
               "hidden": (1, None), "temperature": (1e-6, None), "max_grad_norm": (1e-6, None),
-              "plan_size": (1, None)}
+              "default_plan_size": (1, None)}
 
     def __init__(self, episodes: int = 128, max_steps: int = 500, early_stop: int = 50,
                  converged_fraction: float = 0.75, best_starts: int = 16, learning_rate: float = 1e-3,
                  gamma: float = 0.9, gae_lambda: float = 0.99, epochs: int = 3, clip: float = 0.3,
                  value_coef: float = 1.0, entropy_coef: float = 0.1, minibatch_size: int = 32,
                  hidden: int = 20, temperature: float = 0.1, max_grad_norm: float = 0.5,
-                 plan_size: int = 64):
+                 default_plan_size: int = 64):
         self.episodes = episodes
         self.max_steps = max_steps
         self.early_stop = early_stop
@@ -96,7 +96,7 @@ class PPO(Search):
         self.hidden = hidden
         self.temperature = temperature
         self.max_grad_norm = max_grad_norm
-        self.plan_size = plan_size
+        self.default_plan_size = default_plan_size
         self.agent: ActorCritic | None = None  # built on the first propose, when the knob count is known
         self.optimizer: torch.optim.Adam | None = None
         self.best: list[tuple[float, list[int]]] = []  # (seconds, config) of the best measured configs

@@ -9,14 +9,14 @@ class RandomSearch(Search):
     """Propose n distinct random configs that have not been measured.
 
     Hyperparameters:
-        plan_size   configs measured per round (AutoTVM's default 64); the loop
-                    reads it, the search itself proposes whatever n it is asked.
+        default_plan_size   configs measured per round unless budget.plan_size says
+                            otherwise (AutoTVM's 64); the search proposes whatever n it is asked.
     """
 
-    ranges = {"plan_size": (1, None)}
+    ranges = {"default_plan_size": (1, None)}
 
-    def __init__(self, plan_size: int = 64):
-        self.plan_size = plan_size
+    def __init__(self, default_plan_size: int = 64):
+        self.default_plan_size = default_plan_size
 
     def propose(self, space, cost_model, n, visited, rng):
         proposals: list = []

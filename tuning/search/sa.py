@@ -27,20 +27,21 @@ class SimulatedAnnealing(Search):
         early_stop      stop after this many steps without a new top-n config (50)
         temp            (start, end) temperature, linear; or one number held fixed
         persistent      walkers continue from last round's points (True)
-        plan_size       configs measured per round (64), read by the loop
+        default_plan_size  configs measured per round unless budget.plan_size says otherwise (64)
     """
 
-    needs_cost_model = True
-    ranges = {"n_iter": (1, None), "parallel_size": (1, None), "early_stop": (1, None), "plan_size": (1, None)}
+    requires = {"cost_model": ("can_rank",)}
+    ranges = {"n_iter": (1, None), "parallel_size": (1, None), "early_stop": (1, None),
+              "default_plan_size": (1, None)}
 
     def __init__(self, n_iter: int = 500, parallel_size: int = 128, early_stop: int = 50,
-                 temp=(1.0, 0.0), persistent: bool = True, plan_size: int = 64):
+                 temp=(1.0, 0.0), persistent: bool = True, default_plan_size: int = 64):
         self.n_iter = n_iter
         self.parallel_size = parallel_size
         self.early_stop = early_stop
         self.temp = temp
         self.persistent = persistent
-        self.plan_size = plan_size
+        self.default_plan_size = default_plan_size
         self.points: list[list[int]] | None = None  # walker positions after the last round
 
     def propose(self, space, cost_model, n, visited, rng):

@@ -31,43 +31,54 @@ __init__ stores settings only: no I/O, no threads, no clients.
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from collections.abc import Mapping
 
+from tuning.component import Component
 
-class Tracker:
+
+class Tracker(Component):
     """Run lifecycle for one tuning job. __init__ stores settings only (no I/O)."""
 
+    @abstractmethod
     def start(self, run_name: str, params: dict, tags: dict, parent: str | None = None,
               resume_run_id: str | None = None) -> str:
-        raise NotImplementedError
+        """Open (or reopen) the run; returns its id."""
 
+    @abstractmethod
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        raise NotImplementedError
+        """Buffered step metrics."""
 
+    @abstractmethod
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
-        raise NotImplementedError
+        """Copy a local file into the run."""
 
+    @abstractmethod
     def log_text(self, text: str, artifact_file: str) -> None:
-        raise NotImplementedError
+        """Write a text artifact."""
 
+    @abstractmethod
     def set_tags(self, tags: dict) -> None:
-        raise NotImplementedError
+        """Set the run's tags."""
 
     def flush(self) -> None:
         pass
 
+    @abstractmethod
     def end(self, status: str = "FINISHED") -> None:
-        raise NotImplementedError
+        """Flush, then close the run."""
 
     @property
+    @abstractmethod
     def location(self) -> str:
-        raise NotImplementedError
+        """Where to find the run, for humans."""
 
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         raise FileNotFoundError(f"{type(self).__name__} keeps no runs to download {artifact} from")
 
+    @abstractmethod
     def log_to_parent(self, parent: str, params: dict, metrics: dict, tags: dict, artifacts: list[str]) -> None:
-        raise NotImplementedError
+        """Annotate the multirun's parent run."""
 
 
 class NoTracker(Tracker):

@@ -1,0 +1,116 @@
+"""What a run found, per task and for the whole model: outcomes, best-so-far curves, the task table.
+
+Plain arithmetic on records (no TVM, no MLflow): the loop fills a TaskOutcome per task, and the
+objective, pruning, plots, summaries and `python -m tuning.apply` all read them through this module.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+CURVE_METRICS = ("gflops", "latency_ms")
+
+
+@dataclass
+class TaskOutcome:
+    task: object
+    records: list
+    best_config: tuple | None = None
+    best_cost: float = math.inf  # seconds, from the final re-measurement
+    tuning_best_cost: float = math.inf  # seconds, the best reading during tuning
+    final_costs: list = field(default_factory=list)
+    times: dict = field(default_factory=dict)
+    stopped_because: str = "budget"
+    reused: int = 0  # records taken from tuning.database, not measured by this run
+
+    @property
+    def invalid(self) -> int:
+        return sum(not r.result.ok for r in self.records)
+
+    @property
+    def best_gflops(self) -> float:
+        return self.task.flops / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
+
+    def curve(self) -> list[tuple[int, float]]:
+        """(measurements, best GFLOP/s so far) of this task."""
+        return best_so_far([self], "gflops")
+
+
+def best_from_records(outcome: TaskOutcome) -> None:
+    """The best valid record as the outcome's result, without re-measuring it."""
+    ok = [r for r in outcome.records if r.result.ok]
+    if ok:
+        best = min(ok, key=lambda r: r.result.cost)
+        outcome.best_config, outcome.final_costs = tuple(best.config), list(best.result.costs)
+        outcome.best_cost = outcome.tuning_best_cost = best.result.cost
+
+
+def in_measured_order(outcomes) -> list[tuple[object, object, bool]]:
+    """(task, record, reused) over all tasks: reused records first, then in the order measured."""
+    merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),
+                    key=lambda item: item[:2])
+    return [(task, record, not own) for own, _, task, record in merged]
+
+
+def best_so_far(outcomes, metric: str) -> list[tuple[int, float]]:
+    """(measurements, best so far) over all tasks' records in the order they were measured.
+
+    gflops:     the sum over tasks of each task's best GFLOP/s (0 for a task with nothing valid yet)
+    latency_ms: the sum over tasks of weight x best latency, the model's latency if kernels were all
+                it ran; it starts once every task has a valid record."""
+    if metric not in CURVE_METRICS:
+        raise ValueError(f"metric: expected one of {CURVE_METRICS}, got {metric!r}")
+    best: dict = {}
+    points = []
+    for count, (task, record, _) in enumerate(in_measured_order(outcomes), start=1):
+        if record.result.ok:
+            if metric == "gflops":
+                best[task.key] = max(best.get(task.key, 0.0), record.result.gflops(task.flops))
+            else:
+                best[task.key] = min(best.get(task.key, math.inf), task.weight * record.result.cost)
+        if metric == "gflops":
+            points.append((count, sum(best.values())))
+        elif len(best) == len(outcomes):
+            points.append((count, sum(best.values()) * 1e3))
+    return points
+
+
+def weighted_latency_ms(outcomes) -> float:
+    """Sum over tasks of weight x best latency: the model's latency if kernels were all it ran."""
+    return sum(o.task.weight * o.best_cost for o in outcomes) * 1e3
+
+
+def task_table(outcomes) -> str:
+    """Where the time goes: one row per task, biggest share of weight x latency first."""
+    total = weighted_latency_ms(outcomes)
+    header = (f"{'task':<44} {'weight':>6} {'MFLOP':>8} {'best us':>10} {'GFLOP/s':>8} "
+              f"{'x weight ms':>11} {'share':>6} {'trials':>6} {'reused':>6} {'invalid':>7}  stopped")
+    rows = [header, "-" * len(header)]
+    for o in sorted(outcomes, key=lambda o: -o.task.weight * o.best_cost):
+        weighted = o.task.weight * o.best_cost * 1e3
+        share = f"{100 * weighted / total:5.1f}%" if math.isfinite(total) and total > 0 else "   n/a"
+        rows.append(f"{o.task.name[:44]:<44} {o.task.weight:>6} {o.task.flops / 1e6:>8.1f} "
+                    f"{o.best_cost * 1e6:>10.1f} {o.best_gflops:>8.1f} {weighted:>11.3f} {share:>6} "
+                    f"{len(o.records):>6} {o.reused:>6} {o.invalid:>7}  {o.stopped_because}")
+    rows.append(f"{'all tasks':<44} {sum(o.task.weight for o in outcomes):>6} "
+                f"{sum(o.task.weight * o.task.flops for o in outcomes) / 1e6:>8.1f} {'':>10} {'':>8} "
+                f"{total:>11.3f} {'':>6} {sum(len(o.records) for o in outcomes):>6} "
+                f"{sum(o.reused for o in outcomes):>6} {sum(o.invalid for o in outcomes):>7}")
+    return "\n".join(rows)
+
+
+def summary(outcomes) -> str:
+    """The run's result as text: the task table for a model, one line for a single operator."""
+    if len(outcomes) > 1:
+        return task_table(outcomes) + "\n"
+    lines = []
+    for o in outcomes:
+        if not math.isfinite(o.best_cost):
+            latency = "none valid"
+        elif o.stopped_because == "pruned":
+            latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
+        else:
+            latency = f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
+        lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
+                     f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
+    return "\n".join(lines) + "\n"

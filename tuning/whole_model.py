@@ -1,0 +1,54 @@
+"""Whole models (model.kind network / onnx): apply the tuned schedules and time the model end to end.
+
+`evaluate_end_to_end` asks the hardware to compile the model with the run's exported MetaSchedule
+database, check its output and time it against the untuned build and torch; the result goes to
+e2e.json and the run's `e2e/*` metrics. Used at the end of run.py and by `python -m tuning.apply`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+WHOLE_MODEL_KINDS = ("network", "onnx")
+
+
+def is_whole_model(model_cfg) -> bool:
+    return model_cfg["kind"] in WHOLE_MODEL_KINDS
+
+
+def e2e_line(e2e: dict) -> str:
+    latency = e2e["latency_ms"]
+    parts = [f"end to end: tuned {latency['tuned']:.2f} ms", f"untuned {latency['untuned']:.1f} ms"]
+    if "torch" in latency:
+        parts.append(f"torch eager {latency['torch']:.2f} ms")
+        parts.append(f"speed-up vs torch {latency['torch'] / latency['tuned']:.2f}x")
+    parts.append(f"vs untuned {latency['untuned'] / latency['tuned']:.1f}x")
+    verdict = "match" if e2e["match"] else "DO NOT match"
+    parts.append(f"outputs {verdict} {e2e['reference']} (max abs diff {e2e['max_abs_diff']:.2e})")
+    return "  ".join(parts) + f"  [{e2e['num_threads']} threads]"
+
+
+def e2e_metrics(e2e: dict) -> dict:
+    latency = e2e["latency_ms"]
+    metrics = {f"e2e/{name}_ms": value for name, value in latency.items()}
+    metrics["e2e/speedup_vs_untuned"] = latency["untuned"] / latency["tuned"]
+    if "torch" in latency:
+        metrics["e2e/speedup_vs_torch"] = latency["torch"] / latency["tuned"]
+    metrics["e2e/match"] = float(e2e["match"])
+    metrics["e2e/max_abs_diff"] = e2e["max_abs_diff"]
+    return metrics
+
+
+def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
+    """Apply the exported database (out_dir/database), time, write e2e.json, log e2e/*."""
+    from omegaconf import OmegaConf
+
+    timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s")}
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    e2e = hardware.evaluate_model(model, cfg.seed, out_dir / "database", out_dir, timing)
+    path = out_dir / "e2e.json"
+    path.write_text(json.dumps(e2e, indent=1))
+    tracker.log_metrics(e2e_metrics(e2e), step=0)
+    tracker.set_tags({"e2e_match": str(e2e["match"])})
+    tracker.log_artifact(str(path))
+    return e2e
