@@ -1,8 +1,10 @@
 """tunelab entry point: `python run.py search=sa sampler=greedy model=conv_l8 budget.trials=64`."""
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from tuning.config import register
+from tuning.config import moved_overrides, register
 
 register()
 
@@ -15,4 +17,8 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    moved = moved_overrides(sys.argv[1:])
+    if moved:
+        print("tunelab: invalid config:\n  " + "\n  ".join(moved), file=sys.stderr)
+        sys.exit(2)
     main()

@@ -41,6 +41,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from tuning.tracking.ablation import (  # noqa: E402
     final_latency_s, find_runs, first_index_at_most, fmt, geometric_mean, mean, newest_per, print_table, reach_cell,
     run_records)
+from tuning.tracking.base import option_name  # noqa: E402
 
 COLUMNS = {("sa", "greedy"): "SA", ("ppo", "greedy"): "AE", ("sa", "kmeans"): "SA+AS", ("ppo", "kmeans"): "AE+AS",
            ("sa", "kmeans_code"): "SA+AS code", ("ppo", "kmeans_code"): "AE+AS code"}
@@ -77,8 +78,7 @@ def describe(client: MlflowClient, run, scratch: Path) -> dict | None:
 
 def _choice(run, group: str) -> str:
     """The group option the run was started with (older runs: from the class name)."""
-    tagged = run.data.tags.get(f"choice.{group}")
-    return tagged or CLASS_NAMES.get(run.data.params.get(f"{group}._target_", "").rsplit(".", 1)[-1], "?")
+    return option_name(run.data.tags.get(f"choice.{group}"), run.data.params.get(f"{group}._target_", "?"), CLASS_NAMES)
 
 
 # ---- the table ---------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from tuning.tracking.base import option_name
+
 COLUMNS = ("run", "search", "sampler", "cost_model", "evaluator", "seed", "meas", "invalid", "final GFLOP/s",
            "tuning best", "search_s", "model_s", "build_s", "run_s")
 
@@ -41,8 +43,7 @@ def rows(client: MlflowClient, experiment: str, parent: str | None, model: str |
 
 def _option(run, group: str) -> str:
     """The group option the run was started with (older runs: the class name)."""
-    return (run.data.tags.get(f"choice.{group}")
-            or run.data.params.get(f"{group}._target_", "?").rsplit(".", 1)[-1])
+    return option_name(run.data.tags.get(f"choice.{group}"), run.data.params.get(f"{group}._target_", "?"))
 
 
 def main() -> None:

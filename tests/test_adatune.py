@@ -20,7 +20,7 @@ from tuning.sampler.base import random_unvisited
 from tuning.sampler.greedy import GreedySampler
 from tuning.search.csa import ContextualSimulatedAnnealing
 from tuning.task import gemm_task
-from tuning.tracking.base import Tracker
+from tuning.tracking.base import NoTracker
 
 TASK = gemm_task("g", 128, 128, 128)
 PAPER = CVStop(micro_batch=50, max_batches=10, min_batches=3, cv_threshold=0.1)
@@ -179,7 +179,7 @@ def test_eps_t_starts_at_initial_eps_and_replaces_greedy_eps():
 
 
 # ---- the three together in the loop ----------------------------------------------------------
-class Metrics(Tracker):
+class Metrics(NoTracker):
     def __init__(self):
         self.logged = []
 

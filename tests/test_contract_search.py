@@ -42,7 +42,7 @@ class _Models:
         self.rf = {name: fitted(RandomForestCostModel(), task) for name, task in TASKS.items()}
 
     def for_search(self, path):
-        return self.rf if instantiate(path).needs_uncertainty else self.xgb
+        return self.rf if instantiate(path).needs("cost_model", "has_uncertainty") else self.xgb
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +66,10 @@ def one_round(search, task, model, n, visited, rng):
 
 
 @pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
-def test_yaml_instantiates_and_has_plan_size(path):
+def test_yaml_instantiates_and_has_default_plan_size(path):
     search = instantiate(path)
-    assert isinstance(search.needs_cost_model, bool)
-    assert int(search.plan_size) > 0
+    assert isinstance(search.default_plan_size, int) and search.default_plan_size > 0
+    assert all(isinstance(c, str) for needs in search.requires.values() for c in needs)
 
 
 @pytest.mark.parametrize("task_name", TASKS)
@@ -87,7 +87,7 @@ def test_proposals_valid_distinct_at_most_n(path, task_name, models):
 @pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
 def test_searches_without_model_run_on_none(path):
     search = instantiate(path)
-    if search.needs_cost_model:
+    if search.needs("cost_model", "can_rank"):
         pytest.skip("needs a cost model; config validation rejects cost_model=none")
     space = HARDWARE.space(TASKS["gemm64"])
     proposals = search.propose(space, NoCostModel(), 8, set(), np.random.default_rng(0))

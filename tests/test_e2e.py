@@ -43,7 +43,7 @@ def records(run_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tiny")
-    output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
+    output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "budget.plan_size=8",
                  *QUICK_E2E, f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", f"hydra.run.dir={tmp / 'run'}", tmp=tmp)
     return tmp, tmp / "run", output
 
@@ -91,19 +91,19 @@ def test_apply_standalone(tiny):
 def test_database_reuse_measures_nothing_already_done(tiny, tmp_path):
     tmp, first_dir, _ = tiny
     again = tmp_path / "again"
-    output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
+    output = run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "budget.plan_size=8",
                  "e2e.enabled=false", "tracking=none", f"tuning.database={first_dir}", f"hydra.run.dir={again}",
                  tmp=tmp_path)
     assert records(again) == []
     assert output.count(" reused") >= 7, output  # every task's row says it reused the first run's records
     # the same, naming the first run by its MLflow run id
     by_id = tmp_path / "by_id"
-    run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "search.plan_size=8",
+    run("model=tiny_cnn", "budget.trials=40", "budget.min_trials_per_task=4", "budget.plan_size=8",
         "e2e.enabled=false", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
         f"tuning.database={(first_dir / 'mlflow_run_id').read_text().strip()}", f"hydra.run.dir={by_id}", tmp=tmp_path)
     assert records(by_id) == []
     longer = tmp_path / "longer"
-    run("model=tiny_cnn", "budget.trials=56", "budget.min_trials_per_task=4", "search.plan_size=8",
+    run("model=tiny_cnn", "budget.trials=56", "budget.min_trials_per_task=4", "budget.plan_size=8",
         "e2e.enabled=false", "tracking=none", f"tuning.database={first_dir}", f"hydra.run.dir={longer}", tmp=tmp_path)
     new, old = records(longer), records(first_dir)
     assert len(new) == 16
@@ -116,7 +116,7 @@ def test_onnx_file_tuned_applied_and_matches_torch(tmp_path):
     torch.onnx.export(model, (example,), str(path), dynamo=True, verbose=False)
     run_dir = tmp_path / "run"
     output = run("model=onnx", f"model.path={path}", "model.input_shape=[1,3,16,16]", "budget.trials=20",
-                 "budget.min_trials_per_task=2", "search.plan_size=4", *QUICK_E2E, "tracking=none",
+                 "budget.min_trials_per_task=2", "budget.plan_size=4", *QUICK_E2E, "tracking=none",
                  f"hydra.run.dir={run_dir}", tmp=tmp_path)
     line = E2E.search(output)
     assert line and line["verdict"] == "match" and line["reference"] == "untuned", output
@@ -130,7 +130,7 @@ def test_onnx_file_tuned_applied_and_matches_torch(tmp_path):
 @pytest.mark.parametrize("network", sorted(set(NETWORKS) - {"tiny_cnn"}))
 def test_every_network_tunes_applies_and_matches_torch(network, tmp_path):
     """One measurement per task (the minimum budget) is enough to compile and check the whole model."""
-    output = run(f"model={network}", "budget.trials=40", "budget.min_trials_per_task=1", "search.plan_size=1",
+    output = run(f"model={network}", "budget.trials=40", "budget.min_trials_per_task=1", "budget.plan_size=1",
                  "e2e.runs=1", "e2e.min_runs=1", "e2e.max_seconds=0", "tracking=none",
                  f"hydra.run.dir={tmp_path / 'run'}", tmp=tmp_path, timeout=3000)
     line = E2E.search(output)

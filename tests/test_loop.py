@@ -52,7 +52,7 @@ def tune(out_dir: Path, task, trials: int, seed: int = 0, parts: Components | No
          deadline=None, early_stop=None, **kwargs):
     parts = parts or components(seed=seed, **kwargs)
     run = RunInfo(seed=seed, out_dir=out_dir, method="test", trials=trials,
-                  plan_size=int(parts.search.plan_size), deadline=deadline, early_stop=early_stop)
+                  plan_size=parts.search.default_plan_size, deadline=deadline, early_stop=early_stop)
     return tune_task(task, parts, run)
 
 

@@ -51,8 +51,8 @@ def test_sa_finds_configs_the_model_rates_higher_than_random_picks():
 
 def test_sa_greedy_xgb_beats_random_search_at_equal_budget():
     budget = {"rounds": 5, "batch": 32, "seed": 0}
-    autotvm = tune(SimulatedAnnealing(plan_size=32), GreedySampler(), XGBoostCostModel(seed=0), **budget)
-    random = tune(RandomSearch(plan_size=32), AllSampler(), NoCostModel(), **budget)
+    autotvm = tune(SimulatedAnnealing(), GreedySampler(), XGBoostCostModel(seed=0), **budget)
+    random = tune(RandomSearch(), AllSampler(), NoCostModel(), **budget)
     assert autotvm > random
 
 

@@ -59,10 +59,10 @@ TASKS = [gemm_task("big", 256, 256, 256, weight=1), gemm_task("twice", 64, 128, 
 
 
 def run_model(out_dir, trials, scheduler=None, min_trials=16, plan_size=16, tasks=TASKS, prior=None, seed=0):
-    shared = components(search="sa", seed=seed, search_overrides={"n_iter": 50, "plan_size": plan_size})
+    shared = components(search="sa", seed=seed, search_overrides={"n_iter": 50})
 
     def components_for(index):
-        return replace(shared, search=component("search", "sa", seed, n_iter=50, plan_size=plan_size),
+        return replace(shared, search=component("search", "sa", seed, n_iter=50),
                        sampler=component("sampler", "greedy", seed), cost_model=component("cost_model", "xgb", seed))
 
     run = RunInfo(seed=seed, out_dir=out_dir, method="test", trials=trials, plan_size=plan_size,

@@ -141,7 +141,7 @@ def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_p
                for r in children}
     assert schemes == {("xgb", "sa", "adatune_de"), ("rf", "sa", "adatune_de"), ("rf", "csa", "adatune_de"),
                        ("rf", "csa", "adaptive")}
-    assert all(r.data.params["search.plan_size"] == "32" for r in children)
+    assert all(r.data.params["budget.plan_size"] == "32" for r in children)
     table = subprocess.run([sys.executable, "experiments/adatune_table.py", "--uri", uri(store),
                             "--mlflow-experiment", "adatune"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr[-3000:]

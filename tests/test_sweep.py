@@ -25,7 +25,9 @@ from hydra_plugins.tunelab_optuna_sweeper import search_space
 from hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper import OptunaSweeper, _tell, write_results
 from tuning.config import ConfigError, validate
 from tuning.records import MeasureResult, Record
-from tuning.sweep import Pruning, objective_values
+from tuning.callbacks import RoundReport
+from tuning.objective import objective_values
+from tuning.sweep import Pruning
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -205,6 +207,11 @@ def test_objective_metrics_by_hand():
     assert objective_values(single, [outcome], 1.0, 0.0) == pytest.approx(10.0)  # one metric: a float
 
 
+def after(measured, outcome) -> RoundReport:
+    return RoundReport(tuner=None, batch=[], results=[], round_index=0, search_s=0.0, measured=measured,
+                       outcomes=[outcome])
+
+
 class FakeTrial:
     def __init__(self, prune_after: int | None):
         self.reports, self.prune_after = [], prune_after
@@ -222,20 +229,20 @@ def test_pruning_reports_best_so_far_on_a_fixed_step_grid():
     pruning = Pruning(trial, objective, budget=5)
     outcome = _outcome([40.0, None, 20.0, 10.0, 30.0])
     outcome.records = outcome.records[:3]
-    assert pruning(3, [outcome]) is None  # a round of 3: only step 2 is complete
+    assert pruning.after_round(after(3, outcome)) is None  # a round of 3: only step 2 is complete
     outcome.records = _outcome([40.0, None, 20.0, 10.0, 30.0]).records
-    assert pruning(5, [outcome]) is None
+    assert pruning.after_round(after(5, outcome)) is None
     assert trial.reports == [(2, pytest.approx(40.0)), (4, pytest.approx(10.0))]
 
 
 def test_a_pruned_trial_stops_the_run_but_never_at_its_budget():
     objective = OmegaConf.create({"metrics": ["final_gflops"], "report_every": 1})
     outcome = _outcome([40.0, 20.0, 10.0])
-    assert Pruning(FakeTrial(prune_after=1), objective, budget=10)(3, [outcome]) == "pruned"
-    assert Pruning(FakeTrial(prune_after=1), objective, budget=3)(3, [outcome]) is None  # nothing left to save
+    assert Pruning(FakeTrial(prune_after=1), objective, budget=10).after_round(after(3, outcome)) == "pruned"
+    assert Pruning(FakeTrial(prune_after=1), objective, budget=3).after_round(after(3, outcome)) is None  # nothing left to save
     multi = OmegaConf.create({"metrics": ["final_latency_us", "tuning_s"], "report_every": 1})
     trial = FakeTrial(prune_after=1)
-    assert Pruning(trial, multi, budget=10)(3, [outcome]) is None and trial.reports == []
+    assert Pruning(trial, multi, budget=10).after_round(after(3, outcome)) is None and trial.reports == []
 
 
 @pytest.mark.parametrize("overrides, key", [

@@ -161,7 +161,7 @@ def test_cli_real_run_end_to_end(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
-        [sys.executable, "run.py", "model=gemm_64", "budget.trials=24", "search.plan_size=12",
+        [sys.executable, "run.py", "model=gemm_64", "budget.trials=24", "budget.plan_size=12",
          f"hydra.run.dir={tmp_path / 'run'}", f"tracking.uri={store}", "tracking.experiment=real"],
         cwd=repo, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

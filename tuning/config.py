@@ -22,6 +22,11 @@ from tuning.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.task import conv2d_output_size
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
+# each group's contract, for the keys its options no longer take (Component.moved)
+GROUP_BASES = {"search": "tuning.search.base.Search", "sampler": "tuning.sampler.base.Sampler",
+               "evaluator": "tuning.evaluator.base.Evaluator", "cost_model": "tuning.cost_model.base.CostModel",
+               "hardware": "tuning.hardware.base.Hardware", "tracking": "tuning.tracking.base.Tracker",
+               "scheduler": "tuning.scheduler.base.Scheduler"}
 
 
 @dataclass
@@ -92,6 +97,26 @@ MODEL_KEYS = {
     "network": {"network": str},
     "onnx": {"path": str, "input_shape": list},
 }
+
+
+def moved_overrides(overrides) -> list[str]:
+    """Command-line overrides of a key that moved (a group base class's `moved`), each naming where
+    it went. Hydra rejects such an override before any job runs, as "not in struct", without saying
+    where the key went; run.py asks this first."""
+    problems = []
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        group, _, name = key.partition(".")
+        if group in GROUP_BASES and name:
+            moved = _import(GROUP_BASES[group]).moved
+            if name in moved:
+                problems.append(f"{key}: no longer a {group} key; use {moved[name]}")
+    return problems
+
+
+def _import(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def validate(cfg: DictConfig, choices: dict | None = None) -> None:
@@ -183,9 +208,8 @@ def _check_component(group: str, node) -> tuple[type | None, list[str]]:
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     if not target:
         return None, [f"{group}._target_: missing"]
-    module, _, name = target.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name)
+        cls = _import(target)
     except (ImportError, AttributeError, ValueError) as error:
         return None, [f"{group}._target_: cannot import {target!r} ({error})"]
     if not (isinstance(cls, type) and issubclass(cls, Component)):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,27 +21,28 @@ from hydra.utils import instantiate
 from hydra_plugins.tunelab_optuna_sweeper.trial import current_trial
 from omegaconf import DictConfig, OmegaConf
 
+from tuning.callbacks import default_callbacks
 from tuning.config import ConfigError, validate
-from tuning.apply import (e2e_line, evaluate_end_to_end, is_whole_model, model_curve, task_table,
-                          weighted_latency_ms)
 from tuning.loop import Components, RunInfo, tune_tasks
-from tuning.records import RecordLog
-from tuning.sweep import Pruning, objective_values, trial_tags
+from tuning.objective import objective_values
+from tuning.outcome import best_so_far, summary, weighted_latency_ms
+from tuning.resume import prior_records, resolve_resume
+from tuning.sweep import Pruning, trial_tags
 from tuning.task import build_tasks
-from tuning.tracking.base import flatten
+from tuning.tracking.base import flatten, option_name
 from tuning.tracking.plot import convergence_png
+from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
 def main(cfg: DictConfig) -> float:
     hydra = _hydra_info()
     try:
-        cfg, out_dir = _resolve_resume(cfg, hydra)
+        cfg, out_dir = resolve_resume(cfg, hydra)
         validate(cfg, hydra.get("choices"))
     except ConfigError as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model",
                                                          "hardware", "tracking")))
@@ -53,11 +53,16 @@ def main(cfg: DictConfig) -> float:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
+    if cfg.budget.plan_size is None:
+        cfg.budget.plan_size = parts.search.default_plan_size
+    # written once the budget is resolved, so config.yaml and the tracked params hold the numbers used
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
     pruning = Pruning(trial, cfg.objective, cfg.budget.trials) if trial is not None else None
+    callbacks = default_callbacks(parts.tracker) + ([pruning] if pruning else [])
     if trial is not None:
         run_name += f"-trial{trial.number}"
     run_id_file = out_dir / "mlflow_run_id"
@@ -74,12 +79,12 @@ def main(cfg: DictConfig) -> float:
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
-            outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, pruning)
+            outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks)
             pruned = pruning is not None and pruning.pruned_at is not None
             _export(parts, outcomes, out_dir)
             if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
                 e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir)
-            parts.tracker.log_text(_summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""), "summary.txt")
+            parts.tracker.log_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""), "summary.txt")
         status = "KILLED" if pruned else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -120,44 +125,11 @@ def _with_budget(cfg, tasks) -> list:
     return tasks
 
 
-def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
-    """tuning.database: records of an earlier run (its folder, its records.jsonl, or its MLflow
-    run id in this run's tracking store) for these tasks."""
-    if not cfg.tuning.database:
-        return {}
-    records_file = _records_file(str(cfg.tuning.database), out_dir, tracker)
-    keys = {t.key for t in tasks}
-    prior: dict = {}
-    for record in RecordLog(records_file).load():
-        if record.workload_key in keys:
-            prior.setdefault(record.workload_key, []).append(record)
-    return prior
-
-
-def _records_file(database: str, out_dir: Path, tracker) -> Path:
-    path = Path(database).expanduser().resolve()
-    if path.exists():
-        records_file = path / "records.jsonl" if path.is_dir() else path
-        if not records_file.is_file():
-            raise ConfigError(f"tuning.database: {path} holds no records.jsonl (not a tunelab run folder)")
-        if records_file.parent == out_dir:
-            raise ConfigError("tuning.database: points at this run's own folder (use resume= to continue a run)")
-        return records_file
-    if re.fullmatch(r"[0-9a-f]{32}", database):
-        (out_dir / "database_source").mkdir(parents=True, exist_ok=True)
-        try:
-            return Path(tracker.download(database, "records.jsonl", str(out_dir / "database_source")))
-        except FileNotFoundError as error:
-            raise ConfigError(f"tuning.database: {error}") from error
-    raise ConfigError(f"tuning.database: {database!r} is neither a run folder, a records file, nor an MLflow run id")
-
-
-def _tune_all(cfg, tasks, parts, out_dir, method, prior, after_round=None):
+def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks):
     """Tune, log the totals; returns (outcomes, tuning seconds, time.time() at the start)."""
     deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
-    plan_size = int(cfg.search.get("plan_size", 64))
-    run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, plan_size, deadline, cfg.budget.early_stop,
-                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task, after_round)
+    run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, cfg.budget.plan_size, deadline, cfg.budget.early_stop,
+                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task, callbacks)
 
     def components_for(index: int) -> Components:  # each task learns its own model and search state
         if len(tasks) == 1:
@@ -195,7 +167,7 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     if len(outcomes) == 1:
         png = convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"))
     else:
-        png = convergence_png({"sum of weight x best latency": model_curve(outcomes)}, str(out_dir / "convergence.png"),
+        png = convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")}, str(out_dir / "convergence.png"),
                               ylabel="model latency estimate (ms)")
     tracker.log_artifact(png)
     tracker.log_artifact(str(out_dir / "records.jsonl"))
@@ -204,24 +176,8 @@ def _export(parts, outcomes, out_dir: Path) -> None:
         tracker.log_artifact(str(log), "logs")
 
 
-def _summary(outcomes) -> str:
-    if len(outcomes) > 1:
-        return task_table(outcomes) + "\n"
-    lines = []
-    for o in outcomes:
-        if not math.isfinite(o.best_cost):
-            latency = "none valid"
-        elif o.stopped_because == "pruned":
-            latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
-        else:
-            latency = f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
-        lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
-                     f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
-    return "\n".join(lines) + "\n"
-
-
 def _report(outcomes, e2e, tracker, out_dir: Path) -> None:
-    print(_summary(outcomes), end="")
+    print(summary(outcomes), end="")
     if e2e:
         print(e2e_line(e2e))
     print(f"records: {out_dir / 'records.jsonl'}")
@@ -240,33 +196,7 @@ def _hydra_info() -> dict:
 
 
 def _choice(hydra: dict, cfg, group: str) -> str:
-    return hydra.get("choices", {}).get(group) or cfg[group]["_target_"].rsplit(".", 1)[-1]
-
-
-def _resolve_resume(cfg, hydra: dict):
-    """A resumed run continues in its old folder with its saved config; budget.* overrides apply."""
-    if not cfg.resume:
-        return cfg, Path(cfg.output_dir).resolve()
-    out_dir = Path(cfg.resume).resolve()
-    saved = out_dir / "config.yaml"
-    if not saved.exists():
-        raise ConfigError(f"resume: {out_dir} holds no config.yaml (not a tunelab run folder)")
-    old = OmegaConf.load(saved)
-    # Names (method, run name) come from the saved run's group choices, not from this
-    # composition's defaults: `resume=DIR` alone would otherwise call a random run "sa".
-    saved_hydra = out_dir / ".hydra" / "hydra.yaml"
-    choices = OmegaConf.load(saved_hydra).hydra.runtime.choices if saved_hydra.exists() else {}
-    hydra["choices"] = {k: v for k, v in dict(choices).items() if not k.startswith("hydra/")}
-    overrides = hydra.get("overrides", [])
-    budget_overrides = [o for o in overrides if o.startswith("budget.")]
-    ignored = [o for o in overrides if not o.startswith(("budget.", "resume=", "hydra."))]
-    if ignored:
-        print(f"tunelab: resuming {out_dir} with its saved config; ignoring {' '.join(ignored)} "
-              "(only budget.* may change on resume)", file=sys.stderr)
-    old.merge_with(OmegaConf.from_dotlist(budget_overrides))
-    old.resume = str(out_dir)
-    old.output_dir = str(out_dir)
-    return old, out_dir
+    return option_name(hydra.get("choices", {}).get(group), cfg[group]["_target_"])
 
 
 def _tags(hydra: dict, cfg) -> dict:

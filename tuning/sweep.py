@@ -1,29 +1,12 @@
-"""What a sweep optimises (`cfg.objective`), and the job's side of pruning.
+"""A sweep job's side of Optuna: pruning, trial tags, and the sweep's summary on its parent run.
 
-run.py returns `objective_values(...)`: one number per name in
-`objective.metrics`, which the Optuna sweeper minimises or maximises
-(`objective.directions`). The metrics:
-
-    final_gflops            GFLOP/s of the re-measured best config, summed over tasks  (maximize)
-    final_latency_us        weight x re-measured best latency, summed over tasks        (minimize)
-    tuning_s                wall-clock seconds of tuning and the final re-measurement   (minimize)
-    measurements_to_target  measurements until the best-so-far latency (weighted sum
-                            over tasks) first reaches objective.target_latency_us      (minimize)
-    seconds_to_target       seconds from the start of tuning until then                 (minimize)
-
-A run that never reaches the target scores its whole spend scaled by how far it
-stayed, measurements (or seconds) x best / target, so misses still rank (x 1000
-when nothing valid was measured).
-
-Pruning (single-objective studies): after every round the job reports the
-best-so-far of the metric to the Optuna trial at each multiple of
-objective.report_every measurements, and stops when the trial's pruner says
-so. The `*_to_target` and `tuning_s` metrics have no best-so-far curve to
-compare, so they are never pruned.
+What a sweep optimises is tuning/objective.py. Pruning (single-objective studies): after every
+round the job reports the best-so-far of the metric to the Optuna trial at each multiple of
+objective.report_every measurements, and stops when the trial's pruner says so. The
+`*_to_target` and `tuning_s` metrics have no best-so-far curve to compare, so they are never pruned.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -32,47 +15,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from hydra_plugins.tunelab_optuna_sweeper.trial import RESULTS_FILE
-from tuning.apply import in_measured_order, model_curve, weighted_latency_ms
+from tuning.callbacks import MeasureCallback, RoundReport
+from tuning.objective import CURVES, tuning_curve
 
 
-DIRECTIONS = {"final_gflops": "maximize", "final_latency_us": "minimize", "tuning_s": "minimize",
-              "measurements_to_target": "minimize", "seconds_to_target": "minimize"}
-NEEDS_TARGET = ("measurements_to_target", "seconds_to_target")
-
-
-def objective_values(objective, outcomes, tuning_s: float, started_at: float) -> float | list[float]:
-    """The sweep objective of a finished run: a float, or a list for a multi-objective study.
-    `started_at`: time.time() when tuning began (records carry time.time() stamps)."""
-    values = [_metric(name, objective, outcomes, tuning_s, started_at) for name in objective.metrics]
-    return values[0] if len(values) == 1 else values
-
-
-def _metric(name: str, objective, outcomes, tuning_s: float, started_at: float) -> float:
-    if name == "final_gflops":
-        return sum(o.best_gflops for o in outcomes)
-    if name == "final_latency_us":
-        return weighted_latency_ms(outcomes) * 1e3
-    if name == "tuning_s":
-        return tuning_s
-    return _to_target(name, objective.target_latency_us, outcomes, tuning_s, started_at)
-
-
-def _to_target(name: str, target_us: float, outcomes, tuning_s: float, started_at: float) -> float:
-    curve = model_curve(outcomes)  # (measurements, ms) once every task has a valid record
-    ordered = in_measured_order(outcomes)  # the curve's order
-    for measured, latency_ms in curve:
-        if latency_ms * 1e3 <= target_us:
-            if name == "measurements_to_target":
-                return float(measured)
-            _, record, reused = ordered[measured - 1]
-            return 0.0 if reused else max(0.0, record.time - started_at)
-    spent = float(sum(len(o.records) for o in outcomes)) if name == "measurements_to_target" else tuning_s
-    best_us = curve[-1][1] * 1e3 if curve else math.inf
-    return spent * best_us / target_us if math.isfinite(best_us) else spent * 1e3
-
-
-class Pruning:
-    """The loop's `after_round` hook in a sweep: report best-so-far, stop when the trial is pruned.
+class Pruning(MeasureCallback):
+    """A measure callback in a sweep: report best-so-far, abandon the run when the trial is pruned.
 
     Values are reported at every multiple of objective.report_every measurements, so
     trials whose rounds differ in size (k-means batches) still meet at the same steps,
@@ -82,14 +30,15 @@ class Pruning:
         self.trial, self.budget = trial, budget
         self.metric = objective.metrics[0]
         self.every = objective.report_every
-        self.enabled = len(objective.metrics) == 1 and self.metric in ("final_gflops", "final_latency_us")
+        self.enabled = len(objective.metrics) == 1 and self.metric in CURVES
         self.reported = 0
         self.pruned_at: int | None = None
 
-    def __call__(self, measured: int, outcomes) -> str | None:
+    def after_round(self, report: RoundReport) -> str | None:
+        measured = report.measured
         if not self.enabled or measured < self.reported + self.every:
             return None
-        curve = dict(self._curve(outcomes))
+        curve = dict(tuning_curve(self.metric, report.outcomes))
         while self.reported + self.every <= measured:
             self.reported += self.every
             if self.reported in curve:  # a latency curve starts once every task has a valid record
@@ -98,18 +47,6 @@ class Pruning:
             self.pruned_at = measured
             return "pruned"
         return None
-
-    def _curve(self, outcomes) -> list[tuple[int, float]]:
-        """(measurements, best-so-far of the metric), in the order measured."""
-        if self.metric == "final_latency_us":
-            return [(count, ms * 1e3) for count, ms in model_curve(outcomes)]
-        best: dict = {}
-        points = []
-        for count, (task, record, _) in enumerate(in_measured_order(outcomes), start=1):
-            if record.result.ok:
-                best[task.key] = max(best.get(task.key, 0.0), record.result.gflops(task.flops))
-            points.append((count, sum(best.values())))
-        return points
 
 
 def trial_tags(trial) -> dict:

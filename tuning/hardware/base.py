@@ -4,6 +4,14 @@ Only this package imports TVM. A backend turns tasks into knob spaces and
 builds and runs candidates in isolated, long-lived worker processes, so a
 crashing or hanging kernel becomes an error record, not a dead run.
 
+Backends: synthetic.py (analytic, for tests) and TVMHardware (tvm_backend.py),
+the generic backend for TVM-built kernels, which takes its target and device
+from a small device subclass (cpu.py: CPUHardware) and reaches the device
+through a runner (runner.py: LocalRunner today; an RPC runner through TVM's
+RPC tracker plugs in at the same seam). A new device is a subclass, not a copy.
+
+Every backend provides:
+
     space(task) -> Space
         The task's knob space (tuning.space.Space), with `canonicalize` set if
         the backend repairs decisions.

@@ -1,9 +1,12 @@
 """Apply and time a whole model: tuned vs untuned TVM builds vs torch eager (no TVM import here).
 
-    evaluate_model(model_cfg, seed, target, database_dir, out_dir, timing, num_threads, weight_prepack)
+    evaluate_model(model_cfg, seed, database_dir, out_dir, timing,
+                   target=..., device=..., env=..., num_threads=..., weight_prepack=...)
 
-The TVM builds and the torch module live in two worker processes
-(e2e_worker.py), each with `num_threads` threads. Tuned and torch are timed in
+The caller (TVMHardware) passes its TVM target, device name ("cpu", "cuda")
+and the measuring process's environment. The TVM builds and the torch module
+live in two worker processes (e2e_worker.py); torch gets `num_threads`
+threads (None: its default). Tuned and torch are timed in
 alternating blocks (BLOCKS each, an untimed call first): this host's speed
 drifts by ~25% over tens of seconds, so one long block each would compare two
 different machines. The untuned build (seconds per call) gets `min_runs` calls.
@@ -22,13 +25,14 @@ WORKER = "tuning.hardware.e2e_worker"
 BLOCKS = 5
 
 
-def evaluate_model(model_cfg, seed, target, database_dir, out_dir, timing, num_threads, weight_prepack) -> dict:
+def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: dict, device: str, env: dict,
+                   num_threads: int | None, weight_prepack: bool) -> dict:
     timeout = timing.get("timeout_s", 3600)
-    workers = {"tvm": Worker({"TVM_NUM_THREADS": num_threads}, f"{WORKER}:init_tvm")}
+    workers = {"tvm": Worker(env, f"{WORKER}:init_tvm", init_args=(target,))}
     if model_cfg["kind"] == "network":
-        workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads}, f"{WORKER}:init_torch")
+        workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads} if num_threads else {}, f"{WORKER}:init_torch")
     try:
-        tvm_side = _call(workers["tvm"], "prepare_tvm", model_cfg, seed, target, str(database_dir),
+        tvm_side = _call(workers["tvm"], "prepare_tvm", model_cfg, seed, target, device, str(database_dir),
                          weight_prepack, timeout=timeout)
         outputs = dict(tvm_side["outputs"])
         owner = {"tuned": workers["tvm"], "untuned": workers["tvm"]}

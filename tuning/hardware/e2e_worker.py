@@ -13,10 +13,10 @@ import time
 _variants: dict = {}  # name -> a callable that runs the model once on the stored input
 
 
-def init_tvm() -> None:
+def init_tvm(target: dict) -> None:
     from tuning.hardware.tvm_space import fast_tensor_intrin_import
 
-    fast_tensor_intrin_import("llvm")
+    fast_tensor_intrin_import(target.get("kind", "llvm"))
     import tvm  # noqa: F401
 
 
@@ -24,8 +24,10 @@ def init_torch() -> None:
     import torch  # noqa: F401
 
 
-def prepare_tvm(model_cfg: dict, seed: int, target: dict, database_dir: str, weight_prepack: bool) -> dict:
-    """Compile tuned and untuned; returns their outputs, the input, and compile seconds."""
+def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_dir: str,
+                weight_prepack: bool) -> dict:
+    """Compile tuned and untuned for `target`, load them on tvm.device(device, 0); returns their
+    outputs, the input, and compile seconds."""
     import tvm
     from tvm import relax
 
@@ -39,21 +41,22 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, database_dir: str, wei
     started = time.perf_counter()
     untuned = relax.build(loaded.mod, target=make_target(target))
     compile_untuned_s = time.perf_counter() - started
-    device = tvm.cpu(0)
-    x = tvm.runtime.tensor(loaded.example, device)
+    dev = tvm.device(device, 0)
+    x = tvm.runtime.tensor(loaded.example, dev)
     for name, executable in (("tuned", tuned), ("untuned", untuned)):
-        vm = relax.VirtualMachine(executable, device)
+        vm = relax.VirtualMachine(executable, dev)
         _variants[name] = (lambda vm=vm: _first_tensor(vm["main"](x)))
     return {"example": loaded.example, "compile_tuned_s": compile_tuned_s, "compile_untuned_s": compile_untuned_s,
             "outputs": {name: _variants[name]().numpy() for name in ("tuned", "untuned")}}
 
 
-def prepare_torch(network: str, seed: int, num_threads: int) -> dict:
+def prepare_torch(network: str, seed: int, num_threads: int | None) -> dict:
     import torch
 
     from tuning.networks import build_network
 
-    torch.set_num_threads(num_threads)
+    if num_threads:
+        torch.set_num_threads(num_threads)
     module, example = build_network(network, seed)
 
     @torch.no_grad()

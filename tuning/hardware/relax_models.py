@@ -7,13 +7,15 @@
 does before applying a database (library dispatch, LegalizeOps, FuseOps, FuseTIR),
 so a task's `mod` is the function compile_relax will look up, and `key` (its
 structural hash, MetaSchedule's "structural" module equality) identifies the
-same kernel across runs, processes and models. See ../shared/TVM_NOTES.md
-§Whole models (Relax).
+same kernel across runs, processes and models. Every function takes the
+target (a dict) from its caller; nothing here assumes the CPU. See
+docs/tvm.md §Whole models (Relax).
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from importlib import import_module
 
 from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target, tune_context
 
@@ -125,10 +127,10 @@ def compile_with_database(mod, target: dict, database_dir: str, weight_prepack: 
     ms.relax_integration.compile_relax does, plus the weight-prepack passes)."""
     import tvm
     from tvm import relax
-    from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
     from tvm.s_tir import meta_schedule as ms
 
     tvm_target = make_target(target)
+    backend = backend_pipeline(tvm_target)
     database = ms.database.JSONDatabase(work_dir=database_dir, allow_missing=False)
 
     @tvm.transform.module_pass(opt_level=3)
@@ -138,13 +140,26 @@ def compile_with_database(mod, target: dict, database_dir: str, weight_prepack: 
         if weight_prepack:
             mod = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
                                             relax.transform.FoldConstant()])(mod)
-        # cpu_generic's own module: its package forgets to export dataflow_lower_passes, so
-        # relax.pipeline.dataflow_lower_passes(llvm target) raises AttributeError in 0.27
-        return tvm.transform.Sequential([*cpu_pipeline.dataflow_lower_passes(tvm_target),
-                                         *cpu_pipeline.finalize_passes(tvm_target)])(mod)
+        return tvm.transform.Sequential([*backend.dataflow_lower_passes(tvm_target),
+                                         *backend.finalize_passes(tvm_target)])(mod)
 
     with tvm_target, database, tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=tvm_target, relax_pipeline=pipeline)
+
+
+# target kind -> tvm.relax.backend package (what relax.pipeline dispatches on for these kinds)
+BACKENDS = {"llvm": "cpu_generic", "cuda": "cuda", "rocm": "rocm", "metal": "gpu_generic",
+            "vulkan": "gpu_generic", "opencl": "gpu_generic"}
+
+
+def backend_pipeline(tvm_target):
+    """The Relax backend's own `pipeline` module for the target. Imported directly: the backend
+    packages forget to export dataflow_lower_passes, so relax.pipeline.dataflow_lower_passes(llvm
+    target) raises AttributeError in 0.27 (docs/tvm.md §Whole models (Relax))."""
+    kind = tvm_target.kind.name
+    if kind not in BACKENDS:
+        raise NotImplementedError(f"no Relax backend pipeline known for target kind {kind!r}")
+    return import_module(f"tvm.relax.backend.{BACKENDS[kind]}.pipeline")
 
 
 def workload_key(mod) -> str:

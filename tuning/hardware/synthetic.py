@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import math
 
-import numpy as np
 
 from tuning.hardware.base import Hardware
 from tuning.records import MeasureResult

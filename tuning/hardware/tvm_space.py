@@ -2,7 +2,7 @@
 
 Used in the main process (to build the Space and canonicalise configs) and in
 the build worker (to turn a config into a schedule and a library). See
-../shared/TVM_NOTES.md §MetaSchedule design spaces.
+docs/tvm.md §MetaSchedule design spaces.
 """
 from __future__ import annotations
 

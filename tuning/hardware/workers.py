@@ -1,6 +1,7 @@
 """Long-lived isolated worker processes with per-call timeouts.
 
-A worker is a spawned process that imports what it needs once and then
+A worker is a spawned process that runs its initializer once (with JSON-able
+`init_args`, e.g. the target, so it imports what that target needs) and then
 serves calls `("module:function", args)` over a pipe. A call that takes
 longer than its timeout, or a worker that dies (a segfaulting kernel), is
 reported as a value and the worker is restarted on the next call, so the
@@ -10,6 +11,7 @@ workers run do.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -17,9 +19,9 @@ import traceback
 from multiprocessing.connection import Connection
 
 
-def _serve(conn, initializer: str | None) -> None:
+def _serve(conn, initializer: str | None, init_args: list) -> None:
     if initializer:
-        _resolve(initializer)()
+        _resolve(initializer)(*init_args)
     while True:
         try:
             function, args = conn.recv()
@@ -40,9 +42,11 @@ class Worker:
     """One restartable process. `call` returns (status, value): status is
     "ok", "error" (the function raised; value = traceback), "timeout" or "crash"."""
 
-    def __init__(self, env: dict | None = None, initializer: str | None = None, start_timeout_s: float = 300.0):
+    def __init__(self, env: dict | None = None, initializer: str | None = None, start_timeout_s: float = 300.0,
+                 init_args: tuple = ()):
         self.env = {k: str(v) for k, v in (env or {}).items()}
         self.initializer = initializer
+        self.init_args = list(init_args)
         self.start_timeout_s = start_timeout_s
         self._process = None
         self._conn = None
@@ -53,7 +57,7 @@ class Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         command = [sys.executable, "-m", "tuning.hardware.workers", str(to_child_r), str(from_child_w),
-                   self.initializer or ""]
+                   self.initializer or "", json.dumps(self.init_args)]
         # TVM_NUM_THREADS must be in the environment before the TVM runtime starts.
         self._process = subprocess.Popen(command, env={**os.environ, **self.env},
                                          pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
@@ -124,4 +128,4 @@ class _Pipes:
 
 if __name__ == "__main__":
     _serve(_Pipes(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)),
-           sys.argv[3] or None)
+           sys.argv[3] or None, json.loads(sys.argv[4]))

@@ -110,6 +110,15 @@ class NoTracker(Tracker):
         return "tracking disabled"
 
 
+def option_name(choice: str | None, target: str, aliases: Mapping | None = None) -> str:
+    """Which option a config group used: its Hydra choice (the `choice.<group>` tag), else the last
+    part of its `_target_` class path, renamed through `aliases` (class name -> option name)."""
+    if choice:
+        return choice
+    name = str(target).rsplit(".", 1)[-1]
+    return (aliases or {}).get(name, name)
+
+
 def flatten(cfg: dict, prefix: str = "") -> dict[str, str | int | float | bool]:
     """Nested dicts -> {'a.b.c': value}; lists -> JSON strings; None -> 'null'."""
     flat: dict[str, str | int | float | bool] = {}

@@ -1,8 +1,10 @@
-"""What the cpu backend's worker processes run (imports TVM; never imported by the parent).
+"""What the TVM backend's worker processes run (imports TVM; never imported by the parent).
 
 Build worker: config -> schedule -> library file. Run worker: library file ->
-correctness check against the untuned kernel -> time_evaluator costs.
+correctness check against the untuned kernel -> time_evaluator costs, on
+`tvm.device(device, 0)` for the device name the runner passes ("cpu", "cuda").
 Handled failures come back as {"error": kind, "message": ...} values.
+runner.py's LocalRunner drives these functions.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ _schedules: dict = {}
 _references: dict = {}
 
 
-def init() -> None:
-    fast_tensor_intrin_import("llvm")
-    import tvm  # noqa: F401  - pay the import once, at worker start
+def init(target: dict) -> None:
+    """Pay the imports once, at worker start (tensor intrinsics for the target's kind only)."""
+    fast_tensor_intrin_import(target.get("kind", "llvm"))
+    import tvm  # noqa: F401
 
 
 def _key(workload: dict, target: dict) -> str:
@@ -68,7 +71,7 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     return {"error": None, "config": list(effective), "args": args, "build_s": time.perf_counter() - start}
 
 
-def reference(workload: dict, target: dict) -> None:
+def reference(workload: dict, target: dict, device: str) -> None:
     """Inputs and the untuned kernel's output for a workload (cached per worker)."""
     import tvm
 
@@ -80,29 +83,29 @@ def reference(workload: dict, target: dict) -> None:
         arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
         arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
         lib = _compile(mod, target)
-        device = tvm.cpu(0)
-        tensors = [tvm.runtime.tensor(a, device) for a in arrays]
+        dev = tvm.device(device, 0)
+        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
         lib[lib.entry_name](*tensors)
         _references[key] = (arrays, tensors[-1].numpy())
 
 
-def run(workload: dict, target: dict, lib_path: str, args: list, spec: dict) -> dict:
-    """Check the output, then time it. spec: MeasureSpec fields as a dict."""
+def run(workload: dict, target: dict, device: str, lib_path: str, args: list, spec: dict) -> dict:
+    """Check the output, then time it on `device`. spec: MeasureSpec fields as a dict."""
     import tvm
 
     start = time.perf_counter()
-    device = tvm.cpu(0)
+    dev = tvm.device(device, 0)
     lib = tvm.runtime.load_module(lib_path)
     function = lib[lib.entry_name]
     inputs, expected = _references[_key(workload, target)]
     same_layout = [list(a.shape) for a in inputs] == [shape for shape, _ in args[:len(inputs)]]
     if same_layout:
-        tensors = [tvm.runtime.tensor(a, device) for a in inputs]
+        tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
     else:  # the schedule rewrote a weight layout: time it on random data, skip the check
-        tensors = [tvm.runtime.tensor(np.zeros(s, dtype=d), device) for s, d in args]
+        tensors = [tvm.runtime.tensor(np.zeros(s, dtype=d), dev) for s, d in args]
     single = time.perf_counter()
     function(*tensors)
-    device.sync()
+    dev.sync()
     single = time.perf_counter() - single
     if spec["check_correctness"] and same_layout:
         if not np.allclose(tensors[-1].numpy(), expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
@@ -113,12 +116,13 @@ def run(workload: dict, target: dict, lib_path: str, args: list, spec: dict) -> 
         return {"error": "timeout", "run_s": time.perf_counter() - start,
                 "message": f"one run took {single:.3f} s; the measurement would exceed timeout_s={spec['timeout_s']}"}
     if spec["cv_stop"]:
-        costs = _time_until_stable(lib, device, tensors, CVStop(**spec["cv_stop"]))
+        costs = _time_until_stable(lib, dev, tensors, CVStop(**spec["cv_stop"]))
     else:
         evaluator = lib.time_evaluator(
-            lib.entry_name, device, number=spec["number"], repeat=spec["repeat"],
+            lib.entry_name, dev, number=spec["number"], repeat=spec["repeat"],
             min_repeat_ms=spec["min_repeat_ms"],
-            f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] else "",
+            # TVM's cache flush is a CPU preprocessor; other devices have no equivalent
+            f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] and device == "cpu" else "",
         )
         costs = [float(c) for c in evaluator(*tensors).results]
     return {"error": None, "costs": costs, "run_s": time.perf_counter() - start}

@@ -1,0 +1,132 @@
+"""Measure callbacks: what happens around each measurement and round, MetaSchedule's way.
+
+The loop measures; everything it does with a result beyond its own bookkeeping (visited set,
+records in memory, the count) is a callback in `RunInfo.callbacks`, called in list order:
+
+    on_start(run)                      once, after every task's records are loaded (resume included)
+    before_measure(tuner, batch)       a round's batch is chosen and not yet measured
+    on_result(tuner, record)           one measurement came back (its Record, in measured order)
+    after_round(report) -> str | None  a round is over (model refit, search observed, state saved);
+                                       a string abandons the run with that reason (e.g. "pruned")
+    on_end(outcomes)                   every task finished (its best re-measured, unless abandoned)
+
+`tuner` is the loop's TaskTuner (task, parts, space, records, outcome); `report` a RoundReport.
+A callback must not change what is measured: the records of a seed do not depend on callbacks.
+The default list is `default_callbacks(tracker)`: append each record to records.jsonl, show the
+progress bar, log the step metrics. A sweep adds its pruner (tuning/sweep.py); a measurement
+store will add its writer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import spearmanr
+from tqdm import tqdm
+
+
+@dataclass
+class RoundReport:
+    tuner: object  # the task's TaskTuner
+    batch: list  # the configs measured this round
+    results: list  # their MeasureResults, in order
+    round_index: int
+    search_s: float  # seconds spent proposing and selecting
+    measured: int  # measurements of the whole run so far
+    outcomes: list  # every task's TaskOutcome
+
+
+class MeasureCallback:
+    """Base class; every hook does nothing unless overridden."""
+
+    def on_start(self, run) -> None:
+        pass
+
+    def before_measure(self, tuner, batch) -> None:
+        pass
+
+    def on_result(self, tuner, record) -> None:
+        pass
+
+    def after_round(self, report: RoundReport) -> str | None:
+        return None
+
+    def on_end(self, outcomes) -> None:
+        pass
+
+
+class AppendRecords(MeasureCallback):
+    """Each record to the run's records.jsonl, flushed as it arrives (a kill loses no measurement)."""
+
+    def on_start(self, run) -> None:
+        self.log = run.log
+
+    def on_result(self, tuner, record) -> None:
+        self.log.append(record)
+
+
+class ProgressBar(MeasureCallback):
+    def on_start(self, run) -> None:
+        self.bar = tqdm(total=run.trials, initial=run.measured, unit="trial", dynamic_ncols=True)
+
+    def before_measure(self, tuner, batch) -> None:
+        self.bar.set_description(f"{tuner.task.name} round {tuner.round_index}: building+timing {len(batch)}")
+
+    def on_result(self, tuner, record) -> None:
+        self.bar.update(1)
+
+    def after_round(self, report: RoundReport) -> None:
+        self.bar.set_description(f"{report.tuner.task.name} round {report.round_index}: searching")
+        self.bar.set_postfix(best_gflops=f"{report.tuner.outcome.curve()[-1][1]:.1f}")
+
+    def on_end(self, outcomes) -> None:
+        self.bar.close()
+
+
+class StepMetrics(MeasureCallback):
+    """Per round, at step = measurements so far: tuning/* (best so far, invalid), time/*, task/<name>/*,
+    round/*, search/*, sampler/*, evaluator/* and model/rank_corr, the Spearman correlation of the
+    cost model's throughput estimate (taken before the round was measured) with the measured one."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+        self.predicted = None
+
+    def before_measure(self, tuner, batch) -> None:
+        self.predicted = None
+        if tuner.records:
+            self.predicted = tuner.parts.cost_model.predict_throughput(tuner.space.features(batch))
+
+    def after_round(self, report: RoundReport) -> None:
+        tuner = report.tuner
+        task, outcome, parts = tuner.task, tuner.outcome, tuner.parts
+        best_gflops = outcome.curve()[-1][1]
+        metrics = {
+            "tuning/best_gflops": best_gflops,
+            "tuning/best_latency_us": task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf,
+            "tuning/invalid": outcome.invalid,
+            **{f"time/{k}": v for k, v in outcome.times.items()},
+        }
+        correlation = rank_correlation(self.predicted, report.results, task.flops)
+        if correlation is not None:
+            metrics["model/rank_corr"] = correlation
+        metrics.update({f"task/{task.name}/{k.split('/')[-1]}": v for k, v in metrics.items()
+                        if k.startswith("tuning/")})
+        metrics.update({"round/search_s": report.search_s, "round/batch": len(report.batch),
+                        "round/measure_s": sum(r.build_s + r.run_s for r in report.results),
+                        **{f"search/{k}": v for k, v in parts.search.metrics().items()},
+                        **{f"sampler/{k}": v for k, v in parts.sampler.metrics().items()},
+                        **{f"evaluator/{k}": v for k, v in parts.evaluator.metrics().items()}})
+        self.tracker.log_metrics(metrics, step=report.measured)
+
+
+def rank_correlation(predicted, results, flops) -> float | None:
+    measured = [r.gflops(flops) for r in results]
+    if predicted is None or len(measured) < 3 or np.ptp(predicted) == 0 or np.ptp(measured) == 0:
+        return None
+    return float(spearmanr(predicted, measured).statistic)
+
+
+def default_callbacks(tracker) -> list[MeasureCallback]:
+    return [AppendRecords(), ProgressBar(), StepMetrics(tracker)]

@@ -1,0 +1,134 @@
+"""TVMHardware: the backend for kernels built by TVM, whatever the device (no TVM import at module level).
+
+Spaces and schedules come from MetaSchedule's design spaces (tvm_space.py);
+measuring builds a whole batch, then times it, through a runner (runner.py:
+LocalRunner today); the best schedules export as TVMScript and a MetaSchedule
+database (tvm_database.py); whole models go through Relax (relax_models.py,
+e2e.py). A device is a small subclass (cpu.py) that supplies:
+
+    target          property: the TVM target dict, e.g. {"kind": "llvm", "mcpu": ..., "num-cores": 2}
+    device          class attribute: the runtime device name, tvm.device(device, 0) ("cpu", "cuda")
+    name            class attribute: the hardware option's name (the "hardware" tag)
+    worker_env()    environment of the measuring process (e.g. TVM_NUM_THREADS)
+    build_env()     environment of the build processes (default: none)
+    describe()      extend super().describe() with the device's own tags
+
+and may set `build_workers`, `num_threads` (runtime threads, also torch's in
+the whole-model comparison) and `weight_prepack` (whole models).
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+from tuning.hardware.base import Hardware
+from tuning.hardware.runner import LocalRunner
+
+
+class TVMHardware(Hardware):
+    device: ClassVar[str]
+    name: ClassVar[str]
+    build_workers: int = 1
+    num_threads: int | None = None
+    weight_prepack: bool = False
+
+    def __init__(self):
+        for attr in ("device", "name"):
+            if not isinstance(getattr(type(self), attr, None), str):
+                raise TypeError(f"{type(self).__name__} must set the class attribute `{attr}`")
+        self._schedules: dict = {}
+        self._runner: LocalRunner | None = None  # made on first measure: __init__ starts nothing
+
+    # ---- what a device supplies ---------------------------------------------------------------
+    @property
+    @abstractmethod
+    def target(self) -> dict:
+        """The TVM target as a dict (tvm.target.Target(dict) builds it)."""
+
+    @abstractmethod
+    def worker_env(self) -> dict:
+        """Environment variables of the process that times kernels."""
+
+    def build_env(self) -> dict:
+        """Environment variables of the build processes."""
+        return {}
+
+    def make_runner(self) -> LocalRunner:
+        """The runner seam: an RPC or other remote runner is returned here instead."""
+        return LocalRunner(self.target, self.device, self.worker_env(), self.build_env(), self.build_workers)
+
+    # ---- the runner (started lazily) --------------------------------------------------------------
+    @property
+    def runner(self) -> LocalRunner:
+        if self._runner is None:
+            self._runner = self.make_runner()
+        return self._runner
+
+    @property
+    def _builders(self) -> list:
+        """The runner's build workers ([] until the first measure)."""
+        return self._runner.builders if self._runner is not None else []
+
+    # ---- spaces ---------------------------------------------------------------------------------
+    def schedules(self, task):
+        if task.key not in self._schedules:
+            from tuning.hardware.tvm_space import TaskSchedules
+
+            self._schedules[task.key] = TaskSchedules(task.workload, self.target)
+        return self._schedules[task.key]
+
+    def space(self, task):
+        return self.schedules(task).space
+
+    # ---- measuring ------------------------------------------------------------------------------
+    def measure(self, task, configs, spec, on_result=None):
+        """Build the whole batch, then time it with nothing compiling (a compile beside a
+        measurement nearly doubles it on a 2-core host)."""
+        runner = self.runner
+        runner.prepare(task)
+        built = runner.build(task, configs, spec)
+        results = []
+        for i, (config, candidate) in enumerate(zip(configs, built)):
+            results.append(runner.run(task, config, candidate, spec))
+            if on_result:
+                on_result(i, results[-1])
+        return results
+
+    # ---- whole models ---------------------------------------------------------------------------
+    def model_tasks(self, model_cfg, seed):
+        from tuning.hardware.relax_models import as_tuning_tasks, extract_tasks, load_model
+
+        mod = load_model(model_cfg, seed, self.target).mod
+        return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
+
+    def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
+        from tuning.hardware.e2e import evaluate_model
+
+        return evaluate_model(model_cfg, seed, database_dir, out_dir, timing, target=self.target,
+                              device=self.device, env=self.worker_env(), num_threads=self.num_threads,
+                              weight_prepack=self.weight_prepack)
+
+    # ---- outputs --------------------------------------------------------------------------------
+    def export(self, task, config, out_dir):
+        sch, _ = self.schedules(task).schedule(tuple(config))
+        path = Path(out_dir) / f"{task.name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(sch.mod.script())
+        return [str(path)]
+
+    def export_database(self, records_by_task, out_dir):
+        from tuning.hardware.tvm_database import write_database
+
+        return write_database(self, records_by_task, out_dir)
+
+    def describe(self) -> dict:
+        import tvm
+
+        return {"hardware": self.name, "target": str(self.target), "device": self.device,
+                "tvm_version": tvm.__version__}
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
