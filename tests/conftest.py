@@ -27,6 +27,7 @@ def experiment_script():
 @pytest.fixture
 def compose_cfg(tmp_path, monkeypatch):
     """compose(overrides) -> the job config, with `${hydra:...}` resolvable as in a real run."""
+    from configs import searchpath_overrides
     from tuning.config import register
 
     monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))  # tracking.uri: never the repo's
@@ -34,7 +35,7 @@ def compose_cfg(tmp_path, monkeypatch):
 
     def _compose(*overrides: str):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[f"output_dir={tmp_path / 'run'}", *overrides],
+            cfg = compose("config", overrides=[f"output_dir={tmp_path / 'run'}", *searchpath_overrides(), *overrides],
                           return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
         return cfg

@@ -31,14 +31,12 @@ from tuning.search.base import Search
 from tuning.task import build_tasks
 from tuning.tracking.base import Tracker
 
+from configs import options, searchpath_overrides
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 BASES = {"search": Search, "sampler": Sampler, "evaluator": Evaluator, "cost_model": CostModel,
          "hardware": Hardware, "tracking": Tracker, "scheduler": Scheduler}
-
-
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 def choices(cfg) -> dict:
@@ -219,7 +217,8 @@ groups = {list(BASES)!r}
 with initialize_config_dir(config_dir={str(CONF)!r}, version_base="1.3"):
     for group in groups:
         for option in {json.dumps({g: options(g) for g in BASES})}[group]:
-            cfg = compose("config", overrides=["output_dir=/nonexistent", f"{{group}}={{option}}"],
+            cfg = compose("config", overrides=["output_dir=/nonexistent", *{searchpath_overrides()!r},
+                                               f"{{group}}={{option}}"],
                           return_hydra_config=True)
             HydraConfig.instance().set_config(cfg)
             instantiate(cfg[group])

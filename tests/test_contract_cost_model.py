@@ -1,7 +1,6 @@
 """Contract of every cost model in conf/cost_model/: shapes, tiny fits, ranking where it can."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import hydra.utils
 import numpy as np
@@ -13,7 +12,9 @@ from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import gemm_task
 
-COST_MODEL_YAMLS = sorted((Path(__file__).parents[1] / "conf" / "cost_model").glob("*.yaml"))
+from configs import group_yamls
+
+COST_MODEL_YAMLS = group_yamls("cost_model")
 HARDWARE = SyntheticHardware()
 TASK = gemm_task("g", 256, 256, 256)
 

@@ -1,7 +1,6 @@
 """Contract of every evaluator in conf/evaluator/ on the synthetic hardware (with a noise model)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import hydra.utils
 import numpy as np
@@ -11,7 +10,9 @@ from omegaconf import OmegaConf
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import gemm_task
 
-EVALUATOR_YAMLS = sorted((Path(__file__).parents[1] / "conf" / "evaluator").glob("*.yaml"))
+from configs import group_yamls
+
+EVALUATOR_YAMLS = group_yamls("evaluator")
 TASK = gemm_task("g", 128, 128, 128)
 
 

@@ -1,7 +1,6 @@
 """Contract of every sampler in conf/sampler/: at most b distinct, canonical, unvisited configs."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import hydra.utils
 import numpy as np
@@ -12,7 +11,9 @@ from tuning.hardware.synthetic import synthetic_space
 from tuning.space import Space
 from tuning.task import conv2d_task, gemm_task
 
-SAMPLER_YAMLS = sorted((Path(__file__).parents[1] / "conf" / "sampler").glob("*.yaml"))
+from configs import group_yamls
+
+SAMPLER_YAMLS = group_yamls("sampler")
 
 
 def instantiate(path):

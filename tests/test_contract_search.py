@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import hydra.utils
 import numpy as np
@@ -16,7 +15,9 @@ from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import conv2d_task, gemm_task
 
-SEARCH_YAMLS = sorted((Path(__file__).parents[1] / "conf" / "search").glob("*.yaml"))
+from configs import group_yamls
+
+SEARCH_YAMLS = group_yamls("search")
 TASKS = {"gemm64": gemm_task("g", 64, 64, 64), "conv": conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)}
 HARDWARE = SyntheticHardware()
 

@@ -1,0 +1,27 @@
+"""Where the test suites find config options: the repository's conf/ plus the directories in
+TUNELAB_CONF_DIRS (os.pathsep-separated, each laid out like conf/), so a method added in its own
+config directory, with no edit here, runs through every contract suite (tests/test_extending.py)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def extra_conf_dirs() -> list[Path]:
+    return [Path(d).resolve() for d in os.environ.get("TUNELAB_CONF_DIRS", "").split(os.pathsep) if d]
+
+
+def group_yamls(group: str) -> list[Path]:
+    return sorted(p for d in (CONF, *extra_conf_dirs()) for p in (d / group).glob("*.yaml"))
+
+
+def options(group: str) -> list[str]:
+    return sorted({p.stem for p in group_yamls(group)})
+
+
+def searchpath_overrides() -> list[str]:
+    """The Hydra override that adds the extra directories to the config search path."""
+    extra = extra_conf_dirs()
+    return [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []

@@ -1,0 +1,71 @@
+"""budget.plan_size: null runs each method at its own default (its YAML's default_plan_size, cited
+there), a number overrides it, and the old search.plan_size key is rejected naming the new one."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULTS = {"sa": 64, "ppo": 64, "random": 64, "csa": 32}
+QUICK = {"ppo": ("search.episodes=4", "search.max_steps=20"), "csa": ("cost_model=rf", "search.n_iter=20"),
+         "sa": ("search.n_iter=20",), "random": ("cost_model=none",)}
+
+
+def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
+    return subprocess.run([sys.executable, "run.py", "hardware=synthetic", "tracking=none", "model=gemm_64",
+                           f"hydra.run.dir={tmp_path / 'run'}", *overrides],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def round_sizes(run_dir: Path) -> list[int]:
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    sizes = Counter(r["round"] for r in records)
+    return [sizes[i] for i in sorted(sizes)]
+
+
+def test_every_search_yaml_has_a_tested_default():
+    assert {p.stem: OmegaConf.load(p).default_plan_size for p in (REPO / "conf" / "search").glob("*.yaml")} == DEFAULTS
+
+
+@pytest.mark.parametrize("search", DEFAULTS)
+def test_null_plan_size_is_the_methods_default(tmp_path, search):
+    default = DEFAULTS[search]
+    proc = run(tmp_path, f"search={search}", *QUICK[search], f"budget.trials={default + 4}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert round_sizes(tmp_path / "run") == [default, 4]
+    saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    assert saved.budget.plan_size == default  # the number used, not null, is what the run records
+
+
+def test_budget_plan_size_overrides_the_default(tmp_path):
+    proc = run(tmp_path, "search=sa", *QUICK["sa"], "budget.plan_size=10", "budget.trials=25")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert round_sizes(tmp_path / "run") == [10, 10, 5]
+
+
+@pytest.mark.parametrize("override", ["search.plan_size=32", "+search.plan_size=32"])
+def test_old_key_on_the_command_line_names_the_new_one(tmp_path, override):
+    proc = run(tmp_path, override, "budget.trials=8")
+    assert proc.returncode == 2
+    assert "search.plan_size" in proc.stderr and "budget.plan_size" in proc.stderr
+    assert not (tmp_path / "run" / "records.jsonl").exists()
+
+
+def test_old_key_in_a_saved_config_names_the_new_one(tmp_path):
+    assert run(tmp_path, "budget.trials=8").returncode == 0
+    saved = tmp_path / "run" / "config.yaml"
+    cfg = OmegaConf.load(saved)
+    cfg.search.plan_size = 32  # a run folder written before plan_size moved
+    saved.write_text(OmegaConf.to_yaml(cfg))
+    proc = run(tmp_path, f"resume={tmp_path / 'run'}", "budget.trials=16")
+    assert proc.returncode == 2
+    assert "search.plan_size" in proc.stderr and "budget.plan_size" in proc.stderr
+    assert len(round_sizes(tmp_path / "run")) == 1  # nothing measured after the rejection
