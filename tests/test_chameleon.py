@@ -154,6 +154,34 @@ def test_ppo_same_seed_same_trajectory_and_proposals():
     assert runs[0] == runs[1]
 
 
+PPO_DIAGNOSTICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
+
+
+def test_ppo_logs_learning_diagnostics_per_update():
+    space = grid_space(12, 12, 12, 12)
+    model = Landscape(space, (0, 9, 2, 11, 5))
+    ppo, rng = PPO(episodes=32, max_steps=30), np.random.default_rng(0)
+    for _ in range(3):
+        ppo.propose(space, model, 8, set(), rng)
+        metrics = ppo.metrics()
+        assert set(PPO_DIAGNOSTICS) <= set(metrics) and all(np.isfinite(metrics[k]) for k in PPO_DIAGNOSTICS)
+        assert 0 < metrics["entropy"] <= len(space.knobs) * np.log(3) + 1e-6  # three moves per knob
+        assert metrics["approx_kl"] >= 0 and 0 <= metrics["clipfrac"] <= 1 and metrics["value_loss"] >= 0
+
+
+def test_ppo_diagnostics_measure_how_far_the_policy_moved():
+    space = grid_space(12, 12, 12, 12)
+    model = Landscape(space, (0, 9, 2, 11, 5))
+    # one minibatch, one epoch: the only step is taken at the sampling policy, so ratio == 1
+    still = PPO(episodes=16, max_steps=10, early_stop=10, epochs=1, minibatch_size=10_000)
+    still.propose(space, model, 8, set(), np.random.default_rng(0))
+    assert still.metrics()["approx_kl"] == pytest.approx(0, abs=1e-7) and still.metrics()["clipfrac"] == 0
+    # many steps with a big learning rate and a tiny clip: the policy moves, most ratios leave 1 +- clip
+    moving = PPO(episodes=16, max_steps=10, early_stop=10, epochs=8, minibatch_size=16, learning_rate=0.05, clip=1e-6)
+    moving.propose(space, model, 8, set(), np.random.default_rng(0))
+    assert moving.metrics()["approx_kl"] > 1e-6 and moving.metrics()["clipfrac"] > 0.5
+
+
 def test_ppo_starts_from_the_best_measured_configs():
     hardware = SyntheticHardware()
     task = conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)

@@ -24,6 +24,11 @@ iteration of their optimization:
   5. return the n best-predicted distinct unmeasured configs seen on the walks,
             the candidate set s_Θ handed to the sampler.
 
+Per round it logs (search/*) the walk (steps, transitions, mean_score) and, as CleanRL's ppo.py
+does, the update's policy_loss, value_loss, entropy, approx_kl, clipfrac (each the mean over the
+update's minibatches) and explained_variance: what a sweep of clip / entropy_coef / value_coef
+needs to see.
+
 All randomness comes from the run's rng: the network's initial weights are
 drawn under a torch seed taken from it, and actions are sampled with numpy
 from the policy's probabilities.
@@ -157,14 +162,20 @@ class PPO(Search):
                 "log_prob": rollout["log_prob"][alive], "advantage": advantage[alive], "returns": returns[alive]}
         data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
         count = len(data["returns"])
+        diagnostics = []
         for _ in range(self.epochs):
             order = rng.permutation(count)
             for start in range(0, count, self.minibatch_size):
                 batch = {key: value[order[start:start + self.minibatch_size]] for key, value in data.items()}
-                self._gradient_step(batch)
-        self.last_round = {"steps": int(len(alive)), "transitions": count, "mean_score": float(scores[alive].mean())}
+                diagnostics.append(self._gradient_step(batch))
+        self.last_round = {"steps": int(len(alive)), "transitions": count, "mean_score": float(scores[alive].mean()),
+                           **{key: float(np.mean([d[key] for d in diagnostics])) for key in diagnostics[0]},
+                           "explained_variance": _explained_variance(rollout["value"][alive], returns[alive])}
 
-    def _gradient_step(self, batch) -> None:
+    def _gradient_step(self, batch) -> dict:
+        """One clipped-surrogate step; returns its diagnostics (CleanRL's names), each averaged over the
+        update's minibatches in metrics(): policy/value loss, entropy, approx_kl (the (r - 1) - log r
+        estimator), clipfrac (share of ratios outside 1 +- clip)."""
         probs, value = self.agent(batch["state"], self.temperature)
         log_probs = torch.log(probs.clamp_min(1e-12))
         taken = log_probs.gather(2, batch["actions"].unsqueeze(2)).squeeze(2).sum(1)
@@ -180,6 +191,11 @@ class PPO(Search):
         loss.backward()
         nn.utils.clip_grad_norm_(self.agent.parameters(), self.max_grad_norm)
         self.optimizer.step()
+        with torch.no_grad():
+            log_ratio = taken - batch["log_prob"]
+            return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
+                    "approx_kl": ((ratio - 1) - log_ratio).mean().item(),
+                    "clipfrac": ((ratio - 1).abs() > self.clip).float().mean().item()}
 
     def metrics(self) -> dict:
         return dict(self.last_round)
@@ -232,6 +248,12 @@ class ActorCritic(nn.Module):
         features = self.shared(state)
         logits = self.policy(features).view(-1, self.knobs, DIRECTIONS) / temperature
         return torch.softmax(logits, dim=2), self.value(features)
+
+
+def _explained_variance(predicted: np.ndarray, returns: np.ndarray) -> float:
+    """1 - Var(returns - value) / Var(returns): 1 is a perfect critic, <= 0 no better than a constant."""
+    spread = np.var(returns)
+    return float("nan") if spread == 0 else float(1 - np.var(returns - predicted) / spread)
 
 
 def generalized_advantages(reward, value, ends, final_value, gamma, lam) -> np.ndarray:
