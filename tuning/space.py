@@ -113,16 +113,6 @@ class Space:
         keep = set(self.active[sketch])
         return tuple([sketch] + [c if i in keep else 0 for i, c in enumerate(config) if i > 0])
 
-    def step(self, config: Config, knob: int, delta: int) -> Config:
-        """Chameleon's move: knob index +delta, clipped to its range."""
-        if knob == 0:
-            return self.switch_sketch(config, int(np.clip(config[0] + delta, 0, self.num_sketches - 1)))
-        if knob not in self.active[config[0]]:
-            return config
-        new = list(config)
-        new[knob] = int(np.clip(config[knob] + delta, 0, self.dims[knob] - 1))
-        return tuple(new)
-
     def step_all(self, configs: np.ndarray, deltas: np.ndarray) -> np.ndarray:
         """Chameleon's move on every knob at once, for a batch: (B, knobs) arrays of
         indices and of deltas in {-1, 0, +1}. The sketch moves first (slots the new
@@ -141,15 +131,41 @@ class Space:
         index = np.asarray(configs, dtype=np.float32).reshape(-1, len(self.knobs))
         return index / np.maximum(np.asarray(self.dims, dtype=np.float32) - 1, 1)
 
-    def neighbors(self, config: Config) -> list[Config]:
-        """Every config one increment/decrement away (sketch changes included)."""
-        out = []
+    def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
+        """Every config one move away, distinct, in knob order (a neighbourhood for local and graph
+        searches such as G-BFS). Moves:
+            index    one knob's (or the sketch's) choice index +-1, Chameleon's move
+            factor   a tile knob's split with one prime factor moved between two of its levels
+                     ((2, 4) -> (4, 2), (1, 8)), G-BFS's move on tiling factors"""
+        unknown = set(moves) - {"index", "factor"}
+        if unknown:
+            raise ValueError(f"moves: expected index and/or factor, got {sorted(unknown)}")
+        out: list[Config] = []
         for knob in (0, *self.active[config[0]]):
-            for delta in (-1, 1):
-                moved = self.step(config, knob, delta)
+            candidates = []
+            if "index" in moves:
+                candidates += [int(np.clip(config[knob] + delta, 0, self.dims[knob] - 1)) for delta in (-1, 1)]
+            if "factor" in moves and self.knobs[knob].kind == "tile":
+                candidates += self._factor_moves(knob)[config[knob]]
+            for value in candidates:
+                moved = self._with(config, knob, value)
                 if moved != config and moved not in out:
                     out.append(moved)
         return out
+
+    def _with(self, config: Config, knob: int, value: int) -> Config:
+        if knob == 0:
+            return self.switch_sketch(config, value)
+        return (*config[:knob], value, *config[knob + 1:])
+
+    def _factor_moves(self, knob: int) -> list[list[int]]:
+        """Per choice index of a tile knob, the choice indices one prime-factor move away."""
+        cache = self.__dict__.setdefault("_factor_cache", {})
+        if knob not in cache:
+            choices = self.knobs[knob].choices
+            cache[knob] = [[j for j, other in enumerate(choices) if _one_factor_apart(split, other)]
+                           for split in choices]
+        return cache[knob]
 
     def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
         """AutoTVM's SA move: one knob (or the sketch) set to another random value."""
@@ -237,3 +253,19 @@ def merge_sketches(sketch_knobs: list[list[Knob]]) -> tuple[list[Knob], list[tup
             used.append(match)
         active.append(tuple(used))
     return slots, active
+
+
+def _one_factor_apart(split, other) -> bool:
+    """Two splits of the same extent that differ by one prime factor moved between two levels."""
+    changed = [i for i, (a, b) in enumerate(zip(split, other)) if a != b]
+    if len(changed) != 2 or len(split) != len(other):
+        return False
+    up, down = (changed if other[changed[0]] > split[changed[0]] else changed[::-1])
+    if other[up] % split[up] or split[down] % other[down]:
+        return False
+    factor = other[up] // split[up]
+    return factor == split[down] // other[down] and _is_prime(factor)
+
+
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, math.isqrt(n) + 1))
