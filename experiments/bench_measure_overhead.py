@@ -5,7 +5,7 @@
 Both sides build and time the same configs of the same task, round after
 round (a round = one batch, as the tuning loop does). MetaSchedule's
 LocalBuilder starts a fresh process pool on every build() call and its
-workers import the tensor intrinsics again (TVM_NOTES); tunelab's workers
+workers import the tensor intrinsics again (docs/tvm.md §Pitfalls 2); tunelab's workers
 start once. The script prints seconds per candidate for each and the ratio.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def metaschedule_round(hardware, task, configs, spec) -> float:
 
     schedules = hardware.schedules(task)
     start = time.perf_counter()
-    fast_tensor_intrin_import("llvm")  # without it every LocalBuilder build times out (TVM_NOTES pitfall 2)
+    fast_tensor_intrin_import("llvm")  # without it every LocalBuilder build times out (docs/tvm.md §Pitfalls 2)
     builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=60,
                                       initializer=lambda: fast_tensor_intrin_import("llvm"))
     runner = ms.runner.LocalRunner(timeout_sec=spec.timeout_s, evaluator_config=ms.runner.EvaluatorConfig(

@@ -1,4 +1,4 @@
-"""cost_model=none: no model, for searches that do not use one (random, G-BFS)."""
+"""cost_model=none: no model, for searches that do not use one (search=random)."""
 from __future__ import annotations
 
 import numpy as np

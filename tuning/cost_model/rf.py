@@ -13,8 +13,8 @@ incumbent (eq. 1-2),
     EI = (mu - best) Phi(Z) + sigma phi(Z),  Z = (mu - best) / sigma     if sigma > 0
     EI = max(0, mu - best)                                                if sigma = 0
 
-(the reference code's sigma = 0 branch is a no-op comparison, SEEDS.md; here it is the formula).
-`acquisition: mean` ranks by the forest's mean instead.
+(the reference code's sigma = 0 branch is a no-op comparison, docs/methods.md §AdaTune; here it is
+the formula). `acquisition: mean` ranks by the forest's mean instead.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def expected_improvement(mean, std, best: float) -> np.ndarray:
 
 
 class RandomForestCostModel(CostModel):
-    """Hyperparameters (AdaTune's code, SEEDS.md: RandomForestRegressor(n_estimators=10,
+    """Hyperparameters (AdaTune's code, docs/methods.md §AdaTune: RandomForestRegressor(n_estimators=10,
     max_features=10, random_state=2)):
         n_estimators   trees in the forest (10)
         max_features   features tried per split (10; capped at the feature count)

@@ -9,7 +9,7 @@ settles gets all `runs`, which is exactly the deterministic evaluator it replace
 adatune_de). Each micro-batch's mean run time is one cost of the record, so a record shows how many
 micro-batches its measurement took.
 
-The reference code differs (SEEDS.md "AdaTune"): it takes each batch's own throughput rather than
+The reference code differs (docs/methods.md §AdaTune): it takes each batch's own throughput rather than
 the running one, and drops the fastest and slowest batch once there are more than 4;
 `statistic: per_batch` and `drop_extremes: true` (evaluator=adaptive_code).
 

@@ -1,4 +1,4 @@
-"""sampler=all: measure the search's own picks (G-BFS, N-A2C choose their measurements)."""
+"""sampler=all: measure exactly the search's own picks (for searches that choose their measurements)."""
 from __future__ import annotations
 
 from tuning.sampler.base import Sampler, take_unvisited

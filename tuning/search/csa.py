@@ -13,9 +13,10 @@ throughput (the models' predict_dist is already in fractions of it). The sampler
 of its eps; samplers without a random share ignore it). Exploration grows where the model is
 unsure and shrinks as it learns.
 
-The reference code's contextual optimizer file is missing (SEEDS.md); its tuner resets eps to the
-mean tree-std over 20 random samples / best FLOPS after each refit, and starts from 0.05: K = 20
-and `initial_eps` 0.05 here, used while the model has no spread yet (nothing valid measured).
+The reference code's contextual optimizer file is missing (docs/methods.md §AdaTune); its tuner
+resets eps to the mean tree-std over 20 random samples / best FLOPS after each refit, and starts
+from 0.05: K = 20 and `initial_eps` 0.05 here, used while the model has no spread yet (nothing
+valid measured).
 """
 from __future__ import annotations
 
