@@ -20,6 +20,7 @@ __init__ stores hyperparameters only.
 from __future__ import annotations
 
 from abc import abstractmethod
+
 from tuning.component import Component
 
 
