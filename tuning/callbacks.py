@@ -78,7 +78,7 @@ class ProgressBar(MeasureCallback):
 
     def after_round(self, report: RoundReport) -> None:
         self.bar.set_description(f"{report.tuner.task.name} round {report.round_index}: searching")
-        self.bar.set_postfix(best_gflops=f"{report.tuner.outcome.curve()[-1][1]:.1f}")
+        self.bar.set_postfix(best_gflops=f"{report.tuner.outcome.tuning_best_gflops:.1f}")
 
     def on_end(self, outcomes) -> None:
         self.bar.close()
@@ -101,7 +101,7 @@ class StepMetrics(MeasureCallback):
     def after_round(self, report: RoundReport) -> None:
         tuner = report.tuner
         task, outcome, parts = tuner.task, tuner.outcome, tuner.parts
-        best_gflops = outcome.curve()[-1][1]
+        best_gflops = outcome.tuning_best_gflops
         metrics = {
             "tuning/best_gflops": best_gflops,
             "tuning/best_latency_us": task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf,

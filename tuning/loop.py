@@ -84,8 +84,9 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     own: dict = {}
     for record in run.log.load():
         own.setdefault(record.workload_key, []).append(record)
-    callbacks = run.callbacks if run.callbacks is not None else default_callbacks(components_for(0).tracker)
-    tuners = [TaskTuner(task, i, components_for(i), run, callbacks, prior.get(task.key, ()), own.get(task.key, ()))
+    parts = [components_for(i) for i in range(len(tasks))]
+    callbacks = run.callbacks if run.callbacks is not None else default_callbacks(parts[0].tracker)
+    tuners = [TaskTuner(task, i, parts[i], run, callbacks, prior.get(task.key, ()), own.get(task.key, ()))
               for i, task in enumerate(tasks)]
     outcomes = [t.outcome for t in tuners]
     for callback in callbacks:

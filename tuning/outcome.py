@@ -31,6 +31,11 @@ class TaskOutcome:
     def best_gflops(self) -> float:
         return self.task.flops / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
 
+    @property
+    def tuning_best_gflops(self) -> float:
+        """The best GFLOP/s read so far (0 while nothing valid): the curve's last point, without the curve."""
+        return max((r.result.gflops(self.task.flops) for r in self.records if r.result.ok), default=0.0)
+
     def curve(self) -> list[tuple[int, float]]:
         """(measurements, best GFLOP/s so far) of this task."""
         return best_so_far([self], "gflops")

@@ -167,7 +167,8 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     if len(outcomes) == 1:
         png = convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"))
     else:
-        png = convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")}, str(out_dir / "convergence.png"),
+        png = convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")},
+                              str(out_dir / "convergence.png"),
                               ylabel="model latency estimate (ms)")
     tracker.log_artifact(png)
     tracker.log_artifact(str(out_dir / "records.jsonl"))
