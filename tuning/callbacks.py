@@ -8,13 +8,14 @@ records in memory, the count) is a callback in `RunInfo.callbacks`, called in li
     on_result(tuner, record)           one measurement came back (its Record, in measured order)
     after_round(report) -> str | None  a round is over (model refit, search observed, state saved);
                                        a string abandons the run with that reason (e.g. "pruned")
+    after_remeasure(tuner, configs, results)  the task's best few were measured again at the end
     on_end(outcomes)                   every task finished (its best re-measured, unless abandoned)
 
 `tuner` is the loop's TaskTuner (task, parts, space, records, outcome); `report` a RoundReport.
 A callback must not change what is measured: the records of a seed do not depend on callbacks.
 The default list is `default_callbacks(tracker)`: append each record to records.jsonl, show the
-progress bar, log the step metrics. A sweep adds its pruner (tuning/sweep.py); a measurement
-store will add its writer.
+progress bar, log the step metrics. A sweep adds its pruner (tuning/sweep.py); a run with a
+measurement store (hardware.store) adds its StoreWriter.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
+
+from tuning.store import fingerprint, space_signature
 
 
 @dataclass
@@ -51,6 +54,9 @@ class MeasureCallback:
 
     def after_round(self, report: RoundReport) -> str | None:
         return None
+
+    def after_remeasure(self, tuner, configs, results) -> None:
+        pass
 
     def on_end(self, outcomes) -> None:
         pass
@@ -119,6 +125,44 @@ class StepMetrics(MeasureCallback):
                         **{f"sampler/{k}": v for k, v in parts.sampler.metrics().items()},
                         **{f"evaluator/{k}": v for k, v in parts.evaluator.metrics().items()}})
         self.tracker.log_metrics(metrics, step=report.measured)
+
+
+class StoreWriter(MeasureCallback):
+    """Every reading this run takes, tuning and final re-measurement alike, as a row of the measurement
+    store (tuning/store.py). Answers that came from the store (`reused`) and `not_in_store` misses are
+    not readings and are not written. `truth(outcome)` is the store's median over every reading of
+    the run's incumbent: the score comparisons use (docs/store.md §Truth scoring)."""
+
+    def __init__(self, store, hardware, spec):
+        self.store, self.hardware, self.spec = store, hardware, spec
+        self.key, self.description = fingerprint(hardware, spec)
+        self._tasks: dict = {}
+
+    def _task_keys(self, task, space) -> tuple[str, str]:
+        if task.key not in self._tasks:
+            task_key = self.hardware.store_key(task)
+            self.store.register(self.key, self.description, task_key, task)
+            self._tasks[task.key] = (task_key, space_signature(space))
+        return self._tasks[task.key]
+
+    def _write(self, tuner, config, result, source: str) -> None:
+        if result.reused or result.error == "not_in_store":
+            return
+        config = tuple(result.config) if result.config is not None else tuple(config)
+        task_key, signature = self._task_keys(tuner.task, tuner.space)
+        decisions = {k: list(v) if isinstance(v, tuple) else v for k, v in tuner.space.decisions(config).items()}
+        self.store.add(self.key, task_key, signature, config, decisions, result, source)
+
+    def on_result(self, tuner, record) -> None:
+        self._write(tuner, record.config, record.result, "run")
+
+    def after_remeasure(self, tuner, configs, results) -> None:
+        for config, result in zip(configs, results):
+            self._write(tuner, config, result, "remeasure")
+
+    def truth(self, task, space, config) -> float | None:
+        task_key, signature = self._task_keys(task, space)
+        return self.store.truth(self.key, task_key, signature, tuple(config))
 
 
 def rank_correlation(predicted, results, flops) -> float | None:

@@ -90,6 +90,7 @@ class ConfigError(ValueError):
     pass
 
 
+MODEL_SPACES = ("full", "store")  # store: only the configs the measurement store holds (docs/store.md)
 MODEL_KEYS = {
     "gemm": {"M": int, "N": int, "K": int},
     "conv2d": {"batch": int, "in_channels": int, "height": int, "width": int, "out_channels": int,
@@ -173,6 +174,8 @@ def _check_model(model) -> list[str]:
     if kind not in MODEL_KEYS:
         return [f"model.kind: must be one of {sorted(MODEL_KEYS)}, got {kind!r}"]
     problems = []
+    if model.get("space", "full") not in MODEL_SPACES:
+        problems.append(f"model.space: expected one of {', '.join(MODEL_SPACES)}, got {model.get('space')!r}")
     for key, typ in MODEL_KEYS[kind].items():
         value = model.get(key)
         if isinstance(value, ListConfig):

@@ -63,6 +63,9 @@ class RunInfo:
     callbacks: list[MeasureCallback] | None = None
     abandoned: str | None = None
     measured: int = 0  # measurements so far, all tasks: the x axis of every metric
+    # hardware with a simulated clock (replay): the stored build + run seconds of every record so far,
+    # which stamp the records instead of the wall clock
+    simulated_s: float = 0.0
 
     @property
     def log(self) -> RecordLog:
@@ -85,6 +88,8 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     for record in run.log.load():
         own.setdefault(record.workload_key, []).append(record)
     parts = [components_for(i) for i in range(len(tasks))]
+    if parts[0].hardware.simulated_clock:
+        run.simulated_s = max((r.time for records in own.values() for r in records), default=0.0)
     callbacks = run.callbacks if run.callbacks is not None else default_callbacks(parts[0].tracker)
     tuners = [TaskTuner(task, i, parts[i], run, callbacks, prior.get(task.key, ()), own.get(task.key, ()))
               for i, task in enumerate(tasks)]
@@ -136,7 +141,7 @@ class TaskTuner:
         run.measured += len(self.records)
         self.visited = {tuple(r.config) for r in self.records}
         self.rng, self.round_index = restore_state(run.out_dir, task, parts.search, run.seed, task_index)
-        self.times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0}
+        self.times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0, "wall_s": 0.0}
         self.outcome = TaskOutcome(task, self.records, times=self.times, reused=len(prior))
         self.enumerated = (list(self.space.enumerate())
                            if self.space.size <= max(run.plan_size, run.min_trials_per_task) else None)
@@ -198,8 +203,12 @@ class TaskTuner:
 
         def write(i, result):
             config = tuple(batch[i])
+            stamp = time.time()
+            if parts.hardware.simulated_clock:
+                run.simulated_s += result.build_s + result.run_s
+                stamp = run.simulated_s
             record = Record(task.name, task.key, list(config), _jsonable(self.space.decisions(config)), result,
-                            round_index, run.method, run.seed, first_index + i, time.time())
+                            round_index, run.method, run.seed, first_index + i, stamp)
             self.records.append(record)
             self.visited.add(config)
             run.measured += 1
@@ -213,6 +222,7 @@ class TaskTuner:
         parts.search.observe(batch, results)
         self.round_index += 1
         save_state(run.out_dir, task, parts.search, self.rng, self.round_index)
+        self.times["wall_s"] += time.perf_counter() - started  # real seconds, beside the (maybe stored) build/run
         report = RoundReport(self, batch, results, round_index, search_s, run.measured, list(outcomes))
         reasons = [callback.after_round(report) for callback in self.callbacks]
         if self.enumerated is not None and not self._next_enumerated(1):
@@ -226,7 +236,7 @@ class TaskTuner:
             best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
             self.outcome.stopped_because = "reused"
         else:
-            _finish(self.parts, self.task, self.outcome)
+            _finish(self.parts, self.task, self.outcome, self)
 
 
 def _out_of_time(run: RunInfo) -> bool:
@@ -253,7 +263,7 @@ def _fit(cost_model, space, task, records, times) -> None:
     times["model_s"] += time.perf_counter() - started
 
 
-def _finish(parts: Components, task, outcome: TaskOutcome) -> None:
+def _finish(parts: Components, task, outcome: TaskOutcome, tuner) -> None:
     """Re-measure the best few together; report the best re-measured one.
 
     The minimum of many noisy readings is biased low, and this host's speed
@@ -263,7 +273,10 @@ def _finish(parts: Components, task, outcome: TaskOutcome) -> None:
         return
     outcome.tuning_best_cost = ok[0].result.cost
     finalists = ok[:parts.evaluator.final_candidates]
-    again = parts.evaluator.remeasure(parts.hardware, task, [tuple(r.config) for r in finalists])
+    configs = [tuple(r.config) for r in finalists]
+    again = parts.evaluator.remeasure(parts.hardware, task, configs)
+    for callback in tuner.callbacks:
+        callback.after_remeasure(tuner, configs, again)
     measured = [(a.costs, r) for a, r in zip(again, finalists) if a.ok] or [(ok[0].result.costs, ok[0])]
     costs, record = min(measured, key=lambda pair: float(np.median(pair[0])))
     outcome.best_config = tuple(record.config)

@@ -22,6 +22,7 @@ class TaskOutcome:
     times: dict = field(default_factory=dict)
     stopped_because: str = "budget"
     reused: int = 0  # records taken from tuning.database, not measured by this run
+    true_cost: float | None = None  # seconds: the store's median over every reading of best_config
 
     @property
     def invalid(self) -> int:
@@ -115,7 +116,8 @@ def summary(outcomes) -> str:
         elif o.stopped_because == "pruned":
             latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
         else:
-            latency = f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning)"
+            latency = f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning"
+            latency += f"; {o.true_cost * 1e6:.1f} us store median)" if o.true_cost else ")"
         lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
                      f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer")
+ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store")
 
 
 @dataclass
@@ -25,6 +25,8 @@ class MeasureResult:
     build_s: float = 0.0  # wall seconds spent building this candidate
     run_s: float = 0.0  # wall seconds spent measuring it
     config: tuple | None = None  # effective (canonical) config read back after replay, if known
+    reused: bool = False  # answered from the measurement store, not measured by this run
+    gauge_s: float | None = None  # the drift gauge's reading with this result's batch (tuning/store.py)
 
     @property
     def ok(self) -> bool:
@@ -60,7 +62,11 @@ class Record:
     time: float  # unix time the result came back
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), default=str)  # tuples are written as arrays by json itself
+        data = asdict(self)
+        for key, default in _RESULT_DEFAULTS.items():  # records without the store read as before it
+            if data["result"].get(key) == default:
+                del data["result"][key]
+        return json.dumps(data, default=str)  # tuples are written as arrays by json itself
 
     @classmethod
     def from_json(cls, line: str) -> "Record":
@@ -68,6 +74,9 @@ class Record:
         result = data.pop("result")
         result["config"] = tuple(result["config"]) if result.get("config") is not None else None
         return cls(result=MeasureResult(**result), **data)
+
+
+_RESULT_DEFAULTS = {"reused": False, "gauge_s": None}
 
 
 class RecordLog:

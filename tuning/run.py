@@ -21,12 +21,14 @@ from hydra.utils import instantiate
 from hydra_plugins.tunelab_optuna_sweeper.trial import current_trial
 from omegaconf import DictConfig, OmegaConf
 
-from tuning.callbacks import default_callbacks
+from tuning.callbacks import StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
+from tuning.hardware.replay import ReplayHardware, store_path, with_store
 from tuning.loop import Components, RunInfo, tune_tasks
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
 from tuning.resume import prior_records, resolve_resume
+from tuning.store import MeasurementStore, StoreError
 from tuning.sweep import Pruning, trial_tags
 from tuning.task import build_tasks
 from tuning.tracking.base import flatten, option_name
@@ -47,9 +49,11 @@ def main(cfg: DictConfig) -> float:
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model",
                                                          "hardware", "tracking")))
     try:
+        store_writer = _with_store(cfg, parts)
         tasks = _tasks(cfg, parts.hardware)
+        _check_store_space(cfg, tasks, parts.hardware)
         prior = prior_records(cfg, tasks, out_dir, parts.tracker)
-    except ConfigError as error:
+    except (ConfigError, StoreError) as error:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
@@ -62,7 +66,7 @@ def main(cfg: DictConfig) -> float:
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
     pruning = Pruning(trial, cfg.objective, cfg.budget.trials) if trial is not None else None
-    callbacks = default_callbacks(parts.tracker) + ([pruning] if pruning else [])
+    callbacks = default_callbacks(parts.tracker) + ([pruning] if pruning else []) + ([store_writer] if store_writer else [])
     if trial is not None:
         run_name += f"-trial{trial.number}"
     run_id_file = out_dir / "mlflow_run_id"
@@ -79,7 +83,8 @@ def main(cfg: DictConfig) -> float:
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
-            outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks)
+            outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks,
+                                                       store_writer)
             pruned = pruning is not None and pruning.pruned_at is not None
             _export(parts, outcomes, out_dir)
             if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
@@ -99,6 +104,33 @@ def main(cfg: DictConfig) -> float:
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
     return objective_values(cfg.objective, outcomes, tuning_s, started_at)
+
+
+def _with_store(cfg, parts) -> StoreWriter | None:
+    """hardware.store: every reading goes to the measurement store (a StoreWriter callback); with
+    hardware.reuse (or model.space=store) the hardware answers stored configs from it."""
+    space = cfg.model.get("space", "full")
+    path = store_path(parts.hardware)
+    if path is None:
+        if space == "store":
+            raise ConfigError("model.space: `store` needs a measurement store (hardware=replay "
+                              "hardware.store=FILE, or hardware.store=FILE hardware.reuse=true)")
+        return None
+    if space == "store" and not isinstance(parts.hardware, ReplayHardware):
+        parts.hardware.reuse = True
+    parts.hardware = with_store(parts.hardware)
+    if space == "store":
+        parts.hardware.restrict_to_store(parts.evaluator.spec)
+    return StoreWriter(MeasurementStore(path), parts.hardware, parts.evaluator.spec)
+
+
+def _check_store_space(cfg, tasks, hardware) -> None:
+    if cfg.model.get("space", "full") != "store":
+        return
+    for task in tasks:
+        if hardware.space(task).size == 0:
+            raise ConfigError(f"model.space: the store {hardware.store} holds no reading of {task.name} for this "
+                              "hardware and evaluator (python -m tuning.dataset stats lists what it holds)")
 
 
 def _tasks(cfg, hardware) -> list:
@@ -125,8 +157,9 @@ def _with_budget(cfg, tasks) -> list:
     return tasks
 
 
-def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks):
-    """Tune, log the totals; returns (outcomes, tuning seconds, time.time() at the start)."""
+def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer=None):
+    """Tune, log the totals; returns (outcomes, tuning seconds, the clock at the start): with a
+    simulated clock (replay) the stored seconds of the measurements and 0."""
     deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
     run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, cfg.budget.plan_size, deadline, cfg.budget.early_stop,
                   cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task, callbacks)
@@ -141,17 +174,27 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks):
     totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes)
               for key in ("search_s", "model_s", "build_s", "run_s")}
     totals["run/tuning_wall_s"] = time.perf_counter() - started  # tuning and the final re-measurements
+    if parts.hardware.simulated_clock:
+        totals["run/simulated_s"] = run.simulated_s
     for outcome in outcomes:
+        if store_writer is not None and outcome.best_config is not None:
+            outcome.true_cost = store_writer.truth(outcome.task, parts.hardware.space(outcome.task),
+                                                   outcome.best_config)
         if math.isfinite(outcome.best_cost):
             parts.tracker.log_metrics({
                 f"task/{outcome.task.name}/final_latency_us": outcome.best_cost * 1e6,
                 f"task/{outcome.task.name}/final_gflops": outcome.best_gflops,
+                **({f"task/{outcome.task.name}/best_true_us": outcome.true_cost * 1e6} if outcome.true_cost else {}),
             }, step=run.measured)
+    if len(outcomes) == 1 and outcomes[0].true_cost:
+        totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
     total = sum(o.best_gflops for o in outcomes)
     parts.tracker.log_metrics({"tuning/final_gflops": total, "tuning/measurements": run.measured,
                                "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
                                "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals},
                               step=run.measured)
+    if parts.hardware.simulated_clock:
+        return outcomes, run.simulated_s, 0.0
     return outcomes, totals["run/tuning_wall_s"], started_at
 
 

@@ -218,6 +218,72 @@ class Space:
         return out
 
 
+class RestrictedSpace(Space):
+    """A space cut down to the given configs (model.space=store: the configs a measurement store holds),
+    Kernel Tuner's simulation mode over a sampled space. Every way a search or sampler makes a config
+    lands inside: `sample` and `enumerate` draw from the configs; `canonical` maps any config to the
+    nearest one held (by normalised knob indices, the sketch weighted so it changes last); a random
+    walk or a PPO step that leaves the set lands on the nearest held config other than where it
+    started; `neighbors` keeps the held ones."""
+
+    SKETCH_WEIGHT = 10.0
+
+    def __init__(self, base: Space, configs):
+        super().__init__(base.knobs, base.active)
+        from scipy.spatial import cKDTree
+
+        self.base = base
+        self.allowed = list(dict.fromkeys(tuple(int(c) for c in config) for config in configs))
+        if not self.allowed:
+            raise ValueError("a restricted space needs at least one config")
+        self._allowed_set = set(self.allowed)
+        self._tree = cKDTree(self._embed(self.allowed))
+
+    @property
+    def size(self) -> int:
+        return len(self.allowed)
+
+    def _embed(self, configs) -> np.ndarray:
+        points = self.normalized(configs).astype(np.float64)
+        points[:, 0] *= self.SKETCH_WEIGHT
+        return points
+
+    def nearest(self, config: Config, exclude: Config | None = None) -> Config:
+        k = min(2, len(self.allowed))
+        _, index = self._tree.query(self._embed([config]), k=k)
+        for i in np.atleast_1d(index[0]):
+            if self.allowed[int(i)] != exclude:
+                return self.allowed[int(i)]
+        return self.allowed[int(np.atleast_1d(index[0])[0])]
+
+    def canonical(self, config: Config) -> Config:
+        config = tuple(int(c) for c in config)
+        return config if config in self._allowed_set else self.nearest(config)
+
+    def sample(self, rng: np.random.Generator) -> Config:
+        return self.allowed[int(rng.integers(len(self.allowed)))]
+
+    def enumerate(self):
+        return iter(self.allowed)
+
+    def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
+        moved = self.base.random_walk(config, rng)
+        return moved if moved in self._allowed_set else self.nearest(moved, exclude=tuple(config))
+
+    def step_all(self, configs: np.ndarray, deltas: np.ndarray) -> np.ndarray:
+        moved = super().step_all(configs, deltas)
+        for row, config in enumerate(map(tuple, moved.tolist())):
+            if config not in self._allowed_set:
+                moved[row] = self.nearest(config, exclude=tuple(np.asarray(configs)[row].tolist()))
+        return moved
+
+    def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
+        return [c for c in self.base.neighbors(config, moves) if c in self._allowed_set]
+
+    def decisions(self, config: Config) -> dict:
+        return self.base.decisions(config)
+
+
 def factorizations(extent: int, parts: int, max_innermost: int = 0) -> list[tuple[int, ...]]:
     """All ordered ways to write extent as a product of `parts` factors.
 

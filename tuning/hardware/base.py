@@ -31,9 +31,19 @@ Every backend provides:
         Compile the model with the exported database, check its output, and time
         it against the untuned build and torch (keys: latency_ms, match, ...).
     describe() -> dict       target, device, versions: logged as tags.
+    fingerprint() -> dict    what makes this hardware's readings comparable (default: describe());
+                             with the measurement settings it keys the measurement store
+    store_key(task) -> str   the task's key in the store (default task.key; TVM: the TIR's
+                             structural hash)
+    simulated_clock          True when build_s/run_s are stored seconds, not this run's (replay):
+                             record times then count those seconds, so replays are reproducible
     close()                  stop the workers.
     model_kinds              the model.kind values it can tune (config validation
                              rejects the others before any work).
+
+A measuring backend takes `store` (a measurement store file every reading is written to) and
+`reuse` (answer configs the store holds from it instead of measuring them again): run.py adds the
+StoreWriter callback and wraps the backend in ReplayHardware (replay.py) for reuse.
 
 __init__ stores settings only; workers start on first use.
 """
@@ -67,8 +77,22 @@ class Hardware(Component):
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
         raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
 
+    simulated_clock = False
+
+    @classmethod
+    def check(cls, params, group):
+        if params.get("reuse") and not params.get("store"):
+            return [f"{group}.reuse: needs {group}.store=FILE (the measurement store whose readings are reused)"]
+        return []
+
     def describe(self) -> dict:
         return {}
+
+    def fingerprint(self) -> dict:
+        return self.describe()
+
+    def store_key(self, task) -> str:
+        return task.key
 
     def close(self) -> None:
         pass

@@ -22,6 +22,8 @@ class CPUHardware(TVMHardware):
                    folded into the weights when the model is compiled (MetaSchedule's
                    cpu_weight_prepack). Kernels whose weight layout changed are timed on zeros and
                    not checked one by one; the whole model's output is checked against torch.
+    store          a measurement store file every reading is written to (docs/store.md), or None
+    reuse          answer configs the store already holds from it instead of measuring them again
     """
 
     name = "cpu"
@@ -29,8 +31,10 @@ class CPUHardware(TVMHardware):
     ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
 
     def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1,
-                 weight_prepack: bool = True):
+                 weight_prepack: bool = True, store: str | None = None, reuse: bool = False):
         super().__init__()
+        self.store = store
+        self.reuse = reuse
         self.mcpu = mcpu
         self.weight_prepack = weight_prepack
         self.num_threads = num_threads

@@ -5,6 +5,7 @@ TVMHardware (tvm_backend.py) holds one runner and asks it to
     prepare(task)                          the untuned kernel's output, once per task (the reference)
     build(task, configs, spec) -> built    the whole batch, in order (one dict per config)
     run(task, config, built, spec)         one candidate -> MeasureResult
+    gauge() -> seconds | None              the drift gauge kernel's reading now
     close()                                stop whatever it started
 
 LocalRunner does this on this host: `build_workers` long-lived build processes
@@ -119,6 +120,12 @@ class LocalRunner:
         if value["error"]:
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
         return MeasureResult(costs=value["costs"], run_s=value["run_s"], **timings)
+
+    def gauge(self) -> float | None:
+        """The drift gauge (tvm_worker.gauge) on the run worker; None if it could not run."""
+        self.start()
+        status, value = self.run_worker.call(f"{WORKER}:gauge", self.target, self.device, timeout=120)
+        return float(value) if status == "ok" else None
 
     def close(self) -> None:
         for worker in [*self.builders, *([self.run_worker] if self.run_worker else [])]:

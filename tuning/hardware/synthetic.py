@@ -56,12 +56,16 @@ def _unit(*parts) -> float:
 
 
 class SyntheticHardware(Hardware):
-    """Analytic latency landscape; `noise` is the per-repeat relative jitter."""
+    """Analytic latency landscape; `noise` is the per-repeat relative jitter; `store` and `reuse` as
+    hardware=cpu's (tests of the measurement store)."""
 
     model_kinds = ("gemm", "conv2d")
     ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None)}
 
-    def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024):
+    def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024,
+                 store: str | None = None, reuse: bool = False):
+        self.store = store
+        self.reuse = reuse
         self.peak_gflops = peak_gflops
         self.noise = noise
         self.invalid_register_tile = invalid_register_tile
@@ -108,4 +112,7 @@ class SyntheticHardware(Hardware):
 
     def describe(self) -> dict:
         return {"hardware": "synthetic", "peak_gflops": self.peak_gflops}
+
+    def fingerprint(self) -> dict:
+        return {**self.describe(), "noise": self.noise, "invalid_register_tile": self.invalid_register_tile}
 

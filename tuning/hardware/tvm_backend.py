@@ -88,12 +88,24 @@ class TVMHardware(Hardware):
         runner = self.runner
         runner.prepare(task)
         built = runner.build(task, configs, spec)
+        gauge = runner.gauge()  # read with the batch, after building, before timing
         results = []
         for i, (config, candidate) in enumerate(zip(configs, built)):
             results.append(runner.run(task, config, candidate, spec))
+            results[-1].gauge_s = gauge
             if on_result:
                 on_result(i, results[-1])
         return results
+
+    def store_key(self, task) -> str:
+        """A single operator's key is the structural hash of its TIR, as a network kernel's is, so
+        the same computation shares store rows whichever model it came from."""
+        if task.workload["op"] == "tir":
+            return task.key
+        from tuning.hardware.relax_models import workload_key
+        from tuning.hardware.tvm_space import workload_module
+
+        return f"tir-{workload_key(workload_module(task.workload))}"
 
     # ---- whole models ---------------------------------------------------------------------------
     def model_tasks(self, model_cfg, seed):

@@ -20,6 +20,11 @@ from tuning.hardware.tvm_space import (TaskSchedules, arg_shapes, fast_tensor_in
 
 _schedules: dict = {}
 _references: dict = {}
+_gauges: dict = {}
+
+# The drift gauge: a fixed kernel (an untuned 128^3 GEMM, a few ms) timed with every measured batch,
+# so the store knows how fast the host was when each row was read (docs/store.md §The drift gauge).
+GAUGE_WORKLOAD = {"op": "gemm", "M": 128, "N": 128, "K": 128, "dtype": "float32"}
 
 
 def init(target: dict) -> None:
@@ -126,6 +131,21 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
         )
         costs = [float(c) for c in evaluator(*tensors).results]
     return {"error": None, "costs": costs, "run_s": time.perf_counter() - start}
+
+
+def gauge(target: dict, device: str) -> float:
+    """Median seconds of the gauge kernel (3 repeats of >= 20 ms each); built once per worker."""
+    import tvm
+
+    key = json.dumps([target, device], sort_keys=True)
+    if key not in _gauges:
+        mod = workload_module(GAUGE_WORKLOAD)
+        lib = _compile(mod, target)
+        dev = tvm.device(device, 0)
+        tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]
+        _gauges[key] = (lib.time_evaluator(lib.entry_name, dev, number=1, repeat=3, min_repeat_ms=20), tensors)
+    evaluator, tensors = _gauges[key]
+    return float(np.median(evaluator(*tensors).results))
 
 
 def _time_until_stable(lib, device, tensors, rule: CVStop) -> list[float]:

@@ -1,0 +1,211 @@
+"""hardware=replay: answer measurements from the measurement store (tuning/store.py; docs/store.md).
+
+Wraps the backend that made the readings (`backend`, by default hardware=cpu), which gives spaces,
+exports and the fingerprint, and measures what the store lacks when `on_miss: measure` (the
+run's StoreWriter callback adds those rows). With `on_miss: error` a miss is a record with error
+kind `not_in_store` and the run goes on.
+
+A hit answers with the config's earliest row (so rows added later never change a replay): the
+first `repeat` readings, or, for an early-stop evaluator, the readings up to where its rule stops
+(the row holds every micro-batch in order, so the rule is applied by truncation). The result
+carries the stored build seconds and the stored run seconds in proportion to the readings used:
+the simulated clock. With `simulated_clock` true the loop stamps records with those seconds, not
+the wall clock, so the same seed replays to identical records. `normalise` scales a row's
+readings by (the store's median gauge reading / the row's gauge reading), taking the host's
+drift out.
+
+hardware=cpu with `store` set and `reuse: true` is this wrapper without the simulated clock (the
+memoised real run, made by `with_store`): measured configs are answered from the store, new
+ones are measured.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tuning.hardware.base import Hardware
+from tuning.records import MeasureResult
+from tuning.store import MeasurementStore, fingerprint, space_signature
+
+ON_MISS = ("measure", "error")
+
+
+class ReplayHardware(Hardware):
+    """Hyperparameters:
+    backend          the hardware whose readings the store holds (a hardware config node)
+    store            the measurement store file (required)
+    on_miss          measure (on the backend; the row is added) | error (a `not_in_store` record)
+    normalise        scale readings to the drift gauge (see the module docstring)
+    simulated_clock  record times count stored seconds, not the wall clock (reproducible replays)
+    """
+
+    options = {"on_miss": ON_MISS}
+    model_kinds = ("gemm", "conv2d", "network", "onnx")  # whatever the backend tunes
+
+    def __init__(self, backend: Hardware | None = None, store: str = "", on_miss: str = "measure",
+                 normalise: bool = False, simulated_clock: bool = True):
+        self.backend = backend
+        self.store = store
+        self.on_miss = on_miss
+        self.normalise = normalise
+        self.simulated_clock = simulated_clock
+        self._store: MeasurementStore | None = None
+        self._gauge_reference: dict = {}
+        self._restrict: str | None = None  # a fingerprint: model.space=store
+        self._restricted: dict = {}
+
+    @classmethod
+    def check(cls, params, group):
+        if not params["store"]:
+            return [f"{group}.store: hardware=replay needs a measurement store file "
+                    f"(e.g. {group}.store=stores/lab.sqlite)"]
+        if not Path(str(params["store"])).expanduser().is_file():
+            return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.dataset build)"]
+        backend = params["backend"]
+        if not isinstance(backend, dict) or "_target_" not in backend:
+            return [f"{group}.backend: expected a hardware config node with _target_, got {backend!r}"]
+        return _check_backend(backend, f"{group}.backend")
+
+    @property
+    def readings(self) -> MeasurementStore:
+        if self._store is None:
+            self._store = MeasurementStore(self.store)
+        return self._store
+
+    def restrict_to_store(self, spec) -> None:
+        """model.space=store: each task's space becomes the configs the store holds for readings
+        under `spec` (a RestrictedSpace); empty when it holds none."""
+        self._restrict = fingerprint(self, spec)[0]
+
+    # ---- what the backend answers -----------------------------------------------------------
+    def space(self, task):
+        space = self.backend.space(task)
+        if self._restrict is None:
+            return space
+        if task.key not in self._restricted:
+            from tuning.space import RestrictedSpace
+
+            configs = [c for c in self.readings.configs(self._restrict, self.store_key(task), space_signature(space))
+                       if space.is_valid(c)]
+            self._restricted[task.key] = RestrictedSpace(space, configs) if configs else _EMPTY
+        return self._restricted[task.key]
+
+    def export(self, task, config, out_dir):
+        return self.backend.export(task, config, out_dir)
+
+    def export_database(self, records_by_task, out_dir):
+        return self.backend.export_database(records_by_task, out_dir)
+
+    def describe(self) -> dict:
+        return {**self.backend.describe(), "replay_store": str(self.store), "on_miss": self.on_miss,
+                "normalise": self.normalise}
+
+    def fingerprint(self) -> dict:
+        return self.backend.fingerprint()
+
+    def store_key(self, task) -> str:
+        return self.backend.store_key(task)
+
+    def close(self) -> None:
+        self.backend.close()
+        if self._store is not None:
+            self._store.close()
+
+    # ---- measuring ------------------------------------------------------------------------------
+    def measure(self, task, configs, spec, on_result=None):
+        """Stored answers where the store has them; misses measured together (or errors), results
+        handed to `on_result` in order as soon as every earlier one is known."""
+        key, _ = fingerprint(self, spec)
+        task_key, space = self.store_key(task), self.backend.space(task)
+        signature = space_signature(space)
+        results: list = [None] * len(configs)
+        emitted = 0
+
+        def emit_ready():
+            nonlocal emitted
+            while emitted < len(results) and results[emitted] is not None:
+                if on_result:
+                    on_result(emitted, results[emitted])
+                emitted += 1
+
+        misses = []
+        for i, config in enumerate(configs):
+            canonical = space.canonical(config)
+            row = self.readings.first(key, task_key, signature, canonical)
+            if row is not None:
+                results[i] = self._answer(row, spec, key, canonical)
+            elif self.on_miss == "error":
+                results[i] = MeasureResult.failed("not_in_store", f"no reading of {list(canonical)} in {self.store}",
+                                                  config=canonical)
+            else:
+                misses.append(i)
+        emit_ready()
+        if misses:
+            def measured(j, result):
+                results[misses[j]] = result
+                emit_ready()
+
+            self.backend.measure(task, [configs[i] for i in misses], spec, measured)
+        emit_ready()
+        return results
+
+    def _answer(self, row, spec, key: str, config) -> MeasureResult:
+        if not row.ok:
+            return MeasureResult(error=row.error, message=row.message, build_s=row.build_s, run_s=row.run_s,
+                                 config=config, reused=True, gauge_s=row.gauge_s)
+        costs = _truncate(row.costs, spec)
+        scale = self._scale(key, row.gauge_s)
+        return MeasureResult(costs=[c * scale for c in costs], build_s=row.build_s,
+                             run_s=row.run_s * len(costs) / len(row.costs), config=config, reused=True,
+                             gauge_s=row.gauge_s)
+
+    def _scale(self, key: str, gauge_s) -> float:
+        if not self.normalise or not gauge_s:
+            return 1.0
+        if key not in self._gauge_reference:
+            self._gauge_reference[key] = self.readings.gauge_median(key)
+        reference = self._gauge_reference[key]
+        return reference / gauge_s if reference and math.isfinite(reference) else 1.0
+
+
+class _Empty:
+    size = 0
+
+
+_EMPTY = _Empty()
+
+
+def _truncate(costs: list, spec) -> list:
+    """The readings a live measurement under `spec` would have taken from the stored sequence."""
+    if spec.cv_stop is None:
+        return list(costs[:spec.repeat])
+    taken: list = []
+    for cost in costs:
+        if spec.cv_stop.finished(taken) or len(taken) >= spec.repeat:
+            break
+        taken.append(cost)
+    return taken
+
+
+def _check_backend(node: dict, group: str) -> list[str]:
+    from tuning.config import _import
+
+    try:
+        cls = _import(node["_target_"])
+    except (ImportError, AttributeError, ValueError) as error:
+        return [f"{group}._target_: cannot import {node['_target_']!r} ({error})"]
+    if not (isinstance(cls, type) and issubclass(cls, Hardware)) or issubclass(cls, ReplayHardware):
+        return [f"{group}._target_: {node['_target_']} is not a hardware backend that measures"]
+    return cls.check_params({k: v for k, v in node.items() if not k.startswith("_")}, group)
+
+
+def with_store(hardware: Hardware) -> Hardware:
+    """hardware=cpu (or any backend) with `store` and `reuse: true`: the memoised real run."""
+    if isinstance(hardware, ReplayHardware) or not getattr(hardware, "reuse", False):
+        return hardware
+    return ReplayHardware(hardware, hardware.store, on_miss="measure", simulated_clock=False)
+
+
+def store_path(hardware: Hardware) -> str | None:
+    """The store a run writes its measurements to, if any."""
+    return getattr(hardware, "store", None) or None
