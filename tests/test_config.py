@@ -27,6 +27,7 @@ from tuning.hardware.base import Hardware
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.base import Sampler
 from tuning.scheduler.base import Scheduler
+from tuning.store import MeasurementStore
 from tuning.search.base import Search
 from tuning.task import build_tasks
 from tuning.tracking.base import Tracker
@@ -166,12 +167,15 @@ def test_validate_accepts(compose_cfg, overrides):
 VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget", "scheduler", "objective")
 REQUIRED = {("model", "onnx"): ("model.path=pyproject.toml", "model.input_shape=[1,3,8,8]"),
             ("objective", "measurements_to_target"): ("objective.target_latency_us=100",),
-            ("objective", "seconds_to_target"): ("objective.target_latency_us=100",)}
+            ("objective", "seconds_to_target"): ("objective.target_latency_us=100",),
+            ("hardware", "replay"): ("hardware.store={store}",)}
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in VALIDATED_GROUPS for o in options(g)])
-def test_every_yaml_composes_and_validates(compose_cfg, group, option):
-    cfg = compose_cfg(f"{group}={option}", *REQUIRED.get((group, option), ()))
+def test_every_yaml_composes_and_validates(compose_cfg, tmp_path, group, option):
+    store = MeasurementStore(tmp_path / "store.sqlite")
+    store.count()  # creates the file
+    cfg = compose_cfg(f"{group}={option}", *(o.format(store=store.path) for o in REQUIRED.get((group, option), ())))
     assert choices(cfg)[group] == option
     validate(cfg, choices(cfg))
 

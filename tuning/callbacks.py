@@ -26,7 +26,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from tuning.store import fingerprint, space_signature
+from tuning.store import TaskRows
 
 
 @dataclass
@@ -91,7 +91,8 @@ class ProgressBar(MeasureCallback):
 
 
 class StepMetrics(MeasureCallback):
-    """Per round, at step = measurements so far: tuning/* (best so far, invalid), time/*, task/<name>/*,
+    """Per round, at step = measurements so far: tuning/* (best so far, invalid), time/* (under a
+    simulated clock also time/simulated_s), hardware/gauge_us (the drift gauge), task/<name>/*,
     round/*, search/*, sampler/*, evaluator/* and model/rank_corr, the Spearman correlation of the
     cost model's throughput estimate (taken before the round was measured) with the measured one."""
 
@@ -114,6 +115,11 @@ class StepMetrics(MeasureCallback):
             "tuning/invalid": outcome.invalid,
             **{f"time/{k}": v for k, v in outcome.times.items()},
         }
+        if parts.hardware.simulated_clock:
+            metrics["time/simulated_s"] = tuner.run.simulated_s  # the stored seconds so far, all tasks
+        gauges = [r.gauge_s for r in report.results if r.gauge_s and not r.reused]
+        if gauges:  # the host's drift: the fixed reference kernel, timed with this round's batch
+            metrics["hardware/gauge_us"] = float(np.median(gauges)) * 1e6
         correlation = rank_correlation(self.predicted, report.results, task.flops)
         if correlation is not None:
             metrics["model/rank_corr"] = correlation
@@ -130,28 +136,22 @@ class StepMetrics(MeasureCallback):
 class StoreWriter(MeasureCallback):
     """Every reading this run takes, tuning and final re-measurement alike, as a row of the measurement
     store (tuning/store.py). Answers that came from the store (`reused`) and `not_in_store` misses are
-    not readings and are not written. `truth(outcome)` is the store's median over every reading of
-    the run's incumbent: the score comparisons use (docs/store.md §Truth scoring)."""
+    not readings and are not written. `truth(task, space, config)` is the store's median over every
+    reading of a config: the score comparisons use (docs/store.md, Truth scoring)."""
 
     def __init__(self, store, hardware, spec):
         self.store, self.hardware, self.spec = store, hardware, spec
-        self.key, self.description = fingerprint(hardware, spec)
-        self._tasks: dict = {}
+        self._tables: dict = {}
 
-    def _task_keys(self, task, space) -> tuple[str, str]:
-        if task.key not in self._tasks:
-            task_key = self.hardware.store_key(task)
-            self.store.register(self.key, self.description, task_key, task)
-            self._tasks[task.key] = (task_key, space_signature(space))
-        return self._tasks[task.key]
+    def table(self, task, space) -> TaskRows:
+        if task.key not in self._tables:
+            self._tables[task.key] = TaskRows(self.store, self.hardware, self.spec, task, space)
+        return self._tables[task.key]
 
     def _write(self, tuner, config, result, source: str) -> None:
         if result.reused or result.error == "not_in_store":
             return
-        config = tuple(result.config) if result.config is not None else tuple(config)
-        task_key, signature = self._task_keys(tuner.task, tuner.space)
-        decisions = {k: list(v) if isinstance(v, tuple) else v for k, v in tuner.space.decisions(config).items()}
-        self.store.add(self.key, task_key, signature, config, decisions, result, source)
+        self.table(tuner.task, tuner.space).add(config, result, source)  # the requested config: what a lookup asks
 
     def on_result(self, tuner, record) -> None:
         self._write(tuner, record.config, record.result, "run")
@@ -161,8 +161,7 @@ class StoreWriter(MeasureCallback):
             self._write(tuner, config, result, "remeasure")
 
     def truth(self, task, space, config) -> float | None:
-        task_key, signature = self._task_keys(task, space)
-        return self.store.truth(self.key, task_key, signature, tuple(config))
+        return self.table(task, space).truth(tuple(config))
 
 
 def rank_correlation(predicted, results, flops) -> float | None:

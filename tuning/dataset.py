@@ -16,15 +16,17 @@ names the same hardware and evaluator settings as a composition with the given o
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from tuning.store import MeasurementStore, fingerprint, space_signature
+from tuning.store import MeasurementStore, StoreError, TaskRows
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
@@ -75,40 +77,43 @@ def build(args) -> None:
     store = MeasurementStore(args.store)
     cfgs = [compose([f"model={name}", *args.overrides]) for name in args.model]
     hardware, evaluator = instantiate(cfgs[0].hardware), instantiate(cfgs[0].evaluator)
+    spec = full_readings(evaluator.spec)
     with hardware:
-        key, description = fingerprint(hardware, evaluator.spec)
         jobs = []
         for cfg in cfgs:
             for task in build_tasks(cfg.model):
-                space = hardware.space(task)
-                task_key, signature = hardware.store_key(task), space_signature(space)
-                store.register(key, description, task_key, task)
-                have = set(store.configs(key, task_key, signature))
-                todo = [c for c in plan(space, args.configs, args.exhaustive_limit, args.seed) if c not in have]
-                jobs.append((task, space, task_key, signature, todo))
-                print(f"{task.name}: space {space.size:,} configs, {len(have):,} stored, {len(todo):,} to measure")
-        total = sum(len(todo) for *_, todo in jobs)
-        per = seconds_per_measurement(store, key)
+                table = TaskRows(store, hardware, spec, task, hardware.space(task))
+                have = set(table.configs())
+                todo = [c for c in plan(table.space, args.configs, args.exhaustive_limit, args.seed) if c not in have]
+                jobs.append((table, todo))
+                print(f"{task.name}: space {table.space.size:,} configs, {len(have):,} stored, {len(todo):,} to measure")
+        total = sum(len(todo) for _, todo in jobs)
+        per = seconds_per_measurement(store, jobs[0][0].hardware_key) if jobs else DEFAULT_SECONDS
         print(f"about {total:,} measurements x {per:.2f} s = {_duration(total * per)} on this host "
               f"(store: {store.path})", flush=True)
         if args.dry_run:
             return
         with tqdm(total=total, unit="config", dynamic_ncols=True) as bar:
-            for task, space, task_key, signature, todo in jobs:
-                bar.set_description(task.name)
+            for table, todo in jobs:
+                bar.set_description(table.task.name)
                 for start in range(0, len(todo), args.batch):
-                    _measure_batch(store, hardware, evaluator, key, task, space, task_key, signature,
-                                   todo[start:start + args.batch], bar)
+                    measure_into(table, hardware, spec, todo[start:start + args.batch], on_row=lambda: bar.update(1))
     print(f"store: {store.path} ({store.count():,} rows)")
 
 
-def _measure_batch(store, hardware, evaluator, key, task, space, task_key, signature, batch, bar) -> None:
-    def write(i, result):
-        config = tuple(result.config) if result.config is not None else batch[i]
-        store.add(key, task_key, signature, config, _jsonable(space.decisions(config)), result, "dataset")
-        bar.update(1)
+def full_readings(spec):
+    """A build takes every micro-batch of an early-stop evaluator (a replay truncates by its rule)."""
+    return replace(spec, cv_stop=None) if spec.cv_stop is not None else spec
 
-    evaluator.measure(hardware, task, batch, on_result=write)
+
+def measure_into(table: TaskRows, hardware, spec, configs, source: str = "dataset", on_row=None) -> None:
+    """Measure `configs` on `hardware` and add each result to the store as it arrives."""
+    def write(i, result):
+        table.add(configs[i], result, source)
+        if on_row:
+            on_row()
+
+    hardware.measure(table.task, list(configs), spec, write)
 
 
 def _duration(seconds: float) -> str:
@@ -116,20 +121,13 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 # ---- import ------------------------------------------------------------------------------------
 def import_records(args) -> None:
     """Rows from earlier runs' records.jsonl; a run whose hardware or evaluator settings differ from
     the composition's is skipped with a message (its readings mean something else)."""
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     from tuning.records import RecordLog
     from tuning.task import build_tasks
@@ -144,54 +142,136 @@ def import_records(args) -> None:
             print(f"skip {run_dir}: no records.jsonl and config.yaml")
             continue
         try:
-            cfg = compose([*_run_overrides(OmegaConf.load(saved)), *args.overrides])
+            cfg = saved_config(saved, args.overrides)
             records = log.load()
-        except (SystemExit, ValueError, TypeError, KeyError) as error:
+        except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
             print(f"skip {run_dir}: {error}")
             continue
         with instantiate(cfg.hardware) as hardware:
             evaluator = instantiate(cfg.evaluator)
-            key, description = fingerprint(hardware, evaluator.spec)
             tasks = (build_tasks(cfg.model) if cfg.model.kind in ("gemm", "conv2d")
                      else hardware.model_tasks(cfg.model, cfg.seed))
-            by_key = {task.key: task for task in tasks}
+            by_key, tables = {task.key: task for task in tasks}, {}
             for record in records:
                 task = by_key.get(record.workload_key)
                 if task is None or record.result.reused:
                     continue
-                space = hardware.space(task)
-                task_key, signature = hardware.store_key(task), space_signature(space)
-                store.register(key, description, task_key, task)
-                config = tuple(record.result.config or record.config)
-                if not space.is_valid(config):
+                if task.key not in tables:
+                    tables[task.key] = TaskRows(store, hardware, evaluator.spec, task, hardware.space(task))
+                config = tuple(record.config)
+                if not tables[task.key].space.is_valid(config):
                     continue
-                store.add(key, task_key, signature, config, _jsonable(space.decisions(config)), record.result,
-                          "import", measured_at=record.time)
+                tables[task.key].add(config, record.result, "import", measured_at=record.time)
                 added += 1
         print(f"{run_dir}: {len(records)} records read")
     print(f"added {added:,} rows; store: {store.path} ({store.count():,} rows)")
 
 
-def _run_overrides(cfg) -> list[str]:
-    """The group choices and keys that decide what a saved run measured, as overrides."""
+def saved_config(path: Path, overrides: list[str]):
+    """A run folder's config.yaml (untrusted: validated like a new run's) with dotlist overrides."""
     from omegaconf import OmegaConf
 
-    model = OmegaConf.to_container(cfg.model, resolve=True)
-    out = [f"++model.{k}={_override_value(v)}" for k, v in model.items()]
-    for group in ("hardware", "evaluator"):
-        node = OmegaConf.to_container(cfg[group], resolve=True)
-        out += [f"++{group}.{k}={_override_value(v)}" for k, v in node.items()]
-    return out + [f"seed={cfg.seed}"]
+    from tuning.config import validate
+
+    cfg = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    if not all(key in cfg for key in ("model", "hardware", "evaluator", "seed")):
+        raise ValueError(f"{path}: not a tunelab run config (no model, hardware or evaluator)")
+    validate(cfg)
+    return cfg
 
 
-def _override_value(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return f"'{value}'"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_override_value(v) for v in value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
+# ---- stats and export -------------------------------------------------------------------------
+def task_table(store, hardware: str, task_key: str, space: str) -> dict:
+    """Per config: its earliest row (what a replay answers) and the median of all its readings."""
+    table: dict = {}
+    for row in store.rows(hardware, task_key, space):
+        entry = table.setdefault(row.config, {"first": row, "readings": []})
+        if row.ok:
+            entry["readings"] += row.costs
+    return table
+
+
+def stats(args) -> None:
+    """Per (hardware, task): configs, rows, errors, best and median, coverage of the space, drift."""
+    store = MeasurementStore(args.store)
+    print(f"store: {store.path}  {store.count():,} rows  ({store.path.stat().st_size / 2**20:.1f} MiB"
+          f"{f', {store.unreadable()} unreadable rows skipped' if store.unreadable() else ''})")
+    for hardware in sorted({h for h, _, _ in store.keys()}):
+        info = store.hardware_info(hardware)
+        gauges = store.gauge_readings(hardware)
+        drift = (f"drift gauge {min(gauges) * 1e6:.1f}-{max(gauges) * 1e6:.1f} us (median "
+                 f"{statistics.median(gauges) * 1e6:.1f}, max/min {max(gauges) / min(gauges):.2f})" if gauges
+                 else "no drift gauge readings")
+        print(f"\nhardware {hardware}: {info.get('hardware', '?')} {info.get('cpu_model', '')} "
+              f"{info.get('num_threads', '')} threads, number={info.get('number')} "
+              f"min_repeat_ms={info.get('min_repeat_ms')}; {drift}")
+        print(f"  {'task':<24}{'configs':>9}{'rows':>8}{'errors':>8}{'best us':>10}{'median us':>11}{'coverage':>11}")
+        for _, task_key, space in sorted(k for k in store.keys() if k[0] == hardware):
+            task = store.task_info(task_key) or {"name": task_key}
+            table = task_table(store, hardware, task_key, space)
+            medians = sorted(statistics.median(e["readings"]) for e in table.values() if e["readings"])
+            rows = sum(1 for _ in store.rows(hardware, task_key, space))
+            errors = sum(1 for e in table.values() if not e["readings"])
+            size = store.space_size(space)
+            coverage = f"{len(table) / size:.2%}" if size else "?"
+            best = f"{medians[0] * 1e6:.1f}" if medians else "-"
+            median = f"{statistics.median(medians) * 1e6:.1f}" if medians else "-"
+            print(f"  {task['name'][:23]:<24}{len(table):>9,}{rows:>8,}{errors:>8,}{best:>10}{median:>11}{coverage:>11}")
+
+
+KERNEL_TUNER_ERRORS = {"invalid": "InvalidConfig", "build": "CompilationFailedConfig"}  # the rest: RuntimeFailedConfig
+
+
+def export(args) -> None:
+    """A task's table as a Kernel Tuner cache file (schema 1.0.0), which Kernel Tuner's simulation
+    mode and the autotuning-methodology package read: one entry per config, parameters are the
+    knobs' choice indices, times in milliseconds (Kernel Tuner's unit)."""
+    from datetime import datetime, timezone
+
+    store = MeasurementStore(args.store)
+    matches = [k for k in store.keys() if (store.task_info(k[1]) or {}).get("name") == args.task or k[1] == args.task]
+    if args.hardware:
+        matches = [k for k in matches if k[0].startswith(args.hardware)]
+    if len(matches) != 1:
+        options = ", ".join(f"{(store.task_info(t) or {}).get('name', t)} (hardware {h})" for h, t, _ in store.keys())
+        raise SystemExit(f"tunelab: --task {args.task!r} matches {len(matches)} tables; the store holds: {options}"
+                         + (" (pick one with --hardware)" if len(matches) > 1 else ""))
+    hardware, task_key, space = matches[0]
+    info, task = store.hardware_info(hardware), store.task_info(task_key) or {"name": task_key, "flops": 0}
+    table = task_table(store, hardware, task_key, space)
+    decisions_by_config = {tuple(json.loads(c)): json.loads(d) for c, d in store.conn.execute(
+        "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ?",
+        (hardware, task_key, space))}
+    width = max((len(c) for c in table), default=0)
+    names = next(iter(decisions_by_config.values()), {})
+    keys = list(names) if len(names) == width else [f"knob{i}" for i in range(width)]  # knob order
+    cache = {}
+    for config, entry in table.items():
+        first = entry["first"]
+        times = [c * 1e3 for c in entry["readings"]]
+        time_value = (statistics.median(times) if times
+                      else KERNEL_TUNER_ERRORS.get(first.error, "RuntimeFailedConfig"))
+        cache[",".join(map(str, config))] = {
+            **dict(zip(keys, config)), "time": time_value, "times": times,
+            "compile_time": first.build_s * 1e3, "verification_time": 0.0, "benchmark_time": first.run_s * 1e3,
+            "strategy_time": 0.0, "framework_time": 0.0,
+            "timestamp": datetime.fromtimestamp(first.measured_at, timezone.utc).isoformat(),
+            **({"GFLOP/s": task["flops"] / statistics.median(entry["readings"]) / 1e9} if times and task["flops"]
+               else {}),
+            "decisions": decisions_by_config.get(config, {})}
+    document = {
+        "schema_version": "1.0.0",
+        "device_name": f"{info.get('cpu_model', info.get('hardware', 'unknown'))} ({hardware})",
+        "kernel_name": task["name"],
+        "problem_size": [int(v) for v in (task.get("workload") or {}).values()
+                         if isinstance(v, int) and not isinstance(v, bool)],
+        "tune_params_keys": keys,
+        "tune_params": {k: sorted({c[i] for c in table if len(c) > i}) for i, k in enumerate(keys)},
+        "objective": "time",
+        "cache": cache,
+    }
+    Path(args.out).write_text(json.dumps(document))
+    print(f"{args.out}: {len(cache):,} configs of {task['name']} (hardware {hardware})")
 
 
 # ---- command line ------------------------------------------------------------------------------
@@ -212,11 +292,23 @@ def main(argv=None) -> None:
     i.add_argument("--store", required=True)
     i.add_argument("records", nargs="+", help="run folders or their records.jsonl")
     i.add_argument("--override", dest="overrides", action="append", default=[])
+    st = commands.add_parser("stats", help="per task: configs, best, median, coverage, drift")
+    st.add_argument("--store", required=True)
+    e = commands.add_parser("export", help="a task's table as a Kernel Tuner cache JSON file")
+    e.add_argument("--store", required=True)
+    e.add_argument("--task", required=True, help="task name (e.g. conv_l8) or store key")
+    e.add_argument("--hardware", default="", help="hardware hash prefix, when the store holds several")
+    e.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if not Path(args.store).is_file() and args.command in ("stats", "export"):
+        parser.error(f"--store: no such file {args.store!r}")
     for key in ("configs", "exhaustive_limit", "batch"):
         if getattr(args, key, 1) < (0 if key == "exhaustive_limit" else 1):
             parser.error(f"--{key.replace('_', '-')}: must be positive")
-    {"build": build, "import": import_records}[args.command](args)
+    try:
+        {"build": build, "import": import_records, "stats": stats, "export": export}[args.command](args)
+    except StoreError as error:
+        raise SystemExit(f"tunelab: {error}") from error
 
 
 if __name__ == "__main__":

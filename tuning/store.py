@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hardware(hash TEXT PRIMARY KEY, description TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks(key TEXT PRIMARY KEY, name TEXT NOT NULL, flops REAL NOT NULL,
                                  workload TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS spaces(key TEXT PRIMARY KEY, size REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS readings(
     id INTEGER PRIMARY KEY,
     hardware TEXT NOT NULL, task TEXT NOT NULL, space TEXT NOT NULL, config TEXT NOT NULL,
@@ -140,8 +141,11 @@ class MeasurementStore:
         return {**self.__dict__, "_conn": None, "_pid": None}
 
     # ---- writing ------------------------------------------------------------------------------
-    def register(self, hardware: str, description: dict, task_key: str, task) -> None:
+    def register(self, hardware: str, description: dict, task_key: str, task, space: str | None = None,
+                 space_size: float | None = None) -> None:
         with self.conn:
+            if space is not None and space_size is not None:
+                self.conn.execute("INSERT OR IGNORE INTO spaces VALUES (?, ?)", (space, float(space_size)))
             self.conn.execute("INSERT OR IGNORE INTO hardware VALUES (?, ?)",
                               (hardware, json.dumps(description, sort_keys=True, default=str)))
             self.conn.execute("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
@@ -191,8 +195,7 @@ class MeasurementStore:
         return statistics.median(readings) if len(readings) >= min_readings else None
 
     def gauge_median(self, hardware: str) -> float | None:
-        values = [v for (v,) in self.conn.execute(
-            "SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0", (hardware,))]
+        values = self.gauge_readings(hardware)
         return statistics.median(values) if values else None
 
     def keys(self) -> list[tuple[str, str, str]]:
@@ -200,8 +203,23 @@ class MeasurementStore:
         return list(self.conn.execute("SELECT DISTINCT hardware, task, space FROM readings"))
 
     def task_info(self, task_key: str) -> dict | None:
-        row = self.conn.execute("SELECT name, flops FROM tasks WHERE key = ?", (task_key,)).fetchone()
-        return {"name": row[0], "flops": row[1]} if row else None
+        row = self.conn.execute("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            workload = json.loads(row[2])
+        except (TypeError, ValueError):
+            workload = {}
+        return {"name": str(row[0]), "flops": row[1] if isinstance(row[1], (int, float)) else 0.0,
+                "workload": workload if isinstance(workload, dict) else {}}
+
+    def space_size(self, space: str) -> float | None:
+        row = self.conn.execute("SELECT size FROM spaces WHERE key = ?", (space,)).fetchone()
+        return row[0] if row and isinstance(row[0], (int, float)) and row[0] > 0 else None
+
+    def gauge_readings(self, hardware: str) -> list[float]:
+        return [v for (v,) in self.conn.execute("SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0",
+                                                (hardware,)) if isinstance(v, float) and math.isfinite(v)]
 
     def hardware_info(self, hardware: str) -> dict:
         row = self.conn.execute("SELECT description FROM hardware WHERE hash = ?", (hardware,)).fetchone()
@@ -214,6 +232,50 @@ class MeasurementStore:
         """Rows skipped because their values are not valid."""
         return sum(_parse_row(r) is None for r in self.conn.execute(
             "SELECT config, costs, error, message, build_s, run_s, gauge_s, measured_at, source FROM readings"))
+
+
+class TaskRows:
+    """One task's rows for one backend under one MeasureSpec: the (hardware, task, space) key, read
+    and written by config. The task is registered with the first write."""
+
+    def __init__(self, store: MeasurementStore, hardware, spec, task, space):
+        self.store, self.task, self.space = store, task, space
+        self.hardware_key, self.description = fingerprint(hardware, spec)
+        self.task_key, self.space_key = hardware.store_key(task), space_signature(space)
+        self._registered = False
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.hardware_key, self.task_key, self.space_key
+
+    def register(self) -> None:
+        if not self._registered:
+            self.store.register(self.hardware_key, self.description, self.task_key, self.task, self.space_key,
+                                getattr(self.space, "base", self.space).size)
+            self._registered = True
+
+    def add(self, config, result, source: str, measured_at: float | None = None) -> None:
+        self.register()
+        config = tuple(config)
+        self.store.add(*self.key, config, jsonable(self.space.decisions(config)), result, source, measured_at)
+
+    def first(self, config) -> Row | None:
+        return self.store.first(*self.key, config)
+
+    def configs(self) -> list[tuple]:
+        return self.store.configs(*self.key)
+
+    def truth(self, config) -> float | None:
+        return self.store.truth(*self.key, config)
+
+
+def jsonable(value):
+    """Decisions (tuples inside dicts) as JSON-ready lists."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
 
 
 def _workload_text(workload: dict) -> str:

@@ -21,11 +21,12 @@ ones are measured.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from tuning.hardware.base import Hardware
 from tuning.records import MeasureResult
-from tuning.store import MeasurementStore, fingerprint, space_signature
+from tuning.store import MeasurementStore, TaskRows
 
 ON_MISS = ("measure", "error")
 
@@ -51,7 +52,7 @@ class ReplayHardware(Hardware):
         self.simulated_clock = simulated_clock
         self._store: MeasurementStore | None = None
         self._gauge_reference: dict = {}
-        self._restrict: str | None = None  # a fingerprint: model.space=store
+        self._restrict = None  # model.space=store: the MeasureSpec whose readings define the space
         self._restricted: dict = {}
 
     @classmethod
@@ -75,7 +76,7 @@ class ReplayHardware(Hardware):
     def restrict_to_store(self, spec) -> None:
         """model.space=store: each task's space becomes the configs the store holds for readings
         under `spec` (a RestrictedSpace); empty when it holds none."""
-        self._restrict = fingerprint(self, spec)[0]
+        self._restrict = spec
 
     # ---- what the backend answers -----------------------------------------------------------
     def space(self, task):
@@ -85,7 +86,7 @@ class ReplayHardware(Hardware):
         if task.key not in self._restricted:
             from tuning.space import RestrictedSpace
 
-            configs = [c for c in self.readings.configs(self._restrict, self.store_key(task), space_signature(space))
+            configs = [c for c in TaskRows(self.readings, self, self._restrict, task, space).configs()
                        if space.is_valid(c)]
             self._restricted[task.key] = RestrictedSpace(space, configs) if configs else _EMPTY
         return self._restricted[task.key]
@@ -113,12 +114,25 @@ class ReplayHardware(Hardware):
 
     # ---- measuring ------------------------------------------------------------------------------
     def measure(self, task, configs, spec, on_result=None):
-        """Stored answers where the store has them; misses measured together (or errors), results
-        handed to `on_result` in order as soon as every earlier one is known."""
-        key, _ = fingerprint(self, spec)
-        task_key, space = self.store_key(task), self.backend.space(task)
-        signature = space_signature(space)
+        """One result per config, in order, handed to `on_result` as soon as every earlier one is known."""
+        table = TaskRows(self.readings, self, spec, task, self.backend.space(task))
+        canonical = [table.space.canonical(c) for c in configs]
+        rows = {c: table.first(c) for c in canonical}
+        misses = [c for c in rows if rows[c] is None]
+        if misses and self.on_miss == "measure" and self.simulated_clock:
+            rows.update(self._fill(task, misses, spec, table))
         results: list = [None] * len(configs)
+        for i, config in enumerate(canonical):
+            if rows[config] is not None:
+                results[i] = self._answer(rows[config], spec, table.hardware_key, config)
+            elif self.on_miss == "error":
+                results[i] = MeasureResult.failed("not_in_store", f"no reading of {list(config)} in {self.store}",
+                                                  config=config)
+        return self._stream(task, configs, spec, results, on_result)
+
+    def _stream(self, task, configs, spec, results, on_result) -> list:
+        """Hand results to `on_result` in order, measuring the unknown ones (None) on the backend
+        (hardware.reuse: a memoised real run) as they come."""
         emitted = 0
 
         def emit_ready():
@@ -128,26 +142,28 @@ class ReplayHardware(Hardware):
                     on_result(emitted, results[emitted])
                 emitted += 1
 
-        misses = []
-        for i, config in enumerate(configs):
-            canonical = space.canonical(config)
-            row = self.readings.first(key, task_key, signature, canonical)
-            if row is not None:
-                results[i] = self._answer(row, spec, key, canonical)
-            elif self.on_miss == "error":
-                results[i] = MeasureResult.failed("not_in_store", f"no reading of {list(canonical)} in {self.store}",
-                                                  config=canonical)
-            else:
-                misses.append(i)
         emit_ready()
-        if misses:
+        unknown = [i for i, r in enumerate(results) if r is None]
+        if unknown:
             def measured(j, result):
-                results[misses[j]] = result
+                results[unknown[j]] = result
                 emit_ready()
 
-            self.backend.measure(task, [configs[i] for i in misses], spec, measured)
+            self.backend.measure(task, [configs[i] for i in unknown], spec, measured)
         emit_ready()
         return results
+
+    def _fill(self, task, configs, spec, table) -> dict:
+        """Replay's misses: measured on the backend (every micro-batch, whatever the stop rule) and
+        added to the store, then answered from their rows like any hit, so a later replay of the
+        same seed gives the same records."""
+        full = replace(spec, cv_stop=None) if spec.cv_stop is not None else spec
+
+        def add(i, result):
+            table.add(configs[i], result, "run")
+
+        self.backend.measure(task, configs, full, add)
+        return {config: table.first(config) for config in configs}
 
     def _answer(self, row, spec, key: str, config) -> MeasureResult:
         if not row.ok:
