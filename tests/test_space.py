@@ -49,3 +49,42 @@ def test_factor_moves_on_a_real_tiling_space_keep_the_extent():
 def test_unknown_move_is_rejected():
     with pytest.raises(ValueError, match="moves"):
         tiny_space().neighbors((0, 0, 0), moves=("swap",))
+
+
+# ---- store-restricted spaces (model.space=store) -------------------------------------------------
+def restricted(count=40, seed=0):
+    from tuning.space import RestrictedSpace
+
+    base = SyntheticHardware().space(gemm_task("g", 64, 64, 64))
+    rng = np.random.default_rng(seed)
+    held = list(dict.fromkeys(base.canonical(base.sample(rng)) for _ in range(count)))
+    return RestrictedSpace(base, held), set(held)
+
+
+def test_every_move_of_a_restricted_space_lands_inside_it():
+    space, held = restricted()
+    rng = np.random.default_rng(1)
+    assert space.size == len(held) and set(space.enumerate()) == held
+    assert all(space.sample(rng) in held for _ in range(100))
+    outside = [space.base.sample(rng) for _ in range(100)]
+    assert all(space.canonical(c) in held for c in outside)
+    starts = [space.sample(rng) for _ in range(50)]
+    assert all(space.random_walk(c, rng) in held for c in starts)
+    assert all(set(space.neighbors(c)) <= held for c in starts)
+    configs = np.asarray(starts)
+    deltas = rng.integers(-1, 2, size=configs.shape)
+    moved = space.step_all(configs, deltas)
+    assert all(tuple(row) in held for row in moved.tolist())
+
+
+def test_a_batched_restricted_step_matches_one_nearest_lookup_per_walker():
+    space, held = restricted(count=60)
+    rng = np.random.default_rng(2)
+    configs = np.asarray([space.sample(rng) for _ in range(64)])
+    deltas = rng.integers(-1, 2, size=configs.shape)
+    base_moved = space.base.step_all(configs, deltas)
+    expected = [tuple(m) if tuple(m) in held else space.nearest(tuple(m), exclude=tuple(c))
+                for c, m in zip(configs.tolist(), base_moved.tolist())]
+    assert [tuple(r) for r in space.step_all(configs, deltas).tolist()] == expected
+    left = [tuple(m) not in held for m in base_moved.tolist()]
+    assert sum(left) > 10, "few walkers left the set: a weak test"

@@ -271,10 +271,19 @@ class RestrictedSpace(Space):
         return moved if moved in self._allowed_set else self.nearest(moved, exclude=tuple(config))
 
     def step_all(self, configs: np.ndarray, deltas: np.ndarray) -> np.ndarray:
+        """The base move, then every row that left the set to its nearest held config other than
+        its start (one batched tree query: PPO steps 128 walkers a few hundred times a round)."""
+        configs = np.asarray(configs, dtype=np.int64)
         moved = super().step_all(configs, deltas)
-        for row, config in enumerate(map(tuple, moved.tolist())):
-            if config not in self._allowed_set:
-                moved[row] = self.nearest(config, exclude=tuple(np.asarray(configs)[row].tolist()))
+        outside = np.array([config not in self._allowed_set for config in map(tuple, moved.tolist())], dtype=bool)
+        if outside.any():
+            k = min(2, len(self.allowed))
+            _, index = self._tree.query(self._embed(moved[outside]), k=k)
+            index = np.asarray(index).reshape(int(outside.sum()), k)
+            allowed = np.asarray(self.allowed, dtype=np.int64)
+            nearest, second = allowed[index[:, 0]], allowed[index[:, -1]]
+            is_start = (nearest == configs[outside]).all(axis=1)
+            moved[outside] = np.where(is_start[:, None], second, nearest)
         return moved
 
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:

@@ -31,12 +31,16 @@ needs to see.
 
 All randomness comes from the run's rng: the network's initial weights are
 drawn under a torch seed taken from it, and actions are sampled with numpy
-from the policy's probabilities.
+from the policy's probabilities. The agent runs on `threads` torch threads (1): torch's float
+sums depend on its thread count, so with the default (one per core) the same seed gave other
+records on another host; one thread is also the faster for a 20-unit network
+(experiments/bench_replay.py).
 """
 from __future__ import annotations
 
 import base64
 import io
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -45,6 +49,17 @@ from torch import nn
 from tuning.search.base import Search, TopN, fill_with_random, predict
 
 DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1
+
+
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op thread count set for the block, and put back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class PPO(Search):
@@ -69,6 +84,7 @@ class PPO(Search):
         temperature         softmax temperature of the knob heads (0.1, code)
         max_grad_norm       gradient-norm clip (0.5, the PPO reference implementations)
         default_plan_size   configs measured per round unless budget.plan_size says otherwise (64, Table 7)
+        threads             torch threads for the agent (1, tunelab's: host-independent records, see above)
     """
 
     requires = {"cost_model": ("can_rank",)}
@@ -77,14 +93,14 @@ class PPO(Search):
               "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "epochs": (1, None), "clip": (1e-6, None),
               "value_coef": (0.0, None), "entropy_coef": (0.0, None), "minibatch_size": (1, None),
               "hidden": (1, None), "temperature": (1e-6, None), "max_grad_norm": (1e-6, None),
-              "default_plan_size": (1, None)}
+              "default_plan_size": (1, None), "threads": (1, None)}
 
     def __init__(self, episodes: int = 128, max_steps: int = 500, early_stop: int = 50,
                  converged_fraction: float = 0.75, best_starts: int = 16, learning_rate: float = 1e-3,
                  gamma: float = 0.9, gae_lambda: float = 0.99, epochs: int = 3, clip: float = 0.3,
                  value_coef: float = 1.0, entropy_coef: float = 0.1, minibatch_size: int = 32,
                  hidden: int = 20, temperature: float = 0.1, max_grad_norm: float = 0.5,
-                 default_plan_size: int = 64):
+                 default_plan_size: int = 64, threads: int = 1):
         self.episodes = episodes
         self.max_steps = max_steps
         self.early_stop = early_stop
@@ -102,6 +118,7 @@ class PPO(Search):
         self.temperature = temperature
         self.max_grad_norm = max_grad_norm
         self.default_plan_size = default_plan_size
+        self.threads = threads
         self.agent: ActorCritic | None = None  # built on the first propose, when the knob count is known
         self.optimizer: torch.optim.Adam | None = None
         self.best: list[tuple[float, list[int]]] = []  # (seconds, config) of the best measured configs
@@ -110,12 +127,13 @@ class PPO(Search):
 
     # ---- one round -------------------------------------------------------------------------
     def propose(self, space, cost_model, n, visited, rng):
-        self._ensure_agent(len(space.knobs), rng)
-        starts = self._start_configs(space, rng)
-        top = TopN(space, visited, n)
-        top.offer([tuple(int(c) for c in row) for row in starts], predict(space, cost_model, starts))
-        rollout = self._walk(space, cost_model, starts, top, rng)
-        self._learn(rollout, rng)
+        with torch_threads(self.threads):
+            self._ensure_agent(len(space.knobs), rng)
+            starts = self._start_configs(space, rng)
+            top = TopN(space, visited, n)
+            top.offer([tuple(int(c) for c in row) for row in starts], predict(space, cost_model, starts))
+            rollout = self._walk(space, cost_model, starts, top, rng)
+            self._learn(rollout, rng)
         return fill_with_random(top.sorted_configs(), space, visited, n, rng)
 
     def _start_configs(self, space, rng) -> np.ndarray:
