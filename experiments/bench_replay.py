@@ -45,11 +45,11 @@ class Timed:
         return timed
 
 
-def one_run(store: str, model: str, method: str, space: str, trials: int, seed: int) -> dict:
+def one_run(store: str, model: str, method: str, space: str, trials: int, seed: int, extra=()) -> dict:
     search, sampler, cost_model = METHODS[method]
     cfg = compose([f"model={model}", f"model.space={space}", "hardware=replay", f"hardware.store={store}",
                    "hardware.on_miss=error", f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}",
-                   f"seed={seed}", f"budget.trials={trials}"])
+                   f"seed={seed}", f"budget.trials={trials}", *extra])
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model", "hardware",
                                                          "tracking")))
     if space == "store":
@@ -71,6 +71,34 @@ def one_run(store: str, model: str, method: str, space: str, trials: int, seed: 
             "rest": wall - sum(parts_s.values()), "best_us": outcome.best_cost * 1e6}
 
 
+def restricted_step_speedup(store: str, model: str, walkers: int = 128, steps: int = 100) -> tuple[float, float]:
+    """Seconds for `steps` PPO steps of `walkers` on the store-restricted space: one batched tree
+    query per step (RestrictedSpace.step_all) against one nearest() lookup per walker that left."""
+    import numpy as np
+
+    cfg = compose([f"model={model}", "model.space=store", "hardware=replay", f"hardware.store={store}"])
+    hardware, evaluator = instantiate(cfg.hardware), instantiate(cfg.evaluator)
+    hardware.restrict_to_store(evaluator.spec)
+    space = hardware.space(build_tasks(cfg.model)[0])
+    rng = np.random.default_rng(0)
+    configs = np.asarray([space.sample(rng) for _ in range(walkers)])
+    deltas = [rng.integers(-1, 2, size=configs.shape) for _ in range(steps)]
+
+    def per_walker(c, d):
+        moved = space.base.step_all(c, d)
+        return np.asarray([m if m in space._allowed_set else space.nearest(m, exclude=tuple(s))
+                           for s, m in zip(map(tuple, c.tolist()), map(tuple, moved.tolist()))])
+
+    timings = []
+    for step in (per_walker, space.step_all):
+        started, current = time.perf_counter(), configs
+        for d in deltas:
+            current = step(current, d)
+        timings.append(time.perf_counter() - started)
+    hardware.close()
+    return timings[0], timings[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", required=True)
@@ -79,21 +107,29 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--spaces", nargs="+", default=["store", "full"], choices=["store", "full"])
+    parser.add_argument("--ppo-threads", type=int, nargs="+", default=[1, 2],
+                        help="ppo's torch threads, each a row on the store space (1 is the default)")
     args = parser.parse_args()
+    old, new = restricted_step_speedup(args.store, args.model)
+    print(f"restricted-space PPO step, 128 walkers x 100 steps: per-walker lookups {old:.2f} s, batched {new:.2f} s "
+          f"({old / new:.1f}x)")
     print(f"{args.model}, {args.trials} candidates per run, seeds {args.seeds}, store {args.store}")
-    print(f"{'method':<16}{'space':<7}{'cand/s':>8}{'wall s':>8}{'search':>8}{'model':>8}{'store':>8}{'rest':>8}"
+    print(f"{'method':<26}{'space':<7}{'cand/s':>8}{'wall s':>8}{'search':>8}{'model':>8}{'store':>8}{'rest':>8}"
           f"{'answered':>10}{'best us':>9}  bound by")
-    for method in args.methods:
-        for space in args.spaces:
-            runs = [one_run(args.store, args.model, method, space, args.trials, seed) for seed in args.seeds]
-            mean = {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
-            bound = max(("search", "cost model", "store", "rest"), key=lambda k: mean[k])
-            spread = (f" ({min(r['candidates'] / r['wall'] for r in runs):.1f}-"
-                      f"{max(r['candidates'] / r['wall'] for r in runs):.1f})" if len(runs) > 1 else "")
-            print(f"{method:<16}{space:<7}{mean['candidates'] / mean['wall']:>8.1f}{mean['wall']:>8.1f}"
-                  f"{mean['search']:>8.1f}{mean['cost model']:>8.1f}{mean['store']:>8.1f}{mean['rest']:>8.1f}"
-                  f"{mean['answered']:>10.0f}{mean['best_us']:>9.1f}  {bound} "
-                  f"({mean[bound] / mean['wall']:.0%}){spread}", flush=True)
+    rows = [(m, s, ()) for m in args.methods for s in args.spaces]
+    if "ppo+kmeans+xgb" in args.methods:
+        rows += [("ppo+kmeans+xgb", "store", (f"search.threads={t}",)) for t in args.ppo_threads if t != 1]
+    for method, space, extra in rows:
+        runs = [one_run(args.store, args.model, method, space, args.trials, seed, extra) for seed in args.seeds]
+        mean = {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
+        bound = max(("search", "cost model", "store", "rest"), key=lambda k: mean[k])
+        spread = (f" ({min(r['candidates'] / r['wall'] for r in runs):.1f}-"
+                  f"{max(r['candidates'] / r['wall'] for r in runs):.1f})" if len(runs) > 1 else "")
+        label = method + (f" {extra[0].split('.')[-1]}" if extra else "")
+        print(f"{label:<26}{space:<7}{mean['candidates'] / mean['wall']:>8.1f}{mean['wall']:>8.1f}"
+              f"{mean['search']:>8.1f}{mean['cost model']:>8.1f}{mean['store']:>8.1f}{mean['rest']:>8.1f}"
+              f"{mean['answered']:>10.0f}{mean['best_us']:>9.1f}  {bound} "
+              f"({mean[bound] / mean['wall']:.0%}){spread}", flush=True)
 
 
 if __name__ == "__main__":

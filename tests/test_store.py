@@ -59,8 +59,9 @@ def replay(path, backend=None, **kwargs) -> ReplayHardware:
     return ReplayHardware(backend or SyntheticHardware(noise=0.2), str(path), **kwargs)
 
 
-def tune(out_dir, hardware, trials, search="sa", sampler="greedy", cost_model="xgb", seed=0, evaluator="fixed"):
-    parts = Components(search=component("search", search, seed), sampler=component("sampler", sampler, seed),
+def tune(out_dir, hardware, trials, search="sa", sampler="greedy", cost_model="xgb", seed=0, evaluator="fixed",
+         **search_overrides):
+    parts = Components(search=component("search", search, seed, **search_overrides), sampler=component("sampler", sampler, seed),
                        evaluator=component("evaluator", evaluator, seed),
                        cost_model=component("cost_model", cost_model, seed), hardware=hardware,
                        tracker=component("tracking", "none", seed))
@@ -290,6 +291,7 @@ def test_the_simulated_clock_adds_up_to_the_stored_seconds(tmp_path):
 # ---- store-restricted spaces -----------------------------------------------------------------
 SEARCH_COMBOS = {"csa": ("csa", "greedy", "rf"), "ppo": ("ppo", "kmeans", "xgb"), "random": ("random", "greedy", "none"),
                  "sa": ("sa", "greedy", "xgb")}
+SHORTER = {"ppo": {"episodes": 16, "max_steps": 40}}  # the same moves, fewer of them
 
 
 @pytest.mark.parametrize("search", options("search"))
@@ -298,7 +300,8 @@ def test_every_search_stays_inside_a_store_restricted_space(tmp_path, search):
     store, table = filled(tmp_path / "store.sqlite", count=50)
     hardware = replay(store.path, on_miss="error")
     hardware.restrict_to_store(SPEC)
-    outcome, _ = tune(tmp_path / "run", hardware, trials=50, search=search, sampler=sampler, cost_model=cost_model)
+    outcome, _ = tune(tmp_path / "run", hardware, trials=50, search=search, sampler=sampler, cost_model=cost_model,
+                      **SHORTER.get(search, {}))
     stored = set(table.configs())
     assert {tuple(r.config) for r in outcome.records} == stored  # every stored config, none outside
     assert not any(r.result.error == "not_in_store" for r in outcome.records)

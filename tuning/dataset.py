@@ -83,6 +83,7 @@ def build(args) -> None:
         for cfg in cfgs:
             for task in build_tasks(cfg.model):
                 table = TaskRows(store, hardware, spec, task, hardware.space(task))
+                table.register()
                 have = set(table.configs())
                 todo = [c for c in plan(table.space, args.configs, args.exhaustive_limit, args.seed) if c not in have]
                 jobs.append((table, todo))
