@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from hydra.utils import instantiate
 
 from tuning.dataset import compose
@@ -45,7 +46,8 @@ class Timed:
         return timed
 
 
-def one_run(store: str, model: str, method: str, space: str, trials: int, seed: int, extra=()) -> dict:
+def one_run(store: str, model: str, method: str, space: str, trials: int, seed: int, extra=(),
+            per_walker_step: bool = False) -> dict:
     search, sampler, cost_model = METHODS[method]
     cfg = compose([f"model={model}", f"model.space={space}", "hardware=replay", f"hardware.store={store}",
                    "hardware.on_miss=error", f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}",
@@ -55,7 +57,9 @@ def one_run(store: str, model: str, method: str, space: str, trials: int, seed: 
     if space == "store":
         parts.hardware.restrict_to_store(parts.evaluator.spec)
     task = build_tasks(cfg.model)[0]
-    parts.hardware.space(task)  # the space (TVM's design space, the store's configs) is set-up, not tuning
+    restricted = parts.hardware.space(task)  # the space (TVM's design space, the store's configs) is set-up
+    if per_walker_step:
+        restricted.step_all = lambda c, d: _per_walker_step(restricted, np.asarray(c), d)
     store_time = Timed(parts.hardware, ["measure"])
     with tempfile.TemporaryDirectory() as out:
         run = RunInfo(seed=seed, out_dir=Path(out), method=method, trials=trials, plan_size=cfg.budget.plan_size or parts.search.default_plan_size,
@@ -71,11 +75,16 @@ def one_run(store: str, model: str, method: str, space: str, trials: int, seed: 
             "rest": wall - sum(parts_s.values()), "best_us": outcome.best_cost * 1e6}
 
 
+def _per_walker_step(space, configs, deltas):
+    """The restricted step as first written: one nearest() lookup per walker that left the set."""
+    moved = space.base.step_all(configs, deltas)
+    return np.asarray([m if m in space._allowed_set else space.nearest(m, exclude=tuple(s))
+                       for s, m in zip(map(tuple, configs.tolist()), map(tuple, moved.tolist()))])
+
+
 def restricted_step_speedup(store: str, model: str, walkers: int = 128, steps: int = 100) -> tuple[float, float]:
     """Seconds for `steps` PPO steps of `walkers` on the store-restricted space: one batched tree
     query per step (RestrictedSpace.step_all) against one nearest() lookup per walker that left."""
-    import numpy as np
-
     cfg = compose([f"model={model}", "model.space=store", "hardware=replay", f"hardware.store={store}"])
     hardware, evaluator = instantiate(cfg.hardware), instantiate(cfg.evaluator)
     hardware.restrict_to_store(evaluator.spec)
@@ -84,13 +93,8 @@ def restricted_step_speedup(store: str, model: str, walkers: int = 128, steps: i
     configs = np.asarray([space.sample(rng) for _ in range(walkers)])
     deltas = [rng.integers(-1, 2, size=configs.shape) for _ in range(steps)]
 
-    def per_walker(c, d):
-        moved = space.base.step_all(c, d)
-        return np.asarray([m if m in space._allowed_set else space.nearest(m, exclude=tuple(s))
-                           for s, m in zip(map(tuple, c.tolist()), map(tuple, moved.tolist()))])
-
     timings = []
-    for step in (per_walker, space.step_all):
+    for step in (lambda c, d: _per_walker_step(space, c, d), space.step_all):
         started, current = time.perf_counter(), configs
         for d in deltas:
             current = step(current, d)
@@ -116,16 +120,18 @@ def main() -> None:
     print(f"{args.model}, {args.trials} candidates per run, seeds {args.seeds}, store {args.store}")
     print(f"{'method':<26}{'space':<7}{'cand/s':>8}{'wall s':>8}{'search':>8}{'model':>8}{'store':>8}{'rest':>8}"
           f"{'answered':>10}{'best us':>9}  bound by")
-    rows = [(m, s, ()) for m in args.methods for s in args.spaces]
-    if "ppo+kmeans+xgb" in args.methods:
-        rows += [("ppo+kmeans+xgb", "store", (f"search.threads={t}",)) for t in args.ppo_threads if t != 1]
-    for method, space, extra in rows:
-        runs = [one_run(args.store, args.model, method, space, args.trials, seed, extra) for seed in args.seeds]
+    rows = [(m, s, (), False) for m in args.methods for s in args.spaces]
+    if "ppo+kmeans+xgb" in args.methods and "store" in args.spaces:
+        rows += [("ppo+kmeans+xgb", "store", (f"search.threads={t}",), False) for t in args.ppo_threads if t != 1]
+        rows += [("ppo+kmeans+xgb", "store", (), True)]
+    for method, space, extra, per_walker in rows:
+        runs = [one_run(args.store, args.model, method, space, args.trials, seed, extra, per_walker)
+                for seed in args.seeds]
         mean = {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
         bound = max(("search", "cost model", "store", "rest"), key=lambda k: mean[k])
         spread = (f" ({min(r['candidates'] / r['wall'] for r in runs):.1f}-"
                   f"{max(r['candidates'] / r['wall'] for r in runs):.1f})" if len(runs) > 1 else "")
-        label = method + (f" {extra[0].split('.')[-1]}" if extra else "")
+        label = method + (f" {extra[0].split('.')[-1]}" if extra else "") + (" per-walker" if per_walker else "")
         print(f"{label:<26}{space:<7}{mean['candidates'] / mean['wall']:>8.1f}{mean['wall']:>8.1f}"
               f"{mean['search']:>8.1f}{mean['cost model']:>8.1f}{mean['store']:>8.1f}{mean['rest']:>8.1f}"
               f"{mean['answered']:>10.0f}{mean['best_us']:>9.1f}  {bound} "

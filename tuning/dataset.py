@@ -214,7 +214,7 @@ def stats(args) -> None:
             rows = sum(1 for _ in store.rows(hardware, task_key, space))
             errors = sum(1 for e in table.values() if not e["readings"])
             size = store.space_size(space)
-            coverage = f"{len(table) / size:.2%}" if size else "?"
+            coverage = f"{100 * len(table) / size:.2g}%" if size else "?"
             best = f"{medians[0] * 1e6:.1f}" if medians else "-"
             median = f"{statistics.median(medians) * 1e6:.1f}" if medians else "-"
             print(f"  {task['name'][:23]:<24}{len(table):>9,}{rows:>8,}{errors:>8,}{best:>10}{median:>11}{coverage:>11}")
