@@ -1,6 +1,6 @@
 """Which method finds faster kernels: paired by seed, scored by the store's truth, with a 95% CI.
 
-    python experiments/compare_methods.py --parent <multirun parent id> [--parent <id> ...]
+    python experiments/compare_methods.py --parent <multirun parent id> [--parent <id> ...] [--baseline sa+greedy]
     python experiments/compare_methods.py --model conv_l8 --uri sqlite:///outputs/mlflow.db
 
 Reads finished runs that logged `tuning/best_true_us` (runs with a measurement store: the store's
@@ -72,13 +72,14 @@ def load(uri: str, experiment: str, parents: list[str], model: str | None) -> di
     return table
 
 
-def report(table: dict) -> None:
+def report(table: dict, baseline: str | None = None) -> None:
     for model, methods in sorted(table.items()):
         print(f"\n{model}")
         for method, by_seed in sorted(methods.items()):
             mean, low, high = bootstrap_ci(list(by_seed.values()))
             print(f"  {method:<34} {len(by_seed):>3} seeds  true latency {mean:8.1f} us  95% CI [{low:.1f}, {high:.1f}]")
-        for (name_a, a), (name_b, b) in itertools.combinations(sorted(methods.items()), 2):
+        ordered = sorted(methods.items(), key=lambda item: (not (baseline and item[0].startswith(baseline)), item[0]))
+        for (name_a, a), (name_b, b) in itertools.combinations(ordered, 2):
             result = paired(a, b)
             print(f"  A={name_a} vs B={name_b}: B/A - 1 = {result['mean']:+.1%} "
                   f"[{result['low']:+.1%}, {result['high']:+.1%}] over {result['seeds']} seeds -> {result['verdict']}")
@@ -90,8 +91,9 @@ def main() -> None:
     parser.add_argument("--experiment", default="tunelab")
     parser.add_argument("--parent", action="append", default=[], help="a multirun parent run id (repeatable)")
     parser.add_argument("--model", help="only runs of this model name")
+    parser.add_argument("--baseline", help="the method (a prefix, e.g. sa+greedy) every pair puts as A")
     args = parser.parse_args()
-    report(load(args.uri, args.experiment, args.parent, args.model))
+    report(load(args.uri, args.experiment, args.parent, args.model), args.baseline)
 
 
 if __name__ == "__main__":
