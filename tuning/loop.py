@@ -34,6 +34,7 @@ from tuning.resume import restore_state, save_state
 from tuning.sampler.base import Sampler, take_unvisited
 from tuning.scheduler.round_robin import RoundRobin
 from tuning.search.base import Search
+from tuning.store import jsonable
 from tuning.tracking.base import Tracker
 
 
@@ -207,7 +208,7 @@ class TaskTuner:
             if parts.hardware.simulated_clock:
                 run.simulated_s += result.build_s + result.run_s
                 stamp = run.simulated_s
-            record = Record(task.name, task.key, list(config), _jsonable(self.space.decisions(config)), result,
+            record = Record(task.name, task.key, list(config), jsonable(self.space.decisions(config)), result,
                             round_index, run.method, run.seed, first_index + i, stamp)
             self.records.append(record)
             self.visited.add(config)
@@ -284,9 +285,3 @@ def _finish(parts: Components, task, outcome: TaskOutcome, tuner) -> None:
     outcome.best_cost = float(np.median(costs))
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value

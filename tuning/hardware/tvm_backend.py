@@ -102,10 +102,13 @@ class TVMHardware(Hardware):
         the same computation shares store rows whichever model it came from."""
         if task.workload["op"] == "tir":
             return task.key
-        from tuning.hardware.relax_models import workload_key
-        from tuning.hardware.tvm_space import workload_module
+        keys = self.__dict__.setdefault("_store_keys", {})  # building and hashing the TIR: once per task
+        if task.key not in keys:
+            from tuning.hardware.relax_models import workload_key
+            from tuning.hardware.tvm_space import workload_module
 
-        return f"tir-{workload_key(workload_module(task.workload))}"
+            keys[task.key] = f"tir-{workload_key(workload_module(task.workload))}"
+        return keys[task.key]
 
     # ---- whole models ---------------------------------------------------------------------------
     def model_tasks(self, model_cfg, seed):
