@@ -240,9 +240,7 @@ def export(args) -> None:
     hardware, task_key, space = matches[0]
     info, task = store.hardware_info(hardware), store.task_info(task_key) or {"name": task_key, "flops": 0}
     table = task_table(store, hardware, task_key, space)
-    decisions_by_config = {tuple(json.loads(c)): json.loads(d) for c, d in store.conn.execute(
-        "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ?",
-        (hardware, task_key, space))}
+    decisions_by_config = store.decisions(hardware, task_key, space)
     width = max((len(c) for c in table), default=0)
     names = next(iter(decisions_by_config.values()), {})
     keys = list(names) if len(names) == width else [f"knob{i}" for i in range(width)]  # knob order

@@ -237,7 +237,7 @@ class TaskTuner:
             best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
             self.outcome.stopped_because = "reused"
         else:
-            _finish(self.parts, self.task, self.outcome, self)
+            _finish(self)
 
 
 def _out_of_time(run: RunInfo) -> bool:
@@ -264,11 +264,12 @@ def _fit(cost_model, space, task, records, times) -> None:
     times["model_s"] += time.perf_counter() - started
 
 
-def _finish(parts: Components, task, outcome: TaskOutcome, tuner) -> None:
+def _finish(tuner: TaskTuner) -> None:
     """Re-measure the best few together; report the best re-measured one.
 
     The minimum of many noisy readings is biased low, and this host's speed
     shifts by ~25% over seconds, so a config's first reading is not its latency."""
+    parts, task, outcome = tuner.parts, tuner.task, tuner.outcome
     ok = sorted((r for r in outcome.records if r.result.ok), key=lambda r: r.result.cost)
     if not ok:
         return

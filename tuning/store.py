@@ -194,6 +194,21 @@ class MeasurementStore:
         readings = [c for row in self.rows(hardware, task_key, space, config) if row.ok for c in row.costs]
         return statistics.median(readings) if len(readings) >= min_readings else None
 
+    def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
+        """Each config's stored decisions (rows whose config or decisions do not parse are left out)."""
+        found: dict = {}
+        for config_text, decisions_text in self.conn.execute(
+                "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ?",
+                (hardware, task_key, space)):
+            config = _parse_config(config_text)
+            try:
+                decisions = json.loads(decisions_text)
+            except (TypeError, ValueError):
+                continue
+            if config is not None and isinstance(decisions, dict):
+                found.setdefault(config, decisions)
+        return found
+
     def gauge_median(self, hardware: str) -> float | None:
         values = self.gauge_readings(hardware)
         return statistics.median(values) if values else None

@@ -20,13 +20,14 @@ ones are measured.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
 
 from tuning.hardware.base import Hardware
 from tuning.records import MeasureResult
-from tuning.store import MeasurementStore, TaskRows
+from tuning.store import MeasurementStore, TaskRows, reading_settings
 
 ON_MISS = ("measure", "error")
 
@@ -54,6 +55,7 @@ class ReplayHardware(Hardware):
         self._gauge_reference: dict = {}
         self._restrict = None  # model.space=store: the MeasureSpec whose readings define the space
         self._restricted: dict = {}
+        self._tables: dict = {}
 
     @classmethod
     def check(cls, params, group):
@@ -86,8 +88,7 @@ class ReplayHardware(Hardware):
         if task.key not in self._restricted:
             from tuning.space import RestrictedSpace
 
-            configs = [c for c in TaskRows(self.readings, self, self._restrict, task, space).configs()
-                       if space.is_valid(c)]
+            configs = [c for c in self._table(task, self._restrict).configs() if space.is_valid(c)]
             self._restricted[task.key] = RestrictedSpace(space, configs) if configs else _EMPTY
         return self._restricted[task.key]
 
@@ -113,9 +114,17 @@ class ReplayHardware(Hardware):
             self._store.close()
 
     # ---- measuring ------------------------------------------------------------------------------
+    def _table(self, task, spec) -> TaskRows:
+        """The task's rows under `spec`'s reading settings (keys computed once: the fingerprint
+        reads the host's description, the task key hashes its TIR)."""
+        key = (task.key, json.dumps(reading_settings(spec), sort_keys=True))
+        if key not in self._tables:
+            self._tables[key] = TaskRows(self.readings, self, spec, task, self.backend.space(task))
+        return self._tables[key]
+
     def measure(self, task, configs, spec, on_result=None):
         """One result per config, in order, handed to `on_result` as soon as every earlier one is known."""
-        table = TaskRows(self.readings, self, spec, task, self.backend.space(task))
+        table = self._table(task, spec)
         canonical = [table.space.canonical(c) for c in configs]
         rows = {c: table.first(c) for c in canonical}
         misses = [c for c in rows if rows[c] is None]
