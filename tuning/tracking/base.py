@@ -25,6 +25,8 @@ artifacts. The loop drives it in this order:
     tracker.log_to_parent(parent, params, metrics, tags, artifacts)
                                                      annotate the multirun's parent run (needs no
                                                      open run): a sweep's best params, its results
+    tracker.end_parent(parent, status)               close the multirun's parent run (needs no open run):
+                                                     KILLED when the sweep itself was interrupted
 
 __init__ stores settings only: no I/O, no threads, no clients.
 """
@@ -79,6 +81,9 @@ class Tracker(Component):
     @abstractmethod
     def log_to_parent(self, parent: str, params: dict, metrics: dict, tags: dict, artifacts: list[str]) -> None:
         """Annotate the multirun's parent run."""
+
+    def end_parent(self, parent: str, status: str) -> None:
+        """Close the multirun's parent run with `status` (a sweep that was interrupted ends it KILLED)."""
 
 
 class NoTracker(Tracker):

@@ -102,6 +102,10 @@ class MlflowTracker(Tracker):
             self._client.log_artifact(run_id, path)
         self._client.set_terminated(run_id, "FINISHED")
 
+    def end_parent(self, parent, status) -> None:
+        self._connect()
+        self._client.set_terminated(self._get_or_create_parent(parent), status)
+
     # -- logging -----------------------------------------------------------
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
