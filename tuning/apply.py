@@ -14,17 +14,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from tuning.config import ConfigError, validate
 from tuning.outcome import TaskOutcome, best_from_records, task_table
 from tuning.records import RecordLog
 from tuning.resume import prior_records
+from tuning.run_folder import claim, load_config, release
 from tuning.whole_model import WHOLE_MODEL_KINDS, e2e_line, evaluate_end_to_end, is_whole_model
 
 
 def apply_run(run_dir: Path) -> dict:
+    """The run folder is untrusted input: its config is checked like run.py's before anything is built."""
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = load_config(run_dir / "config.yaml", "run")
+    validate(cfg)
     if not is_whole_model(cfg.model):
         raise SystemExit(f"tunelab: {run_dir} tuned model {cfg.model.name} (kind {cfg.model.kind}); "
                          f"apply needs a whole model ({', '.join(WHOLE_MODEL_KINDS)})")
@@ -71,10 +74,16 @@ def main(argv=None) -> None:
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
     args = parser.parse_args(argv)
     run_dir = args.run.expanduser().resolve()
-    if not (run_dir / "config.yaml").exists():
-        print(f"tunelab: {run_dir} holds no config.yaml (not a tunelab run folder)", file=sys.stderr)
+    try:
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
+        claim(run_dir, resuming=True, key="run")
+        apply_run(run_dir)
+    except ConfigError as error:
+        print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
-    apply_run(run_dir)
+    finally:
+        release(run_dir)
 
 
 if __name__ == "__main__":

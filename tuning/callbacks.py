@@ -94,7 +94,8 @@ class StepMetrics(MeasureCallback):
     """Per round, at step = measurements so far: tuning/* (best so far, invalid), time/* (under a
     simulated clock also time/simulated_s), hardware/gauge_us (the drift gauge), task/<name>/*,
     round/*, search/*, sampler/*, evaluator/* and model/rank_corr, the Spearman correlation of the
-    cost model's throughput estimate (taken before the round was measured) with the measured one."""
+    cost model's throughput estimate (taken before the round was measured) with the measured one.
+    Flushed every round; the curve part (`curve_metrics`) can be rebuilt from records.jsonl."""
 
     def __init__(self, tracker):
         self.tracker = tracker
@@ -108,13 +109,8 @@ class StepMetrics(MeasureCallback):
     def after_round(self, report: RoundReport) -> None:
         tuner = report.tuner
         task, outcome, parts = tuner.task, tuner.outcome, tuner.parts
-        best_gflops = outcome.tuning_best_gflops
-        metrics = {
-            "tuning/best_gflops": best_gflops,
-            "tuning/best_latency_us": task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf,
-            "tuning/invalid": outcome.invalid,
-            **{f"time/{k}": v for k, v in outcome.times.items()},
-        }
+        metrics = {**curve_metrics(task, outcome.tuning_best_gflops, outcome.invalid),
+                   **{f"time/{k}": v for k, v in outcome.times.items()}}
         if parts.hardware.simulated_clock:
             metrics["time/simulated_s"] = tuner.run.simulated_s  # the stored seconds so far, all tasks
         gauges = [r.gauge_s for r in report.results if r.gauge_s and not r.reused]
@@ -123,14 +119,21 @@ class StepMetrics(MeasureCallback):
         correlation = rank_correlation(self.predicted, report.results, task.flops)
         if correlation is not None:
             metrics["model/rank_corr"] = correlation
-        metrics.update({f"task/{task.name}/{k.split('/')[-1]}": v for k, v in metrics.items()
-                        if k.startswith("tuning/")})
         metrics.update({"round/search_s": report.search_s, "round/batch": len(report.batch),
                         "round/measure_s": sum(r.build_s + r.run_s for r in report.results),
                         **{f"search/{k}": v for k, v in parts.search.metrics().items()},
                         **{f"sampler/{k}": v for k, v in parts.sampler.metrics().items()},
                         **{f"evaluator/{k}": v for k, v in parts.evaluator.metrics().items()}})
         self.tracker.log_metrics(metrics, step=report.measured)
+        self.tracker.flush()  # every round: a kill loses at most the round being measured
+
+
+def curve_metrics(task, best_gflops: float, invalid: int) -> dict:
+    """The tuning curve's point after a round of `task`: what `python -m tuning.sync` rebuilds from records."""
+    metrics = {"tuning/best_gflops": best_gflops,
+               "tuning/best_latency_us": task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf,
+               "tuning/invalid": invalid}
+    return {**metrics, **{f"task/{task.name}/{k.split('/')[-1]}": v for k, v in metrics.items()}}
 
 
 class StoreWriter(MeasureCallback):

@@ -1,6 +1,7 @@
 """Continuing and reusing runs: a killed run's folder, an earlier run's records, a task's saved state.
 
-    resolve_resume(cfg, hydra)   `resume=DIR`: the run's saved config and folder (budget.* may change)
+    resolve_resume(cfg, hydra)   the run's config and folder, claimed (tuning/run_folder.py); with
+                                 `resume=DIR` the saved config (budget.*, tracking.uri may change)
     prior_records(cfg, tasks, ...)  `tuning.database`: an earlier run's records for these tasks
     restore_state / save_state   one task's search, rng and round counter, written after every
                                  round (atomically), so a killed run continues where it stopped
@@ -20,34 +21,60 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
-from tuning.records import RecordLog
+from tuning.records import RecordError, RecordLog
+from tuning.run_folder import claim, load_config, saved_choices
 
 
 def resolve_resume(cfg, hydra: dict):
-    """A resumed run continues in its old folder with its saved config; budget.* overrides apply.
-    Returns (config, run folder)."""
+    """The run's config and folder, the folder claimed for this process (tuning/run_folder.py).
+
+    A new run needs a folder that holds no run. A resumed run continues in its old folder with
+    its saved config, read as untrusted input; budget.* and tracking.uri overrides apply."""
     if not cfg.resume:
-        return cfg, Path(cfg.output_dir).resolve()
-    out_dir = Path(cfg.resume).resolve()
+        out_dir = Path(cfg.output_dir).resolve()
+        claim(out_dir, resuming=False)
+        return cfg, out_dir
+    out_dir = Path(cfg.resume).expanduser().resolve()
     saved = out_dir / "config.yaml"
-    if not saved.exists():
+    if not saved.is_file():
         raise ConfigError(f"resume: {out_dir} holds no config.yaml (not a tunelab run folder)")
-    old = OmegaConf.load(saved)
-    # Names (method, run name) come from the saved run's group choices, not from this
-    # composition's defaults: `resume=DIR` alone would otherwise call a random run "sa".
-    saved_hydra = out_dir / ".hydra" / "hydra.yaml"
-    choices = OmegaConf.load(saved_hydra).hydra.runtime.choices if saved_hydra.exists() else {}
-    hydra["choices"] = {k: v for k, v in dict(choices).items() if not k.startswith("hydra/")}
+    old = load_config(saved, "resume")
+    claim(out_dir, resuming=True, key="resume")
+    hydra["choices"] = _saved_choices(out_dir, hydra)
     overrides = hydra.get("overrides", [])
-    budget_overrides = [o for o in overrides if o.startswith("budget.")]
-    ignored = [o for o in overrides if not o.startswith(("budget.", "resume=", "hydra."))]
+    kept = [o for o in overrides if o.startswith(RESUME_OVERRIDES)]
+    ignored = [o for o in overrides if not o.startswith((*RESUME_OVERRIDES, "resume=", "hydra."))]
     if ignored:
         print(f"tunelab: resuming {out_dir} with its saved config; ignoring {' '.join(ignored)} "
-              "(only budget.* may change on resume)", file=sys.stderr)
-    old.merge_with(OmegaConf.from_dotlist(budget_overrides))
+              "(only budget.* and tracking.uri may change on resume)", file=sys.stderr)
+    old.merge_with(OmegaConf.from_dotlist(kept))
     old.resume = str(out_dir)
     old.output_dir = str(out_dir)
+    _check_tracking_store(old)
     return old, out_dir
+
+
+RESUME_OVERRIDES = ("budget.", "tracking.uri=")
+
+
+def _saved_choices(out_dir: Path, hydra: dict) -> dict:
+    """Names (method, run name) come from the saved run's group choices, not from this
+    composition's defaults: `resume=DIR` alone would otherwise call a random run "sa"."""
+    choices = saved_choices(out_dir)
+    saved_hydra = out_dir / ".hydra" / "hydra.yaml"
+    # a folder from before run.yaml: Hydra's copy, unless this very job has just rewritten it
+    if not choices and saved_hydra.exists() and Path(hydra.get("output_dir", "")).resolve() != out_dir:
+        choices = dict(OmegaConf.load(saved_hydra).hydra.runtime.choices)
+    return {k: v for k, v in choices.items() if not k.startswith("hydra/")}
+
+
+def _check_tracking_store(cfg) -> None:
+    """A moved run folder names a sqlite store that is not there: say so, rather than create an
+    empty one that holds none of the run's history."""
+    uri = str(cfg.get("tracking", {}).get("uri", ""))
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].split("?", 1)[0]).exists():
+        raise ConfigError(f"tracking.uri: the run's MLflow store {uri} does not exist (was the folder moved?); "
+                          "point at it with tracking.uri=sqlite:////path/to/mlflow.db")
 
 
 def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
@@ -56,9 +83,13 @@ def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
     if not cfg.tuning.database:
         return {}
     records_file = _records_file(str(cfg.tuning.database), out_dir, tracker)
+    try:
+        records = RecordLog(records_file).load()
+    except RecordError as error:
+        raise ConfigError(f"tuning.database: {error}") from error
     keys = {t.key for t in tasks}
     prior: dict = {}
-    for record in RecordLog(records_file).load():
+    for record in records:
         if record.workload_key in keys:
             prior.setdefault(record.workload_key, []).append(record)
     return prior

@@ -27,9 +27,12 @@ from tuning.hardware.replay import ReplayHardware, store_path, with_store
 from tuning.loop import Components, RunInfo, tune_tasks
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
+from tuning.records import RecordLog
 from tuning.resume import prior_records, resolve_resume
+from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import MeasurementStore, StoreError
 from tuning.sweep import Pruning, trial_tags
+from tuning.sync import backfill, history, save_final_metrics, save_tasks
 from tuning.task import build_tasks
 from tuning.tracking.base import flatten, option_name
 from tuning.tracking.plot import convergence_png
@@ -39,16 +42,25 @@ from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 def main(cfg: DictConfig) -> float:
     hydra = _hydra_info()
     try:
-        cfg, out_dir = resolve_resume(cfg, hydra)
+        cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
         validate(cfg, hydra.get("choices"))
     except ConfigError as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with terminated_by_signals():
+            return _run(cfg, hydra, out_dir)
+    finally:
+        release(out_dir)
 
+
+def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model",
                                                          "hardware", "tracking")))
     try:
+        problem = parts.tracker.unreachable()
+        if problem:
+            raise ConfigError(problem)
         store_writer = _with_store(cfg, parts)
         tasks = _tasks(cfg, parts.hardware)
         _check_store_space(cfg, tasks, parts.hardware)
@@ -62,6 +74,9 @@ def main(cfg: DictConfig) -> float:
     # written once the budget is resolved, so config.yaml and the tracked params hold the numbers used
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
+    save_identity(out_dir, hydra.get("choices", {}))
+    save_tasks(out_dir, tasks)
+    mark_status(out_dir, "RUNNING")
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
@@ -70,16 +85,17 @@ def main(cfg: DictConfig) -> float:
     if trial is not None:
         run_name += f"-trial{trial.number}"
     run_id_file = out_dir / "mlflow_run_id"
+    resumed_id = run_id_file.read_text().strip() if run_id_file.exists() else None
     run_id = parts.tracker.start(
         run_name, flatten(OmegaConf.to_container(cfg, resolve=True)),
         {**_tags(hydra, cfg), **(trial_tags(trial) if trial is not None else {})},
-        parent=hydra.get("sweep_dir"),
-        resume_run_id=run_id_file.read_text().strip() if run_id_file.exists() else None,
-    )
+        parent=hydra.get("sweep_dir"), resume_run_id=resumed_id)
     if run_id:
         run_id_file.write_text(run_id)
+    if resumed_id and run_id:  # a killed run's curve may lack its last rounds: rebuilt from the records
+        backfill(parts.tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
 
-    status, e2e, pruned = "FAILED", None, False
+    status, e2e, pruned, outcomes = "FAILED", None, False, []
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
@@ -89,15 +105,21 @@ def main(cfg: DictConfig) -> float:
             _export(parts, outcomes, out_dir)
             if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
                 e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir)
-            parts.tracker.log_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""), "summary.txt")
+            (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
+            parts.tracker.log_artifact(str(out_dir / "summary.txt"))
         status = "KILLED" if pruned else "FINISHED"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         status = "KILLED"
         raise
     finally:
+        mark_status(out_dir, status)
         if trial is not None:
             parts.tracker.set_tags({"optuna.state": {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}.get(status, "FAIL")})
-        parts.tracker.end(status)
+        interrupted = status == "KILLED" and not pruned
+        parts.tracker.end(status, parent_status="KILLED" if interrupted else "FINISHED")
+        if parts.tracker.offline:
+            print(f"tunelab: MLflow is missing part of this run ({parts.tracker.offline}); once the store is "
+                  f"back: python -m tuning.sync {out_dir}", file=sys.stderr)
     _report(outcomes, e2e, parts.tracker, out_dir)
     if pruned:
         import optuna
@@ -189,10 +211,11 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer
     if len(outcomes) == 1 and outcomes[0].true_cost:
         totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
     total = sum(o.best_gflops for o in outcomes)
-    parts.tracker.log_metrics({"tuning/final_gflops": total, "tuning/measurements": run.measured,
-                               "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
-                               "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals},
-                              step=run.measured)
+    final = {"tuning/final_gflops": total, "tuning/measurements": run.measured,
+             "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
+             "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals}
+    parts.tracker.log_metrics(final, step=run.measured)
+    save_final_metrics(out_dir, run.measured, {k: v for k, v in final.items() if math.isfinite(v)})
     if parts.hardware.simulated_clock:
         return outcomes, run.simulated_s, 0.0
     return outcomes, totals["run/tuning_wall_s"], started_at
@@ -233,7 +256,8 @@ def _hydra_info() -> dict:
     if not HydraConfig.initialized():
         return {}
     hc = HydraConfig.get()
-    info = {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task)}
+    info = {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task),
+            "output_dir": hc.runtime.output_dir}
     if hc.mode == RunMode.MULTIRUN:
         info["sweep_dir"] = str(Path(hc.sweep.dir).resolve())
     return info

@@ -16,9 +16,15 @@ artifacts. The loop drives it in this order:
     tracker.log_artifact(path, artifact_path=None)   copy a local file into the run
     tracker.log_text(text, artifact_file)            write a text artifact
     tracker.set_tags(tags)
-    tracker.flush()                                  write buffered metrics now
-    tracker.end(status="FINISHED")                   flush, then close the run as
-                                                     FINISHED | FAILED | KILLED
+    tracker.flush()                                  write buffered metrics now (the loop: every round)
+    tracker.end(status="FINISHED", parent_status="FINISHED")
+                                                     flush, then close the run as FINISHED | FAILED |
+                                                     KILLED (and a multirun's parent as parent_status)
+    tracker.unreachable() -> str | None              before any work: why the store cannot be reached
+    tracker.logged_steps(key) -> set[int]            the steps of a metric the run already has
+    tracker.offline -> str | None                    why the store was given up on during the job (then
+                                                     every call is a no-op; the run folder keeps all,
+                                                     `python -m tuning.sync` rebuilds the run from it)
     tracker.location                                 where to find the run, for humans
     tracker.download(run_id, artifact, dst_dir)      fetch an artifact of any run in the store
                                                      (needs no open run); returns the local path
@@ -28,7 +34,8 @@ artifacts. The loop drives it in this order:
     tracker.end_parent(parent, status)               close the multirun's parent run (needs no open run):
                                                      KILLED when the sweep itself was interrupted
 
-__init__ stores settings only: no I/O, no threads, no clients.
+A tracker never fails a tuning job once it has started: a store that stops answering is
+retried, then given up on (`offline`). __init__ stores settings only: no I/O, no threads, no clients.
 """
 from __future__ import annotations
 
@@ -63,12 +70,21 @@ class Tracker(Component):
     def set_tags(self, tags: dict) -> None:
         """Set the run's tags."""
 
+    offline: str | None = None
+
     def flush(self) -> None:
         pass
 
+    def unreachable(self) -> str | None:
+        """Before any work: a message naming the key when the store cannot be reached, else None."""
+        return None
+
+    def logged_steps(self, key: str) -> set[int]:
+        return set()
+
     @abstractmethod
-    def end(self, status: str = "FINISHED") -> None:
-        """Flush, then close the run."""
+    def end(self, status: str = "FINISHED", parent_status: str = "FINISHED") -> None:
+        """Flush, then close the run (and set a multirun's parent run to parent_status)."""
 
     @property
     @abstractmethod
@@ -104,7 +120,7 @@ class NoTracker(Tracker):
     def set_tags(self, tags) -> None:
         pass
 
-    def end(self, status="FINISHED") -> None:
+    def end(self, status="FINISHED", parent_status="FINISHED") -> None:
         pass
 
     def log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:

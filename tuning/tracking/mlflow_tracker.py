@@ -2,13 +2,21 @@
 
 Talks to the store through its own `MlflowClient`, never through mlflow's
 global active-run state, so several trackers can live in one process.
+
+The store is a view of the run folder, never a reason to lose a run: every call
+to it is retried with backoff for up to `retry_s` seconds (a locked sqlite file,
+a restarting server); after that the tracker goes `offline` for the rest of the
+job, says so once, and the run finishes with everything on disk, from which
+`python -m tuning.sync <run dir>` rebuilds the MLflow run.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import math
+import os
 import re
+import sys
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -34,13 +42,19 @@ class MlflowTracker(Tracker):
         or any MLflow tracking URI (http://host:5000).
     experiment: experiment name, created if missing.
     flush_every: buffered metrics that trigger a write (one sqlite
-        log_metric costs ~8 ms; a batch of 1000 costs about the same).
+        log_metric costs ~8 ms; a batch of 1000 costs about the same);
+        the loop also flushes after every round.
+    retry_s: how long one failing call to the store is retried (backoff
+        0.5, 1, 2, ... s) before the tracker goes offline.
     """
+    ranges = {"flush_every": (1, None), "retry_s": (0, 3600)}
 
-    def __init__(self, uri: str, experiment: str, flush_every: int = 200):
+    def __init__(self, uri: str, experiment: str, flush_every: int = 200, retry_s: float = 30.0):
         self.uri = uri
         self.experiment = experiment
         self.flush_every = flush_every
+        self.retry_s = retry_s
+        self.offline: str | None = None
         self._client = None
         self._experiment_id: str | None = None
         self._run_id: str | None = None
@@ -53,6 +67,10 @@ class MlflowTracker(Tracker):
     def start(self, run_name, params, tags, parent=None, resume_run_id=None) -> str:
         if self._active:
             raise RuntimeError(f"run {self._run_id} is still open; end() it first")
+        run_id = self._call("start the run", self._start, run_name, params, tags, parent, resume_run_id)
+        return run_id or ""
+
+    def _start(self, run_name, params, tags, parent, resume_run_id) -> str:
         self._connect()
         tags = {str(k): v for k, v in tags.items()}
         if parent is not None:
@@ -76,18 +94,36 @@ class MlflowTracker(Tracker):
         self._log_params(params, skip=already_logged)
         return self._run_id
 
-    def end(self, status: str = "FINISHED") -> None:
+    def unreachable(self) -> str | None:
+        if not self.uri.startswith(("http://", "https://")):
+            return None
+        import requests
+
+        try:
+            requests.get(f"{self.uri.rstrip('/')}/health", timeout=5).raise_for_status()
+        except requests.RequestException as error:
+            return (f"tracking.uri: no MLflow server answers at {self.uri} ({type(error).__name__}); start it, "
+                    "or track locally (tracking.uri=sqlite:///$PWD/outputs/mlflow.db), or tracking=none")
+        return None
+
+    def end(self, status: str = "FINISHED", parent_status: str = "FINISHED") -> None:
         if not self._active:
             return
         try:
             self.flush()
         finally:
-            self._client.set_terminated(self._run_id, status)
-            if self._parent_run_id is not None:
-                self._client.set_terminated(self._parent_run_id, "FINISHED")
             self._active = False
+            self._call("end the run", self._terminate, status, parent_status)
+
+    def _terminate(self, status: str, parent_status: str) -> None:
+        self._client.set_terminated(self._run_id, status)
+        if self._parent_run_id is not None:
+            self._client.set_terminated(self._parent_run_id, parent_status)
 
     def log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:
+        self._call("annotate the sweep's parent run", self._log_to_parent, parent, params, metrics, tags, artifacts)
+
+    def _log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         self._connect()
@@ -103,6 +139,9 @@ class MlflowTracker(Tracker):
         self._client.set_terminated(run_id, "FINISHED")
 
     def end_parent(self, parent, status) -> None:
+        self._call("close the sweep's parent run", self._end_parent, parent, status)
+
+    def _end_parent(self, parent, status) -> None:
         self._connect()
         self._client.set_terminated(self._get_or_create_parent(parent), status)
 
@@ -126,18 +165,19 @@ class MlflowTracker(Tracker):
     def flush(self) -> None:
         if not self._active:
             return
-        while self._buffer:
+        while self._buffer and not self.offline:
             chunk = self._buffer[:METRICS_PER_BATCH]
-            self._client.log_batch(self._run_id, metrics=chunk, synchronous=True)
-            del self._buffer[:len(chunk)]  # only after the write, so a failed flush can retry
+            self._call("log metrics", self._client.log_batch, self._run_id, metrics=chunk, synchronous=True)
+            del self._buffer[:len(chunk)]  # written, or offline: tuning.sync rebuilds the curve from records
+        self._buffer.clear()
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         self._require_run()
-        self._client.log_artifact(self._run_id, path, artifact_path)
+        self._call(f"log {Path(path).name}", self._client.log_artifact, self._run_id, path, artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self._require_run()
-        self._client.log_text(self._run_id, text, artifact_file)
+        self._call(f"log {artifact_file}", self._client.log_text, self._run_id, text, artifact_file)
 
     def set_tags(self, tags: dict) -> None:
         from mlflow.entities import RunTag
@@ -145,7 +185,36 @@ class MlflowTracker(Tracker):
         self._require_run()
         run_tags = [RunTag(_key(k), _cut(v, MAX_TAG_CHARS)) for k, v in tags.items()]
         for i in range(0, len(run_tags), PARAMS_PER_BATCH):
-            self._client.log_batch(self._run_id, tags=run_tags[i:i + PARAMS_PER_BATCH], synchronous=True)
+            self._call("set tags", self._client.log_batch, self._run_id, tags=run_tags[i:i + PARAMS_PER_BATCH],
+                       synchronous=True)
+
+    def logged_steps(self, key: str) -> set[int]:
+        self._require_run()
+        history = self._call(f"read {key}", self._client.get_metric_history, self._run_id, _key(key))
+        return {m.step for m in history or ()}
+
+    def _call(self, what: str, function, *args, **kwargs):
+        """`function(*args, **kwargs)`, retried with backoff for up to retry_s seconds; then offline
+        (None from here on). Any error counts: the store is a view, and the run must finish."""
+        if self.offline:
+            return None
+        delay, waited = 0.5, 0.0
+        while True:
+            try:
+                return function(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - see the docstring
+                if waited >= self.retry_s:
+                    self._go_offline(what, error)
+                    return None
+                pause = min(delay, self.retry_s - waited)
+                time.sleep(pause)
+                waited, delay = waited + pause, delay * 2
+
+    def _go_offline(self, what: str, error: Exception) -> None:
+        detail = " ".join(str(error).split())[:300]
+        self.offline = f"could not {what} in {self.uri} after {self.retry_s:g} s: {type(error).__name__}: {detail}"
+        print(f"tunelab: MLflow {self.offline}\n  the run goes on without MLflow; its folder keeps everything "
+              "(python -m tuning.sync <run dir> rebuilds the MLflow run)", file=sys.stderr)
 
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         from mlflow.exceptions import MlflowException
@@ -179,6 +248,9 @@ class MlflowTracker(Tracker):
     def _connect(self) -> None:
         from mlflow.tracking import MlflowClient
 
+        # MLflow's own HTTP retries (7, backoff factor 2) take minutes per call; _call retries instead
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         db = _sqlite_path(self.uri)
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,191 @@
+"""A run folder: one run, one writer, and a saved config that is read back as untrusted input.
+
+    claim(out_dir, resuming)      the folder's OS lock, held for the process's life: a second process
+                                  on the same folder fails at once; a new run in a folder that already
+                                  holds one is refused (continue it with resume=)
+    save_identity(out_dir, ...)   the run's group choices (run.yaml), written once at its start:
+                                  resume names the run from them, never from Hydra's `.hydra/`, which a
+                                  `resume=DIR hydra.run.dir=DIR` rewrites before the job starts
+    load_config(path, key)        a saved config.yaml, checked before anything is instantiated from it
+    mark_status(out_dir, status)  RUNNING / FINISHED / KILLED / FAILED, for `python -m tuning.sync`
+    terminated_by_signals()       SIGTERM and SIGHUP end the run like Ctrl-C: its records are kept,
+                                  its MLflow run ends KILLED (kill -9 cannot be caught: resume or
+                                  `python -m tuning.sync` repair what it leaves)
+
+A folder's config.yaml is also an MLflow artifact, so whoever shares a run delivers it: a `_target_`
+naming any importable callable would run on `instantiate()` (Hydra's blocklist is not a security
+boundary). Only the classes the lab registers may be named: a `_target_` of a YAML under conf/, or a
+tunelab component class (tuning/component.py). Interpolations are refused too (a saved config is
+written resolved).
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib
+import os
+import re
+import signal
+import threading
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from tuning.config import ConfigError
+
+LOCK_FILE = ".tunelab.lock"
+IDENTITY_FILE = "run.yaml"
+STATUS_FILE = "status"
+RUN_FILES = ("config.yaml", "records.jsonl")  # either one means the folder holds a run
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+_held: dict[Path, object] = {}  # out_dir -> its open lock file, for the life of the process
+
+
+def holds_run(out_dir: Path) -> bool:
+    return any((out_dir / name).exists() for name in RUN_FILES)
+
+
+def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
+    """Take the folder's lock (non-blocking) and check it may be written by this run."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir in _held:
+        return
+    handle = open(out_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(f"{key}: {out_dir} is being written by another tunelab process (pid {owner}); "
+                          "wait for it to end, or use another folder") from None
+    if not resuming and holds_run(out_dir):
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+        raise ConfigError(f"{key}: {out_dir} already holds a run; continue it with resume={out_dir}, "
+                          "or give this run another folder (hydra.run.dir=...)")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    _held[out_dir] = handle
+
+
+def release(out_dir: Path) -> None:
+    handle = _held.pop(out_dir, None)
+    if handle is not None:
+        handle.close()  # closing the file drops the flock
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: handled wherever Ctrl-C is (the sweeper retries the trial, the run ends KILLED)."""
+
+
+@contextmanager
+def terminated_by_signals():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated(f"{signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# ---- what the run is --------------------------------------------------------------------------
+def save_identity(out_dir: Path, choices: dict) -> None:
+    path = out_dir / IDENTITY_FILE
+    if not path.exists():
+        path.write_text(yaml.safe_dump({"choices": {k: v for k, v in choices.items()
+                                                     if not k.startswith("hydra/") and isinstance(v, str)}}))
+
+
+def saved_choices(out_dir: Path) -> dict:
+    """The run's group choices as saved at its start ({} for a folder from before run.yaml)."""
+    path = out_dir / IDENTITY_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        data = None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, dict):
+        raise ConfigError(f"resume: {path} is not a tunelab run identity (expected a `choices` mapping)")
+    return {str(k): v for k, v in choices.items() if isinstance(v, str)}
+
+
+def mark_status(out_dir: Path, status: str) -> None:
+    (out_dir / STATUS_FILE).write_text(status + "\n")
+
+
+def read_status(out_dir: Path) -> str | None:
+    path = out_dir / STATUS_FILE
+    status = path.read_text().strip() if path.exists() else None
+    return status if status in ("RUNNING", "FINISHED", "KILLED", "FAILED") else None
+
+
+# ---- a saved config, untrusted ----------------------------------------------------------------
+def load_config(path: Path, key: str) -> DictConfig:
+    """config.yaml of a run folder, refused (ConfigError naming `key`) unless every `_target_` is
+    a class the lab registers and nothing in it is an interpolation."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"{key}: cannot read {path} as a tunelab config ({type(error).__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{key}: {path} is not a tunelab config (expected a mapping)")
+    problems = list(_untrusted(data, ""))
+    if problems:
+        raise ConfigError(f"{key}: {path} is refused, nothing was run:\n  " + "\n  ".join(problems))
+    return OmegaConf.create(data)
+
+
+def _untrusted(node, where: str):
+    if isinstance(node, dict):
+        for name, value in node.items():
+            here = f"{where}.{name}" if where else str(name)
+            if name == "_target_" and not is_registered_target(value):
+                yield f"{here}: {value!r} is not a class tunelab registers (conf/*/*.yaml or a tunelab component)"
+            elif str(name).startswith("_") and name != "_target_":
+                yield f"{here}: Hydra instantiation keys other than _target_ are not accepted in a saved config"
+            else:
+                yield from _untrusted(value, here)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _untrusted(value, f"{where}[{index}]")
+    elif isinstance(node, str) and "${" in node:
+        yield f"{where}: interpolations are not accepted in a saved config (got {node!r})"
+
+
+def is_registered_target(target) -> bool:
+    if not isinstance(target, str):
+        return False
+    if target in conf_targets():
+        return True
+    if not re.fullmatch(r"tuning(\.[A-Za-z_]\w*)+", target):
+        return False  # nothing outside the lab's own package is even imported
+    from tuning.component import Component
+
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, Component)
+
+
+@lru_cache(maxsize=1)
+def conf_targets() -> frozenset:
+    found = set()
+    for path in CONF_DIR.rglob("*.yaml"):
+        found.update(re.findall(r"^\s*_target_:\s*([\w.]+)\s*$", path.read_text(), flags=re.M))
+    return frozenset(found)

@@ -1,0 +1,205 @@
+"""Rebuild a run's MLflow run from its folder: records.jsonl is the truth, MLflow a view of it.
+
+    python -m tuning.sync outputs/runs/2026-11-23/10-00-00-000000 [--tracking-uri URI]
+
+after a store outage, a kill -9, or to copy a run into another store. It reopens the run named by
+the folder's `mlflow_run_id` (or creates one, with the saved config as params and the saved group
+choices as tags), logs every point of the tuning curve the run lacks (rebuilt from the records:
+`history`), the final metrics and the folder's files as artifacts, and sets the run's status from
+the folder (a run whose process died is KILLED). A run that is still going is left alone: its
+folder is locked. A resumed run calls `backfill` itself, so its curve has no hole either.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuning.callbacks import curve_metrics
+from tuning.config import ConfigError
+from tuning.records import RecordLog
+from tuning.run_folder import claim, load_config, read_status, release
+
+TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
+FINAL_METRICS_FILE = "final_metrics.json"
+CURVE_KEY = "tuning/best_gflops"
+
+
+def history(tasks, prior: dict, records) -> list[tuple[int, dict]]:
+    """(step, metrics) after each round, as the live run logged them (tuning/callbacks.py StepMetrics:
+    the round's task's best-so-far and invalid count, at step = measurements of the whole run)."""
+    by_key = {task.key: task for task in tasks}
+    best = {key: max((r.result.gflops(by_key[key].flops) for r in rows if r.result.ok), default=0.0)
+            for key, rows in prior.items() if key in by_key}
+    invalid = {key: sum(not r.result.ok for r in rows) for key, rows in prior.items()}
+    step = sum(len(rows) for key, rows in prior.items() if key in by_key)
+    points = []
+    records = [r for r in records if r.workload_key in by_key]
+    for i, record in enumerate(records):
+        key, task = record.workload_key, by_key[record.workload_key]
+        step += 1
+        if record.result.ok:
+            best[key] = max(best.get(key, 0.0), record.result.gflops(task.flops))
+        invalid[key] = invalid.get(key, 0) + (not record.result.ok)
+        following = records[i + 1] if i + 1 < len(records) else None
+        if following is None or (following.workload_key, following.round) != (key, record.round):
+            points.append((step, curve_metrics(task, best.get(key, 0.0), invalid[key])))
+    return points
+
+
+def backfill(tracker, points) -> int:
+    """Log the points whose step the run's curve lacks; returns how many."""
+    have = tracker.logged_steps(CURVE_KEY)
+    missing = [(step, metrics) for step, metrics in points if step not in have]
+    for step, metrics in missing:
+        tracker.log_metrics(metrics, step=step)
+    tracker.flush()
+    return len(missing)
+
+
+# ---- what the folder holds ----------------------------------------------------------------------
+def save_tasks(out_dir: Path, tasks) -> None:
+    rows = [{"name": t.name, "key": t.key, "flops": t.flops, "weight": t.weight} for t in tasks]
+    (out_dir / TASKS_FILE).write_text(json.dumps(rows))
+
+
+@dataclass(frozen=True)
+class SavedTask:
+    """What the curve needs of a task, as saved in tasks.json."""
+    name: str
+    key: str
+    flops: float
+    weight: int
+
+
+def load_tasks(out_dir: Path, cfg) -> list:
+    from tuning.task import build_tasks
+    from tuning.whole_model import is_whole_model
+
+    path = out_dir / TASKS_FILE
+    if not path.exists():
+        if is_whole_model(cfg.model):
+            raise ConfigError(f"run: {out_dir} has no {TASKS_FILE} (a whole-model run from before tuning.sync)")
+        return build_tasks(cfg.model)
+    try:
+        rows = json.loads(path.read_text())
+        return [SavedTask(str(r["name"]), str(r["key"]), float(r["flops"]), int(r["weight"])) for r in rows]
+    except (ValueError, TypeError, KeyError) as error:
+        raise ConfigError(f"run: {path} is not a tunelab task list ({type(error).__name__}: {error})") from None
+
+
+def run_files(out_dir: Path) -> list[tuple[Path, str | None]]:
+    """(file, artifact folder) of everything run.py logs as an artifact, where the folder has it."""
+    files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", "summary.txt", "convergence.png")]
+    files += [(p, "best_schedules") for p in sorted((out_dir / "best_schedules").glob("*"))]
+    files += [(p, "database") for p in sorted((out_dir / "database").glob("*"))]
+    files += [(p, "logs") for p in sorted(out_dir.glob("*.log"))]
+    return [(path, folder) for path, folder in files if path.is_file()]
+
+
+def final_metrics(out_dir: Path) -> tuple[int, dict]:
+    path = out_dir / FINAL_METRICS_FILE
+    if not path.exists():
+        return 0, {}
+    try:
+        data = json.loads(path.read_text())
+        return int(data["step"]), {str(k): float(v) for k, v in data["metrics"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return 0, {}
+
+
+def save_final_metrics(out_dir: Path, step: int, metrics: dict) -> None:
+    (out_dir / FINAL_METRICS_FILE).write_text(json.dumps({"step": step, "metrics": metrics}))
+
+
+# ---- the command -----------------------------------------------------------------------------
+def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
+    """Rebuild the run's MLflow run; returns a one-line account."""
+    from hydra.utils import instantiate
+
+    from tuning.config import validate
+    from tuning.resume import prior_records
+    from tuning.run_folder import saved_choices
+    from tuning.tracking.base import flatten
+    from omegaconf import OmegaConf
+
+    cfg = load_config(out_dir / "config.yaml", "run")
+    if tracking_uri:
+        cfg.tracking.uri = tracking_uri
+    validate(cfg)
+    claim(out_dir, resuming=True, key="run")  # refused while the run's own process holds the folder
+    try:
+        tasks = load_tasks(out_dir, cfg)
+        tracker = instantiate(cfg.tracking)
+        problem = tracker.unreachable()
+        if problem:
+            raise ConfigError(problem)
+        records = RecordLog(out_dir / "records.jsonl").load()
+        prior = prior_records(cfg, tasks, out_dir, tracker)
+        choices = saved_choices(out_dir)
+        tags = {"model": cfg.model.name, "seed": str(cfg.seed), "tunelab.synced": "true",
+                **{f"choice.{group}": name for group, name in choices.items()}}
+        run_id = _open(tracker, out_dir, cfg, flatten(OmegaConf.to_container(cfg, resolve=True)), tags, choices)
+        added = backfill(tracker, history(tasks, prior, records))
+        step, metrics = final_metrics(out_dir)
+        if metrics:
+            tracker.log_metrics(metrics, step=step)
+        for path, folder in run_files(out_dir):
+            tracker.log_artifact(str(path), folder)
+        status = read_status(out_dir)
+        status = "KILLED" if status in (None, "RUNNING") else status  # its process is gone: we hold the lock
+        tracker.end(status)
+        if tracker.offline:
+            raise ConfigError(f"tracking.uri: {tracker.offline}")
+        return (f"{out_dir}: MLflow run {run_id} in {cfg.tracking.uri}: {added} curve point(s) added, "
+                f"{len(records)} records, status {status}")
+    finally:
+        release(out_dir)
+
+
+def _open(tracker, out_dir: Path, cfg, params: dict, tags: dict, choices: dict) -> str:
+    run_id_file = out_dir / "mlflow_run_id"
+    known = run_id_file.read_text().strip() if run_id_file.exists() else None
+    if known and not _exists(cfg.tracking, known):
+        known = None  # another store, or the run never reached this one
+    name = f"{cfg.model.name}-{choices.get('search', 'run')}-{choices.get('sampler', '')}-{cfg.seed}"
+    run_id = tracker.start(name, params, tags, resume_run_id=known)
+    if not run_id:
+        raise ConfigError(f"tracking.uri: {tracker.offline}")
+    run_id_file.write_text(run_id)
+    return run_id
+
+
+def _exists(tracking_cfg, run_id: str) -> bool:
+    uri = tracking_cfg.get("uri")
+    if not uri:
+        return False
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(tracking_uri=str(uri)).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tuning.sync", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
+    parser.add_argument("--tracking-uri", help="the MLflow store to write to (default: the run's tracking.uri)")
+    args = parser.parse_args(argv)
+    out_dir = args.run.expanduser().resolve()
+    try:
+        if not (out_dir / "config.yaml").is_file():
+            raise ConfigError(f"run: {out_dir} holds no config.yaml (not a tunelab run folder)")
+        print(sync(out_dir, args.tracking_uri))
+    except ConfigError as error:
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
