@@ -7,7 +7,7 @@ config loader (tuning/config.py) only calls `check_params` on each chosen class 
 
 Declared on the class:
 
-    ranges = {"key": (low, high)}        numbers within [low, high]; None: unbounded
+    ranges = {"key": (low, high)}        finite numbers in [low, high]; None: unbounded
     options = {"key": ("a", "b")}        one of these values
     moved = {"key": "where it went"}     an old key that is rejected, naming its new place
     requires = {"group": ("capability", ...)}
@@ -87,8 +87,10 @@ def check_requirements(classes: dict[str, type], names: dict[str, str]) -> list[
 
 
 def check_range(key: str, value, low, high, inclusive_low: bool = True) -> list[str]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return [f"{key}: expected a number, got {value!r}"]
+    if not math.isfinite(value):  # the same words as tuning/config.py's walk over every float
+        return [f"{key}: expected a finite number, got {value!r}"]
     too_low = low is not None and (value < low if inclusive_low else value <= low)
     if too_low or (high is not None and value > high):
         bounds = f"{'>=' if inclusive_low else '>'} {low}" + (f" and <= {high}" if high is not None else "")

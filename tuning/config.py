@@ -1,8 +1,11 @@
 """Typed schema of the top-level config, and checks that run before any work.
 
-Hydra already rejects an unknown group option (listing the available ones)
-and OmegaConf rejects a wrong type for the structured keys below. `validate`
-adds the ranges of the top-level keys and the model, and asks every chosen
+Hydra already rejects an unknown group option (listing the available ones),
+an override of a key that is not there (without `+`), and OmegaConf a wrong
+type for the structured keys below. `validate` adds what they let through:
+keys added with `+` that nothing reads (top level, the schema groups, the
+model), NaN and infinities anywhere, the ranges of the top-level keys, the
+model (its name, which names files, and its dtype), and asks every chosen
 component class to check its own hyperparameters and what it requires of the
 others (tuning/component.py). Nothing here knows a component's keys: adding a
 method never edits this module. Every message names the key.
@@ -10,12 +13,15 @@ method never edits this module. Every message names the key.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+import math
+import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from tuning.component import Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
@@ -82,6 +88,9 @@ class TopLevelSchema:
     scheduler: Any = MISSING
 
 
+SCHEMA_GROUPS = {"budget": BudgetSchema, "tuning": TuningSchema, "e2e": E2ESchema, "objective": ObjectiveSchema}
+
+
 def register() -> None:
     ConfigStore.instance().store(name="base_config", node=TopLevelSchema)
 
@@ -91,6 +100,10 @@ class ConfigError(ValueError):
 
 
 MODEL_SPACES = ("full", "store")  # store: only the configs the measurement store holds (docs/store.md)
+MODEL_COMMON_KEYS = ("name", "kind", "description", "space", "dtype")
+# the correctness check's inputs (uniform in [-1, 1]) and tolerance (1e-3) are float32's
+MODEL_DTYPES = ("float32",)
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # it names files and runs: no '/', no leading '.'
 MODEL_KEYS = {
     "gemm": {"M": int, "N": int, "K": int},
     "conv2d": {"batch": int, "in_channels": int, "height": int, "width": int, "out_channels": int,
@@ -124,7 +137,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every problem (each naming its key) before any work.
 
     `choices` maps group -> chosen option name (Hydra's runtime choices), for messages."""
-    problems = []
+    problems = _unknown_keys(cfg) + _non_finite_floats(cfg)
     problems += check_range("seed", cfg.seed, 0, None)
     problems += check_range("budget.trials", cfg.budget.trials, 1, None)
     if cfg.budget.time_limit_s is not None:
@@ -136,6 +149,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     for key in ("runs", "min_runs"):
         problems += check_range(f"e2e.{key}", cfg.e2e[key], 1, None)
     problems += check_range("e2e.max_seconds", cfg.e2e.max_seconds, 0, None)
+    problems += check_range("e2e.timeout_s", cfg.e2e.timeout_s, 0, None, inclusive_low=False)
     problems += _check_model(cfg.model)
     problems += _check_objective(cfg.objective)
     problems += check_range("objective.report_every", cfg.objective.report_every, 1, None)
@@ -150,8 +164,47 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         if cfg.model.kind not in classes["hardware"].model_kinds:
             problems.append(f"hardware: hardware={names['hardware']} tunes model.kind "
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")
-    if problems:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    if problems:  # a NaN in a ranged key is found by the walk and by its range check: say it once
+        raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(problems)))
+
+
+def _unknown_keys(cfg) -> list[str]:
+    """Keys that nothing reads: a typo added with `+` (`+budget.trails=100`) would otherwise be
+    accepted and ignored. Component groups check their own keys (Component.check_params)."""
+    allowed = [f.name for f in fields(TopLevelSchema)] + (["hydra"] if "hydra" in cfg else [])
+    problems = _extra_keys("", cfg, allowed, "a top-level key")
+    for group, schema in SCHEMA_GROUPS.items():
+        problems += _extra_keys(f"{group}.", cfg[group], [f.name for f in fields(schema)], f"a key of {group}")
+    return problems
+
+
+def _extra_keys(prefix: str, node, allowed: list[str], what: str) -> list[str]:
+    return [f"{prefix}{key}: not {what} (allowed: {', '.join(allowed)})" for key in node if key not in allowed]
+
+
+def _non_finite_floats(node, path: str = "") -> list[str]:
+    """Every NaN or infinite float in the config, lists included, by dotted key."""
+    problems = []
+    for key, value in _children(node, path):
+        if isinstance(value, (DictConfig, ListConfig)):
+            problems += _non_finite_floats(value, key)
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{key}: expected a finite number, got {value}")
+    return problems
+
+
+def _children(node, path: str):
+    """(dotted key, resolved value) of a node's children; the top level's `hydra` is Hydra's own."""
+    if isinstance(node, ListConfig):
+        named = [(f"{path}[{i}]", i) for i in range(len(node))]
+    else:
+        named = [(f"{path}.{key}" if path else str(key), key) for key in node if path or key != "hydra"]
+    for name, key in named:
+        try:
+            value = node[key]
+        except (MissingMandatoryValue, InterpolationResolutionError):
+            continue  # not a number; whatever reads the key reports it
+        yield name, value
 
 
 def _check_objective(objective) -> list[str]:
@@ -173,7 +226,10 @@ def _check_model(model) -> list[str]:
     kind = model.get("kind")
     if kind not in MODEL_KEYS:
         return [f"model.kind: must be one of {sorted(MODEL_KEYS)}, got {kind!r}"]
-    problems = []
+    problems = _extra_keys("model.", model, [*MODEL_COMMON_KEYS, *MODEL_KEYS[kind]], f"a key of a {kind} model")
+    problems += _check_model_name(model.get("name"))
+    if model.get("dtype", "float32") not in MODEL_DTYPES:
+        problems.append(f"model.dtype: expected one of {', '.join(MODEL_DTYPES)}, got {model.get('dtype')!r}")
     if model.get("space", "full") not in MODEL_SPACES:
         problems.append(f"model.space: expected one of {', '.join(MODEL_SPACES)}, got {model.get('space')!r}")
     for key, typ in MODEL_KEYS[kind].items():
@@ -204,6 +260,13 @@ def _check_model(model) -> list[str]:
                 problems.append(f"model.kernel: a {model.kernel}x{model.kernel} kernel with padding "
                                 f"{model.padding} does not fit model.{side}={model[side]}")
     return problems
+
+
+def _check_model_name(name) -> list[str]:
+    if isinstance(name, str) and MODEL_NAME.fullmatch(name):
+        return []
+    return [f"model.name: names the run's files and runs, so it must match {MODEL_NAME.pattern} "
+            f"(no '/', not starting with '.'), got {name!r}"]
 
 
 def _check_component(group: str, node) -> tuple[type | None, list[str]]:

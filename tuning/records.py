@@ -3,7 +3,9 @@
 Errors are values: a MeasureResult either has costs (seconds, every repeat
 kept) or an error kind and message. Records are JSON lines, written and
 flushed one by one as candidates are measured, so a killed run loses
-nothing it measured and can resume from the file.
+nothing it measured and can resume from the file. A file is untrusted input
+(`tuning.database` may name any file): every line is checked field by field,
+and a line that is not a record raises RecordError naming the file and line.
 """
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ import json
 import math
 import os
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store")
+
+
+class RecordError(ValueError):
+    """A line of a records file that is not a tunelab record ("<path>:<line>: ...")."""
 
 
 @dataclass
@@ -70,13 +76,72 @@ class Record:
 
     @classmethod
     def from_json(cls, line: str) -> "Record":
+        """The record on one line; ValueError saying why when the line is not one."""
         data = json.loads(line)
+        problem = _shape_problem(data, Record, RECORD_FIELDS, "")
+        problem = problem or _shape_problem(data["result"], MeasureResult, RESULT_FIELDS, "result.")
+        if problem:
+            raise ValueError(problem)
         result = data.pop("result")
         result["config"] = tuple(result["config"]) if result.get("config") is not None else None
         return cls(result=MeasureResult(**result), **data)
 
 
 _RESULT_DEFAULTS = {"reused": False, "gauge_s": None}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_ints(value) -> bool:
+    return isinstance(value, list) and all(map(_is_int, value))
+
+
+# field -> (what it must be, test); a record's fields as to_json writes them
+RECORD_FIELDS = {
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "workload_key": ("a string", lambda v: isinstance(v, str)),
+    "config": ("a list of ints", _is_ints),
+    "decisions": ("an object", lambda v: isinstance(v, dict)),
+    "result": ("an object", lambda v: isinstance(v, dict)),
+    "round": ("an int", _is_int),
+    "method": ("a string", lambda v: isinstance(v, str)),
+    "seed": ("an int", _is_int),
+    "index": ("an int", _is_int),
+    "time": ("a finite number", _is_finite),
+}
+RESULT_FIELDS = {
+    "costs": ("a list of finite numbers", lambda v: isinstance(v, list) and all(map(_is_finite, v))),
+    "error": (f"null or one of {', '.join(ERROR_KINDS)}", lambda v: v is None or v in ERROR_KINDS),
+    "message": ("a string", lambda v: isinstance(v, str)),
+    "build_s": ("a finite number", _is_finite),
+    "run_s": ("a finite number", _is_finite),
+    "config": ("null or a list of ints", lambda v: v is None or _is_ints(v)),
+    "reused": ("a boolean", lambda v: isinstance(v, bool)),
+    "gauge_s": ("null or a finite number", lambda v: v is None or _is_finite(v)),
+}
+
+
+def _shape_problem(data, schema, checks: dict, prefix: str) -> str | None:
+    """Why `data` (parsed JSON) cannot be the dataclass `schema`, or None. Fields with a
+    default may be missing (to_json leaves out defaults, older files lack newer fields)."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"  # `result` was checked as a field
+    required = [f.name for f in fields(schema) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [prefix + key for key in required if key not in data]
+    unknown = [prefix + key for key in data if key not in checks]
+    if missing or unknown:
+        return "; ".join(f"{what} field {', '.join(keys)}" for what, keys in
+                         (("missing", missing), ("unknown", unknown)) if keys)
+    for key, (expected, ok) in checks.items():
+        if key in data and not ok(data[key]):
+            return f"{prefix}{key}: expected {expected}, got {json.dumps(data[key])[:80]}"
+    return None
 
 
 class RecordLog:
@@ -86,22 +151,40 @@ class RecordLog:
         self.path = Path(path)
 
     def load(self) -> list[Record]:
+        """Every record in the file. A last line without newline was cut by a kill and is not
+        one; any other line that is not a record raises RecordError naming the file and line."""
         if not self.path.exists():
             return []
         records = []
-        with self.path.open() as f:
-            for line in f:
-                if line.endswith("\n"):  # a line without newline was cut by a kill
-                    records.append(Record.from_json(line))
+        with self.path.open("rb") as f:
+            for number, line in enumerate(f, start=1):
+                if line.endswith(b"\n"):
+                    records.append(self._parse(line, number))
         return records
 
+    def _parse(self, line: bytes, number: int) -> Record:
+        try:
+            return Record.from_json(line.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            reason = f"not UTF-8 text at byte {error.start}"
+        except json.JSONDecodeError as error:
+            reason = f"not JSON: {error.msg} at column {error.colno}"
+        except ValueError as error:
+            reason = str(error)
+        raise RecordError(f"{self.path}:{number}: not a tunelab record ({reason})")
+
     def repair(self) -> None:
-        """Drop a torn trailing line left by a kill, so appends start clean."""
+        """Drop a torn trailing line left by a kill, so appends start clean. The file is truncated
+        in place, never rewritten: a kill during the repair cannot empty it."""
         if not self.path.exists():
             return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+        with self.path.open("r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0 or _byte_at(f, size - 1) == b"\n":
+                return
+            f.truncate(_end_of_last_line(f, size))
+            f.flush()
+            os.fsync(f.fileno())
 
     def append(self, record: Record) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,3 +192,22 @@ class RecordLog:
             f.write(record.to_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def _byte_at(f, offset: int) -> bytes:
+    f.seek(offset)
+    return f.read(1)
+
+
+def _end_of_last_line(f, size: int, chunk: int = 1 << 16) -> int:
+    """The offset just past the last newline in the file's first `size` bytes (0: none), read
+    backwards a chunk at a time."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        f.seek(start)
+        newline = f.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
