@@ -21,4 +21,7 @@ if __name__ == "__main__":
     if moved:
         print("tunelab: invalid config:\n  " + "\n  ".join(moved), file=sys.stderr)
         sys.exit(2)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP: the job said what it kept
+        sys.exit(128 + getattr(interrupt, "signum", 2))

@@ -108,11 +108,15 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
             (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
             parts.tracker.log_artifact(str(out_dir / "summary.txt"))
         status = "KILLED" if pruned else "FINISHED"
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         status = "KILLED"
+        print(f"\ntunelab: interrupted ({interrupt or 'SIGINT'}); every measurement so far is in "
+              f"{out_dir / 'records.jsonl'}; continue with: python run.py resume={out_dir}", file=sys.stderr)
         raise
     finally:
         mark_status(out_dir, status)
+        if status != "FINISHED":  # the round it stopped in has no curve point yet
+            backfill(parts.tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
         if trial is not None:
             parts.tracker.set_tags({"optuna.state": {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}.get(status, "FAIL")})
         interrupted = status == "KILLED" and not pruned

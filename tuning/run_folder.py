@@ -82,6 +82,10 @@ def release(out_dir: Path) -> None:
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP: handled wherever Ctrl-C is (the sweeper retries the trial, the run ends KILLED)."""
 
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
 
 @contextmanager
 def terminated_by_signals():
@@ -90,7 +94,7 @@ def terminated_by_signals():
         return
 
     def raise_terminated(signum, frame):
-        raise Terminated(f"{signal.Signals(signum).name}")
+        raise Terminated(signum)
 
     previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:

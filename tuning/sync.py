@@ -126,6 +126,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
     from omegaconf import OmegaConf
 
     cfg = load_config(out_dir / "config.yaml", "run")
+    own_store = not tracking_uri or tracking_uri == cfg.tracking.get("uri")
     if tracking_uri:
         cfg.tracking.uri = tracking_uri
     validate(cfg)
@@ -141,7 +142,8 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         choices = saved_choices(out_dir)
         tags = {"model": cfg.model.name, "seed": str(cfg.seed), "tunelab.synced": "true",
                 **{f"choice.{group}": name for group, name in choices.items()}}
-        run_id = _open(tracker, out_dir, cfg, flatten(OmegaConf.to_container(cfg, resolve=True)), tags, choices)
+        run_id = _open(tracker, out_dir, cfg, flatten(OmegaConf.to_container(cfg, resolve=True)), tags, choices,
+                       own_store)
         added = backfill(tracker, history(tasks, prior, records))
         step, metrics = final_metrics(out_dir)
         if metrics:
@@ -159,31 +161,18 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         release(out_dir)
 
 
-def _open(tracker, out_dir: Path, cfg, params: dict, tags: dict, choices: dict) -> str:
+def _open(tracker, out_dir: Path, cfg, params: dict, tags: dict, choices: dict, own_store: bool) -> str:
+    """Reopen the folder's MLflow run (a new one where the store lacks it); the folder keeps naming
+    the run in its own store, not in a store it was copied to."""
     run_id_file = out_dir / "mlflow_run_id"
     known = run_id_file.read_text().strip() if run_id_file.exists() else None
-    if known and not _exists(cfg.tracking, known):
-        known = None  # another store, or the run never reached this one
     name = f"{cfg.model.name}-{choices.get('search', 'run')}-{choices.get('sampler', '')}-{cfg.seed}"
     run_id = tracker.start(name, params, tags, resume_run_id=known)
     if not run_id:
         raise ConfigError(f"tracking.uri: {tracker.offline}")
-    run_id_file.write_text(run_id)
+    if own_store:
+        run_id_file.write_text(run_id)
     return run_id
-
-
-def _exists(tracking_cfg, run_id: str) -> bool:
-    uri = tracking_cfg.get("uri")
-    if not uri:
-        return False
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        MlflowClient(tracking_uri=str(uri)).get_run(run_id)
-    except MlflowException:
-        return False
-    return True
 
 
 def main(argv=None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-
+import time
 
 from tuning.hardware.base import Hardware
 from tuning.records import MeasureResult
@@ -57,15 +57,18 @@ def _unit(*parts) -> float:
 
 class SyntheticHardware(Hardware):
     """Analytic latency landscape; `noise` is the per-repeat relative jitter; `store` and `reuse` as
-    hardware=cpu's (tests of the measurement store)."""
+    hardware=cpu's (tests of the measurement store); `delay_s` a real pause before each result comes
+    back (fault tests need a run that is still going when they kill it)."""
 
     model_kinds = ("gemm", "conv2d")
-    ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None)}
+    ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None),
+              "delay_s": (0.0, 10.0)}
 
     def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024,
-                 store: str | None = None, reuse: bool = False):
+                 store: str | None = None, reuse: bool = False, delay_s: float = 0.0):
         self.store = store
         self.reuse = reuse
+        self.delay_s = delay_s
         self.peak_gflops = peak_gflops
         self.noise = noise
         self.invalid_register_tile = invalid_register_tile
@@ -96,6 +99,7 @@ class SyntheticHardware(Hardware):
     def measure(self, task, configs, spec, on_result=None):
         results = [self._measure_one(task, tuple(config), spec) for config in configs]
         for i, result in enumerate(results):
+            time.sleep(self.delay_s)
             if on_result:
                 on_result(i, result)
         return results

@@ -44,8 +44,9 @@ class MlflowTracker(Tracker):
     flush_every: buffered metrics that trigger a write (one sqlite
         log_metric costs ~8 ms; a batch of 1000 costs about the same);
         the loop also flushes after every round.
-    retry_s: how long one failing call to the store is retried (backoff
-        0.5, 1, 2, ... s) before the tracker goes offline.
+    retry_s: how long (wall clock, from the call) a failing call to the store
+        is retried, with backoff 0.5, 1, 2, ... s, before the tracker goes
+        offline. MLflow itself waits up to 20 s on a locked sqlite file.
     """
     ranges = {"flush_every": (1, None), "retry_s": (0, 3600)}
 
@@ -78,8 +79,9 @@ class MlflowTracker(Tracker):
             tags["mlflow.parentRunId"] = self._parent_run_id
             self._client.update_run(self._parent_run_id, status="RUNNING")
 
-        if resume_run_id:
-            run = self._client.get_run(resume_run_id)
+        run = self._existing_run(resume_run_id) if resume_run_id else None
+        reopened = run is not None
+        if reopened:
             self._run_id = run.info.run_id
             self._client.update_run(self._run_id, status="RUNNING")
             already_logged = set(run.data.params)
@@ -89,10 +91,23 @@ class MlflowTracker(Tracker):
             self._run_id = run.info.run_id
             already_logged = set()
         self._active = True
-        if resume_run_id:
+        if reopened:
             self.set_tags(tags)
         self._log_params(params, skip=already_logged)
         return self._run_id
+
+    def _existing_run(self, run_id: str):
+        """The run to reopen, or None when this store does not have it (the folder's run was
+        tracked elsewhere, or never reached the store): then a new run is created."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self._client.get_run(run_id)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            return None
+        return run if run.info.experiment_id == self._experiment_id else None
 
     def unreachable(self) -> str | None:
         if not self.uri.startswith(("http://", "https://")):
@@ -198,17 +213,17 @@ class MlflowTracker(Tracker):
         (None from here on). Any error counts: the store is a view, and the run must finish."""
         if self.offline:
             return None
-        delay, waited = 0.5, 0.0
+        deadline, delay = time.monotonic() + self.retry_s, 0.5  # wall clock: a locked sqlite call blocks 20 s
         while True:
             try:
                 return function(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - see the docstring
-                if waited >= self.retry_s:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     self._go_offline(what, error)
                     return None
-                pause = min(delay, self.retry_s - waited)
-                time.sleep(pause)
-                waited, delay = waited + pause, delay * 2
+                time.sleep(min(delay, left))
+                delay *= 2
 
     def _go_offline(self, what: str, error: Exception) -> None:
         detail = " ".join(str(error).split())[:300]
