@@ -351,3 +351,13 @@ def test_sync_copies_a_run_into_another_store(tmp_path):
     assert_curve_complete(run_dir, other, copied.info.run_id)
     own = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert mlflow_run(run_dir, own)[1].info.status == "FINISHED", "the folder still names its own store's run"
+
+
+def test_a_corrupt_records_line_is_named_before_any_work(tmp_path):
+    run_dir = finished_run(tmp_path)
+    lines = (run_dir / "records.jsonl").read_text().splitlines(keepends=True)
+    lines[5] = '{"task": "gemm_64", "broken\n'
+    (run_dir / "records.jsonl").write_text("".join(lines))
+    _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=64", code=2)
+    assert f"{run_dir / 'records.jsonl'}:6" in err and "Traceback" not in err
+    assert (run_dir / "records.jsonl").read_text() == "".join(lines)

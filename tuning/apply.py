@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tuning.config import ConfigError, validate
 from tuning.outcome import TaskOutcome, best_from_records, task_table
-from tuning.records import RecordLog
+from tuning.records import RecordError, RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import claim, load_config, release
 from tuning.whole_model import WHOLE_MODEL_KINDS, e2e_line, evaluate_end_to_end, is_whole_model
@@ -79,7 +79,7 @@ def main(argv=None) -> None:
             raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
         claim(run_dir, resuming=True, key="run")
         apply_run(run_dir)
-    except ConfigError as error:
+    except (ConfigError, RecordError) as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
     finally:

@@ -27,7 +27,7 @@ from tuning.hardware.replay import ReplayHardware, store_path, with_store
 from tuning.loop import Components, RunInfo, tune_tasks
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
-from tuning.records import RecordLog
+from tuning.records import RecordError, RecordLog
 from tuning.resume import prior_records, resolve_resume
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import MeasurementStore, StoreError
@@ -61,6 +61,8 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         problem = parts.tracker.unreachable()
         if problem:
             raise ConfigError(problem)
+        if cfg.resume:
+            _check_records(out_dir)
         store_writer = _with_store(cfg, parts)
         tasks = _tasks(cfg, parts.hardware)
         _check_store_space(cfg, tasks, parts.hardware)
@@ -130,6 +132,13 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
     return objective_values(cfg.objective, outcomes, tuning_s, started_at)
+
+
+def _check_records(out_dir: Path) -> None:
+    try:
+        RecordLog(out_dir / "records.jsonl").load()
+    except RecordError as error:
+        raise ConfigError(f"resume: {error}; repair or remove that line, then resume again") from None
 
 
 def _with_store(cfg, parts) -> StoreWriter | None:

@@ -128,7 +128,10 @@ def saved_choices(out_dir: Path) -> dict:
 
 
 def mark_status(out_dir: Path, status: str) -> None:
-    (out_dir / STATUS_FILE).write_text(status + "\n")
+    try:
+        (out_dir / STATUS_FILE).write_text(status + "\n")
+    except OSError:
+        pass  # a full disk: the error that stopped the run matters more than its status file
 
 
 def read_status(out_dir: Path) -> str | None:

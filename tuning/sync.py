@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tuning.callbacks import curve_metrics
 from tuning.config import ConfigError
-from tuning.records import RecordLog
+from tuning.records import RecordError, RecordLog
 from tuning.run_folder import claim, load_config, read_status, release
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
@@ -185,7 +185,7 @@ def main(argv=None) -> None:
         if not (out_dir / "config.yaml").is_file():
             raise ConfigError(f"run: {out_dir} holds no config.yaml (not a tunelab run folder)")
         print(sync(out_dir, args.tracking_uri))
-    except ConfigError as error:
+    except (ConfigError, RecordError) as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
 
