@@ -106,28 +106,42 @@ def finished_run(tmp: Path, *args: str, trials: int = 48) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """A finished 16-measurement run (random search), copied by the tests that only read or refuse it."""
+    return finished_run(tmp_path_factory.mktemp("small"), trials=16)
+
+
+def copy_of(run_dir: Path, tmp: Path) -> Path:
+    copy = tmp / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(".tunelab.lock"))
+    return copy
+
+
 # ---- run identity ------------------------------------------------------------------------------
-def test_a_folder_that_holds_a_run_is_refused(tmp_path):
-    run_dir = finished_run(tmp_path)
+def test_a_folder_that_holds_a_run_is_refused(tmp_path, small_run):
+    run_dir = copy_of(small_run, tmp_path)
     before = (run_dir / "records.jsonl").read_bytes()
     _, err = run(tmp_path, *SA, "seed=7", f"hydra.run.dir={run_dir}", code=2)
     assert "already holds a run" in err and f"resume={run_dir}" in err and "Traceback" not in err
     assert (run_dir / "records.jsonl").read_bytes() == before
 
 
-def test_a_second_writer_on_a_folder_is_refused_at_once(tmp_path):
-    run_dir = finished_run(tmp_path)
+def test_a_second_writer_on_a_folder_is_refused_at_once(tmp_path, small_run):
+    run_dir = copy_of(small_run, tmp_path)
     with open(run_dir / ".tunelab.lock", "a") as held:  # another process is writing it
         fcntl.flock(held, fcntl.LOCK_EX)
         started = time.monotonic()
         _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=96", code=2)
         assert time.monotonic() - started < 30
     assert "being written by another tunelab process" in err and "Traceback" not in err
-    assert len(rows(run_dir)) == 48
+    assert len(rows(run_dir)) == 16
 
 
+@pytest.mark.slow
 def test_two_resumes_at_once_one_is_refused(tmp_path):
-    run_dir = finished_run(tmp_path)
+    run_dir = tmp_path / "run"
+    run(tmp_path, "search=random", "cost_model=none", "budget.trials=48", f"hydra.run.dir={run_dir}", delay=0.05)
     first = start(tmp_path, f"resume={run_dir}", "budget.trials=400", f"hydra.run.dir={tmp_path / 'r1'}")
     wait_for_records(first, run_dir / "records.jsonl", 60)
     _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=400", f"hydra.run.dir={tmp_path / 'r2'}", code=2)
@@ -136,15 +150,16 @@ def test_two_resumes_at_once_one_is_refused(tmp_path):
     assert len(rows(run_dir)) == 400 and len({tuple(r["config"]) for r in rows(run_dir)}) == 400
 
 
-def test_resume_into_its_own_folder_keeps_the_runs_methods(tmp_path):
+def test_resume_into_its_own_folder_keeps_the_runs_methods(tmp_path, small_run):
     """Hydra rewrites .hydra/ of `hydra.run.dir=DIR` before the job: the names come from run.yaml."""
-    run_dir = finished_run(tmp_path)
-    run(tmp_path, f"resume={run_dir}", "budget.trials=96", f"hydra.run.dir={run_dir}")
-    assert len(rows(run_dir)) == 96 and {r["method"] for r in rows(run_dir)} == {"random+greedy"}
-    _, found = mlflow_run(run_dir, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_dir = copy_of(small_run, tmp_path)
+    run(tmp_path, f"resume={run_dir}", "budget.trials=32", f"hydra.run.dir={run_dir}")
+    assert len(rows(run_dir)) == 32 and {r["method"] for r in rows(run_dir)} == {"random+greedy"}
+    _, found = mlflow_run(run_dir, f"sqlite:///{small_run.parent / 'mlflow.db'}")
     assert found.data.tags["choice.search"] == "random" and found.data.tags["choice.cost_model"] == "none"
 
 
+@pytest.mark.slow
 def test_a_moved_folder_names_its_missing_store_and_takes_another(tmp_path):
     run_dir = finished_run(tmp_path)
     moved_store = tmp_path / "elsewhere" / "mlflow.db"
@@ -168,18 +183,12 @@ CRAFTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory) -> Path:
-    return finished_run(tmp_path_factory.mktemp("small"), trials=16)
-
-
 CASES = [("resume", key) for key in CRAFTED] + [("apply", "search._target_"), ("sync", "hardware.backend._target_")]
 
 
 @pytest.mark.parametrize("command,key", CASES)
 def test_a_crafted_run_folder_runs_nothing(tmp_path, small_run, command, key):
-    run_dir, marker = tmp_path / "run", tmp_path / "executed"
-    shutil.copytree(small_run, run_dir, ignore=shutil.ignore_patterns(".tunelab.lock"))
+    run_dir, marker = copy_of(small_run, tmp_path), tmp_path / "executed"
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     CRAFTED[key](cfg, marker)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -276,6 +285,7 @@ def store_outage_then_sync(tmp: Path, lock_s: float, trials: int) -> None:
     assert_curve_complete(run_dir, uri)
 
 
+@pytest.mark.slow
 def test_a_locked_store_never_fails_a_run_and_sync_restores_it(tmp_path):
     store_outage_then_sync(tmp_path, lock_s=24, trials=192)  # MLflow waits 20 s on a lock itself
 
@@ -333,14 +343,15 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
         server.wait()
 
 
-def test_sync_refuses_a_run_that_is_still_going(tmp_path):
-    run_dir = finished_run(tmp_path)
+def test_sync_refuses_a_run_that_is_still_going(tmp_path, small_run):
+    run_dir = copy_of(small_run, tmp_path)
     with open(run_dir / ".tunelab.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         _, err = module(tmp_path, "tuning.sync", str(run_dir), code=2)
     assert "being written by another tunelab process" in err
 
 
+@pytest.mark.slow
 def test_sync_copies_a_run_into_another_store(tmp_path):
     run_dir = finished_run(tmp_path)
     other = f"sqlite:///{tmp_path / 'other.db'}"
@@ -353,8 +364,8 @@ def test_sync_copies_a_run_into_another_store(tmp_path):
     assert mlflow_run(run_dir, own)[1].info.status == "FINISHED", "the folder still names its own store's run"
 
 
-def test_a_corrupt_records_line_is_named_before_any_work(tmp_path):
-    run_dir = finished_run(tmp_path)
+def test_a_corrupt_records_line_is_named_before_any_work(tmp_path, small_run):
+    run_dir = copy_of(small_run, tmp_path)
     lines = (run_dir / "records.jsonl").read_text().splitlines(keepends=True)
     lines[5] = '{"task": "gemm_64", "broken\n'
     (run_dir / "records.jsonl").write_text("".join(lines))
