@@ -372,3 +372,45 @@ def test_a_corrupt_records_line_is_named_before_any_work(tmp_path, small_run):
     _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=64", code=2)
     assert f"{run_dir / 'records.jsonl'}:6" in err and "Traceback" not in err
     assert (run_dir / "records.jsonl").read_text() == "".join(lines)
+
+
+# ---- the parts, without a run ------------------------------------------------------------------
+def test_a_tracker_whose_store_fails_goes_offline_once_and_never_raises(tmp_path, capsys):
+    from tuning.tracking.mlflow_tracker import MlflowTracker
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "offline", retry_s=0.3)
+    assert tracker.start("run", {"a": 1}, {"t": "x"})
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise sqlite3.OperationalError("database is locked")
+
+    tracker._client.log_batch = broken
+    tracker.log_metrics({"tuning/best_gflops": 1.0}, step=1)
+    tracker.flush()
+    assert tracker.offline and "database is locked" in tracker.offline and len(calls) >= 2
+    tried = len(calls)
+    tracker.log_metrics({"tuning/best_gflops": 2.0}, step=2)
+    tracker.flush()
+    tracker.set_tags({"b": "c"})
+    tracker.end("FINISHED")  # nothing raised, nothing more tried
+    assert len(calls) == tried
+    assert capsys.readouterr().err.count("tuning.sync") == 1
+
+
+def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):
+    from tuning.config import ConfigError
+    from tuning.run_folder import is_registered_target, load_config
+
+    assert is_registered_target("tuning.search.sa.SimulatedAnnealing") or is_registered_target(
+        "tuning.hardware.synthetic.SyntheticHardware")
+    assert not is_registered_target("os.system") and not is_registered_target("tuning.records.RecordLog")
+    assert not is_registered_target("antigravity.geohash") and "antigravity" not in sys.modules
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump({"hardware": {"_target_": "tuning.hardware.replay.ReplayHardware",
+                                                  "backend": {"_target_": "tuning.hardware.synthetic.SyntheticHardware"}}}))
+    assert load_config(saved, "resume").hardware.backend._target_.endswith("SyntheticHardware")
+    saved.write_text("- not\n- a mapping\n")
+    with pytest.raises(ConfigError, match=r"resume: .* \(expected a mapping\)"):
+        load_config(saved, "resume")
