@@ -99,6 +99,15 @@ def assert_curve_complete(run_dir: Path, uri: str, run_id: str | None = None) ->
     assert all(abs(value - curve[step]) <= 1e-6 * curve[step] for step, value in logged.items())
 
 
+def assert_round_metrics_complete(run_dir: Path, uri: str) -> None:
+    """Metrics that only the live run knows (round/*, search/*) are in the spool when the store was
+    out, and `tuning.sync` replays them: every round has them."""
+    client, found = mlflow_run(run_dir, uri)
+    _, ends = best_so_far(rows(run_dir))
+    for key in ("round/batch", "round/search_s", "time/search_s"):
+        assert {m.step for m in client.get_metric_history(found.info.run_id, key)} == ends, key
+
+
 def finished_run(tmp: Path, *args: str, trials: int = 48) -> Path:
     run_dir = tmp / "run"
     run(tmp, "search=random", "cost_model=none", f"budget.trials={trials}", f"hydra.run.dir={run_dir}", *args,
@@ -283,6 +292,7 @@ def store_outage_then_sync(tmp: Path, lock_s: float, trials: int) -> None:
     assert {a.path for a in client.list_artifacts(found.info.run_id)} >= {"records.jsonl", "config.yaml", "summary.txt"}
     assert "tuning/final_gflops" in found.data.metrics
     assert_curve_complete(run_dir, uri)
+    assert_round_metrics_complete(run_dir, uri)
 
 
 @pytest.mark.slow
@@ -338,6 +348,8 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
         module(tmp_path, "tuning.sync", str(run_dir))
         assert mlflow_run(run_dir, uri)[1].info.status == "FINISHED"
         assert_curve_complete(run_dir, uri)
+        assert_round_metrics_complete(run_dir, uri)
+        assert "tuning/final_gflops" in mlflow_run(run_dir, uri)[1].data.metrics
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()

@@ -32,7 +32,7 @@ from tuning.resume import prior_records, resolve_resume
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import MeasurementStore, StoreError
 from tuning.sweep import Pruning, trial_tags
-from tuning.sync import backfill, history, save_final_metrics, save_tasks
+from tuning.sync import SPOOL_FILE, backfill, history, save_final_metrics, save_tasks
 from tuning.task import build_tasks
 from tuning.tracking.base import flatten, option_name
 from tuning.tracking.plot import convergence_png
@@ -57,6 +57,7 @@ def main(cfg: DictConfig) -> float:
 def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model",
                                                          "hardware", "tracking")))
+    parts.tracker.spool_to(str(out_dir / SPOOL_FILE))
     try:
         problem = parts.tracker.unreachable()
         if problem:

@@ -4,8 +4,9 @@
 
 after a store outage, a kill -9, or to copy a run into another store. It reopens the run named by
 the folder's `mlflow_run_id` (or creates one, with the saved config as params and the saved group
-choices as tags), logs every point of the tuning curve the run lacks (rebuilt from the records:
-`history`), the final metrics and the folder's files as artifacts, and sets the run's status from
+choices as tags), replays the metrics the tracker spooled while the store was out, logs every point
+of the tuning curve the run still lacks (rebuilt from the records: `history`), the final metrics and
+the folder's files as artifacts, and sets the run's status from
 the folder (a run whose process died is KILLED). A run that is still going is left alone: its
 folder is locked. A resumed run calls `backfill` itself, so its curve has no hole either.
 """
@@ -24,6 +25,7 @@ from tuning.run_folder import claim, load_config, read_status, release
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
 FINAL_METRICS_FILE = "final_metrics.json"
+SPOOL_FILE = "mlflow_pending.jsonl"  # metrics the store did not take during the run (the tracker's spool)
 CURVE_KEY = "tuning/best_gflops"
 
 
@@ -47,6 +49,35 @@ def history(tasks, prior: dict, records) -> list[tuple[int, dict]]:
         if following is None or (following.workload_key, following.round) != (key, record.round):
             points.append((step, curve_metrics(task, best.get(key, 0.0), invalid[key])))
     return points
+
+
+def replay_spool(tracker, out_dir: Path) -> set[str]:
+    """Log the metrics the tracker spooled while the store was out; the file is then renamed, so a
+    second sync does not log them twice. Lines that are not metric points are skipped. Returns the
+    metric names replayed."""
+    path = out_dir / SPOOL_FILE
+    if not path.exists():
+        return set()
+    by_step: dict[int, dict] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        point = _metric_point(line)
+        if point is not None:
+            by_step.setdefault(point[2], {})[point[0]] = point[1]
+    for step, metrics in sorted(by_step.items()):
+        tracker.log_metrics(metrics, step=step)
+    tracker.flush()
+    if not tracker.offline:
+        path.rename(path.with_suffix(".synced"))
+    return {key for metrics in by_step.values() for key in metrics}
+
+
+def _metric_point(line: str) -> tuple[str, float, int] | None:
+    try:
+        data = json.loads(line)
+        key, value, step = str(data["key"]), float(data["value"]), data["step"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return (key, value, step) if isinstance(step, int) and value == value and abs(value) != float("inf") else None
 
 
 def backfill(tracker, points) -> int:
@@ -144,8 +175,10 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
                 **{f"choice.{group}": name for group, name in choices.items()}}
         run_id = _open(tracker, out_dir, cfg, flatten(OmegaConf.to_container(cfg, resolve=True)), tags, choices,
                        own_store)
+        replayed = replay_spool(tracker, out_dir)  # before the curve, which only fills steps still missing
         added = backfill(tracker, history(tasks, prior, records))
         step, metrics = final_metrics(out_dir)
+        metrics = {k: v for k, v in metrics.items() if k not in replayed}
         if metrics:
             tracker.log_metrics(metrics, step=step)
         for path, folder in run_files(out_dir):
@@ -155,8 +188,8 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         tracker.end(status)
         if tracker.offline:
             raise ConfigError(f"tracking.uri: {tracker.offline}")
-        return (f"{out_dir}: MLflow run {run_id} in {cfg.tracking.uri}: {added} curve point(s) added, "
-                f"{len(records)} records, status {status}")
+        return (f"{out_dir}: MLflow run {run_id} in {cfg.tracking.uri}: {len(replayed)} spooled metric(s) "
+                f"replayed, {added} curve point(s) added, {len(records)} records, status {status}")
     finally:
         release(out_dir)
 

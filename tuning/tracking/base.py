@@ -22,6 +22,8 @@ artifacts. The loop drives it in this order:
                                                      KILLED (and a multirun's parent as parent_status)
     tracker.unreachable() -> str | None              before any work: why the store cannot be reached
     tracker.logged_steps(key) -> set[int]            the steps of a metric the run already has
+    tracker.spool_to(path)                           where metrics go that the store does not take
+                                                     (JSON lines: key, value, timestamp, step)
     tracker.offline -> str | None                    why the store was given up on during the job (then
                                                      every call is a no-op; the run folder keeps all,
                                                      `python -m tuning.sync` rebuilds the run from it)
@@ -81,6 +83,9 @@ class Tracker(Component):
 
     def logged_steps(self, key: str) -> set[int]:
         return set()
+
+    def spool_to(self, path: str) -> None:
+        pass
 
     @abstractmethod
     def end(self, status: str = "FINISHED", parent_status: str = "FINISHED") -> None:

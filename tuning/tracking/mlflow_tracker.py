@@ -6,13 +6,15 @@ global active-run state, so several trackers can live in one process.
 The store is a view of the run folder, never a reason to lose a run: every call
 to it is retried with backoff for up to `retry_s` seconds (a locked sqlite file,
 a restarting server); after that the tracker goes `offline` for the rest of the
-job, says so once, and the run finishes with everything on disk, from which
-`python -m tuning.sync <run dir>` rebuilds the MLflow run.
+job, says so once, and the run finishes with everything on disk: the metrics the
+store did not take go to the run folder's spool (`spool_to`), from which
+`python -m tuning.sync <run dir>` replays them when it rebuilds the MLflow run.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import math
 import os
 import re
@@ -56,6 +58,7 @@ class MlflowTracker(Tracker):
         self.flush_every = flush_every
         self.retry_s = retry_s
         self.offline: str | None = None
+        self._spool_path: Path | None = None
         self._client = None
         self._experiment_id: str | None = None
         self._run_id: str | None = None
@@ -165,15 +168,11 @@ class MlflowTracker(Tracker):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
-        self._require_run()
+        if not self._require_run():
+            self._spool([Metric(_key(k), v, int(time.time() * 1000), int(step)) for k, v in _finite(metrics)])
+            return
         now_ms = int(time.time() * 1000)
-        for name, value in metrics.items():
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(value):
-                self._buffer.append(Metric(_key(name), value, now_ms, int(step)))
+        self._buffer += [Metric(_key(name), value, now_ms, int(step)) for name, value in _finite(metrics)]
         if len(self._buffer) >= self.flush_every:
             self.flush()
 
@@ -183,8 +182,21 @@ class MlflowTracker(Tracker):
         while self._buffer and not self.offline:
             chunk = self._buffer[:METRICS_PER_BATCH]
             self._call("log metrics", self._client.log_batch, self._run_id, metrics=chunk, synchronous=True)
-            del self._buffer[:len(chunk)]  # written, or offline: tuning.sync rebuilds the curve from records
-        self._buffer.clear()
+            if not self.offline:
+                del self._buffer[:len(chunk)]  # only after the write: what failed goes to the spool
+        self._spool(self._buffer)
+        self._buffer = []
+
+    def spool_to(self, path: str) -> None:
+        self._spool_path = Path(path)
+
+    def _spool(self, metrics) -> None:
+        """Metrics the store did not take, as JSON lines for `python -m tuning.sync` to replay."""
+        if not metrics or self._spool_path is None:
+            return
+        with self._spool_path.open("a") as handle:
+            handle.writelines(json.dumps({"key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step})
+                              + "\n" for m in metrics)
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         self._require_run()
@@ -256,9 +268,13 @@ class MlflowTracker(Tracker):
 
     # -- helpers -----------------------------------------------------------
 
-    def _require_run(self) -> None:
+    def _require_run(self) -> bool:
+        """False when the store was given up on (the call is then a no-op); raises if start() was never called."""
+        if self.offline:
+            return False
         if not self._active:
             raise RuntimeError("no open run: call start() first")
+        return True
 
     def _connect(self) -> None:
         from mlflow.tracking import MlflowClient
@@ -322,6 +338,16 @@ class MlflowTracker(Tracker):
         fresh = [Param(k, v) for k, v in cleaned.items() if k not in skip]
         for i in range(0, len(fresh), PARAMS_PER_BATCH):
             self._client.log_batch(self._run_id, params=fresh[i:i + PARAMS_PER_BATCH], synchronous=True)
+
+
+def _finite(metrics: dict):
+    for name, value in metrics.items():
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            yield name, value
 
 
 def _sqlite_path(uri: str) -> Path | None:
