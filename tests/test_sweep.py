@@ -332,8 +332,9 @@ def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):
     study = optuna.create_study(study_name="kmeans_threshold-gemm_64", storage=storage, direction="maximize")
     study.ask({"sampler.threshold": FloatDistribution(0.5, 10.0, log=True),
                "sampler.k_min": IntDistribution(2, 16, step=2), "sampler.k_max": CategoricalDistribution([32, 64, 96])})
-    left_running = study.trials[0].params  # as a killed sweep leaves it
-    sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=32", "hydra.sweeper.n_trials=1")
+    left_running = study.trials[0].params  # as a killed sweep without heartbeats leaves it
+    sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=32", "hydra.sweeper.n_trials=1",
+          "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2")  # dead once 2 s old
     trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert trials[1].params == left_running and trials[1].user_attrs["retry_of"] == 0
@@ -353,7 +354,7 @@ def test_a_clearly_bad_trial_is_pruned_early(tmp_path):
     trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3 + [TrialState.PRUNED]
     assert max(trials[3].intermediate_values) < 96 and max(trials[0].intermediate_values) == 96
-    records = (tmp_path / "sweep" / "3" / "records.jsonl").read_text().splitlines()
+    records = (tmp_path / "sweep" / "trial_3" / "records.jsonl").read_text().splitlines()
     assert len(records) < 96
     _, _, children = mlflow_runs(tmp_path)
     pruned = [c for c in children if c.data.tags["optuna.trial"] == "3"][0]
@@ -398,7 +399,7 @@ def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
     proc = subprocess.Popen([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    records = tmp_path / "sweep" / "0" / "records.jsonl"
+    records = tmp_path / "sweep" / "trial_0" / "records.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 20):
         time.sleep(0.2)
@@ -424,4 +425,4 @@ def test_a_trial_with_an_invalid_config_stops_the_sweep_naming_the_key(tmp_path)
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "sampler.k_min: must be below sampler.k_max" in proc.stderr, proc.stderr[-3000:]
     assert [t.state for t in study_of(tmp_path, "kmeans_threshold-gemm_64").trials] == [TrialState.FAIL]
-    assert not (tmp_path / "sweep" / "0" / "records.jsonl").exists()  # rejected before any work
+    assert not (tmp_path / "sweep" / "trial_0" / "records.jsonl").exists()  # rejected before any work

@@ -1,4 +1,5 @@
-"""A sweep job's side of Optuna: pruning, trial tags, and the sweep's summary on its parent run.
+"""A sweep job's side of Optuna: pruning, trial tags, the sweep's summary on its parent run (and
+the sweeper's way to end that run KILLED).
 
 What a sweep optimises is tuning/objective.py. Pruning (single-objective studies): after every
 round the job reports the best-so-far of the metric to the Optuna trial at each multiple of
@@ -77,7 +78,16 @@ class SweepSummary(Callback):
         if "pareto_front" in results:
             tags["optuna.pareto_trials"] = ",".join(str(t["trial"]) for t in results["pareto_front"])
         files = [sweep_dir / name for name in (RESULTS_FILE, "trials.csv", "pareto_front.csv")]
-        if not HydraConfig.initialized():  # the tracking URI may read ${hydra:runtime.cwd}
-            HydraConfig.instance().set_config(config)
-        instantiate(config.tracking).log_to_parent(str(sweep_dir), params, metrics, tags,
-                                                   [str(f) for f in files if f.exists()])
+        _tracker(config).log_to_parent(str(sweep_dir), params, metrics, tags, [str(f) for f in files if f.exists()])
+
+
+def end_parent(config, status: str) -> None:
+    """The sweeper's side: close the multirun's parent run with `status` (KILLED: interrupted)."""
+    _tracker(config).end_parent(str(Path(config.hydra.sweep.dir).resolve()), status)
+
+
+def _tracker(config):
+    """The job config's tracker, built in the sweeper's process; its parent key is the absolute sweep dir."""
+    if not HydraConfig.initialized():  # the tracking URI may read ${hydra:runtime.cwd}
+        HydraConfig.instance().set_config(config)
+    return instantiate(config.tracking)

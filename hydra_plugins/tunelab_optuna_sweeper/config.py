@@ -104,12 +104,23 @@ class OptunaSweeperConf:
       task config's `objective.directions` (tunelab's objective group), else minimize.
     storage: an Optuna storage URL (sqlite:///path/optuna.db); null keeps the study in memory.
     study_name: a named study in a storage resumes: n_trials counts the trials it already has.
-    n_trials: total trials of the study (finished ones from earlier invocations count).
+    n_trials: total trials of the study: finished ones (from earlier invocations too) and those
+      running in another sweep process count.
     n_jobs: trials per batch handed to the launcher (hydra/launcher=joblib runs them in parallel).
     max_failure_rate: the sweep stops (raising the failure) when a batch's share of FAILED
       trials exceeds this; pruned trials are not failures.
-    retry_interrupted: trials left RUNNING by a killed sweep of this study are marked FAIL
-      and their params enqueued again (assumes one sweeper per study at a time).
+    retry_interrupted: a trial whose sweep was interrupted (Ctrl-C, SIGTERM) or killed (a dead
+      trial, see heartbeat_interval) is marked FAIL and run again: its params are enqueued as a
+      new trial. false: it only stays FAIL, and counts toward n_trials.
+    heartbeat_interval: with a storage, the sweeper records every running trial's heartbeat
+      this often (seconds), so several sweep processes can share a study: a trial is dead when
+      its heartbeat is older than grace_period (its sweep was killed), and the next sweep of
+      the study to look marks it FAIL; a sweep waits for other processes' running trials before
+      it ends, until they finish or die. null: no heartbeats, no dead trial is ever detected.
+    grace_period: seconds without a heartbeat after which a RUNNING trial is dead (null: twice
+      heartbeat_interval). It must cover a few beats: a sweep running a job in its own process
+      beats from a thread, which one long call that holds the GIL delays. A RUNNING trial that
+      never beat (left by a sweep without heartbeats) is dead once it started this long ago.
     """
     _target_: str = "hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     _recursive_: bool = False  # the sweeper builds the sampler and pruner itself (seed offset, grid)
@@ -123,6 +134,8 @@ class OptunaSweeperConf:
     n_jobs: int = 1
     max_failure_rate: float = 0.0
     retry_interrupted: bool = True
+    heartbeat_interval: Optional[int] = 10
+    grace_period: Optional[int] = 60
     params: Optional[Dict[str, Any]] = None
 
 
