@@ -113,8 +113,10 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         status = "KILLED" if pruned else "FINISHED"
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         status = "KILLED"
+        again = ("re-running the sweep runs this trial again" if trial is not None
+                 else f"continue with: python run.py resume={out_dir}")
         print(f"\ntunelab: interrupted ({interrupt or 'SIGINT'}); every measurement so far is in "
-              f"{out_dir / 'records.jsonl'}; continue with: python run.py resume={out_dir}", file=sys.stderr)
+              f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
     finally:
         mark_status(out_dir, status)

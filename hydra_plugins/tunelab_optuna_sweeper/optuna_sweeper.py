@@ -20,7 +20,6 @@ import csv
 import fcntl
 import logging
 import math
-import signal
 import threading
 import time
 import warnings
@@ -39,6 +38,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
+
+from tuning.run_folder import terminated_by_signals
 
 from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
 from . import search_space, trial as trial_side
@@ -86,7 +87,7 @@ class OptunaSweeper(Sweeper):
         study = self._study(directions)
         sweep_dir, names = Path(self.config.hydra.sweep.dir), self._objective_names(len(directions))
         try:
-            with _signals_interrupt():
+            with terminated_by_signals():  # SIGTERM/SIGHUP like Ctrl-C: trials run again, parent KILLED
                 self._optimize(study, space, fixed, n_trials, sweep_dir, names)
         except KeyboardInterrupt:
             self._end_parent("KILLED")
@@ -312,32 +313,6 @@ def _study_lock(storage):
     with open(path.with_name(path.name + ".lock"), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
         yield
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, handled like Ctrl-C; run.py exits with 128 + signum."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextmanager
-def _signals_interrupt():
-    """SIGTERM and SIGHUP interrupt the sweep like Ctrl-C (its trials run again, its parent run ends KILLED)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _sqlite_file(storage) -> Path | None:
