@@ -48,6 +48,7 @@ def tiny(tmp_path_factory):
     return tmp, tmp / "run", output
 
 
+@pytest.mark.slow  # whole models on real TVM take minutes: make test-full
 def test_network_run_prints_table_and_e2e_line_and_matches_torch(tiny):
     tmp, run_dir, output = tiny
     assert re.search(r"^task\s+weight\s+MFLOP\s+best us", output, re.M), output
@@ -65,6 +66,7 @@ def test_network_run_prints_table_and_e2e_line_and_matches_torch(tiny):
     assert (run_dir / "database" / "database_tuning_record.json").exists()
 
 
+@pytest.mark.slow  # whole models on real TVM take minutes: make test-full
 def test_network_run_is_tracked_in_mlflow(tiny):
     tmp, run_dir, _ = tiny
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
@@ -79,6 +81,7 @@ def test_network_run_is_tracked_in_mlflow(tiny):
     assert {"e2e.json", "summary.txt", "records.jsonl", "database"} <= artifacts
 
 
+@pytest.mark.slow  # whole models on real TVM take minutes: make test-full
 def test_apply_standalone(tiny):
     tmp, run_dir, _ = tiny
     (run_dir / "database").rename(run_dir / "database.moved")  # apply exports it again from the records
@@ -88,6 +91,7 @@ def test_apply_standalone(tiny):
     assert (run_dir / "database" / "database_tuning_record.json").exists()
 
 
+@pytest.mark.slow  # whole models on real TVM take minutes: make test-full
 def test_database_reuse_measures_nothing_already_done(tiny, tmp_path):
     tmp, first_dir, _ = tiny
     again = tmp_path / "again"
@@ -110,6 +114,7 @@ def test_database_reuse_measures_nothing_already_done(tiny, tmp_path):
     assert not {(r["workload_key"], tuple(r["config"])) for r in new} & {(r["workload_key"], tuple(r["config"])) for r in old}
 
 
+@pytest.mark.slow  # whole models on real TVM take minutes: make test-full
 def test_onnx_file_tuned_applied_and_matches_torch(tmp_path):
     model, example = build_network("tiny_cnn", seed=5)
     path = tmp_path / "tiny.onnx"

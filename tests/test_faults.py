@@ -246,7 +246,8 @@ def interrupt_and_resume(tmp: Path, sig: int, at: int, trials: int = 256) -> Non
     assert_curve_complete(run_dir, uri)
 
 
-@pytest.mark.parametrize("sig,at", [(signal.SIGTERM, 70), (signal.SIGKILL, 150)])
+@pytest.mark.parametrize("sig,at", [(signal.SIGTERM, 70),
+                                    pytest.param(signal.SIGKILL, 150, marks=pytest.mark.slow)])
 def test_signal_then_resume_keeps_records_exact_and_the_curve_complete(tmp_path, sig, at):
     interrupt_and_resume(tmp_path, sig, at)
 

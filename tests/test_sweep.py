@@ -340,6 +340,7 @@ def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):
     assert trials[1].params == left_running and trials[1].user_attrs["retry_of"] == 0
 
 
+@pytest.mark.slow
 def test_a_clearly_bad_trial_is_pruned_early(tmp_path):
     """Three trials on the synthetic machine at its 100 GFLOP/s peak, then one on a machine 50x
     slower: its best-so-far is far below the others' at the first step, so it stops there."""
@@ -362,6 +363,7 @@ def test_a_clearly_bad_trial_is_pruned_early(tmp_path):
     assert all(c.info.status == "FINISHED" for c in children if c is not pruned)
 
 
+@pytest.mark.slow
 def test_four_parallel_joblib_trials_lose_nothing(tmp_path):
     sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=32", "hydra.sweeper.n_trials=4",
           "hydra.sweeper.n_jobs=4", "hydra/launcher=joblib", "hydra.launcher.n_jobs=4")
