@@ -121,7 +121,7 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     finally:
         mark_status(out_dir, status)
         if status != "FINISHED":  # the round it stopped in has no curve point yet
-            backfill(parts.tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
+            _backfill_quietly(parts.tracker, tasks, prior, out_dir)
         if trial is not None:
             parts.tracker.set_tags({"optuna.state": {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}.get(status, "FAIL")})
         interrupted = status == "KILLED" and not pruned
@@ -135,6 +135,15 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
     return objective_values(cfg.objective, outcomes, tuning_s, started_at)
+
+
+def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:
+    """The stopped round's curve point, unless the records cannot be read (a full disk, a bad line):
+    then the error that stopped the run is the one to report, and resume or tuning.sync fill it later."""
+    try:
+        backfill(tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
+    except (OSError, RecordError):
+        pass
 
 
 def _check_records(out_dir: Path) -> None:
