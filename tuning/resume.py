@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from tuning.config import ConfigError
 from tuning.records import RecordError, RecordLog
 from tuning.run_folder import claim, load_config, saved_choices
+from tuning.tracking.mlflow_tracker import sqlite_path
 
 
 def resolve_resume(cfg, hydra: dict):
@@ -72,7 +73,8 @@ def _check_tracking_store(cfg) -> None:
     """A moved run folder names a sqlite store that is not there: say so, rather than create an
     empty one that holds none of the run's history."""
     uri = str(cfg.get("tracking", {}).get("uri", ""))
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].split("?", 1)[0]).exists():
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
         raise ConfigError(f"tracking.uri: the run's MLflow store {uri} does not exist (was the folder moved?); "
                           "point at it with tracking.uri=sqlite:////path/to/mlflow.db")
 

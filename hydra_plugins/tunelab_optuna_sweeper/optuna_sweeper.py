@@ -40,6 +40,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
 from tuning.run_folder import terminated_by_signals
+from tuning.tracking.mlflow_tracker import sqlite_path
 
 from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
 from . import search_space, trial as trial_side
@@ -306,7 +307,7 @@ def _study_lock(storage):
     """Serialises the study's creation and each "fail dead, count, ask" between sweep processes on one
     sqlite file (a lock file beside it). Other databases are not serialised: two sweeps there may
     overshoot n_trials by a batch."""
-    path = _sqlite_file(storage)
+    path = sqlite_path(storage)
     if path is None:
         yield
         return
@@ -315,22 +316,16 @@ def _study_lock(storage):
         yield
 
 
-def _sqlite_file(storage) -> Path | None:
-    prefix = "sqlite:///"
-    if not storage or not storage.startswith(prefix) or storage == prefix + ":memory:":
-        return None
-    return Path(storage[len(prefix):])
-
-
 def _absolute_sqlite(storage):
     """A relative sqlite path is taken from the launching folder, also for jobs that chdir;
     its folder is created."""
-    path = _sqlite_file(storage)
+    path = sqlite_path(storage)
     if path is None:
         return storage
     path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    query = storage.partition("?")[1:]
+    return f"sqlite:///{path}{''.join(query)}"
 
 
 def _check_settings(n_trials, n_jobs, max_failure_rate, heartbeat_interval, grace_period) -> None:

@@ -282,7 +282,7 @@ class MlflowTracker(Tracker):
         # MLflow's own HTTP retries (7, backoff factor 2) take minutes per call; _call retries instead
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-        db = _sqlite_path(self.uri)
+        db = sqlite_path(self.uri)
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
         # Concurrent jobs on a fresh sqlite file would race on schema creation.
@@ -350,8 +350,9 @@ def _finite(metrics: dict):
             yield name, value
 
 
-def _sqlite_path(uri: str) -> Path | None:
-    if not uri.startswith("sqlite:///"):
+def sqlite_path(uri: str | None) -> Path | None:
+    """The file of a `sqlite:///` URI (None for other URIs, None and :memory:)."""
+    if not uri or not uri.startswith("sqlite:///"):
         return None
     path = uri[len("sqlite:///"):].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
