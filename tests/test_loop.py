@@ -350,3 +350,42 @@ def test_final_best_is_the_best_re_measured_finalist(tmp_path):
     honest = {c: r.cost for c, r in zip(top3, original_remeasure(hardware, task, top3))}
     assert outcome.best_config == min(honest, key=honest.get)
     assert outcome.best_cost == pytest.approx(honest[outcome.best_config])
+
+
+# ---- common random numbers (budget.init_random) -------------------------------------------
+def crn_records(tmp_path, name, search, sampler, cost_model, init_random, seed=3, trials=48):
+    parts = components(search=search, sampler=sampler, cost_model=cost_model, seed=seed)
+    run = RunInfo(seed=seed, out_dir=tmp_path / name, method=name, trials=trials, plan_size=parts.search.default_plan_size,
+                  init_random=init_random)
+    (tmp_path / name).mkdir()
+    return [tuple(r.config) for r in tune_task(model_task("gemm_512"), parts, run).records]
+
+
+def test_init_random_gives_two_methods_the_same_first_configs(tmp_path):
+    sa = crn_records(tmp_path, "sa", "sa", "greedy", "xgb", init_random=20)
+    ppo = crn_records(tmp_path, "ppo", "ppo", "kmeans", "xgb", init_random=20)
+    assert sa[:20] == ppo[:20]
+    assert sa[20:] != ppo[20:]  # after them each method chooses its own
+    assert len(set(sa)) == len(sa) == 48
+    other_seed = crn_records(tmp_path, "seed4", "sa", "greedy", "xgb", init_random=20, seed=4)
+    assert other_seed[:20] != sa[:20]
+
+
+def test_without_init_random_methods_start_apart(tmp_path):
+    sa = crn_records(tmp_path, "sa", "sa", "greedy", "xgb", init_random=0)
+    ppo = crn_records(tmp_path, "ppo", "ppo", "kmeans", "xgb", init_random=0)
+    assert sa[:20] != ppo[:20]
+
+
+def test_init_random_survives_a_resume(tmp_path):
+    whole = crn_records(tmp_path, "whole", "sa", "greedy", "xgb", init_random=40, trials=48)
+    parts = components(search="sa", seed=3)
+    out = tmp_path / "resumed"
+    out.mkdir()
+    task = model_task("gemm_512")
+    tune_task(task, parts, RunInfo(seed=3, out_dir=out, method="r", trials=10, plan_size=parts.search.default_plan_size,
+                                   init_random=40))
+    parts = components(search="sa", seed=3)
+    resumed = tune_task(task, parts, RunInfo(seed=3, out_dir=out, method="r", trials=48,
+                                             plan_size=parts.search.default_plan_size, init_random=40))
+    assert [tuple(r.config) for r in resumed.records][:40] == whole[:40]

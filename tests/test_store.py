@@ -171,6 +171,7 @@ def test_truth_is_the_median_of_every_reading_of_a_config(tmp_path):
     assert store.truth("hw", "t", "s", (2,)) is None  # 2 readings < 3
     assert store.truth("hw", "t", "s", (3,)) is None
     assert store.truth("hw", "t", "s", (9,)) is None
+    assert store.truths("hw", "t", "s") == {(1,): pytest.approx(3e-3)}
 
 
 def test_a_run_scores_its_incumbent_by_the_store(tmp_path):

@@ -44,6 +44,8 @@ class BudgetSchema:
     early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
     min_trials_per_task: int = 64  # every task gets this many (or its whole space) before scheduling
     plan_size: Optional[int] = None  # configs per round; null: the search's default_plan_size (its paper's)
+    init_random: int = 0  # common random numbers: each task's first N measurements are random configs drawn
+                          # from the seed alone, the same for every method (paired comparisons pair something)
 
 
 @dataclass
@@ -146,6 +148,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         if cfg.budget[key] is not None:
             problems += check_range(f"budget.{key}", cfg.budget[key], 1, None)
     problems += check_range("budget.min_trials_per_task", cfg.budget.min_trials_per_task, 0, None)
+    problems += check_range("budget.init_random", cfg.budget.init_random, 0, None)
     for key in ("runs", "min_runs"):
         problems += check_range(f"e2e.{key}", cfg.e2e[key], 1, None)
     problems += check_range("e2e.max_seconds", cfg.e2e.max_seconds, 0, None)

@@ -2,8 +2,9 @@
 
     until the run's budget is spent, the time is up, every task stopped, or a callback abandons it:
         task       = the next task without its minimum yet, else scheduler.pick(tasks)
+        batch      = the task's common random configs not yet measured (budget.init_random), then
         candidates = task's search.propose(...)   # no measuring here
-        batch      = task's sampler.select(...)
+        batch     += task's sampler.select(...)   # up to the round's size
         results    = evaluator.measure(...)       # callbacks' on_result per record as it arrives
         task's cost_model.fit(all its records)
         task's search.observe(batch, results)
@@ -18,6 +19,7 @@ with exactly `trials` records and never measures a config twice.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from tuning.hardware.base import Hardware
 from tuning.outcome import TaskOutcome, best_from_records
 from tuning.records import Record, RecordLog
 from tuning.resume import restore_state, save_state
-from tuning.sampler.base import Sampler, take_unvisited
+from tuning.sampler.base import Sampler, random_unvisited, take_unvisited
 from tuning.scheduler.round_robin import RoundRobin
 from tuning.search.base import Search
 from tuning.store import jsonable
@@ -59,6 +61,7 @@ class RunInfo:
     early_stop: int | None = None
     min_trials_per_task: int = 0  # every task gets this many (or its whole space) before scheduling
     rounds_per_task: int | None = None  # a task stops after this many rounds (Chameleon's "iterations")
+    init_random: int = 0  # common random numbers: each task's first N measurements (common_random_configs)
     # None: default_callbacks(the tracker). An abandoned run (a callback's after_round returned a
     # reason, e.g. "pruned") skips the final re-measurement: nobody wants its result.
     callbacks: list[MeasureCallback] | None = None
@@ -146,6 +149,8 @@ class TaskTuner:
         self.outcome = TaskOutcome(task, self.records, times=self.times, reused=len(prior))
         self.enumerated = (list(self.space.enumerate())
                            if self.space.size <= max(run.plan_size, run.min_trials_per_task) else None)
+        self.common = (common_random_configs(self.space, task, run.seed, run.init_random)
+                       if run.init_random and self.enumerated is None else [])
         self.done = False
         _fit(parts.cost_model, self.space, task, self.records, self.times)
         if self.enumerated is not None and not self._next_enumerated(1):
@@ -190,9 +195,12 @@ class TaskTuner:
         if self.enumerated is not None:
             batch = self._next_enumerated(n)
         else:
-            candidates = parts.search.propose(self.space, parts.cost_model, run.plan_size, self.visited, self.rng)
-            batch = parts.sampler.select(candidates, self.space, self.visited, n, self.rng,
-                                         exploration=parts.search.exploration())
+            batch = [c for c in self.common if c not in self.visited][:n]
+            if len(batch) < n:
+                taken = self.visited | set(batch)
+                candidates = parts.search.propose(self.space, parts.cost_model, run.plan_size, taken, self.rng)
+                batch += parts.sampler.select(candidates, self.space, taken, n - len(batch), self.rng,
+                                              exploration=parts.search.exploration())
         search_s = time.perf_counter() - started
         self.times["search_s"] += search_s
         if not batch:
@@ -238,6 +246,19 @@ class TaskTuner:
             self.outcome.stopped_because = "reused"
         else:
             _finish(self)
+
+
+def common_random_configs(space, task, seed: int, n: int) -> list[tuple]:
+    """budget.init_random: n distinct canonical configs drawn from the seed and the task alone, so
+    every method measures the same ones first at that seed (fewer when the space runs out)."""
+    rng = np.random.default_rng([seed, int.from_bytes(hashlib.sha256(task.key.encode()).digest()[:8], "little")])
+    configs: list = []
+    while len(configs) < n:
+        config = random_unvisited(space, set(), configs, rng)
+        if config is None:
+            break
+        configs.append(config)
+    return configs
 
 
 def _out_of_time(run: RunInfo) -> bool:

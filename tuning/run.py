@@ -78,7 +78,8 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
     save_identity(out_dir, hydra.get("choices", {}))
-    save_tasks(out_dir, tasks)
+    save_tasks(out_dir, tasks, store_rows=(lambda task: store_writer.table(task, parts.hardware.space(task)))
+               if store_writer else None)
     mark_status(out_dir, "RUNNING")
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
     run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
@@ -209,7 +210,8 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer
     simulated clock (replay) the stored seconds of the measurements and 0."""
     deadline = time.monotonic() + cfg.budget.time_limit_s if cfg.budget.time_limit_s else None
     run = RunInfo(cfg.seed, out_dir, method, cfg.budget.trials, cfg.budget.plan_size, deadline, cfg.budget.early_stop,
-                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task, callbacks)
+                  cfg.budget.min_trials_per_task, cfg.budget.rounds_per_task, callbacks,
+                  init_random=cfg.budget.get("init_random") or 0)
 
     def components_for(index: int) -> Components:  # each task learns its own model and search state
         if len(tasks) == 1:
@@ -264,6 +266,7 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     tracker.log_artifact(png)
     tracker.log_artifact(str(out_dir / "records.jsonl"))
     tracker.log_artifact(str(out_dir / "config.yaml"))
+    tracker.log_artifact(str(out_dir / "tasks.json"))
     for log in out_dir.glob("*.log"):  # Hydra's job log
         tracker.log_artifact(str(log), "logs")
 

@@ -194,6 +194,14 @@ class MeasurementStore:
         readings = [c for row in self.rows(hardware, task_key, space, config) if row.ok for c in row.costs]
         return statistics.median(readings) if len(readings) >= min_readings else None
 
+    def truths(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, float]:
+        """`truth` of every config of a task at once (configs with fewer readings are left out)."""
+        readings: dict = {}
+        for row in self.rows(hardware, task_key, space):
+            if row.ok:
+                readings.setdefault(row.config, []).extend(row.costs)
+        return {c: statistics.median(r) for c, r in readings.items() if len(r) >= min_readings}
+
     def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
         """Each config's stored decisions (rows whose config or decisions do not parse are left out)."""
         found: dict = {}

@@ -91,8 +91,17 @@ def backfill(tracker, points) -> int:
 
 
 # ---- what the folder holds ----------------------------------------------------------------------
-def save_tasks(out_dir: Path, tasks) -> None:
-    rows = [{"name": t.name, "key": t.key, "flops": t.flops, "weight": t.weight} for t in tasks]
+def save_tasks(out_dir: Path, tasks, store_rows=None) -> None:
+    """tasks.json: each task's name, key, flops and weight; with a measurement store also where its
+    rows are (`store`: the file's absolute path, `store_key`: [hardware, task, space]), which is
+    how `python -m tuning.compare` scores the run by the store's truth."""
+    rows = []
+    for task in tasks:
+        row = {"name": task.name, "key": task.key, "flops": task.flops, "weight": task.weight}
+        if store_rows is not None:
+            table = store_rows(task)
+            row.update(store=str(table.store.path.resolve()), store_key=list(table.key))
+        rows.append(row)
     (out_dir / TASKS_FILE).write_text(json.dumps(rows))
 
 
@@ -123,7 +132,8 @@ def load_tasks(out_dir: Path, cfg) -> list:
 
 def run_files(out_dir: Path) -> list[tuple[Path, str | None]]:
     """(file, artifact folder) of everything run.py logs as an artifact, where the folder has it."""
-    files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", "summary.txt", "convergence.png")]
+    files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", TASKS_FILE, "summary.txt",
+                                                 "convergence.png")]
     files += [(p, "best_schedules") for p in sorted((out_dir / "best_schedules").glob("*"))]
     files += [(p, "database") for p in sorted((out_dir / "database").glob("*"))]
     files += [(p, "logs") for p in sorted(out_dir.glob("*.log"))]

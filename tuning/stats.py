@@ -1,0 +1,135 @@
+"""The statistics of a comparison (tuning/compare.py; docs/compare.md): one implementation of each.
+
+Every function takes plain arrays and a seeded numpy Generator where it resamples, so the same
+inputs give the same numbers. scipy does the work where it has the tool (bootstrap, Wilcoxon,
+Kaplan-Meier, log-rank); what is written here is the glue and the conventions:
+
+    lower is better      every value is a latency (seconds); a ratio < 1 means faster than the baseline
+    bootstrap            percentile intervals, 95% by default, resampling seeds (runs), never readings
+    paired ratio         the geometric mean of per-seed ratios method / baseline, CI by resampling seeds
+    test                 Wilcoxon signed-rank on the per-seed log ratios (exact for small n), then Holm's
+                         step-down correction across the tasks of one comparison
+    verdict              better / worse only when the CI excludes 1 AND the Holm-adjusted p < alpha;
+                         otherwise undecided at this power
+    censoring            runs that never reach the target are right-censored at their length, never
+                         dropped: Kaplan-Meier median with its interval, log-rank test between methods
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95
+RESAMPLES = 2000
+
+
+# ---- bootstrap ----------------------------------------------------------------------------------
+def bootstrap_ci(values, statistic=np.median, rng=None, level: float = LEVEL,
+                 resamples: int = RESAMPLES) -> tuple[float, float, float]:
+    """(statistic, low, high) of 1-D `values`: a percentile bootstrap over the values (nan
+    interval with fewer than 2)."""
+    values = np.asarray(values, dtype=np.float64)
+    point = float(statistic(values)) if len(values) else math.nan
+    if len(values) < 2:
+        return point, math.nan, math.nan
+    low, high = curve_band(values[:, None], statistic, rng, level, resamples)
+    return point, float(low[0]), float(high[0])
+
+
+def curve_band(curves, statistic=np.median, rng=None, level: float = LEVEL,
+               resamples: int = RESAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per column of `curves` (runs x points): the percentile bootstrap band of the
+    statistic over runs, the same resampled runs for every point (a band of whole curves)."""
+    curves = np.asarray(curves, dtype=np.float64)
+    if curves.shape[0] < 2:
+        nan = np.full(curves.shape[1], math.nan)
+        return nan, nan.copy()
+    rng = rng if rng is not None else np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=stats.DegenerateDataWarning)
+        result = stats.bootstrap((curves,), statistic, axis=0, n_resamples=resamples, confidence_level=level,
+                                 method="percentile", random_state=rng)
+    low, high = result.confidence_interval
+    return np.atleast_1d(low), np.atleast_1d(high)
+
+
+# ---- paired comparison ----------------------------------------------------------------------------
+def paired_ratio(method, baseline, rng=None, level: float = LEVEL) -> dict:
+    """Per-seed latencies (aligned arrays) -> the geometric mean of method/baseline with its paired
+    bootstrap CI (resampling seeds) and the Wilcoxon signed-rank p-value of the log ratios."""
+    method, baseline = np.asarray(method, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    logs = np.log(method / baseline)
+    mean, low, high = bootstrap_ci(logs, np.mean, rng, level)
+    return {"n": len(logs), "ratio": math.exp(mean) if len(logs) else math.nan,
+            "low": math.exp(low) if math.isfinite(low) else math.nan,
+            "high": math.exp(high) if math.isfinite(high) else math.nan, "p": wilcoxon_p(logs)}
+
+
+def wilcoxon_p(differences) -> float:
+    """Two-sided Wilcoxon signed-rank p-value; 1.0 when every difference is 0, nan with none.
+    Zero differences are dropped (Wilcoxon's own convention)."""
+    differences = np.asarray(differences, dtype=np.float64)
+    if len(differences) == 0:
+        return math.nan
+    if not np.any(differences):
+        return 1.0
+    return float(stats.wilcoxon(differences, zero_method="wilcox").pvalue)
+
+
+def holm(p_values) -> list[float]:
+    """Holm's step-down adjusted p-values (same order as given; nan stays nan and is not counted)."""
+    p = np.asarray(p_values, dtype=np.float64)
+    adjusted = np.full(len(p), math.nan)
+    known = np.flatnonzero(np.isfinite(p))
+    running = 0.0
+    for rank, i in enumerate(known[np.argsort(p[known], kind="stable")]):
+        running = max(running, min(1.0, (len(known) - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def verdict(low: float, high: float, p_adjusted: float, alpha: float = 1 - LEVEL) -> str:
+    """better / worse (lower latency is better) when the CI excludes 1 and the adjusted test agrees."""
+    if not all(math.isfinite(v) for v in (low, high, p_adjusted)) or p_adjusted >= alpha:
+        return "undecided"
+    if high < 1:
+        return "better"
+    if low > 1:
+        return "worse"
+    return "undecided"
+
+
+# ---- censored times to a target ---------------------------------------------------------------
+def kaplan_meier_median(times, reached, level: float = LEVEL) -> dict:
+    """Times to a target (measurements or seconds) where `reached` is False for runs censored at
+    their time (they stopped first). The Kaplan-Meier median with the interval read off the
+    survival function's confidence band; a median the data never reach is None with
+    `at_least` the longest time observed."""
+    times, reached = np.asarray(times, dtype=np.float64), np.asarray(reached, dtype=bool)
+    result = {"n": len(times), "reached": int(reached.sum()), "median": None, "low": None, "high": None,
+              "at_least": float(times.max()) if len(times) else math.nan}
+    if not reached.any():
+        return result
+    fit = stats.ecdf(stats.CensoredData(uncensored=times[reached], right=times[~reached]))
+    band = fit.sf.confidence_interval(level)
+    result["median"] = _first_at_most_half(fit.sf)
+    result["low"], result["high"] = _first_at_most_half(band.low), _first_at_most_half(band.high)
+    return result
+
+
+def _first_at_most_half(function) -> float | None:
+    below = np.flatnonzero(np.asarray(function.probabilities) <= 0.5)
+    return float(function.quantiles[below[0]]) if len(below) else None
+
+
+def logrank_p(times_a, reached_a, times_b, reached_b) -> float:
+    """Two-sided log-rank p-value between two groups of censored times (nan when no event)."""
+    a = [np.asarray(v) for v in (times_a, reached_a)]
+    b = [np.asarray(v) for v in (times_b, reached_b)]
+    if not (a[1].astype(bool).any() or b[1].astype(bool).any()) or len(a[0]) == 0 or len(b[0]) == 0:
+        return math.nan
+    data = [stats.CensoredData(uncensored=t[r.astype(bool)], right=t[~r.astype(bool)]) for t, r in (a, b)]
+    return float(stats.logrank(*data).pvalue)
