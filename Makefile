@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	# torch first: with the local CPU wheel in place nothing pulls the CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# the methodology score's reference (tests/test_compare.py); only its numpy/scipy parts are used,
+	# so not its kernel_tuner, yappi, progressbar2 and nonconformist
+	$(BIN)/python -m pip install --quiet --no-deps autotuning-methodology==1.1.0
 	rm -f $(VENV)/.installed-* && touch $@
 
 # A real tuning run on the default workload (conv_l8 = ResNet-18 conv task 11) in a few minutes.

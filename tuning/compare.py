@@ -35,7 +35,6 @@ import csv
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -167,8 +166,9 @@ def target_rows(task: str, by_method: dict, baseline: str, target_s: float) -> l
     return rows
 
 
-def adjust_across_tasks(rows: list[dict], group_keys: tuple[str, ...]) -> None:
-    """Holm-adjust each row's `p` within its family: the same method and `group_keys`, across tasks."""
+def holm_within(rows: list[dict], group_keys: tuple[str, ...]) -> None:
+    """Holm-adjust each row's `p` within its family: the rows of one method with the same `group_keys`
+    (the tasks of one budget, or the metrics of one comparison)."""
     families = defaultdict(list)
     for row in rows:
         if "p" in row:
@@ -188,6 +188,7 @@ class Comparison:
     truths: dict  # task -> TaskTruth
     budget_table: list[dict] = field(default_factory=list)
     target_table: list[dict] = field(default_factory=list)
+    metric_table: list[dict] = field(default_factory=list)  # --metric: a final MLflow metric, paired by seed
     scores: dict = field(default_factory=dict)  # method -> score row
     notes: list[str] = field(default_factory=list)
 
@@ -203,7 +204,7 @@ class Comparison:
 
 
 def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BUDGETS, fraction: float = 1.0,
-            seed: int = 0) -> Comparison:
+            seed: int = 0, run_metrics: dict | None = None, metric_keys=()) -> Comparison:
     """Every statistic of the comparison, from the runs' curves (seeded: the same inputs give the
     same numbers)."""
     methods = sorted({c.method for c in curves})
@@ -222,8 +223,8 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
         result.budget_table += budget_rows(task, by_method, baseline, result.budgets, rng)
         target = truths[task].best_s / fraction
         result.target_table += target_rows(task, by_method, baseline, target)
-    adjust_across_tasks(result.budget_table, ("budget",))
-    adjust_across_tasks(result.target_table, ("axis",))
+    holm_within(result.budget_table, ("budget",))
+    holm_within(result.target_table, ("axis",))
     for row in result.budget_table:
         if "ratio" in row:
             row["verdict"] = stats.verdict(row["ratio_low"], row["ratio_high"], row["p_holm"])
@@ -231,7 +232,32 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
         if "p" in row:
             row["verdict"] = _target_verdict(row, result.target_table, baseline)
     result.scores = methodology_scores(result, rng)
+    result.metric_table = metric_rows(run_metrics or {}, metric_keys, baseline, rng)
     return result
+
+
+def metric_rows(run_metrics: dict, keys, baseline: str, rng) -> list[dict]:
+    """Per final metric (lower is better, e.g. run/run_s) and method: the median over seeds [CI] and the
+    paired ratio to the baseline, Holm-adjusted across the metrics."""
+    rows = []
+    methods = sorted({m for m, _ in run_metrics}, key=lambda m: (m != baseline, m))
+    for key in keys:
+        for method in methods:
+            by_seed = {s: v[key] for (m, s), v in run_metrics.items() if m == method and math.isfinite(v.get(key, math.nan))}
+            median, low, high = stats.bootstrap_ci(list(by_seed.values()), np.median, rng)
+            row = {"metric": key, "method": method, "seeds": len(by_seed), "median": median, "low": low, "high": high}
+            base = {s: v[key] for (m, s), v in run_metrics.items() if m == baseline and math.isfinite(v.get(key, math.nan))}
+            shared = sorted(set(by_seed) & set(base))
+            if method != baseline and shared and all(base[s] > 0 and by_seed[s] > 0 for s in shared):
+                ratio = stats.paired_ratio([by_seed[s] for s in shared], [base[s] for s in shared], rng)
+                row.update(pairs=ratio["n"], ratio=ratio["ratio"], ratio_low=ratio["low"], ratio_high=ratio["high"],
+                           p=ratio["p"])
+            rows.append(row)
+    holm_within(rows, ())
+    for row in rows:
+        if "ratio" in row:
+            row["verdict"] = stats.verdict(row["ratio_low"], row["ratio_high"], row["p_holm"])
+    return rows
 
 
 def _target_verdict(row: dict, table: list[dict], baseline: str) -> str:
@@ -247,18 +273,25 @@ def _km_or_bound(row: dict) -> float:
 
 
 def methodology_scores(result: Comparison, rng) -> dict:
-    """Per method: the mean over tasks of stats.methodology_score on the measurements axis."""
-    scores = defaultdict(list)
+    """Per method: stats.methodology_score per task (store-scored tasks only), and their mean. The
+    interval is given for one task; over several it is the mean of per-task scores without one."""
+    per_task = defaultdict(dict)
     for task in result.tasks():
         truth = result.truths[task]
-        space = np.asarray(list(truth.by_config.values()), dtype=np.float64) if truth.source.startswith("store") else None
-        if space is None or len(space) < 2:
+        if not truth.source.startswith("store") or len(truth.by_config) < 2:
             continue
+        space = np.asarray(list(truth.by_config.values()), dtype=np.float64)
         for method, curves in result.by_method(task).items():
             horizon = min(c.length for c in curves)
-            matrix = np.vstack([[value_at(c, n) for n in range(1, horizon + 1)] for c in curves])
-            scores[method].append(stats.methodology_score(matrix, space))
-    return {m: {"score": float(np.mean(v)), "tasks": len(v)} for m, v in scores.items()}
+            matrix = np.vstack([c.true_s[:horizon] for c in curves])
+            per_task[method][task] = stats.methodology_score(matrix, space, rng)
+    scores = {}
+    for method, tasks in per_task.items():
+        values = list(tasks.values())
+        single = values[0] if len(values) == 1 else {"low": math.nan, "high": math.nan}
+        scores[method] = {"score": float(np.mean([v["score"] for v in values])), "low": single["low"],
+                          "high": single["high"], "tasks": len(values), "per_task": tasks}
+    return scores
 
 
 # ---- reading the runs from MLflow --------------------------------------------------------------
@@ -272,6 +305,7 @@ class LoadedRun:
     init_random: int
     records: list
     tasks: list[dict]
+    metrics: dict = field(default_factory=dict)  # the run's final MLflow metrics
 
 
 def find_runs(client, experiment: str, parents=(), tags=(), model: str | None = None) -> list:
@@ -315,7 +349,8 @@ def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
         return "no integer seed"
     return LoadedRun(run.info.run_id, run.info.run_name or run.info.run_id,
                      {key: _method_part(run, key) for key in method_by}, seed,
-                     0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks)
+                     0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks,
+                     dict(run.data.metrics))
 
 
 def _saved_tasks(client, run, folder: Path) -> list[dict] | str:
@@ -386,8 +421,18 @@ def _pooled_truth(runs: list[LoadedRun], key: str) -> TaskTruth:
     return TaskTruth({}, min(readings) if readings else math.inf, "readings of the compared runs")
 
 
-def gather(client, runs, scratch: Path, method_by, store_override: str | None) -> tuple[list[Curve], dict, list]:
-    """The curves, truths and notes of the selected MLflow runs (newest run per method and seed)."""
+@dataclass
+class Gathered:
+    curves: list[Curve]
+    truths: dict
+    notes: list[str]
+    metrics: dict  # (method, seed) -> the run's final MLflow metrics
+
+
+def gather(client, runs, scratch: Path, method_by, store_override: str | None = None,
+           rename: dict | None = None) -> Gathered:
+    """The curves, truths and notes of the selected MLflow runs (newest run per method and seed);
+    `rename` maps method names to the names to show (e.g. sa+greedy -> SA)."""
     notes, loaded = [], []
     for run in runs:
         found = load_run(client, run, scratch, method_by)
@@ -401,7 +446,7 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None) -
         if not run.tasks:  # a run from before tasks.json: its records name its one task
             keys = sorted({r.workload_key for r in run.records})
             run.tasks = [{"name": run.records[0].task if run.records else "?", "key": k} for k in keys[:1]]
-    labels = method_labels(loaded, method_by)
+    labels = {run_id: (rename or {}).get(label, label) for run_id, label in method_labels(loaded, method_by).items()}
     newest: dict = {}
     for run in loaded:  # newest first
         slot = (labels[run.run_id], run.seed)
@@ -412,7 +457,7 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None) -
     truths, truth_notes = task_truths(kept, store_override)
     curves = [c for run in kept for c in run_curves(run.records, run.tasks, truths, labels[run.run_id], run.seed,
                                                      run.run_id, run.start_s, run.init_random)]
-    return curves, truths, notes + truth_notes
+    return Gathered(curves, truths, notes + truth_notes, {slot: run.metrics for slot, run in newest.items()})
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -425,6 +470,11 @@ def verdict_lines(result: Comparison) -> list[str]:
                          f"{row['ratio']:.3f}x [{row['ratio_low']:.3f}, {row['ratio_high']:.3f}] over {row['pairs']} "
                          f"paired seeds, Wilcoxon p={row['p']:.3g} (Holm {row['p_holm']:.3g}) -> "
                          f"{_said(row['verdict'], row['pairs'])}")
+    for row in result.metric_table:
+        if "verdict" in row:
+            lines.append(f"{row['metric']}: {row['method']} vs {result.baseline}: {row['ratio']:.3f}x "
+                         f"[{row['ratio_low']:.3f}, {row['ratio_high']:.3f}] over {row['pairs']} paired seeds, Wilcoxon "
+                         f"p={row['p']:.3g} (Holm {row['p_holm']:.3g}) -> {_said(row['verdict'], row['pairs'])}")
     for row in result.target_table:
         if "verdict" in row:
             lines.append(f"{row['task']} {row['axis']} to target: {row['method']} vs {result.baseline}: "
@@ -477,14 +527,32 @@ def markdown(result: Comparison, selection: str) -> str:
                               for r in result.target_table if r["task"] == task])
         out += ["", f"![curves](curves_{_file_part(task)}.png)", ""]
     if result.scores:
-        out += ["## Aggregate score", "", "autotuning-methodology score on the measurements axis (0: random search, "
-                "1: the best config at once; mean over tasks).", ""]
-        out += _table(["method", "score", "tasks"], [[m, f"{s['score']:.3f}", s["tasks"]]
-                                                     for m, s in sorted(result.scores.items())])
+        out += ["## Aggregate score", "", "The autotuning-methodology score (Willemsen et al. 2024) on the measurements "
+                "axis, between its cutoffs (random search's expected measurements to 1% and 95% of the way from the "
+                "space's median to its best): 0 is random search, 1 the best config at once. Over several tasks, the "
+                "mean of the per-task scores.", ""]
+        out += _table(["method", "score [95% CI]", "tasks", "per task (measurements scored)"],
+                      [[m, _score_cell(s), s["tasks"], ", ".join(f"{t} {v['score']:.3f} ({v['fevals'][0]}-{v['fevals'][1]})"
+                                                                  for t, v in s["per_task"].items())]
+                       for m, s in sorted(result.scores.items())])
+    if result.metric_table:
+        out += ["", "## Final metrics", "", "Lower is better; the ratio is paired by seed.", ""]
+        out += _table(["metric", "method", "seeds", "median [95% CI]", "ratio to baseline [95% CI]", "p (Holm)",
+                       "verdict"],
+                      [[r["metric"], r["method"], r["seeds"], f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}]",
+                        f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]" if "ratio" in r else "-",
+                        f"{r['p']:.3g} ({r['p_holm']:.3g})" if "p" in r else "-", r.get("verdict", "baseline")]
+                       for r in result.metric_table])
     out += ["", "## Verdicts", ""] + [f"- {line}" for line in verdict_lines(result)]
     if result.notes:
         out += ["", "## Notes", ""] + [f"- {note}" for note in result.notes]
     return "\n".join(out) + "\n"
+
+
+def _score_cell(score: dict) -> str:
+    if not math.isfinite(score["low"]):
+        return f"{score['score']:.3f}"
+    return f"{score['score']:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
 
 
 def _table(header: list, rows: list[list]) -> list[str]:
@@ -502,7 +570,7 @@ def _file_part(name: str) -> str:
 
 
 def write_csv(result: Comparison, path: Path) -> None:
-    columns = ["kind", "task", "method", "budget", "axis", "seeds", "median_us", "median_low_us", "median_high_us",
+    columns = ["kind", "task", "metric", "method", "budget", "axis", "seeds", "median_us", "median_low_us", "median_high_us",
                "pairs", "ratio", "ratio_low", "ratio_high", "runs", "reached", "median", "low", "high", "at_least",
                "p", "p_holm", "verdict", "score"]
     with path.open("w", newline="") as f:
@@ -512,8 +580,11 @@ def write_csv(result: Comparison, path: Path) -> None:
             writer.writerow({"kind": "budget", **row})
         for row in result.target_table:
             writer.writerow({"kind": "to_target", **row})
+        for row in result.metric_table:
+            writer.writerow({"kind": "metric", **row, "median": row["median"], "low": row["low"], "high": row["high"]})
         for method, score in sorted(result.scores.items()):
-            writer.writerow({"kind": "score", "method": method, "score": score["score"]})
+            writer.writerow({"kind": "score", "method": method, "score": score["score"], "low": score["low"],
+                             "high": score["high"]})
 
 
 def curves_png(result: Comparison, task: str, path: Path, rng) -> Path:
@@ -614,6 +685,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="target = the best config known / this (0.95: within 95%% of its throughput)")
     parser.add_argument("--method-by", default=",".join(GROUPS),
                         help="what makes a method: group names (their choice) or param keys, comma-separated")
+    parser.add_argument("--metric", action="append", default=[],
+                        help="also compare this final MLflow metric (lower is better, e.g. run/run_s), paired by seed")
     parser.add_argument("--store", help="the measurement store, when it moved since the runs")
     parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: outputs/mlflow.db)")
     parser.add_argument("--log-experiment", default="tunelab-compare", help="where the comparison's own run goes")
@@ -638,7 +711,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
+def main(argv=None, rename: dict | None = None) -> Comparison:
+    """The command; `rename` (method name -> name shown) is for presets (experiments/*_table.py)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow.tracking import MlflowClient
 
@@ -647,12 +721,13 @@ def main(argv=None) -> int:
     client = MlflowClient(uri)
     runs = find_runs(client, args.experiment, args.parent, args.tag, args.model)
     with tempfile.TemporaryDirectory() as scratch:
-        curves, truths, notes = gather(client, runs, Path(scratch), args.method_by, args.store)
+        found = gather(client, runs, Path(scratch), args.method_by, args.store, rename)
     try:
-        result = compare(curves, truths, args.baseline, args.budgets, args.fraction, args.seed)
+        result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
+                         found.metrics, args.metric)
     except ValueError as error:
         raise SystemExit(f"tuning.compare: {error}") from None
-    result.notes = notes + result.notes
+    result.notes = found.notes + result.notes
     selection = {"experiment": args.experiment, "parents": args.parent, "tags": [f"{k}={v}" for k, v in args.tag],
                  "model": args.model or "", "uri": uri}
     described = " ".join(f"{k}={v}" for k, v in selection.items() if v and k != "uri")
@@ -664,8 +739,8 @@ def main(argv=None) -> int:
     if not args.no_mlflow_run:
         run_id = log_to_mlflow(client, args.log_experiment, result, files, selection)
         print(f"MLflow: run {run_id} in experiment {args.log_experiment!r} at {uri}")
-    return 0
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -270,7 +270,37 @@ def export(args) -> None:
         "cache": cache,
     }
     Path(args.out).write_text(json.dumps(document))
-    print(f"{args.out}: {len(cache):,} configs of {task['name']} (hardware {hardware})")
+    t4 = t4_path(args.out)
+    t4.write_text(json.dumps(t4_results(table, keys, decisions_by_config)))
+    print(f"{args.out}: {len(cache):,} configs of {task['name']} (hardware {hardware}); T4 results beside it: {t4}")
+
+
+T4_INVALIDITY = {"invalid": "constraints", "build": "compile", "timeout": "timeout", "wrong_answer": "correctness"}
+
+
+def t4_path(out) -> Path:
+    """Where autotuning-methodology looks for the T4 results of a Kernel Tuner cache file."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}_T4{out.suffix or '.json'}")
+
+
+def t4_results(table: dict, keys: list, decisions_by_config: dict) -> dict:
+    """The task's table in the T4 (Open Autotuning Results) schema, which autotuning-methodology
+    reads: times in milliseconds, `time` the median of every reading, the valid configs first
+    (the package needs its first row valid)."""
+    results = []
+    for config, entry in table.items():
+        first, times = entry["first"], [c * 1e3 for c in entry["readings"]]
+        results.append({
+            "configuration": {**dict(zip(keys, config)), "decisions": decisions_by_config.get(config, {})},
+            "times": {"compilation": first.build_s * 1e3, "runtimes": times, "framework": 0.0,
+                      "search_algorithm": 0.0, "validation": 0.0},
+            "invalidity": "correct" if times else T4_INVALIDITY.get(first.error, "runtime"),
+            "correctness": 1 if times else 0,
+            "measurements": [{"name": "time", "value": statistics.median(times) if times else
+                              KERNEL_TUNER_ERRORS.get(first.error, "RuntimeFailedConfig"), "unit": "ms"}]})
+    results.sort(key=lambda r: r["invalidity"] != "correct")
+    return {"schema_version": "1.0.0", "metadata": {"timeunit": "milliseconds"}, "results": results}
 
 
 # ---- command line ------------------------------------------------------------------------------
@@ -293,7 +323,7 @@ def main(argv=None) -> None:
     i.add_argument("--override", dest="overrides", action="append", default=[])
     st = commands.add_parser("stats", help="per task: configs, best, median, coverage, drift")
     st.add_argument("--store", required=True)
-    e = commands.add_parser("export", help="a task's table as a Kernel Tuner cache JSON file")
+    e = commands.add_parser("export", help="a task's table as a Kernel Tuner cache JSON file (and T4 results)")
     e.add_argument("--store", required=True)
     e.add_argument("--task", required=True, help="task name (e.g. conv_l8) or store key")
     e.add_argument("--hardware", default="", help="hardware hash prefix, when the store holds several")

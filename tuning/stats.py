@@ -114,7 +114,9 @@ def kaplan_meier_median(times, reached, level: float = LEVEL) -> dict:
     if not reached.any():
         return result
     fit = stats.ecdf(stats.CensoredData(uncensored=times[reached], right=times[~reached]))
-    band = fit.sf.confidence_interval(level)
+    with warnings.catch_warnings():  # "undefined at some observations": where survival is 0 or 1, by design
+        warnings.simplefilter("ignore", RuntimeWarning)
+        band = fit.sf.confidence_interval(level)
     result["median"] = _first_at_most_half(fit.sf)
     result["low"], result["high"] = _first_at_most_half(band.low), _first_at_most_half(band.high)
     return result
@@ -133,3 +135,59 @@ def logrank_p(times_a, reached_a, times_b, reached_b) -> float:
         return math.nan
     data = [stats.CensoredData(uncensored=t[r.astype(bool)], right=t[~r.astype(bool)]) for t, r in (a, b)]
     return float(stats.logrank(*data).pvalue)
+
+
+# ---- the autotuning-methodology score (Willemsen et al. 2024) ---------------------------------------
+CUTOFF_START, CUTOFF_END = 0.01, 0.95  # the package's defaults (experiments_defaults.json)
+
+
+def cutoff_fevals(space, percentile: float) -> int:
+    """Measurements a random search needs, in expectation, to reach `percentile` of the way from the
+    space's median to its optimum (the package's SearchspaceStatistics.cutoff_point)."""
+    ascending = np.sort(np.asarray(space, dtype=np.float64))
+    target = ascending[0] + (np.median(ascending) - ascending[0]) * (1 - percentile)
+    worst_first = ascending[::-1]
+    i = int(np.argmax(worst_first <= target))
+    if percentile != 1 and worst_first[i] == ascending[0]:
+        i -= 1
+    return max(1, math.ceil(i / (len(ascending) + 1 - i)))
+
+
+def random_search_curve(space, fevals) -> np.ndarray:
+    """The expected best of a random search without replacement after each count in `fevals`: the
+    order statistic at index round(M (N + 1) / (M + 1)) of the values sorted worst first
+    (the package's RandomSearchCalculatedBaseline, on a measurements axis)."""
+    worst_first = np.sort(np.asarray(space, dtype=np.float64))[::-1]
+    n = len(worst_first)
+    return np.array([worst_first[min(n - 1, round(m * (n + 1) / (m + 1)))] for m in np.asarray(fevals, dtype=int)])
+
+
+def methodology_score(curves, space, rng=None, level: float = LEVEL, start: float = CUTOFF_START,
+                      end: float = CUTOFF_END) -> dict:
+    """The methodology's performance score of one method on one search space, on the measurements
+    axis: P(M) = (baseline(M) - method(M)) / (baseline(M) - optimum), where baseline is the expected
+    random search and method the median over runs of the incumbent's true latency after M
+    measurements, averaged over M from the `start` to the `end` cutoff (0: random search, 1: the
+    optimum at once, < 0: worse than random). `curves` is runs x measurements (column M-1 after M),
+    `space` every valid config's true latency. The interval resamples runs.
+    Where it differs from the package: the axis is measurements, not seconds (the package's time
+    axis adds the host's real search overheads), and the runs' curve is their median, not a bagged
+    isotonic regression of ranks (which has no seed)."""
+    curves, space = np.asarray(curves, dtype=np.float64), np.asarray(space, dtype=np.float64)
+    first, last = cutoff_fevals(space, start), min(cutoff_fevals(space, end), curves.shape[1])
+    fevals = np.arange(min(first, last), last + 1)
+    baseline, optimum = random_search_curve(space, fevals), float(space.min())
+    gap = baseline - optimum
+
+    def score(rows) -> float:
+        method = np.median(rows[:, fevals - 1], axis=0)
+        standardised = np.where(gap > 0, (baseline - method) / np.where(gap > 0, gap, 1.0), 0.0)
+        return float(np.mean(standardised))
+
+    point = score(curves)
+    low = high = math.nan
+    if curves.shape[0] >= 2:
+        rng = rng if rng is not None else np.random.default_rng(0)
+        resampled = [score(curves[rng.integers(curves.shape[0], size=curves.shape[0])]) for _ in range(RESAMPLES)]
+        low, high = (float(v) for v in np.percentile(resampled, [(1 - level) / 2 * 100, (1 + level) / 2 * 100]))
+    return {"score": point, "low": low, "high": high, "fevals": (int(fevals[0]), int(fevals[-1]))}

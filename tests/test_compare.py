@@ -1,0 +1,206 @@
+"""python -m tuning.compare (tuning/compare.py): curves, censoring, the external target, the
+methodology score by hand and against the autotuning-methodology package, and the whole tool on a
+replayed grid run by run.py."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuning import stats
+from tuning.compare import Curve, TaskTruth, compare, incumbent_curve, main, time_to_target
+from tuning.records import MeasureResult, Record
+
+from test_loop import finish, run_py
+from test_store import SYNTHETIC_BACKEND, filled
+
+
+def curve(method: str, seed: int, values, task: str = "t") -> Curve:
+    values = np.asarray(values, dtype=np.float64)
+    return Curve(task, method, seed, f"{method}-{seed}", values, np.arange(1, len(values) + 1) * 0.5, "store")
+
+
+def truth(best: float) -> dict:
+    return {"t": TaskTruth({(i,): best + i for i in range(50)}, best, "store test")}
+
+
+# ---- one run's curve -------------------------------------------------------------------------------
+def record(config, cost, error=None) -> Record:
+    result = MeasureResult.failed(error, "x") if error else MeasureResult(costs=[cost] * 3)
+    return Record("t", "k", list(config), {}, result, 0, "m", 0, 0, 0.0)
+
+
+def test_the_curve_scores_the_incumbent_by_the_store_not_by_its_reading():
+    records = [record((0,), 5.0, "build"), record((1,), 3.0), record((2,), 4.0), record((3,), 2.0)]
+    truths = {(1,): 3.5, (2,): 1.0, (3,): 2.5}  # config 2 is truly best, but its reading never made it incumbent
+    assert incumbent_curve(records, truths).tolist() == [math.inf, 3.5, 3.5, 2.5]
+    assert incumbent_curve(records, None).tolist() == [math.inf, 3.0, 3.0, 2.0]  # no store: its own readings
+
+
+def test_time_to_target_censors_a_run_that_never_gets_there():
+    run = curve("a", 0, [9, 7, 7, 5])
+    assert time_to_target(run, 7.0, "measurements") == (2.0, True)
+    assert time_to_target(run, 7.0, "seconds") == (1.0, True)
+    assert time_to_target(run, 4.0, "measurements") == (4.0, False)  # censored at its length, kept
+
+
+# ---- the comparison -------------------------------------------------------------------------------
+def grid(better_by: float = 0.8, seeds: int = 10, length: int = 300) -> list[Curve]:
+    rng = np.random.default_rng(0)
+    curves = []
+    for seed in range(seeds):
+        base = np.minimum.accumulate(100 + 50 * rng.random(length))
+        curves.append(curve("base", seed, base))
+        curves.append(curve("fast", seed, base * better_by * (1 + 0.01 * rng.random(length))))
+    return curves
+
+
+def test_a_clearly_faster_method_is_called_better_and_budgets_past_the_runs_are_dropped():
+    result = compare(grid(), truth(10.0), "base", budgets=(64, 256, 1000))
+    rows = [r for r in result.budget_table if r["method"] == "fast"]
+    assert [r["budget"] for r in rows] == [64, 256]
+    assert all(r["verdict"] == "better" and r["ratio_high"] < 1 for r in rows)
+    assert rows[0]["ratio"] == pytest.approx(0.8, rel=0.02)
+    assert rows[0]["p"] == pytest.approx(2 / 2 ** 10)  # all 10 seeds faster: the exact signed-rank p
+    assert any("1000" in note for note in result.notes)
+
+
+def test_the_same_method_twice_is_undecided():
+    bases = [c for c in grid() if c.method == "base"]
+    # "fast" is the baseline's own curves, each paired with another seed's: the same method twice
+    curves = bases + [curve("fast", c.seed, bases[(c.seed + 1) % len(bases)].true_s) for c in bases]
+    result = compare(curves, truth(10.0), "base", budgets=(64,))
+    [row] = [r for r in result.budget_table if r["method"] == "fast"]
+    assert row["verdict"] == "undecided"
+
+
+def test_the_target_comes_from_the_store_not_from_the_baselines_runs():
+    # the store knows a config at 10; every run's incumbent stays above 50: nobody reaches the target,
+    # and every run is counted (censored at its length), none dropped
+    result = compare(grid(), truth(10.0), "base", budgets=(64,))
+    for row in (r for r in result.target_table if r["axis"] == "measurements"):
+        assert row["runs"] == 10 and row["reached"] == 0 and row["median"] is None and row["at_least"] == 300
+    # with the store's best at 90 /0.95 -> target ~94.7: the fast method (x0.8 of ~100-150) gets there
+    reached = compare(grid(), truth(90.0), "base", budgets=(64,), fraction=0.95)
+    fast = next(r for r in reached.target_table if r["axis"] == "measurements" and r["method"] == "fast")
+    assert fast["reached"] == 10 and fast["median"] is not None
+
+
+def test_a_censored_run_moves_the_median_instead_of_vanishing():
+    curves = [curve("base", s, [9] * 10) for s in range(5)]
+    # method "m": three seeds reach 1.0 at 3, 5 and 8 measurements; two never do (length 10)
+    hits = {0: 3, 1: 5, 2: 8}
+    curves += [curve("m", s, [9] * (hits[s] - 1) + [1] * (11 - hits[s]) if s in hits else [9] * 10) for s in range(5)]
+    result = compare(curves, {"t": TaskTruth({(0,): 1.0, (1,): 9.0}, 1.0, "store test")}, "base", budgets=(10,))
+    row = next(r for r in result.target_table if r["axis"] == "measurements" and r["method"] == "m")
+    assert (row["runs"], row["reached"], row["median"]) == (5, 3, 8.0)  # without the censored two: 5
+
+
+def test_the_comparison_is_reproducible():
+    first, second = (compare(grid(), truth(90.0), "base", budgets=(64, 256), seed=4) for _ in range(2))
+    assert first.budget_table == second.budget_table and first.scores == second.scores
+
+
+def test_an_unknown_baseline_is_named():
+    with pytest.raises(ValueError, match="no method 'nope'"):
+        compare(grid(), truth(10.0), "nope")
+
+
+# ---- the methodology score -------------------------------------------------------------------------
+SPACE = np.arange(1.0, 101.0)  # true latencies 1..100: optimum 1, median 50.5
+
+
+def test_cutoffs_by_hand():
+    # 95%: target 1 + 49.5 * 0.05 = 3.475; worst first 100..1, the first <= it is 3 at index 97:
+    # ceil(97 / (101 - 97)) = 25 measurements. 1%: target 50.005, first <= it is 50 at index 50: ceil(50/51) = 1
+    assert stats.cutoff_fevals(SPACE, 0.95) == 25
+    assert stats.cutoff_fevals(SPACE, 0.01) == 1
+
+
+def test_random_search_baseline_by_hand():
+    # index round(M * 101 / (M + 1)) of 100..1: M=1 -> round(50.5) = 50 -> 50; M=3 -> round(75.75) = 76 -> 24
+    assert stats.random_search_curve(SPACE, [1, 3]).tolist() == [50.0, 24.0]
+
+
+def test_score_is_one_at_the_optimum_zero_at_random_search_and_half_between():
+    fevals = np.arange(1, 31)
+    baseline = stats.random_search_curve(SPACE, fevals)
+    at_optimum = np.ones((4, 30))
+    assert stats.methodology_score(at_optimum, SPACE)["score"] == pytest.approx(1.0)
+    assert stats.methodology_score(np.tile(baseline, (4, 1)), SPACE)["score"] == pytest.approx(0.0)
+    halfway = stats.methodology_score(np.tile((baseline + 1) / 2, (4, 1)), SPACE)
+    assert halfway["score"] == pytest.approx(0.5) and halfway["fevals"] == (1, 25)
+
+
+def test_score_against_the_autotuning_methodology_package(tmp_path):
+    """Our cutoffs, random-search baseline and standardisation equal the package's own, read from the
+    T4 file `python -m tuning.dataset export` writes."""
+    pytest.importorskip("jsonschema")
+    from autotuning_methodology.baseline import RandomSearchCalculatedBaseline
+    from autotuning_methodology.searchspace_statistics import SearchspaceStatistics
+
+    from tuning import dataset
+
+    store, _ = filled(tmp_path / "store.sqlite", count=150)
+    dataset.main(["export", "--store", str(store.path), "--task", "gemm_64", "--out", str(tmp_path / "gemm.json")])
+    t4 = json.loads((tmp_path / "gemm_T4.json").read_text())
+    space = np.array([r["measurements"][0]["value"] for r in t4["results"] if r["invalidity"] == "correct"])
+    package = SearchspaceStatistics("gemm", "synthetic", True, ["compilation", "runtimes", "framework",
+                                                                "search_algorithm", "validation"],
+                                    ["time"], Path(tmp_path / "gemm_T4.json"))
+    assert package.total_performance_absolute_optimum() == pytest.approx(space.min())
+    for percentile in (0.01, 0.5, 0.95):
+        assert package.cutoff_point(percentile)[1] == stats.cutoff_fevals(space, percentile)
+    fevals = np.arange(1, 40)
+    baseline = RandomSearchCalculatedBaseline(package)
+    assert baseline.get_curve(fevals, "fevals") == pytest.approx(stats.random_search_curve(space, fevals))
+    method = np.minimum.accumulate(np.random.default_rng(0).choice(space, size=39))
+    ours = (stats.random_search_curve(space, fevals) - method) / (stats.random_search_curve(space, fevals) - space.min())
+    assert baseline.get_standardised_curve(fevals, method, "fevals") == pytest.approx(ours)
+
+
+# ---- the tool, on a replayed grid ------------------------------------------------------------------
+def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
+    store, _ = filled(tmp_path / "store.sqlite", count=200)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    finish(run_py("-m", "model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, f"hardware.store={store.path}",
+                  "hardware.on_miss=error", "model.space=store", "search=random,sa", "seed=0,1,2",
+                  "budget.trials=48", "budget.init_random=8", f"tracking.uri={uri}", "tracking.experiment=grid",
+                  f"hydra.sweep.dir={tmp_path}/multirun", tmp=tmp_path), timeout=300)
+    firsts = {}
+    for path in sorted((tmp_path / "multirun").glob("*/records.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        firsts.setdefault(lines[0]["seed"], []).append([r["config"] for r in lines[:8]])
+    assert all(a == b for a, b in firsts.values()) and len(firsts) == 3  # common random numbers
+
+    main(["--experiment", "grid", "--baseline", "random", "--uri", uri, "--out", str(tmp_path / "cmp"),
+          "--budgets", "16", "48", "64"])
+    printed = capsys.readouterr().out
+    assert "sa vs random" in printed and "first 8 measurements shared" in printed
+    assert "budgets 64 left out" in printed
+    table = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()
+    assert sum(line.startswith("budget,") for line in table) == 4  # 2 budgets x 2 methods
+    assert (tmp_path / "cmp" / "curves_gemm_64.png").stat().st_size > 10_000
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    [run] = client.search_runs([client.get_experiment_by_name("tunelab-compare").experiment_id])
+    assert run.data.params["baseline"] == "random" and "score/sa" in run.data.metrics
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"compare.md", "compare.csv",
+                                                                         "curves_gemm_64.png"}
+
+
+def test_compare_rejects_bad_arguments(tmp_path, capsys):
+    for argv, message in ((["--baseline", "x", "--fraction", "nan"], "--fraction"),
+                          (["--baseline", "x", "--fraction", "1.5"], "--fraction"),
+                          (["--baseline", "x", "--budgets", "0"], "--budgets"),
+                          (["--baseline", "x", "--tag", "novalue"], "--tag")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no MLflow experiment 'none'"):
+        main(["--baseline", "x", "--experiment", "none", "--uri", f"sqlite:///{tmp_path}/m.db"])
