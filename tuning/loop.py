@@ -61,10 +61,10 @@ class RunInfo:
     early_stop: int | None = None
     min_trials_per_task: int = 0  # every task gets this many (or its whole space) before scheduling
     rounds_per_task: int | None = None  # a task stops after this many rounds (Chameleon's "iterations")
-    init_random: int = 0  # common random numbers: each task's first N measurements (common_random_configs)
     # None: default_callbacks(the tracker). An abandoned run (a callback's after_round returned a
     # reason, e.g. "pruned") skips the final re-measurement: nobody wants its result.
     callbacks: list[MeasureCallback] | None = None
+    init_random: int = 0  # common random numbers: each task's first N measurements (common_random_configs)
     abandoned: str | None = None
     measured: int = 0  # measurements so far, all tasks: the x axis of every metric
     # hardware with a simulated clock (replay): the stored build + run seconds of every record so far,
