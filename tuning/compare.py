@@ -606,6 +606,7 @@ def curves_png(result: Comparison, task: str, path: Path, rng) -> Path:
         ax.set_xlabel(axis)
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
     axes[0].set_ylabel(f"incumbent's true latency (us; {'store' if truth.source.startswith('store') else 'readings'})")
     axes[0].legend()
     fig.suptitle(f"{task}: median over seeds, bootstrap 95% band")

@@ -48,8 +48,9 @@ def curve_band(curves, statistic=np.median, rng=None, level: float = LEVEL,
         nan = np.full(curves.shape[1], math.nan)
         return nan, nan.copy()
     rng = rng if rng is not None else np.random.default_rng(0)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):  # inf (no incumbent yet) - inf inside scipy
         warnings.simplefilter("ignore", category=stats.DegenerateDataWarning)
+        warnings.simplefilter("ignore", category=RuntimeWarning)
         result = stats.bootstrap((curves,), statistic, axis=0, n_resamples=resamples, confidence_level=level,
                                  method="percentile", random_state=rng)
     low, high = result.confidence_interval
