@@ -192,6 +192,7 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     assert run.data.params["baseline"] == "random" and "score/sa" in run.data.metrics
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"compare.md", "compare.csv",
                                                                          "curves_gemm_64.png"}
+    assert (tmp_path / "mlartifacts").is_dir()  # beside the store, never ./mlruns of the working directory
 
 
 def test_compare_rejects_bad_arguments(tmp_path, capsys):

@@ -639,15 +639,14 @@ def write_outputs(result: Comparison, out_dir: Path, selection: str, seed: int =
     return [out_dir / "compare.md", out_dir / "compare.csv", *pngs]
 
 
-def log_to_mlflow(client, experiment: str, result: Comparison, files: list[Path], selection: dict) -> str:
+def log_to_mlflow(client, experiment: str, result: Comparison, files: list[Path], selection: dict, uri: str) -> str:
     """The comparison as an MLflow run of its own: the selection as params, scores as metrics, the
     files as artifacts."""
     from mlflow.entities import Metric, Param, RunTag
 
-    from tuning.tracking.mlflow_tracker import _key
+    from tuning.tracking.mlflow_tracker import _key, get_or_create_experiment, sqlite_path
 
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    experiment_id = get_or_create_experiment(client, experiment, sqlite_path(uri))
     run = client.create_run(experiment_id, run_name=f"compare-{selection.get('experiment', '')}",
                             tags={"tunelab.kind": "compare"})
     now = int(time.time() * 1000)
@@ -738,7 +737,7 @@ def main(argv=None, rename: dict | None = None) -> Comparison:
     print((out_dir / "compare.md").read_text())
     print(f"files: {out_dir}")
     if not args.no_mlflow_run:
-        run_id = log_to_mlflow(client, args.log_experiment, result, files, selection)
+        run_id = log_to_mlflow(client, args.log_experiment, result, files, selection, uri)
         print(f"MLflow: run {run_id} in experiment {args.log_experiment!r} at {uri}")
     return result
 

@@ -291,21 +291,7 @@ class MlflowTracker(Tracker):
             self._experiment_id = self._get_or_create_experiment(db)
 
     def _get_or_create_experiment(self, db: Path | None) -> str:
-        from mlflow.exceptions import MlflowException
-
-        found = self._client.get_experiment_by_name(self.experiment)
-        if found is None:
-            # A fresh sqlite store would put artifacts under ./mlruns of whatever the CWD is.
-            artifacts = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
-            try:
-                return self._client.create_experiment(self.experiment, artifact_location=artifacts)
-            except MlflowException as error:
-                if error.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise
-                found = self._client.get_experiment_by_name(self.experiment)
-        if found.lifecycle_stage == "deleted":
-            self._client.restore_experiment(found.experiment_id)
-        return found.experiment_id
+        return get_or_create_experiment(self._client, self.experiment, db)
 
     def _get_or_create_parent(self, key: str) -> str:
         """One parent run per multirun key, shared by jobs in any process."""
@@ -348,6 +334,26 @@ def _finite(metrics: dict):
             continue
         if math.isfinite(value):
             yield name, value
+
+
+def get_or_create_experiment(client, name: str, db: Path | None) -> str:
+    """The experiment's id, created (artifacts in `mlartifacts/` beside a sqlite store `db`) or
+    restored as needed; safe when another process creates it at the same moment."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        # A fresh sqlite store would put artifacts under ./mlruns of whatever the CWD is.
+        artifacts = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
+        try:
+            return client.create_experiment(name, artifact_location=artifacts)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            found = client.get_experiment_by_name(name)
+    if found.lifecycle_stage == "deleted":
+        client.restore_experiment(found.experiment_id)
+    return found.experiment_id
 
 
 def sqlite_path(uri: str | None) -> Path | None:
