@@ -200,35 +200,21 @@ def test_adatune_in_the_loop_logs_eps_and_batches(tmp_path):
     assert all(0 < m["search/eps"] <= 1 and 3 <= m["evaluator/batches"] <= 10 for m in rounds)
 
 
-# ---- the ablation table ----------------------------------------------------------------------
-def fake_run(scheme, seed, curve_us, latency_us, measure_s, seconds_per_record=10.0):
-    return {"model": "conv_l8", "scheme": scheme, "seed": str(seed), "latency_s": latency_us * 1e-6,
-            "measure_s": measure_s, "batches": 10.0, "build_s": 50.0, "tuning_s": 100.0,
-            "best_curve": np.minimum.accumulate(np.asarray(curve_us) * 1e-6),
-            "elapsed_s": seconds_per_record * np.arange(1, len(curve_us) + 1)}
+# ---- the ablation table (a preset of tuning.compare) ----------------------------------------
+def test_table_compares_each_adaptive_row_with_its_deterministic_twin(experiment_script):
+    from tuning.compare import Curve, TaskTruth, compare
 
-
-def test_table_reports_measurement_ratio_loss_and_time_to_the_baseline(experiment_script):
     table = experiment_script("adatune_table")
-    assert table.scheme({"choice.cost_model": "rf", "choice.search": "csa", "choice.evaluator": "adaptive"}) \
-        == "RFEI+CSA+AE"
-    assert table.scheme({"choice.cost_model": "xgb", "choice.search": "ppo", "choice.evaluator": "fixed"}) is None
-    runs = [
-        fake_run("XGB+SA+DE", 0, [200, 120, 100, 100], 100, 40.0),
-        fake_run("XGB+SA+DE", 1, [150, 100, 100, 100], 100, 40.0),
-        fake_run("RFEI+CSA+DE", 0, [120, 100, 99, 99], 100, 50.0),
-        fake_run("RFEI+CSA+AE", 0, [104, 99, 99, 99], 101, 15.0, seconds_per_record=5.0),
-        fake_run("RFEI+CSA+AE", 1, [300, 300, 300, 300], 101, 15.0),
-    ]
-    rows, stats = table.model_table(runs, fraction=0.95)
-    # target: 100 us / 0.95 = 105.3 us; the baseline's seeds get there at records 3 and 2 (30 s, 20 s)
-    assert stats["XGB+SA+DE"]["reach"] == [30.0, 20.0] and stats["XGB+SA+DE"]["to_base_s"] == 25.0
-    assert stats["RFEI+CSA+AE"]["reach"] == [5.0, None] and stats["RFEI+CSA+AE"]["to_base_s"] is None
-    row = {r[0]: r for r in rows}["RFEI+CSA+AE"]
-    assert row[4] == "0.30x" and row[8] == "5 (1/2)"  # 15 / 50 measurement seconds; one seed of two
-    lines = table.summary({"conv_l8": stats})
-    assert lines[0].startswith("RFEI+CSA+AE vs RFEI+CSA+DE: measurement seconds 0.30x, final best latency +1.0%")
-    assert "met on 1 of 1 models (conv_l8)" in lines[1]
-    loose = table.summary({"conv_l8": table.model_table([*runs[:3], *(dict(r, latency_s=103e-6) for r in runs[3:])],
-                                                        0.95)[1]})
-    assert "met on 0 of 1 models" in loose[1]  # 3% slower: the quality half of the goal fails
+    curves, metrics = [], {}
+    for method, run_s in (("XGB+SA+DE", 40.0), ("RFEI+CSA+DE", 50.0), ("RFEI+CSA+AE", 15.0)):
+        for seed in range(8):  # 8 seeds: the exact p 2/2**8, Holm-doubled over the two metrics, is < 0.05
+            curves.append(Curve("conv_l8", method, seed, f"{method}{seed}", np.array([200e-6, 100e-6]),
+                                np.array([1.0, 2.0]), "readings"))
+            metrics[(method, seed)] = {"run/run_s": run_s * (1 + 0.01 * seed), "run/tuning_wall_s": 100.0}
+    result = compare(curves, {"conv_l8": TaskTruth({}, 100e-6, "readings")}, table.BASELINE, budgets=(2,),
+                     run_metrics=metrics, metric_keys=table.METRICS)
+    lines = table.against_deterministic(result)
+    assert lines[0] == "RFEI+CSA+AE vs RFEI+CSA+DE:"
+    run_s = next(line for line in lines if "run/run_s" in line)
+    assert "0.300x" in run_s and run_s.endswith("-> better")  # 15 / 50 s on every seed
+    assert table.ROWS["rf+csa+adaptive"] == "RFEI+CSA+AE" and table.BASELINE == table.ROWS["xgb+sa+adatune_de"]

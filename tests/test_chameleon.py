@@ -1,6 +1,8 @@
 """Chameleon's two pieces on hand-made data: the k-means knee, sample synthesis, the PPO agent."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
@@ -206,24 +208,20 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
     assert advantage[0, 1] == 1.0  # nothing after its end leaks back
 
 
-# ---- the ablation table ------------------------------------------------------------------
-def fake_run(column, seed, curve_us, latency_us):
-    return {"model": "conv_l8", "column": column, "seed": str(seed), "whole_model": False,
-            "latency_s": latency_us * 1e-6, "measurements": len(curve_us),
-            "best_curve": np.minimum.accumulate(np.asarray(curve_us) * 1e-6), "optimization_s": 10.0,
-            "search_s": 2.0, "rounds": 4}
+# ---- the ablation table (a preset of tuning.compare) -----------------------------------------
+def test_table_names_the_papers_columns_and_compares_with_sa(experiment_script):
+    from tuning.compare import Curve, TaskTruth, compare
 
-
-def test_table_counts_measurements_to_95_percent_of_sa_and_the_goal(experiment_script):
     table = experiment_script("chameleon_table")
-    sa = [fake_run("SA", 0, [200, 150, 120, 100, 100, 100], 100), fake_run("SA", 1, [180, 100, 100, 100, 100, 100], 100)]
-    chameleon = [fake_run("AE+AS", 0, [104, 100, 99, 99, 99, 99], 98), fake_run("AE+AS", 1, [300, 105, 90, 90, 90, 90], 95)]
-    never = [fake_run("AE", 0, [500] * 6, 400)]
-    rows, stats = table.model_table("conv_l8", sa + chameleon + never)
-    # target: 95% of SA's mean best throughput = 100 us / 0.95 = 105.3 us
-    assert stats["SA"]["reach"] == [4, 2] and stats["SA"]["to_target"] == 3
-    assert stats["AE+AS"]["reach"] == [1, 2] and stats["AE+AS"]["to_target"] == 1.5
-    assert stats["AE"]["reach"] == [None] and stats["AE"]["to_target"] is None
-    assert dict((r[0], r) for r in rows)["to 95% of SA"][1:] == ["3", "- (0/1)", "-", "2"]
-    lines = table.reductions({"conv_l8": stats})
-    assert lines[-1].startswith("goal (AE+AS reaches 95% of SA's best in <= half SA's measurements): met on 1 of 1")
+    argv = table.compare_argv(argparse.Namespace(
+        mlflow_experiment="tunelab", fraction=0.95, uri="sqlite:///x.db", parent=["p1"], budgets=None), "chameleon_x")
+    assert argv[argv.index("--baseline") + 1] == "SA" and argv[argv.index("--method-by") + 1] == "search,sampler"
+    assert ["--tag", "experiment=chameleon_x"] == argv[2:4] and ["--parent", "p1"] == argv[-2:]
+    assert [table.COLUMNS[m] for m in ("sa+greedy", "ppo+greedy", "sa+kmeans", "ppo+kmeans")] == list(
+        table.PAPER_COLUMNS)
+    curves = [Curve("conv_l8", table.COLUMNS[m], s, f"{m}{s}", np.array([200e-6, 100e-6 * f]), np.array([1.0, 2.0]),
+                    "readings") for m, f in (("sa+greedy", 1.0), ("ppo+kmeans", 0.9)) for s in range(6)]
+    result = compare(curves, {"conv_l8": TaskTruth({}, 90e-6, "readings")}, "SA", budgets=(2,), fraction=0.95)
+    [row] = [r for r in result.budget_table if r["method"] == "AE+AS"]
+    assert row["ratio"] == pytest.approx(0.9) and row["verdict"] == "better"
+    assert any("1.98x fewer measurements with SA" in line for line in table.paper_lines())

@@ -401,17 +401,3 @@ def test_dataset_rejects_bad_arguments_before_work(tmp_path):
         with pytest.raises(SystemExit):
             dataset.main(argv)
     assert not (tmp_path / "s.sqlite").exists()
-
-
-# ---- the comparison a researcher cites -------------------------------------------------------
-def test_a_paired_comparison_decides_only_outside_the_noise(experiment_script):
-    compare = experiment_script("compare_methods")
-    a = {seed: 100.0 for seed in range(8)}
-    clearly_faster = {seed: 80.0 + seed % 2 for seed in range(8)}
-    result = compare.paired(a, clearly_faster)
-    assert result["verdict"] == "B faster" and result["high"] < 0 and result["seeds"] == 8
-    noisy = {seed: 100.0 * (1 + (0.2 if seed % 2 else -0.2)) for seed in range(8)}
-    assert compare.paired(a, noisy)["verdict"] == "undecided"
-    assert compare.paired(a, {0: 50.0})["verdict"].startswith("undecided")
-    mean, low, high = compare.bootstrap_ci([1.0, 2.0, 3.0, 4.0])
-    assert low < mean == 2.5 < high and compare.bootstrap_ci([1.0, 2.0, 3.0, 4.0]) == (mean, low, high)

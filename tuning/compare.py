@@ -189,6 +189,7 @@ class Comparison:
     budget_table: list[dict] = field(default_factory=list)
     target_table: list[dict] = field(default_factory=list)
     metric_table: list[dict] = field(default_factory=list)  # --metric: a final MLflow metric, paired by seed
+    run_metrics: dict = field(default_factory=dict)  # (method, seed) -> final metrics (for presets' sub-comparisons)
     scores: dict = field(default_factory=dict)  # method -> score row
     notes: list[str] = field(default_factory=list)
 
@@ -232,7 +233,8 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
         if "p" in row:
             row["verdict"] = _target_verdict(row, result.target_table, baseline)
     result.scores = methodology_scores(result, rng)
-    result.metric_table = metric_rows(run_metrics or {}, metric_keys, baseline, rng)
+    result.run_metrics = run_metrics or {}
+    result.metric_table = metric_rows(result.run_metrics, metric_keys, baseline, rng)
     return result
 
 

@@ -135,7 +135,9 @@ def logrank_p(times_a, reached_a, times_b, reached_b) -> float:
     if not (a[1].astype(bool).any() or b[1].astype(bool).any()) or len(a[0]) == 0 or len(b[0]) == 0:
         return math.nan
     data = [stats.CensoredData(uncensored=t[r.astype(bool)], right=t[~r.astype(bool)]) for t, r in (a, b)]
-    return float(stats.logrank(*data).pvalue)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # identical groups: 0/0, a nan p-value (no test)
+        return float(stats.logrank(*data).pvalue)
 
 
 # ---- the autotuning-methodology score (Willemsen et al. 2024) ---------------------------------------

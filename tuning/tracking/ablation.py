@@ -1,15 +1,11 @@
-"""Reading an experiment's finished runs back from MLflow, and printing its tables.
-
-Shared by the experiments/*_table.py scripts: find the runs of one `+experiment=...` sweep
-(by the `experiment` tag every run carries), fetch each run's records.jsonl, and lay out
-text tables. Imports mlflow only through the client handed in.
-"""
+"""Finding an experiment's finished runs in MLflow (by the `experiment` tag every run carries),
+fetching their records.jsonl, and printing text tables: the experiments/ scripts' shared reading.
+The statistics of a comparison are tuning/compare.py's and tuning/stats.py's alone. Imports mlflow
+only through the client handed in."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
 
 from tuning.records import RecordLog
 
@@ -39,47 +35,12 @@ def run_records(client, run_id: str, scratch: Path) -> list:
     return RecordLog(Path(client.download_artifacts(run_id, "records.jsonl", str(scratch / run_id)))).load()
 
 
-def final_latency_s(metrics: dict) -> float:
-    """A single-operator run's incumbent, re-measured at the end (nan for whole models)."""
-    finals = [v for k, v in metrics.items() if k.startswith("task/") and k.endswith("/final_latency_us")]
-    return finals[0] * 1e-6 if len(finals) == 1 else math.nan
-
-
 def newest_per(described: list[dict], *keys: str) -> list[dict]:
     """One run per combination of `keys` (runs arrive newest first: the newest wins)."""
     latest: dict = {}
     for run in described:
         latest.setdefault(tuple(run[k] for k in keys), run)
     return list(latest.values())
-
-
-def first_index_at_most(curve, target: float) -> int | None:
-    """0-based index of the first value <= target, or None."""
-    reached = np.nonzero(np.asarray(curve) <= target)[0]
-    return int(reached[0]) if len(reached) else None
-
-
-def mean(values) -> float:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.mean(values)) if values else math.nan
-
-
-def geometric_mean(ratios) -> float:
-    return math.exp(np.mean(np.log(ratios))) if ratios else math.nan
-
-
-def fmt(value, spec: str, suffix: str = "") -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
-
-
-def reach_cell(reach: list, spec: str = ".0f") -> str:
-    """Mean over the seeds that got there, with the count when some did not."""
-    if not reach:
-        return "-"
-    got = [r for r in reach if r is not None]
-    if len(got) == len(reach):
-        return f"{np.mean(got):{spec}}"
-    return f"- ({len(got)}/{len(reach)})" if not got else f"{np.mean(got):{spec}} ({len(got)}/{len(reach)})"
 
 
 def print_table(title: str, rows: list[list[str]]) -> None:
