@@ -104,6 +104,15 @@ def test_the_comparison_is_reproducible():
     assert first.budget_table == second.budget_table and first.scores == second.scores
 
 
+def test_a_seed_without_an_incumbent_yet_is_left_out_of_the_pairs():
+    curves = [curve("base", s, [5.0, 4.0]) for s in range(4)]
+    curves += [curve("m", s, [math.inf if s == 0 else 2.5, 2.0]) for s in range(4)]  # seed 0: nothing valid yet
+    result = compare(curves, truth(1.0), "base", budgets=(1, 2))
+    at_one, at_two = [r for r in result.budget_table if r["method"] == "m"]
+    assert (at_one["pairs"], at_one["ratio"]) == (3, pytest.approx(0.5))
+    assert (at_two["pairs"], at_two["ratio"]) == (4, pytest.approx(0.5))
+
+
 def test_an_unknown_baseline_is_named():
     with pytest.raises(ValueError, match="no method 'nope'"):
         compare(grid(), truth(10.0), "nope")

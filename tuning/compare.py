@@ -141,9 +141,9 @@ def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng) -> list
             row = {"task": task, "budget": budget, "method": method, "seeds": len(values),
                    "median_us": median * 1e6, "median_low_us": low * 1e6, "median_high_us": high * 1e6}
             if method != baseline and baseline in by_method:
-                pairs = paired_by_seed(curves, by_method[baseline])
-                ratio = stats.paired_ratio([value_at(a, budget) for a, _ in pairs],
-                                           [value_at(b, budget) for _, b in pairs], rng)
+                pairs = [(value_at(a, budget), value_at(b, budget)) for a, b in paired_by_seed(curves, by_method[baseline])]
+                pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]  # no incumbent yet: no ratio
+                ratio = stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
                 row.update(pairs=ratio["n"], ratio=ratio["ratio"], ratio_low=ratio["low"], ratio_high=ratio["high"],
                            p=ratio["p"])
             rows.append(row)
