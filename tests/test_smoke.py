@@ -145,6 +145,7 @@ def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_p
     table = subprocess.run([sys.executable, "experiments/adatune_table.py", "--uri", uri(store),
                             "--mlflow-experiment", "adatune"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr[-3000:]
+    assert list((store / "compare").glob("*/compare.md"))  # beside the MLflow store, not in the repository
     assert "+experiment=adatune_ablation_reduced" in table.stdout and "Baseline **XGB+SA+DE**; 1 seeds" in table.stdout
     for scheme in ("RFEI+SA+DE", "RFEI+CSA+DE", "RFEI+CSA+AE"):
         assert f"| {scheme} | 1 |" in table.stdout, table.stdout

@@ -673,6 +673,15 @@ def default_uri() -> str:
     return f"sqlite:///{outputs}/mlflow.db"
 
 
+def default_out_dir(uri: str) -> Path:
+    """compare/<time> beside the MLflow sqlite file (outputs/ by default), else under outputs/."""
+    from tuning.tracking.mlflow_tracker import sqlite_path
+
+    db = sqlite_path(uri)
+    base = db.parent if db is not None else Path(os.environ.get("TUNELAB_OUTPUTS", "outputs"))
+    return base / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tuning.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -693,7 +702,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: outputs/mlflow.db)")
     parser.add_argument("--log-experiment", default="tunelab-compare", help="where the comparison's own run goes")
     parser.add_argument("--no-mlflow-run", action="store_true", help="write the files only")
-    parser.add_argument("--out", help="output folder (default: outputs/compare/<time>)")
+    parser.add_argument("--out", help="output folder (default: compare/<time> beside a sqlite MLflow store, "
+                                      "else outputs/compare/<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
     args = parser.parse_args(argv)
     problems = []
@@ -733,8 +743,7 @@ def main(argv=None, rename: dict | None = None) -> Comparison:
     selection = {"experiment": args.experiment, "parents": args.parent, "tags": [f"{k}={v}" for k, v in args.tag],
                  "model": args.model or "", "uri": uri}
     described = " ".join(f"{k}={v}" for k, v in selection.items() if v and k != "uri")
-    out_dir = Path(args.out or Path(os.environ.get("TUNELAB_OUTPUTS", "outputs")) / "compare"
-                   / time.strftime("%Y-%m-%d_%H-%M-%S"))
+    out_dir = Path(args.out) if args.out else default_out_dir(uri)
     files = write_outputs(result, out_dir, described, args.seed)
     print((out_dir / "compare.md").read_text())
     print(f"files: {out_dir}")
