@@ -17,13 +17,12 @@ statistic is the tool's.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 from tuning import compare  # noqa: E402
-from tuning.tracking.ablation import find_runs  # noqa: E402
+from tuning.tracking.ablation import run_preset  # noqa: E402
 
 ROWS = {"xgb+sa+adatune_de": "XGB+SA+DE", "rf+sa+adatune_de": "RFEI+SA+DE", "rf+csa+adatune_de": "RFEI+CSA+DE",
         "rf+csa+adaptive": "RFEI+CSA+AE", "rf+csa+adaptive_code": "RFEI+CSA+AE code", "rf+csa+fixed": "RFEI+CSA+fixed",
@@ -33,19 +32,8 @@ METRICS = ("run/run_s", "run/tuning_wall_s")
 PAPER = ("the paper: 2.5x less measurement time with the adaptive evaluator (Figure 9); AdaTune 1.3-3.9x faster "
          "to the same quality than AutoTVM (§5.1). The goal tracked here: <= 0.4x the measurement seconds at "
          "<= 2% loss in final latency.")
-
-
-def compare_argv(args, tag: str) -> list[str]:
-    argv = ["--experiment", args.mlflow_experiment, "--tag", f"experiment={tag}",
-            "--method-by", "cost_model,search,evaluator", "--baseline", BASELINE, "--fraction", str(args.fraction),
-            "--uri", args.uri]
-    for metric in METRICS:
-        argv += ["--metric", metric]
-    for parent in args.parent:
-        argv += ["--parent", parent]
-    if args.budgets:
-        argv += ["--budgets", *map(str, args.budgets)]
-    return argv
+ARGS = ["--method-by", "cost_model,search,evaluator", "--baseline", BASELINE,
+        *(arg for metric in METRICS for arg in ("--metric", metric))]
 
 
 def against_deterministic(result) -> list[str]:
@@ -67,19 +55,7 @@ def against_deterministic(result) -> list[str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", default=compare.default_uri())
-    parser.add_argument("--mlflow-experiment", default="tunelab")
-    parser.add_argument("--experiment", help="adatune_ablation or adatune_ablation_reduced (default: latest)")
-    parser.add_argument("--parent", action="append", default=[], help="only the children of this multirun parent")
-    parser.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best throughput")
-    parser.add_argument("--budgets", type=int, nargs="+")
-    args = parser.parse_args(argv)
-    from mlflow.tracking import MlflowClient
-
-    tag, _ = find_runs(MlflowClient(args.uri), args.mlflow_experiment, "adatune_ablation", args.experiment, None)
-    print(f"+experiment={tag}\n")
-    result = compare.main(compare_argv(args, tag), rename=ROWS)
+    result = run_preset(__doc__, "adatune_ablation", ARGS, ROWS, argv)
     print("\n".join(["Adaptive against deterministic evaluation:", *against_deterministic(result), PAPER]))
 
 

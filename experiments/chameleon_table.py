@@ -17,13 +17,11 @@ output says so).
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-from tuning import compare  # noqa: E402
-from tuning.tracking.ablation import find_runs  # noqa: E402
+from tuning.tracking.ablation import run_preset  # noqa: E402
 
 COLUMNS = {"sa+greedy": "SA", "ppo+greedy": "AE", "sa+kmeans": "SA+AS", "ppo+kmeans": "AE+AS",
            "sa+kmeans_code": "SA+AS code", "ppo+kmeans_code": "AE+AS code"}
@@ -37,14 +35,7 @@ PAPER_NETWORKS = {
 PAPER_REDUCTION = {"SA": 1.98, "AE": 2.33}  # Figure 7(b), §4.2: fewer measurements with adaptive sampling
 
 
-def compare_argv(args, tag: str) -> list[str]:
-    argv = ["--experiment", args.mlflow_experiment, "--tag", f"experiment={tag}", "--method-by", "search,sampler",
-            "--baseline", "SA", "--fraction", str(args.fraction), "--uri", args.uri]
-    for parent in args.parent:
-        argv += ["--parent", parent]
-    if args.budgets:
-        argv += ["--budgets", *map(str, args.budgets)]
-    return argv
+ARGS = ["--method-by", "search,sampler", "--baseline", "SA"]
 
 
 def paper_lines() -> list[str]:
@@ -59,19 +50,7 @@ def paper_lines() -> list[str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", default=compare.default_uri())
-    parser.add_argument("--mlflow-experiment", default="tunelab")
-    parser.add_argument("--experiment", help="chameleon_ablation or chameleon_ablation_reduced (default: latest)")
-    parser.add_argument("--parent", action="append", default=[], help="only the children of this multirun parent")
-    parser.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best throughput")
-    parser.add_argument("--budgets", type=int, nargs="+")
-    args = parser.parse_args(argv)
-    from mlflow.tracking import MlflowClient
-
-    tag, _ = find_runs(MlflowClient(args.uri), args.mlflow_experiment, "chameleon_ablation", args.experiment, None)
-    print(f"+experiment={tag}\n")
-    compare.main(compare_argv(args, tag), rename=COLUMNS)
+    run_preset(__doc__, "chameleon_ablation", ARGS, COLUMNS, argv)
     print("\n".join(paper_lines()))
 
 

@@ -212,9 +212,11 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
 def test_table_names_the_papers_columns_and_compares_with_sa(experiment_script):
     from tuning.compare import Curve, TaskTruth, compare
 
+    from tuning.tracking.ablation import preset_argv
+
     table = experiment_script("chameleon_table")
-    argv = table.compare_argv(argparse.Namespace(
-        mlflow_experiment="tunelab", fraction=0.95, uri="sqlite:///x.db", parent=["p1"], budgets=None), "chameleon_x")
+    argv = preset_argv(argparse.Namespace(
+        mlflow_experiment="tunelab", fraction=0.95, uri="sqlite:///x.db", parent=["p1"], budgets=None), "chameleon_x", table.ARGS)
     assert argv[argv.index("--baseline") + 1] == "SA" and argv[argv.index("--method-by") + 1] == "search,sampler"
     assert ["--tag", "experiment=chameleon_x"] == argv[2:4] and ["--parent", "p1"] == argv[-2:]
     assert [table.COLUMNS[m] for m in ("sa+greedy", "ppo+greedy", "sa+kmeans", "ppo+kmeans")] == list(

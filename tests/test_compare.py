@@ -142,6 +142,8 @@ def test_score_is_one_at_the_optimum_zero_at_random_search_and_half_between():
     assert stats.methodology_score(np.tile(baseline, (4, 1)), SPACE)["score"] == pytest.approx(0.0)
     halfway = stats.methodology_score(np.tile((baseline + 1) / 2, (4, 1)), SPACE)
     assert halfway["score"] == pytest.approx(0.5) and halfway["fevals"] == (1, 25)
+    nothing_valid = stats.methodology_score(np.full((4, 30), math.inf), SPACE)["score"]
+    assert nothing_valid == stats.methodology_score(np.full((4, 30), 100.0), SPACE)["score"] < 0  # the worst config
 
 
 def test_score_against_the_autotuning_methodology_package(tmp_path):

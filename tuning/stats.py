@@ -32,7 +32,8 @@ def bootstrap_ci(values, statistic=np.median, rng=None, level: float = LEVEL,
     """(statistic, low, high) of 1-D `values`: a percentile bootstrap over the values (nan
     interval with fewer than 2)."""
     values = np.asarray(values, dtype=np.float64)
-    point = float(statistic(values)) if len(values) else math.nan
+    with np.errstate(invalid="ignore"):  # the median of values holding inf (no incumbent yet) interpolates inf - inf
+        point = float(statistic(values)) if len(values) else math.nan
     if len(values) < 2:
         return point, math.nan, math.nan
     low, high = curve_band(values[:, None], statistic, rng, level, resamples)
@@ -171,12 +172,14 @@ def methodology_score(curves, space, rng=None, level: float = LEVEL, start: floa
     axis: P(M) = (baseline(M) - method(M)) / (baseline(M) - optimum), where baseline is the expected
     random search and method the median over runs of the incumbent's true latency after M
     measurements, averaged over M from the `start` to the `end` cutoff (0: random search, 1: the
-    optimum at once, < 0: worse than random). `curves` is runs x measurements (column M-1 after M),
-    `space` every valid config's true latency. The interval resamples runs.
+    optimum at once, < 0: worse than random). `curves` is runs x measurements (column M-1 after M;
+    inf, no valid incumbent yet, counts as the worst config), `space` every valid config's true
+    latency. The interval resamples runs.
     Where it differs from the package: the axis is measurements, not seconds (the package's time
     axis adds the host's real search overheads), and the runs' curve is their median, not a bagged
     isotonic regression of ranks (which has no seed)."""
     curves, space = np.asarray(curves, dtype=np.float64), np.asarray(space, dtype=np.float64)
+    curves = np.where(np.isfinite(curves), curves, space.max())  # no incumbent yet: worth the worst config
     first, last = cutoff_fevals(space, start), min(cutoff_fevals(space, end), curves.shape[1])
     fevals = np.arange(min(first, last), last + 1)
     baseline, optimum = random_search_curve(space, fevals), float(space.min())

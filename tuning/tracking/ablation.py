@@ -49,3 +49,34 @@ def print_table(title: str, rows: list[list[str]]) -> None:
     for row in rows:
         print("  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
     print()
+
+
+def preset_argv(args, tag: str, fixed: list[str]) -> list[str]:
+    """`python -m tuning.compare` arguments for one `+experiment=` sweep's runs (tag `tag`)."""
+    argv = ["--experiment", args.mlflow_experiment, "--tag", f"experiment={tag}", "--fraction", str(args.fraction),
+            "--uri", args.uri, *fixed]
+    for parent in args.parent:
+        argv += ["--parent", parent]
+    return argv + (["--budgets", *map(str, args.budgets)] if args.budgets else [])
+
+
+def run_preset(doc: str, prefix: str, fixed: list[str], rename: dict, argv=None):
+    """An experiments/*_table.py preset: its command line, the latest `prefix...` sweep unless
+    told, then tuning.compare on those runs; returns the Comparison."""
+    import argparse
+
+    from mlflow.tracking import MlflowClient
+
+    from tuning import compare
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--uri", default=compare.default_uri())
+    parser.add_argument("--mlflow-experiment", default="tunelab")
+    parser.add_argument("--experiment", help=f"{prefix} or {prefix}_reduced (default: the latest)")
+    parser.add_argument("--parent", action="append", default=[], help="only the children of this multirun parent")
+    parser.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best throughput")
+    parser.add_argument("--budgets", type=int, nargs="+")
+    args = parser.parse_args(argv)
+    tag, _ = find_runs(MlflowClient(args.uri), args.mlflow_experiment, prefix, args.experiment, None)
+    print(f"+experiment={tag}\n")
+    return compare.main(preset_argv(args, tag, fixed), rename=rename)
