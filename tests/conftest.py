@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ def experiment_script():
         path = Path(__file__).parents[1] / "experiments" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # a script's dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
 

@@ -96,7 +96,7 @@ def test_visited_centroids_become_the_mode_then_never_a_visited_config():
     assert chosen[0] == (0, 1, 3, 4)
     assert len(chosen) == 8 and len(set(chosen)) == 8
     assert not set(chosen) & visited
-    assert sampler.metrics() == {"k": 8, "synthesised": 8}
+    assert sampler.metrics() == {"k": 8, "synthesised": 8, "random": 0}
     values = [{c[i] for c in pool} for i in range(4)]
     assert all(all(c[i] in values[i] for i in range(4)) for c in chosen)  # built from the pool's values
 

@@ -37,7 +37,7 @@ import math
 import os
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +64,7 @@ class Curve:
     elapsed_s: np.ndarray  # seconds since the run started (simulated under hardware=replay)
     scored_by: str  # "store" or "readings"
     init_random: int = 0
+    errors: dict = field(default_factory=dict)  # error kind -> count, and "fewer_runs": slow kernels timed shorter
 
     @property
     def length(self) -> int:
@@ -108,8 +109,16 @@ def run_curves(records, tasks: list[dict], truths: dict, method: str, seed: int,
         curves.append(Curve(task["name"], method, seed, run_id,
                             incumbent_curve(own, truth.by_config if scored else None),
                             np.asarray([r.time - start_s for r in own], dtype=np.float64),
-                            "store" if scored else "readings", init_random))
+                            "store" if scored else "readings", init_random, error_counts(own)))
     return curves
+
+
+def error_counts(records) -> dict:
+    """Failed measurements by kind, and the valid ones a slow kernel got with fewer runs (the run
+    worker notes those in the message)."""
+    counts = Counter(r.result.error for r in records if r.result.error)
+    counts["fewer_runs"] = sum(1 for r in records if r.result.ok and r.result.message.startswith("fewer_runs"))
+    return {kind: n for kind, n in counts.items() if n}
 
 
 # ---- the statistics of one task ------------------------------------------------------------------
@@ -527,6 +536,7 @@ def markdown(result: Comparison, selection: str) -> str:
                              [[r["axis"], r["method"], _km_cell(r, r["axis"]),
                                f"{r['p']:.3g} ({r['p_holm']:.3g})" if "p" in r else "-", r.get("verdict", "baseline")]
                               for r in result.target_table if r["task"] == task])
+        out += [""] + _error_table(result.by_method(task))
         out += ["", f"![curves](curves_{_file_part(task)}.png)", ""]
     if result.scores:
         out += ["## Aggregate score", "", "The autotuning-methodology score (Willemsen et al. 2024) on the measurements "
@@ -549,6 +559,15 @@ def markdown(result: Comparison, selection: str) -> str:
     if result.notes:
         out += ["", "## Notes", ""] + [f"- {note}" for note in result.notes]
     return "\n".join(out) + "\n"
+
+
+def _error_table(by_method: dict) -> list[str]:
+    """Per method: median measurements per run and the mean count of each failure kind per run."""
+    kinds = sorted({kind for curves in by_method.values() for c in curves for kind in c.errors})
+    rows = [[method, f"{np.median([c.length for c in curves]):.0f}",
+             *(f"{np.mean([c.errors.get(kind, 0) for c in curves]):.1f}" for kind in kinds)]
+            for method, curves in by_method.items()]
+    return _table(["method", "measurements per run (median)", *(f"{kind} per run (mean)" for kind in kinds)], rows)
 
 
 def _score_cell(score: dict) -> str:

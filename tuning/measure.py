@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 STATISTICS = ("cumulative", "per_batch")
+SLOW_KERNELS = ("fewer_runs", "timeout")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class MeasureSpec:
     timeout_s: float = 10.0  # per-candidate cap on running
     build_timeout_s: float = 60.0  # per-candidate cap on building
     check_correctness: bool = True  # compare the output to the untuned kernel's
+    # A kernel too slow for `timeout_s`: "fewer_runs" times it with fewer runs per cost (then fewer
+    # costs) and notes it in the result's message; "timeout" records a timeout error.
+    slow_kernels: str = "fewer_runs"
     # An early-stop rule (CVStop, below) the run worker applies between repeats: it may
     # stop before `repeat` costs. None: every repeat is timed.
     cv_stop: object = None

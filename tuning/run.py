@@ -307,6 +307,10 @@ def _tags(hydra: dict, cfg) -> dict:
         **{f"choice.{group}": _choice(hydra, cfg, group) for group in ("search", "sampler", "cost_model",
                                                                         "evaluator", "hardware")},
         "seed": str(cfg.seed),
+        # rows of an experiment (+experiment/adatune_row=..., +experiment/chameleon_row=...): what
+        # `tuning.compare --method-by choice.experiment/<group>` names a method by
+        **{f"choice.{group}": str(option) for group, option in hydra.get("choices", {}).items()
+           if group.startswith("experiment/") and option},
     }
 
 

@@ -1,4 +1,4 @@
-"""cost_model=xgb: AutoTVM's XGBoost regression cost model.
+"""cost_model=xgb / xgb_rank: AutoTVM's XGBoost cost model, regression or rank loss.
 
 After TVM <= 0.19 `autotvm/tuner/xgboost_cost_model.py` with loss_type="reg":
 gradient-boosted trees on the features, trained on throughput normalised by
@@ -12,6 +12,13 @@ training set has not improved for 20 rounds. tunelab bounds that at
 reach the model, a fit costs well under a second at thousands of samples, and
 with depth-3 trees at eta 0.3 the fit on a few hundred samples has settled
 long before 400 rounds.
+
+`objective: rank:pairwise` (cost_model=xgb_rank) is AutoTVM's loss_type="rank", the loss
+AdaTune's baseline tuner used: pairwise ranking over all measured configs as one group. Its
+predictions are scores with no scale, so early stopping watches what AutoTVM watched, the
+training recall@N (the share of the N best measured configs among the N best predicted; AutoTVM
+took N = the plan size), not RMSE. xgboost >= 2 refuses non-integer relevance labels for its
+default ranking metric, which is why the default metric is switched off.
 """
 from __future__ import annotations
 
@@ -19,6 +26,8 @@ import numpy as np
 import xgboost as xgb
 
 from tuning.cost_model.base import CostModel
+
+OBJECTIVES = ("reg:squarederror", "rank:pairwise")
 
 
 class XGBoostCostModel(CostModel):
@@ -30,18 +39,21 @@ class XGBoostCostModel(CostModel):
         num_boost_round         cap on boosting rounds (400; AutoTVM 8000)
         early_stopping_rounds   rounds without training-RMSE gain before
                                 stopping (50; AutoTVM 20 on recall@plan_size)
+        recall_at               rank objective only: N of the training recall@N that early
+                                stopping watches (64: AutoTVM's plan size)
         seed                    xgboost seed (from the run's seed)
         nthread                 xgboost threads (1: bit-reproducible fits)
     """
 
     ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "subsample": (1e-6, 1.0),
               "eta": (1e-6, 1.0), "reg_lambda": (0.0, None), "alpha": (0.0, None), "num_boost_round": (1, None),
-              "early_stopping_rounds": (1, None), "seed": (0, None), "nthread": (1, None)}
+              "early_stopping_rounds": (1, None), "recall_at": (1, None), "seed": (0, None), "nthread": (1, None)}
+    options = {"objective": OBJECTIVES}
 
     def __init__(self, max_depth: int = 3, gamma: float = 0.0001, min_child_weight: float = 1,
                  subsample: float = 1.0, eta: float = 0.3, reg_lambda: float = 1.0, alpha: float = 0.0,
                  objective: str = "reg:squarederror", num_boost_round: int = 400,
-                 early_stopping_rounds: int = 50, seed: int = 0, nthread: int = 1):
+                 early_stopping_rounds: int = 50, recall_at: int = 64, seed: int = 0, nthread: int = 1):
         self.max_depth = max_depth
         self.gamma = gamma
         self.min_child_weight = min_child_weight
@@ -52,16 +64,22 @@ class XGBoostCostModel(CostModel):
         self.objective = objective
         self.num_boost_round = num_boost_round
         self.early_stopping_rounds = early_stopping_rounds
+        self.recall_at = recall_at
         self.seed = seed
         self.nthread = nthread
         self.booster: xgb.Booster | None = None
 
+    @property
+    def ranks(self) -> bool:
+        return self.objective.startswith("rank:")
+
     def _params(self) -> dict:
-        return {
+        params = {
             "max_depth": self.max_depth, "gamma": self.gamma, "min_child_weight": self.min_child_weight,
             "subsample": self.subsample, "eta": self.eta, "lambda": self.reg_lambda, "alpha": self.alpha,
             "objective": self.objective, "seed": self.seed, "nthread": self.nthread, "verbosity": 0,
         }
+        return {**params, "disable_default_eval_metric": 1} if self.ranks else params
 
     def fit(self, X, y):
         X = np.asarray(X, dtype=np.float32)
@@ -71,15 +89,27 @@ class XGBoostCostModel(CostModel):
             return self
         y = y / max(float(y.max()), 1e-8)
         train = xgb.DMatrix(X, label=y)
+        stop = xgb.callback.EarlyStopping(rounds=self.early_stopping_rounds, save_best=True, maximize=self.ranks)
         self.booster = xgb.train(
             self._params(), train, num_boost_round=self.num_boost_round, evals=[(train, "train")],
-            verbose_eval=False,
-            callbacks=[xgb.callback.EarlyStopping(rounds=self.early_stopping_rounds, save_best=True)],
+            verbose_eval=False, callbacks=[stop], custom_metric=self._recall if self.ranks else None,
         )
         return self
+
+    def _recall(self, predictions, data) -> tuple[str, float]:
+        return f"recall@{self.recall_at}", top_n_recall(predictions, data.get_label(), self.recall_at)
 
     def predict(self, X):
         X = np.asarray(X, dtype=np.float32)
         if self.booster is None or len(X) == 0:
             return np.zeros(len(X), dtype=np.float64)
         return self.booster.inplace_predict(X).astype(np.float64)
+
+
+def top_n_recall(predictions, labels, n: int) -> float:
+    """The share of the n best by `labels` among the n best by `predictions` (AutoTVM's
+    xgb_average_recalln_curve_score at n)."""
+    n = min(n, len(labels))
+    predicted = np.argsort(-np.asarray(predictions), kind="stable")[:n]
+    actual = np.argsort(-np.asarray(labels), kind="stable")[:n]
+    return len(set(predicted.tolist()) & set(actual.tolist())) / n

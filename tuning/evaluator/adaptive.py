@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from tuning.evaluator.base import Evaluator
-from tuning.measure import STATISTICS, CVStop, MeasureSpec
+from tuning.measure import SLOW_KERNELS, STATISTICS, CVStop, MeasureSpec
 
 
 class AdaptiveEvaluator(Evaluator):
@@ -35,7 +35,8 @@ class AdaptiveEvaluator(Evaluator):
     min_batches     micro-batches before the rule may stop
     statistic       cumulative (paper: Perf_i = i x B x FLOP / Time(i)) or per_batch (code)
     drop_extremes   drop the fastest and slowest batch when more than 4 (code)
-    timeout_s, build_timeout_s, check_correctness   as evaluator=fixed
+    timeout_s, build_timeout_s, check_correctness, slow_kernels   as evaluator=fixed (a slow kernel's
+                    micro-batches get fewer runs)
     final_repeat    micro-batches when re-measuring the best configs at the end (no early stop,
                     so the reported best is measured as a fixed evaluator's would be)
     final_candidates  how many of the best configs are re-measured
@@ -44,12 +45,12 @@ class AdaptiveEvaluator(Evaluator):
     ranges = {"runs": (1, None), "micro_batch": (1, None), "cv_threshold": (0.0, None), "min_batches": (1, None),
               "timeout_s": (0.001, None), "build_timeout_s": (0.001, None), "final_repeat": (1, None),
               "final_candidates": (1, None)}
-    options = {"statistic": STATISTICS}
+    options = {"statistic": STATISTICS, "slow_kernels": SLOW_KERNELS}
 
     def __init__(self, runs: int = 500, micro_batch: int = 50, cv_threshold: float = 0.1, min_batches: int = 3,
                  statistic: str = "cumulative", drop_extremes: bool = False, timeout_s: float = 10.0,
                  build_timeout_s: float = 60.0, check_correctness: bool = True, final_repeat: int = 10,
-                 final_candidates: int = 3):
+                 final_candidates: int = 3, slow_kernels: str = "fewer_runs"):
         self.runs = runs
         self.micro_batch = micro_batch
         self.cv_threshold = cv_threshold
@@ -61,6 +62,7 @@ class AdaptiveEvaluator(Evaluator):
         self.check_correctness = check_correctness
         self.final_repeat = final_repeat
         self.final_candidates = final_candidates
+        self.slow_kernels = slow_kernels
         self.latest: list = []
 
     @classmethod
@@ -85,7 +87,8 @@ class AdaptiveEvaluator(Evaluator):
         rule = self.rule
         return MeasureSpec(number=rule.micro_batch, repeat=rule.max_batches, min_repeat_ms=0, cache_flush=False,
                            timeout_s=self.timeout_s, build_timeout_s=self.build_timeout_s,
-                           check_correctness=self.check_correctness, cv_stop=rule)
+                           check_correctness=self.check_correctness, slow_kernels=self.slow_kernels,
+                           cv_stop=rule)
 
     def measure(self, hardware, task, configs, on_result=None):
         self.latest = hardware.measure(task, list(configs), self.spec, on_result)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tuning.evaluator.base import Evaluator
-from tuning.measure import MeasureSpec
+from tuning.measure import SLOW_KERNELS, MeasureSpec
 
 
 class FixedEvaluator(Evaluator):
@@ -18,6 +18,8 @@ class FixedEvaluator(Evaluator):
     min_repeat_ms   a repeat lasts at least this long (number grows to fit)
     cache_flush     flush the CPU cache before each run (needs number == 1)
     timeout_s       per-candidate cap on measuring (a bad config can run for seconds)
+    slow_kernels    fewer_runs: a kernel too slow for timeout_s is timed with fewer runs (noted in
+                    the record's message); timeout: it is a `timeout` error
     build_timeout_s per-candidate cap on building
     check_correctness  compare each candidate's output with the untuned kernel's
     final_repeat    repeats when re-measuring the best configs at the end
@@ -28,10 +30,13 @@ class FixedEvaluator(Evaluator):
     ranges = {"number": (0, None), "repeat": (1, None), "min_repeat_ms": (0, None), "timeout_s": (0.001, None),
               "build_timeout_s": (0.001, None), "final_repeat": (1, None), "final_candidates": (1, None)}
 
+    options = {"slow_kernels": SLOW_KERNELS}
+
     def __init__(self, number=1, repeat=3, min_repeat_ms=50, cache_flush=False, timeout_s=10.0,
-                 build_timeout_s=60.0, check_correctness=True, final_repeat=10, final_candidates=3):
+                 build_timeout_s=60.0, check_correctness=True, final_repeat=10, final_candidates=3,
+                 slow_kernels="fewer_runs"):
         self.spec = MeasureSpec(number, repeat, min_repeat_ms, cache_flush, timeout_s, build_timeout_s,
-                                check_correctness)
+                                check_correctness, slow_kernels)
         self.final_repeat = final_repeat
         self.final_candidates = final_candidates
 

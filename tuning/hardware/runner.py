@@ -119,7 +119,7 @@ class LocalRunner:
             return MeasureResult.failed(kind, str(value), run_s=time.perf_counter() - start, **timings)
         if value["error"]:
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
-        return MeasureResult(costs=value["costs"], run_s=value["run_s"], **timings)
+        return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""), **timings)
 
     def gauge(self) -> float | None:
         """The drift gauge (tvm_worker.gauge) on the run worker; None if it could not run."""

@@ -116,10 +116,9 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
         if not np.allclose(tensors[-1].numpy(), expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
             return {"error": "wrong_answer", "message": "output differs from the untuned kernel",
                     "run_s": time.perf_counter() - start}
-    expected_seconds = single + spec["repeat"] * max(single * max(spec["number"], 1), spec["min_repeat_ms"] / 1000)
-    if expected_seconds > spec["timeout_s"]:
-        return {"error": "timeout", "run_s": time.perf_counter() - start,
-                "message": f"one run took {single:.3f} s; the measurement would exceed timeout_s={spec['timeout_s']}"}
+    spec, note = fit_to_timeout(spec, single)
+    if spec is None:
+        return {"error": "timeout", "run_s": time.perf_counter() - start, "message": note}
     if spec["cv_stop"]:
         costs = _time_until_stable(lib, dev, tensors, CVStop(**spec["cv_stop"]))
     else:
@@ -130,7 +129,38 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
             f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] and device == "cpu" else "",
         )
         costs = [float(c) for c in evaluator(*tensors).results]
-    return {"error": None, "costs": costs, "run_s": time.perf_counter() - start}
+    return {"error": None, "costs": costs, "run_s": time.perf_counter() - start, "message": note}
+
+
+def fit_to_timeout(spec: dict, single: float) -> tuple[dict | None, str]:
+    """The spec a kernel whose one run took `single` seconds is timed with, and a note.
+
+    A measurement that would outlast `timeout_s` is cut to fewer runs per cost (`number`, or an
+    adaptive evaluator's micro-batch), then to fewer costs, when `slow_kernels` is "fewer_runs":
+    a slow kernel is still a valid reading, and failing it would hide it from the cost model.
+    None (a timeout) when not even two runs fit, or under "timeout"."""
+    rule = spec["cv_stop"]
+    number = rule["micro_batch"] if rule else max(spec["number"], 1)
+    repeat = rule["max_batches"] if rule else spec["repeat"]
+    floor_s = spec["min_repeat_ms"] / 1000
+    budget = spec["timeout_s"] - single
+    if repeat * max(single * number, floor_s) <= budget:
+        return spec, ""
+    refused = f"one run took {single:.3f} s; the measurement would exceed timeout_s={spec['timeout_s']}"
+    if spec.get("slow_kernels", "fewer_runs") != "fewer_runs":
+        return None, refused
+    number = max(1, min(number, int(budget // (repeat * single))))
+    repeat = min(repeat, int(budget // max(single * number, floor_s)))
+    if repeat < 1:
+        return None, refused
+    if rule:
+        rule = {**rule, "micro_batch": number, "max_batches": repeat,
+                "min_batches": min(rule["min_batches"], repeat)}
+        fitted = {**spec, "number": number, "repeat": repeat, "cv_stop": rule}
+    else:
+        fitted = {**spec, "number": number, "repeat": repeat}
+    return fitted, (f"fewer_runs: {number} run(s) x {repeat} cost(s), one run {single:.3f} s "
+                    f"(timeout_s={spec['timeout_s']})")
 
 
 def gauge(target: dict, device: str) -> float:

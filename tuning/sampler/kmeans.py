@@ -29,7 +29,14 @@ Details the paper leaves open, as tunelab fills them:
   - `synthesis_pool: cluster` takes the mode over the centroid's own
     cluster (the ReLeASE code) instead of all candidates (the paper);
   - at most b centroids are kept, those whose clusters hold the
-    best-ranked candidates first (candidates arrive best first).
+    best-ranked candidates first (candidates arrive best first);
+  - fewer distinct candidates than k (common with `cluster_dims: 2`): k
+    shrinks to their number, or with `keep_k_min` stays at k_min, the
+    duplicate centroids being synthesised (what the published code's
+    scikit-learn k-means did: it returns duplicate centres);
+  - `random_share`: the last int(random_share x b) picks are random
+    unvisited configs, as AutoTVM's ModelBasedTuner.next_batch (which the
+    published code inherits) fills the last 5% of a plan.
 """
 from __future__ import annotations
 
@@ -54,16 +61,21 @@ class KMeansSampler(Sampler):
         cluster_dims    null: all knobs (the paper); 2: the two largest knobs (the code)
         synthesis_pool  "candidates" (paper: mode(s_Θ)) or "cluster" (ReLeASE code)
         synthesis_tries draws of a knob-by-knob sample before a random config (100)
+        keep_k_min      false: k shrinks to the number of distinct candidates when there are
+                        fewer than k_min; true: k stays >= k_min (the code)
+        random_share    the last int(random_share x b) picks are random unvisited configs (0;
+                        the code's inherited next_batch: 0.05)
     """
 
     adaptive = True
     ranges = {"threshold": (1e-6, None), "k_min": (1, None), "k_max": (2, None), "k_step": (1, None),
-              "max_iter": (1, None), "cluster_dims": (1, None), "synthesis_tries": (0, None)}
+              "max_iter": (1, None), "cluster_dims": (1, None), "synthesis_tries": (0, None),
+              "random_share": (0.0, 1.0)}
     options = {"synthesis_pool": ("candidates", "cluster")}
 
     def __init__(self, threshold: float = 2.5, k_min: int = 8, k_max: int = 64, k_step: int = 1,
                  max_iter: int = 100, cluster_dims: int | None = None, synthesis_pool: str = "candidates",
-                 synthesis_tries: int = 100):
+                 synthesis_tries: int = 100, keep_k_min: bool = False, random_share: float = 0.0):
         self.threshold = threshold
         self.k_min = k_min
         self.k_max = k_max
@@ -72,8 +84,11 @@ class KMeansSampler(Sampler):
         self.cluster_dims = cluster_dims
         self.synthesis_pool = synthesis_pool
         self.synthesis_tries = synthesis_tries
-        self.last_k = 0  # the k of the latest select, and how many of its samples were synthesised
+        self.keep_k_min = keep_k_min
+        self.random_share = random_share
+        self.last_k = 0  # the k of the latest select, how many of its samples were synthesised, random
         self.last_synthesised = 0
+        self.last_random = 0
 
     @classmethod
     def check(cls, params, group):
@@ -92,12 +107,12 @@ class KMeansSampler(Sampler):
         normalized = space.normalized(configs).astype(np.float64)
         clustered = self._clustered_knobs(space)
         k, labels, centers = self.knee(normalized[:, clustered], rng)
-        self.last_k, self.last_synthesised = k, 0
+        self.last_k, self.last_synthesised, self.last_random = k, 0, 0
         background = normalized.mean(axis=0)  # knobs left out of the clustering: their mean over the candidates
         chosen: list = []
         for cluster in _clusters_best_first(labels, k)[:b]:
-            pool = configs if self.synthesis_pool == "candidates" else [
-                c for c, label in zip(configs, labels) if label == cluster]
+            members = [c for c, label in zip(configs, labels) if label == cluster]
+            pool = members if self.synthesis_pool == "cluster" and members else configs  # a duplicate centre: no members
             centre = background.copy()
             centre[clustered] = centers[cluster]
             centroid = space.canonical(snap(space, centre))
@@ -106,10 +121,23 @@ class KMeansSampler(Sampler):
                 self.last_synthesised += 1
             if centroid is not None:
                 chosen.append(centroid)
-        return chosen
+        return self._random_tail(chosen, int(self.random_share * b), space, visited, rng)
 
     def metrics(self) -> dict:
-        return {"k": self.last_k, "synthesised": self.last_synthesised}
+        return {"k": self.last_k, "synthesised": self.last_synthesised, "random": self.last_random}
+
+    def _random_tail(self, chosen: list, count: int, space, visited, rng) -> list:
+        """The last `count` picks replaced by random unvisited configs (AutoTVM's next_batch)."""
+        if count <= 0:
+            return chosen
+        kept = chosen[:max(len(chosen) - count, 0)]
+        while len(kept) < len(chosen):
+            pick = random_unvisited(space, visited, kept, rng)
+            if pick is None:
+                break
+            kept.append(pick)
+            self.last_random += 1
+        return kept
 
     # ---- Algorithm 1, lines 2-6 ------------------------------------------------------------
     def knee(self, points: np.ndarray, rng) -> tuple[int, np.ndarray, np.ndarray]:
@@ -118,7 +146,7 @@ class KMeansSampler(Sampler):
         distinct = len(np.unique(points, axis=0))
         previous_loss, result = np.inf, None
         for k in range(self.k_min, self.k_max, self.k_step):
-            if k > distinct:
+            if k > distinct and (result is not None or not self.keep_k_min or k > len(points)):
                 break
             result = self._kmeans(points, k, rng)
             if self.threshold * result[3] > previous_loss:

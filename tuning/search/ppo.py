@@ -67,7 +67,8 @@ class PPO(Search):
 
         episodes            walkers per round (128, Table 7 "number of episodes")
         max_steps           step cap of one episode (500, Table 7)
-        early_stop          end the round after this many steps without a new top-n config (50, code)
+        early_stop          end the round after this many steps without a new top-n config (50,
+                            tunelab's, after AutoTVM's SA; the code declares 50, never applies it)
         converged_fraction  an episode ends when this share of its knobs did not move (0.75, code)
         best_starts         walkers that start from the best measured configs (16; tunelab's
                             choice: the paper says "a set of initial configurations")

@@ -1,0 +1,357 @@
+"""The seed papers' claims re-tested on replay over a measurement store: one command per table.
+
+    python experiments/claims.py chameleon                  # grid + control + table (docs/claims.md)
+    python experiments/claims.py adatune
+    python experiments/claims.py chameleon --table-only     # the table from the runs already made
+    python experiments/claims.py adatune --models conv_l8 --seeds 10 --jobs 2
+    python experiments/claims.py adatune budget.trials=500                  # Hydra overrides for every run
+
+The store is one built with the store's documented command (docs/store.md), timed as
+evaluator=adatune_de so that one store answers every evaluator of both papers:
+
+    python -m tuning.dataset build --store stores/lab.sqlite --model conv_l8 conv_l7 gemm_512 conv_l6 \
+        --configs 1000 evaluator=adatune_de hardware.build_workers=2
+
+`chameleon` runs `+experiment=chameleon_replay` (SA, AE, SA+AS, AE+AS, the controls and the code's
+sampler), reads the mean k that k-means chose per task in SA+AS, runs the control "SA at plan size
+mean k" (sa_plan_k), then compares everything with `python -m tuning.compare` and prints one row per
+claim: the paper's number, ours with a 95% CI over seeds, and a verdict. `adatune` does the same with
+`+experiment=adatune_replay`. Nothing is measured: every run replays the store (simulated clock).
+
+A claim's ratio is a speed-up, baseline / method (above 1: the method needs less). For times to a
+target with censored runs it is the ratio of the Kaplan-Meier medians with a bootstrap CI that
+resamples seeds (the same seeds for both: common random numbers); for a final metric it is the
+geometric mean of the per-seed ratios. Verdicts: "holds" when the CI lies above 1 (and, where the
+claim has a quality bound, the final latency's CI lies within it), "does not hold" when the CI lies
+below 1 (or the quality bound is broken for sure), otherwise "undecided at this power".
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tuning import compare, stats  # noqa: E402
+
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of a paper: `method` needs `paper`x less of `quantity` than `baseline`."""
+
+    text: str
+    baseline: str
+    method: str
+    quantity: str  # "measurements" / "seconds" (to the target), or a final metric ("run/run_s", "opt_s")
+    paper: str  # the paper's number, as printed ("" for a control)
+    quality_bound: float | None = None  # the method's final latency may be at most this x the baseline's
+
+
+@dataclass(frozen=True)
+class Paper:
+    experiment: str  # +experiment=<this>
+    mlflow_experiment: str
+    row_group: str  # experiment/<group>: the rows' choice tag
+    rows: dict  # row option -> name shown
+    models: tuple
+    baseline: str
+    budgets: tuple
+    claims: tuple
+    notes: tuple
+
+
+CHAMELEON = Paper(
+    "chameleon_replay", "claims-chameleon", "experiment/chameleon_row",
+    {"sa": "SA", "ae": "AE", "sa_as": "SA+AS", "ae_as": "AE+AS", "ae_cold": "AE cold", "ae_as_cold": "AE+AS cold",
+     "sa_plan_k": "SA plan=k", "sa_as_code": "SA+AS code", "ae_as_code": "AE+AS code"},
+    ("conv_l6", "conv_l7", "conv_l8"), "SA", (64, 128),
+    (Claim("adaptive sampling cuts measurements with SA (Fig. 7b)", "SA", "SA+AS", "measurements", "1.98x"),
+     Claim("adaptive sampling cuts measurements with PPO (Fig. 7b)", "AE", "AE+AS", "measurements", "2.33x"),
+     Claim("Chameleon cuts optimisation time (§4.3, Table 2)", "SA", "AE+AS", "opt_s", "4.45x"),
+     Claim("Chameleon reaches the target sooner (seconds)", "SA", "AE+AS", "seconds", ""),
+     Claim("control: SA+AS against SA at plan size k (refit frequency held equal)", "SA plan=k", "SA+AS",
+           "measurements", ""),
+     Claim("control: PPO's head start (best_starts 16 vs 0), greedy", "AE cold", "AE", "measurements", ""),
+     Claim("control: PPO's head start (best_starts 16 vs 0), adaptive sampling", "AE+AS cold", "AE+AS",
+           "measurements", ""),
+     Claim("fidelity: the code's sampler against the paper's, with SA", "SA+AS", "SA+AS code", "measurements", ""),
+     Claim("fidelity: the code's sampler against the paper's, with PPO", "AE+AS", "AE+AS code", "measurements", "")),
+    ("Budget: 16 iterations per task and at most 1000 measurements (Chameleon Tables 7-8); greedy columns "
+     "measure 1000, adaptive ones what their knee asks for.",
+     "opt_s: the simulated build + run seconds of the store's readings plus the search and model-fitting "
+     "seconds this host spent (the paper's optimisation time includes all three)."))
+
+ADATUNE = Paper(
+    "adatune_replay", "claims-adatune", "experiment/adatune_row",
+    {"xgb_sa_de": "XGB+SA+DE", "xgbrank_sa_de": "XGBrank+SA+DE", "rfei_sa_de": "RFEI+SA+DE",
+     "rfei_csa_de": "RFEI+CSA+DE", "rfei_csa_ae": "RFEI+CSA+AE", "rfei_csa_de150": "RFEI+CSA+DE150"},
+    ("conv_l7", "conv_l8", "gemm_512"), "XGB+SA+DE", (64, 256, 1000),
+    (Claim("the adaptive evaluator cuts measurement time at <= 2% loss (Fig. 9)", "RFEI+CSA+DE", "RFEI+CSA+AE",
+           "run/run_s", "2.5x", 1.02),
+     Claim("control: the adaptive evaluator against a fixed 150 runs", "RFEI+CSA+DE150", "RFEI+CSA+AE",
+           "run/run_s", "", 1.02),
+     Claim("AdaTune reaches the target sooner than AutoTVM (§5.2)", "XGB+SA+DE", "RFEI+CSA+AE", "seconds",
+           "1.3-3.9x"),
+     Claim("fidelity: the same against AutoTVM with its rank loss", "XGBrank+SA+DE", "RFEI+CSA+AE", "seconds",
+           "1.3-3.9x"),
+     Claim("RFEI alone (§5.3, Fig. 10)", "XGB+SA+DE", "RFEI+SA+DE", "seconds", ""),
+     Claim("contextual SA on top of RFEI (§5.3, Fig. 11)", "RFEI+SA+DE", "RFEI+CSA+DE", "seconds", "")),
+    ("Budget: 1000 measurements, plan size 32 for every row (AdaTune's code).",
+     "run/run_s: the seconds spent running kernels, from the store's rows (the adaptive evaluator is "
+     "charged the stored seconds of the micro-batches its rule kept)."))
+
+PAPERS = {"chameleon": CHAMELEON, "adatune": ADATUNE}
+
+
+# ---- running the grid ----------------------------------------------------------------------------
+def run_grid(paper: Paper, args, extra: list[str]) -> float:
+    """One `python run.py -m` of the paper's experiment; returns its wall seconds."""
+    command = [sys.executable, str(REPO / "run.py"), "-m", f"+experiment={paper.experiment}",
+               f"hardware.store={args.store}", f"model={','.join(args.models)}", f"seed=range({args.seeds})",
+               f"tracking.uri={args.uri}", *args.overrides, *extra]
+    if args.jobs > 1:
+        command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}"]
+    print("$ " + " ".join(command), flush=True)
+    started = time.perf_counter()
+    subprocess.run(command, cwd=REPO, check=True)
+    return time.perf_counter() - started
+
+
+def mean_k(client, paper: Paper, model: str) -> float:
+    """The mean sampler/k over every round of the SA+AS runs of `model`."""
+    found = client.get_experiment_by_name(paper.mlflow_experiment)
+    query = (f"attributes.status = 'FINISHED' and tags.experiment = '{paper.experiment}' and "
+             f"tags.`choice.{paper.row_group}` = 'sa_as' and params.`model.name` = '{model}'")
+    runs = client.search_runs([found.experiment_id], query, max_results=1000) if found else []
+    ks = [m.value for run in runs for m in client.get_metric_history(run.info.run_id, "sampler/k")]
+    if not ks:
+        raise SystemExit(f"no sa_as run of {model} with sampler/k in {paper.mlflow_experiment}: run the grid first")
+    return float(np.mean(ks))
+
+
+# ---- the claims ------------------------------------------------------------------------------------
+def km_median(outcomes) -> float:
+    times, reached = zip(*outcomes)
+    median = stats.kaplan_meier_median(times, reached)["median"]
+    return math.inf if median is None else float(median)
+
+
+def time_ratio(result, task: str, claim: Claim, rng) -> dict:
+    """Baseline / method Kaplan-Meier medians of the time to the target, paired bootstrap over seeds."""
+    target = result.truths[task].best_s / result.fraction
+    by_method = result.by_method(task)
+    pairs = compare.paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
+    if len(pairs) < 2:
+        return {"n": len(pairs), "ratio": math.nan, "low": math.nan, "high": math.nan}
+    method = [compare.time_to_target(m, target, claim.quantity) for m, _ in pairs]
+    base = [compare.time_to_target(b, target, claim.quantity) for _, b in pairs]
+
+    def ratio(index) -> float:
+        top, bottom = km_median([base[i] for i in index]), km_median([method[i] for i in index])
+        if math.isinf(top) and math.isinf(bottom):
+            return math.nan
+        return top / bottom
+
+    point = ratio(range(len(pairs)))
+    draws = np.array([ratio(rng.integers(len(pairs), size=len(pairs))) for _ in range(RESAMPLES)])
+    draws = np.nan_to_num(draws, nan=1.0)  # neither reached the target: no difference seen
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return {"n": len(pairs), "ratio": point, "low": float(low), "high": float(high),
+            "reached": (sum(r for _, r in method), sum(r for _, r in base))}
+
+
+def metric_ratio(result, task: str, claim: Claim, rng) -> dict:
+    """Baseline / method of a final metric, geometric mean of the per-seed ratios."""
+    values = {(m, seed): metric_value(metrics, claim.quantity, task) for (m, seed), metrics in result.run_metrics.items()}
+    seeds = sorted(s for (m, s) in values if m == claim.method and (claim.baseline, s) in values)
+    pairs = [(values[(claim.method, s)], values[(claim.baseline, s)]) for s in seeds]
+    pairs = [(a, b) for a, b in pairs if a and b and math.isfinite(a) and math.isfinite(b)]
+    found = stats.paired_ratio([b for _, b in pairs], [a for a, _ in pairs], rng)
+    return {"n": found["n"], "ratio": found["ratio"], "low": found["low"], "high": found["high"]}
+
+
+def metric_value(metrics: dict, key: str, task: str) -> float | None:
+    """A run's final metric; opt_s is simulated (build + run) plus search and model seconds."""
+    if key == "opt_s":
+        parts = [metrics.get("run/simulated_s"), metrics.get("run/search_s"), metrics.get("run/model_s")]
+        return sum(parts) if all(p is not None for p in parts) else None
+    return metrics.get(key)
+
+
+def final_quality(result, task: str, claim: Claim, rng) -> dict:
+    """Method / baseline of the final incumbent's true latency, paired by seed."""
+    by_method = result.by_method(task)
+    pairs = compare.paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
+    pairs = [(m.true_s[-1], b.true_s[-1]) for m, b in pairs if math.isfinite(m.true_s[-1]) and math.isfinite(b.true_s[-1])]
+    return stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
+
+
+def verdict(speed: dict, quality: dict, bound: float | None) -> str:
+    low, high = speed["low"], speed["high"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "undecided at this power"
+    broken = bound is not None and math.isfinite(quality["low"]) and quality["low"] > bound
+    kept = bound is None or (math.isfinite(quality["high"]) and quality["high"] <= bound)
+    if high < 1 or broken:
+        return "does not hold"
+    if low > 1 and kept:
+        return "holds"
+    return "undecided at this power"
+
+
+def magnitude(paper: str, speed: dict) -> str:
+    """Where the paper's number lies against our interval."""
+    if not paper or not math.isfinite(speed["low"]):
+        return ""
+    numbers = [float(x) for x in paper.rstrip("x").split("-")]
+    if max(numbers) < speed["low"]:
+        return "paper's below our CI"
+    if min(numbers) > speed["high"]:
+        return "paper's above our CI"
+    return "paper's within our CI"
+
+
+def claim_rows(paper: Paper, result, rng) -> list[dict]:
+    rows = []
+    for claim in paper.claims:
+        for task in result.tasks():
+            methods = result.by_method(task)
+            if claim.method not in methods or claim.baseline not in methods:
+                continue
+            timed = claim.quantity in ("measurements", "seconds")
+            speed = time_ratio(result, task, claim, rng) if timed else metric_ratio(result, task, claim, rng)
+            quality = final_quality(result, task, claim, rng)
+            rows.append({"claim": claim.text, "task": task, "baseline": claim.baseline, "method": claim.method,
+                         "quantity": claim.quantity, "paper": claim.paper or "-", **{f"speed_{k}": v for k, v in speed.items()},
+                         **{f"quality_{k}": v for k, v in quality.items()},
+                         "verdict": verdict(speed, quality, claim.quality_bound),
+                         "magnitude": magnitude(claim.paper, speed)})
+    return rows
+
+
+def _cell(value: float, low: float, high: float) -> str:
+    if not math.isfinite(value):
+        return "n/a" if math.isnan(value) else "inf"
+    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else ""
+    return f"{value:.2f}x{interval}"
+
+
+QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulated s to target",
+                  "run/run_s": "measurement s (run/run_s)", "opt_s": "optimisation s (16 iterations)"}
+
+
+def claims_markdown(paper: Paper, rows: list[dict], cost: dict, k_by_model: dict) -> str:
+    out = ["| claim | task | speed-up (baseline / method) [95% CI] | on | paper | final latency method / baseline "
+           "[95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['claim']}: {r['method']} vs {r['baseline']} | {r['task']} | "
+                   f"{_cell(r['speed_ratio'], r['speed_low'], r['speed_high'])} | {QUANTITY_NAMES[r['quantity']]} | "
+                   f"{r['paper']} | {_cell(r['quality_ratio'], r['quality_low'], r['quality_high'])} | "
+                   f"{r['verdict']}{'; ' + r['magnitude'] if r['magnitude'] else ''} |")
+    out += ["", *paper.notes]
+    if k_by_model:
+        out.append("SA plan=k: greedy SA at plan size " + ", ".join(f"{m} {k:.1f} -> {round(k)}" for m, k in k_by_model.items())
+                   + " (SA+AS's mean k on the task).")
+    out.append("Cost: " + ", ".join(f"{k} {v}" for k, v in cost.items()) + ".")
+    return "\n".join(out) + "\n"
+
+
+def replay_cost(result) -> str:
+    """The replays' own wall time (their runs' run/tuning_wall_s)."""
+    seconds = sum(m.get("run/tuning_wall_s", 0.0) for m in result.run_metrics.values())
+    return f"{seconds / 60:.1f} min of replay tuning over {len(result.run_metrics)} runs"
+
+
+def store_cost(store: str, keys: list) -> str:
+    from tuning.store import MeasurementStore
+
+    rows = MeasurementStore(store).conn.execute(
+        "SELECT count(*), coalesce(sum(build_s + run_s), 0) FROM readings WHERE task IN (%s)" % ",".join("?" * len(keys)),
+        keys).fetchone() if keys else (0, 0.0)
+    return f"{rows[0]:,} store rows measured in {rows[1] / 60:.1f} min of build + run"
+
+
+# ---- the command ----------------------------------------------------------------------------------
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paper", choices=sorted(PAPERS))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (e.g. budget.trials=500)")
+    parser.add_argument("--store", default="stores/lab.sqlite")
+    parser.add_argument("--models", nargs="+", help="tasks (default: the paper's)")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1, help="parallel replay jobs (hydra/launcher=joblib)")
+    parser.add_argument("--fraction", type=float, default=0.95, help="target: this share of the best known throughput")
+    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: outputs/mlflow.db)")
+    parser.add_argument("--table-only", action="store_true", help="no runs: the table from the runs already made")
+    parser.add_argument("--out", help="output folder (default: claims-<paper>/<time> beside the MLflow store)")
+    args = parser.parse_intermixed_args(argv)  # overrides may follow the options
+    paper = PAPERS[args.paper]
+    args.models = args.models or list(paper.models)
+    args.uri = args.uri or compare.default_uri()
+    if args.seeds < 2 or not (0 < args.fraction <= 1) or args.jobs < 1:
+        parser.error("--seeds must be >= 2, --fraction in (0, 1], --jobs >= 1")
+    store = Path(args.store)
+    if not store.is_file():
+        parser.error(f"--store: no such file {args.store!r} (build it: see this command's --help)")
+    args.store = str(store.resolve())
+    return args, paper
+
+
+def main(argv=None) -> list[dict]:
+    from mlflow.tracking import MlflowClient
+
+    args, paper = parse_args(argv)
+    client = MlflowClient(args.uri)
+    cost, k_by_model = {}, {}
+    if not args.table_only:
+        seconds = run_grid(paper, args, [])
+        if paper is CHAMELEON:
+            for model in args.models:
+                k_by_model[model] = mean_k(client, paper, model)
+                seconds += run_grid(paper, argparse.Namespace(**{**vars(args), "models": [model]}),
+                                    [f"+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k_by_model[model])}"])
+        cost["grid"] = f"{seconds / 60:.1f} min wall"
+    elif paper is CHAMELEON:
+        k_by_model = {m: mean_k(client, paper, m) for m in args.models}
+    out = Path(args.out) if args.out else compare.default_out_dir(args.uri).parent.parent / f"claims-{args.paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    result = compare.main(["--experiment", paper.mlflow_experiment, "--tag", f"experiment={paper.experiment}",
+                           "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
+                           "--fraction", str(args.fraction), "--budgets", *map(str, paper.budgets),
+                           "--metric", "run/run_s", "--uri", args.uri, "--out", str(out), "--no-mlflow-run"],
+                          rename=paper.rows)
+    cost["replays"] = replay_cost(result)
+    cost["store"] = store_cost(args.store, _store_tasks(args.store, result))
+    rows = claim_rows(paper, result, np.random.default_rng(0))
+    text = claims_markdown(paper, rows, cost, k_by_model)
+    (out / "claims.md").write_text(text)
+    print(f"\n# Claims: {args.paper} ({args.seeds} seeds requested, target {args.fraction:g} of the best known)\n")
+    print(text)
+    print(f"files: {out}")
+    return rows
+
+
+def _store_tasks(store: str, result) -> list[str]:
+    """The store's task keys of the compared tasks (by name)."""
+    from tuning.store import MeasurementStore
+
+    names = result.tasks()
+    found = MeasurementStore(store).conn.execute(
+        "SELECT key FROM tasks WHERE name IN (%s)" % ",".join("?" * len(names)), names).fetchall()
+    return [row[0] for row in found]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The seed papers' claims re-tested (experiments/claims.py): the controls and fidelity options on
+hand-made data and on the synthetic hardware, and the claims' statistics on hand-made curves."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tuning.compare import Curve, TaskTruth, compare, error_counts
+from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
+from tuning.records import MeasureResult, Record
+from tuning.sampler.kmeans import KMeansSampler
+
+from test_chameleon import grid_space
+from test_loop import finish, run_py
+from test_store import SYNTHETIC_BACKEND, filled
+
+
+# ---- cost_model=xgb_rank ---------------------------------------------------------------------------
+def test_top_n_recall_by_hand():
+    labels = [5.0, 4.0, 3.0, 2.0, 1.0]
+    assert top_n_recall([9, 8, 7, 0, 0], labels, 3) == 1.0
+    assert top_n_recall([0, 8, 7, 9, 0], labels, 3) == pytest.approx(2 / 3)  # config 3 is not a top-3 one
+    assert top_n_recall([1, 2, 3], [3.0, 2.0, 1.0], 1) == 0.0  # reversed: the best is predicted worst
+    assert top_n_recall([1, 2], [2.0, 1.0], 64) == 1.0  # n above the sample size: all of them
+
+
+def test_xgb_rank_orders_a_hand_made_case():
+    """Throughput falls with the first feature and rises a little with the second; the rank model
+    must order unseen combinations as the formula does (its scores have no scale, only an order)."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 8, size=(120, 2)).astype(float)
+    y = 100.0 / (1 + X[:, 0]) + 0.5 * X[:, 1]
+    model = XGBoostCostModel(objective="rank:pairwise", early_stopping_rounds=20, recall_at=16).fit(X, y)
+    probe = np.array([[0, 0], [1, 7], [3, 3], [7, 0]], dtype=float)  # true order: best first
+    scores = model.predict(probe)
+    assert list(np.argsort(-scores)) == [0, 1, 2, 3], scores
+    assert model.booster.attr("best_iteration") is not None  # early stopping watched the recall
+
+
+def test_xgb_rejects_an_unknown_objective():
+    problems = XGBoostCostModel.check_params({"objective": "binary:logistic"}, "cost_model")
+    assert problems and problems[0].startswith("cost_model.objective")
+
+
+# ---- sampler=kmeans_code ---------------------------------------------------------------------------
+def kmeans_code(**overrides) -> KMeansSampler:
+    return KMeansSampler(**{"k_min": 8, "k_max": 65, "k_step": 8, "cluster_dims": 2, "synthesis_pool": "cluster",
+                            "keep_k_min": True, "random_share": 0.05, **overrides})
+
+
+def few_distinct_candidates():
+    """40 candidates whose two largest knobs take only 3 distinct pairs (the case where k fell to 3)."""
+    space = grid_space(2, 3, 40, 50)
+    pairs = [(5, 7), (20, 30), (39, 49)]
+    rng = np.random.default_rng(1)
+    candidates = [(0, int(rng.integers(2)), int(rng.integers(3)), *pairs[i % 3]) for i in range(40)]
+    return space, candidates
+
+
+def test_kmeans_code_keeps_k_at_least_8_and_adds_its_random_picks():
+    space, candidates = few_distinct_candidates()
+    sampler = kmeans_code()
+    chosen = sampler.select(candidates, space, set(), 64, np.random.default_rng(0))
+    assert sampler.last_k >= 8 and len(chosen) == sampler.last_k
+    assert sampler.metrics()["random"] == int(0.05 * 64) == 3
+    assert len(set(chosen)) == len(chosen)
+    outside = [c for c in chosen[-3:] if (c[3], c[4]) not in {(5, 7), (20, 30), (39, 49)}]
+    assert outside, "the last picks are random configs, not the candidates' clusters"
+    assert sampler.metrics()["synthesised"] >= sampler.last_k - 3 - 3  # duplicate centres are synthesised
+
+
+def test_the_papers_kmeans_still_shrinks_k_and_adds_no_random_picks():
+    space, candidates = few_distinct_candidates()
+    sampler = KMeansSampler(cluster_dims=2)
+    sampler.select(candidates, space, set(), 64, np.random.default_rng(0))
+    assert sampler.last_k == 3 and sampler.metrics()["random"] == 0
+
+
+def test_random_share_is_a_share_of_the_plan_not_of_k():
+    space = grid_space(6, 6, 6)
+    rng = np.random.default_rng(2)
+    candidates = [space.canonical(space.sample(rng)) for _ in range(100)]
+    sampler = kmeans_code(random_share=0.25, keep_k_min=False)
+    chosen = sampler.select(candidates, space, set(), 16, np.random.default_rng(0))
+    assert sampler.metrics()["random"] == 4 and len(chosen) == min(sampler.last_k, 16)
+
+
+# ---- slow kernels: fewer runs, not a timeout (the run worker's rule) -------------------------------
+def spec(**fields) -> dict:
+    from dataclasses import asdict
+
+    from tuning.measure import CVStop, MeasureSpec
+
+    rule = fields.pop("rule", None)
+    return asdict(MeasureSpec(**{"number": 50, "repeat": 10, "min_repeat_ms": 0, "timeout_s": 10.0, **fields},
+                              cv_stop=CVStop() if rule else None))
+
+
+def test_a_kernel_that_fits_keeps_its_spec():
+    from tuning.hardware.tvm_worker import fit_to_timeout
+
+    assert fit_to_timeout(spec(), 0.001) == (spec(), "")
+
+
+def test_a_slow_kernel_gets_fewer_runs_then_fewer_costs():
+    from tuning.hardware.tvm_worker import fit_to_timeout
+
+    fitted, note = fit_to_timeout(spec(), 0.05)  # 500 runs x 50 ms = 25 s > 10 s
+    assert (fitted["number"], fitted["repeat"]) == (19, 10) and note.startswith("fewer_runs")
+    fitted, _ = fit_to_timeout(spec(), 2.0)  # not even one run per cost fits ten times
+    assert (fitted["number"], fitted["repeat"]) == (1, 4)
+    assert fit_to_timeout(spec(), 6.0)[0] is None  # one check run + one timed run exceed 10 s
+    assert fit_to_timeout(spec(slow_kernels="timeout"), 0.05)[0] is None
+
+
+def test_a_slow_kernel_under_the_adaptive_rule_gets_shorter_micro_batches():
+    from tuning.hardware.tvm_worker import fit_to_timeout
+
+    fitted, _ = fit_to_timeout(spec(rule=True), 0.05)
+    assert fitted["cv_stop"]["micro_batch"] == 19 and fitted["cv_stop"]["max_batches"] == 10
+    fitted, _ = fit_to_timeout(spec(rule=True), 2.0)
+    assert fitted["cv_stop"]["max_batches"] == 4 and fitted["cv_stop"]["min_batches"] == 3
+    fitted, _ = fit_to_timeout(spec(rule=True), 4.0)
+    assert fitted["cv_stop"]["max_batches"] == fitted["cv_stop"]["min_batches"] == 1
+
+
+def test_error_counts_name_failures_and_slow_kernels():
+    def record(error=None, message=""):
+        result = MeasureResult.failed(error, "x") if error else MeasureResult(costs=[1.0], message=message)
+        return Record("t", "k", [0], {}, result, 0, "m", 0, 0, 0.0)
+
+    records = [record(), record("timeout"), record("invalid"), record("invalid"),
+               record(message="fewer_runs: 3 run(s) x 10 cost(s)")]
+    assert error_counts(records) == {"timeout": 1, "invalid": 2, "fewer_runs": 1}
+
+
+# ---- the controls and fidelity options compose, validate and run -----------------------------------
+CHAMELEON_ROWS = ("ae_cold", "ae_as_cold", "sa_plan_k", "sa_as_code", "ae_as_code")
+ADATUNE_ROWS = ("xgbrank_sa_de", "rfei_csa_de150")
+
+
+@pytest.mark.parametrize("row", CHAMELEON_ROWS + ADATUNE_ROWS)
+def test_each_row_composes_and_validates(compose_cfg, row):
+    from tuning.config import validate
+
+    group = "chameleon_row" if row in CHAMELEON_ROWS else "adatune_row"
+    cfg = compose_cfg(f"+experiment/{group}={row}")
+    validate(cfg)
+    if row.endswith("_cold"):
+        assert cfg.search.best_starts == 0
+    if row == "xgbrank_sa_de":
+        assert cfg.cost_model.objective == "rank:pairwise" and cfg.cost_model.recall_at == 32
+    if row == "rfei_csa_de150":
+        assert (cfg.evaluator.number, cfg.evaluator.repeat) == (50, 3)
+    if row.endswith("_code"):
+        assert cfg.sampler.keep_k_min and cfg.sampler.random_share == 0.05
+
+
+def test_the_rows_run_on_synthetic_hardware(tmp_path):
+    """Every new row of both papers, one run each, in two sweeps on the synthetic hardware."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    common = ("model=gemm_64", "hardware=synthetic", "hardware.noise=0.1", f"tracking.uri={uri}")
+    finish(run_py("-m", *common, "budget.trials=32", "budget.plan_size=8",
+                  f"+experiment/chameleon_row={','.join(CHAMELEON_ROWS)}", f"hydra.sweep.dir={tmp_path}/c",
+                  tmp=tmp_path), timeout=600)
+    finish(run_py("-m", *common, "budget.trials=40", "budget.plan_size=16", "search.n_iter=40",
+                  f"+experiment/adatune_row={','.join(ADATUNE_ROWS)}", f"hydra.sweep.dir={tmp_path}/a",
+                  tmp=tmp_path), timeout=600)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tunelab").experiment_id],
+                              "attributes.status = 'FINISHED'")
+    rows = {r.data.tags.get("choice.experiment/chameleon_row") or r.data.tags.get("choice.experiment/adatune_row")
+            for r in runs if "mlflow.parentRunId" in r.data.tags}
+    assert rows == set(CHAMELEON_ROWS + ADATUNE_ROWS)
+    code_runs = [r for r in runs if r.data.tags.get("choice.experiment/chameleon_row", "").endswith("_code")]
+    for run in code_runs:
+        ks = [m.value for m in client.get_metric_history(run.info.run_id, "sampler/k")]
+        assert ks and min(ks) >= 8, ks
+
+
+# ---- the claims' statistics -------------------------------------------------------------------------
+def claims_result(method_speed: float, seeds: int = 10, quality: float = 1.0):
+    """SA reaches the best config after 100 measurements, SA+AS after 100 / method_speed, ending at
+    `quality` x the best."""
+    curves = []
+    for seed in range(seeds):
+        jitter = 1 + 0.02 * seed
+        for method, at, final in (("SA", 100, 1.0), ("SA+AS", int(100 / method_speed), quality)):
+            values = np.full(200, 2e-4)
+            values[int(at * jitter):] = 1e-4 * final
+            curves.append(Curve("t", method, seed, f"{method}{seed}", values, np.arange(1, 201) * 0.5, "store"))
+    return compare(curves, {"t": TaskTruth({}, 1e-4, "store x")}, "SA", budgets=(64,), fraction=0.95)
+
+
+def test_a_clear_reduction_holds_and_says_where_the_paper_lies(experiment_script):
+    claims = experiment_script("claims")
+    [row] = [r for r in claims.claim_rows(claims.CHAMELEON, claims_result(2.0), np.random.default_rng(0))
+             if r["method"] == "SA+AS"]
+    assert row["speed_ratio"] == pytest.approx(2.0, rel=0.05) and row["speed_low"] > 1
+    assert row["verdict"] == "holds" and row["magnitude"]
+
+
+def test_where_the_papers_number_lies(experiment_script):
+    claims = experiment_script("claims")
+    assert claims.magnitude("1.98x", {"low": 1.5, "high": 2.5}) == "paper's within our CI"
+    assert claims.magnitude("1.98x", {"low": 2.5, "high": 3.0}) == "paper's below our CI"
+    assert claims.magnitude("1.3-3.9x", {"low": 0.8, "high": 1.2}) == "paper's above our CI"
+    assert claims.magnitude("", {"low": 0.8, "high": 1.2}) == ""
+
+
+def test_no_difference_is_undecided_and_a_loss_does_not_hold(experiment_script):
+    claims = experiment_script("claims")
+    rng = np.random.default_rng(0)
+    [same] = [r for r in claims.claim_rows(claims.CHAMELEON, claims_result(1.0), rng) if r["method"] == "SA+AS"]
+    assert same["verdict"] == "undecided at this power"
+    [slower] = [r for r in claims.claim_rows(claims.CHAMELEON, claims_result(0.5), rng) if r["method"] == "SA+AS"]
+    assert slower["verdict"] == "does not hold" and slower["speed_high"] < 1
+
+
+def test_a_quality_bound_breaks_a_faster_method(experiment_script):
+    claims = experiment_script("claims")
+    claim = claims.Claim("x", "SA", "SA+AS", "measurements", "2x", quality_bound=1.02)
+    result = claims_result(2.0, quality=1.5)  # twice as fast to... a 50% slower kernel
+    speed = claims.time_ratio(result, "t", claim, np.random.default_rng(0))
+    quality = claims.final_quality(result, "t", claim, np.random.default_rng(0))
+    assert quality["ratio"] == pytest.approx(1.5) and claims.verdict(speed, quality, 1.02) == "does not hold"
+    assert math.isnan(claims.time_ratio(claims_result(2.0, seeds=1), "t", claim, np.random.default_rng(0))["ratio"])
+
+
+@pytest.mark.slow
+def test_the_chameleon_command_replays_its_grid_and_prints_verdicts(tmp_path, experiment_script):
+    """experiments/claims.py chameleon end to end on a synthetic store: the grid, the plan-size
+    control at SA+AS's mean k, the table."""
+    store, _ = filled(tmp_path / "store.sqlite", count=200)
+    claims = experiment_script("claims")
+    rows = claims.main(["chameleon", "--store", str(store.path), "--models", "gemm_64", "--seeds", "2",
+                        "--uri", f"sqlite:///{tmp_path}/mlflow.db", "--out", str(tmp_path / "out"),
+                        *SYNTHETIC_BACKEND, "budget.trials_per_task=64",
+                        f"hydra.sweep.dir={tmp_path}/multirun/${{now:%H-%M-%S-%f}}"])
+    assert {r["method"] for r in rows} >= {"SA+AS", "AE+AS", "SA+AS code"}
+    text = (tmp_path / "out" / "claims.md").read_text()
+    assert "SA plan=k: greedy SA at plan size gemm_64" in text and "1.98x" in text
