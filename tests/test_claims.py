@@ -244,3 +244,30 @@ def test_the_chameleon_command_replays_its_grid_and_prints_verdicts(tmp_path, ex
     assert {r["method"] for r in rows} >= {"SA+AS", "AE+AS", "SA+AS code"}
     text = (tmp_path / "out" / "claims.md").read_text()
     assert "SA plan=k: greedy SA at plan size gemm_64" in text and "1.98x" in text
+
+
+# ---- AdaTune's diversity-aware selection (sampler.diversity_ratio) ---------------------------------
+def test_most_diverse_is_autotvms_submodular_pick_by_hand():
+    from tuning.sampler.greedy import most_diverse
+
+    configs = [(0, 1, 1), (0, 1, 2), (0, 2, 2), (1, 3, 3), (0, 1, 1)]
+    # every config covers 3 new values at first: the earliest wins; then (1,3,3) adds 3 more, then
+    # (0,2,2) adds 2 where (0,1,2) adds 1 and the repeat (0,1,1) none
+    assert most_diverse(configs, 3) == [(0, 1, 1), (1, 3, 3), (0, 2, 2)]
+    assert most_diverse(configs, 9) == [(0, 1, 1), (1, 3, 3), (0, 2, 2), (0, 1, 2), (0, 1, 1)]
+    assert most_diverse([], 3) == []
+
+
+def test_the_diversity_filter_asks_the_search_for_more_and_keeps_b():
+    from tuning.sampler.greedy import GreedySampler
+
+    space = grid_space(4, 4, 4)
+    sampler = GreedySampler(eps=0.0, diversity_ratio=2.0)
+    assert sampler.candidates_wanted(32) == 64 and GreedySampler().candidates_wanted(32) == 32
+    rng = np.random.default_rng(0)
+    candidates = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(64)))
+    chosen = sampler.select(candidates, space, set(), 8, rng)
+    plain = GreedySampler(eps=0.0).select(candidates, space, set(), 8, rng)
+    assert len(chosen) == 8 and set(chosen) <= set(candidates)
+    coverage = [sum(len({c[i] for c in picks}) for i in range(1, 4)) for picks in (chosen, plain)]
+    assert coverage[0] >= coverage[1] and coverage[0] == 12  # every value of every knob, with 8 picks of 4-value knobs

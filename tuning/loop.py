@@ -198,7 +198,8 @@ class TaskTuner:
             batch = [c for c in self.common if c not in self.visited][:n]
             if len(batch) < n:
                 taken = self.visited | set(batch)
-                candidates = parts.search.propose(self.space, parts.cost_model, run.plan_size, taken, self.rng)
+                wanted = parts.sampler.candidates_wanted(run.plan_size)
+                candidates = parts.search.propose(self.space, parts.cost_model, wanted, taken, self.rng)
                 batch += parts.sampler.select(candidates, self.space, taken, n - len(batch), self.rng,
                                               exploration=parts.search.exploration())
         search_s = time.perf_counter() - started

@@ -13,6 +13,10 @@ A sampler picks which candidates are measured this round.
         `rng`. `exploration` is the search's wish for the share of random
         configs this round (search=csa's eps_t); a sampler with a random share
         uses it in place of its own, others ignore it.
+    candidates_wanted(plan_size) -> int
+        How many candidates the search should propose for a plan of `plan_size`
+        (plan_size itself by default; a sampler that filters a longer list, e.g.
+        greedy's diversity filter, asks for more).
     metrics() -> dict
         Numbers about the latest select, logged per round as sampler/<name>.
 
@@ -38,6 +42,9 @@ class Sampler(Component):
     @abstractmethod
     def select(self, candidates, space, visited, b, rng, exploration=None):
         """At most b canonical, distinct, unvisited configs."""
+
+    def candidates_wanted(self, plan_size: int) -> int:
+        return plan_size
 
     def metrics(self) -> dict:
         return {}
