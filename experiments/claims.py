@@ -170,7 +170,7 @@ def time_ratio(result, task: str, claim: Claim, rng) -> dict:
 
     point = ratio(range(len(pairs)))
     draws = np.array([ratio(rng.integers(len(pairs), size=len(pairs))) for _ in range(RESAMPLES)])
-    draws = np.nan_to_num(draws, nan=1.0)  # neither reached the target: no difference seen
+    draws = np.nan_to_num(draws, nan=1.0, posinf=np.inf)  # neither reached the target: no difference seen
     low, high = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")  # no interpolation between infs
     return {"n": len(pairs), "ratio": point, "low": float(low), "high": float(high),
             "reached": (sum(r for _, r in method), sum(r for _, r in base))}
@@ -335,7 +335,7 @@ def main(argv=None) -> list[dict]:
         cost["grid"] = f"{seconds / 60:.1f} min wall"
     elif paper is CHAMELEON:
         k_by_model = {m: mean_k(client, paper, m) for m in args.models}
-    out = Path(args.out) if args.out else compare.default_out_dir(args.uri).parent.parent / f"claims-{args.paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out = Path(args.out) if args.out else default_out(args.uri, args.paper)
     result = compare.main(["--experiment", paper.mlflow_experiment, "--tag", f"experiment={paper.experiment}",
                            "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
                            "--fraction", str(args.fraction), "--budgets", *map(str, paper.budgets),
@@ -350,6 +350,11 @@ def main(argv=None) -> list[dict]:
     print(text)
     print(f"files: {out}")
     return rows
+
+
+def default_out(uri: str, paper: str) -> Path:
+    """claims-<paper>/<time>/ beside the MLflow sqlite store (as tuning.compare's compare/<time>/)."""
+    return compare.default_out_dir(uri).parent.parent / f"claims-{paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
 def _store_tasks(store: str, result) -> list[str]:

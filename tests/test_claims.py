@@ -196,10 +196,15 @@ def claims_result(method_speed: float, seeds: int = 10, quality: float = 1.0):
     return compare(curves, {"t": TaskTruth({}, 1e-4, "store x")}, "SA", budgets=(64,), fraction=0.95)
 
 
+def sa_as_rows(claims, result, rng) -> list[dict]:
+    """The claim rows of SA+AS against SA on measurements to the target."""
+    return [r for r in claims.claim_rows(claims.CHAMELEON, result, rng)
+            if r["method"] == "SA+AS" and r["baseline"] == "SA" and r["quantity"] == "measurements"]
+
+
 def test_a_clear_reduction_holds_and_says_where_the_paper_lies(experiment_script):
     claims = experiment_script("claims")
-    [row] = [r for r in claims.claim_rows(claims.CHAMELEON, claims_result(2.0), np.random.default_rng(0))
-             if r["method"] == "SA+AS" and r["quantity"] == "measurements"]
+    [row] = sa_as_rows(claims, claims_result(2.0), np.random.default_rng(0))
     assert row["speed_ratio"] == pytest.approx(2.0, rel=0.05) and row["speed_low"] > 1
     assert row["verdict"] == "holds" and row["magnitude"]
 
@@ -215,9 +220,9 @@ def test_where_the_papers_number_lies(experiment_script):
 def test_no_difference_is_undecided_and_a_loss_does_not_hold(experiment_script):
     claims = experiment_script("claims")
     rng = np.random.default_rng(0)
-    [same] = [r for r in claims.claim_rows(claims.CHAMELEON, claims_result(1.0), rng) if r["method"] == "SA+AS" and r["quantity"] == "measurements"]
+    [same] = sa_as_rows(claims, claims_result(1.0), rng)
     assert same["verdict"] == "undecided at this power"
-    [slower] = [r for r in claims.claim_rows(claims.CHAMELEON, claims_result(0.5), rng) if r["method"] == "SA+AS" and r["quantity"] == "measurements"]
+    [slower] = sa_as_rows(claims, claims_result(0.5), rng)
     assert slower["verdict"] == "does not hold" and slower["speed_high"] < 1
 
 
@@ -271,3 +276,14 @@ def test_the_diversity_filter_asks_the_search_for_more_and_keeps_b():
     assert len(chosen) == 8 and set(chosen) <= set(candidates)
     coverage = [sum(len({c[i] for c in picks}) for i in range(1, 4)) for picks in (chosen, plain)]
     assert coverage[0] >= coverage[1] and coverage[0] == 12  # every value of every knob, with 8 picks of 4-value knobs
+
+
+def test_every_compare_table_counts_invalid_and_timeout_per_row():
+    from tuning.compare import markdown
+
+    result = claims_result(2.0, seeds=3)
+    result.curves[0].errors = {"timeout": 3, "fewer_runs": 2}
+    text = markdown(result, "test")
+    assert "| method | measurements per run (median) | fewer_runs per run (mean) | invalid per run (mean) | " \
+           "timeout per run (mean) |" in text
+    assert "| SA | 200 | 0.7 | 0.0 | 1.0 |" in text

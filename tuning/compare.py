@@ -563,7 +563,7 @@ def markdown(result: Comparison, selection: str) -> str:
 
 def _error_table(by_method: dict) -> list[str]:
     """Per method: median measurements per run and the mean count of each failure kind per run."""
-    kinds = sorted({kind for curves in by_method.values() for c in curves for kind in c.errors})
+    kinds = sorted({"invalid", "timeout"} | {kind for curves in by_method.values() for c in curves for kind in c.errors})
     rows = [[method, f"{np.median([c.length for c in curves]):.0f}",
              *(f"{np.mean([c.errors.get(kind, 0) for c in curves]):.1f}" for kind in kinds)]
             for method, curves in by_method.items()]
