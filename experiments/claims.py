@@ -87,6 +87,7 @@ CHAMELEON = Paper(
      Claim("adaptive sampling measures less in 16 iterations, with PPO", "AE", "AE+AS", "made", "2.33x"),
      Claim("Chameleon cuts optimisation time (§4.3, Table 2)", "SA", "AE+AS", "opt_s", "4.45x"),
      Claim("Chameleon reaches the target sooner (seconds)", "SA", "AE+AS", "seconds", ""),
+     Claim("control: refitting as often as SA+AS, nothing else", "SA", "SA plan=k", "measurements", ""),
      Claim("control: SA+AS against SA at plan size k (refit frequency held equal)", "SA plan=k", "SA+AS",
            "measurements", ""),
      Claim("control: PPO's head start (best_starts 16 vs 0), greedy", "AE cold", "AE", "measurements", ""),

@@ -180,7 +180,7 @@ class ReplayHardware(Hardware):
                                  config=config, reused=True, gauge_s=row.gauge_s)
         costs = _truncate(row.costs, spec)
         scale = self._scale(key, row.gauge_s)
-        return MeasureResult(costs=[c * scale for c in costs], build_s=row.build_s,
+        return MeasureResult(costs=[c * scale for c in costs], message=row.message, build_s=row.build_s,
                              run_s=row.run_s * len(costs) / len(row.costs), config=config, reused=True,
                              gauge_s=row.gauge_s)
 
