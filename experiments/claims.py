@@ -188,7 +188,7 @@ def metric_ratio(result, task: str, claim: Claim, rng) -> dict:
         values = {(c.method, c.seed): float(c.length) for c in result.curves if c.task == task}
     else:
         values = {(m, seed): metric_value(metrics, claim.quantity, task)
-                  for (m, seed), metrics in result.run_metrics.items()}
+                  for (m, seed, model), metrics in result.run_metrics.items() if model == task}
     seeds = sorted(s for (m, s) in values if m == claim.method and (claim.baseline, s) in values)
     pairs = [(values[(claim.method, s)], values[(claim.baseline, s)]) for s in seeds]
     pairs = [(a, b) for a, b in pairs if a and b and math.isfinite(a) and math.isfinite(b)]

@@ -216,3 +216,47 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
         assert message in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no MLflow experiment 'none'"):
         main(["--baseline", "x", "--experiment", "none", "--uri", f"sqlite:///{tmp_path}/m.db"])
+
+
+# ---- a grid over several models ----------------------------------------------------------------------
+class FakeClient:
+    """What gather() asks of MLflow: each run's records.jsonl and tasks.json."""
+
+    def __init__(self, files: dict):
+        self.files = files  # run id -> {artifact name: text}
+
+    def download_artifacts(self, run_id, path, folder):
+        target = Path(folder) / path
+        target.write_text(self.files[run_id][path])
+        return str(target)
+
+
+def fake_run(run_id: str, method: str, seed: int, model: str, cost: float):
+    from types import SimpleNamespace
+
+    rows = [Record(model, f"key-{model}", [i], {}, MeasureResult(costs=[cost + i * 1e-6] * 3), 0, method, seed, i, float(i))
+            for i in range(4)]
+    files = {"records.jsonl": "".join(r.to_json() + "\n" for r in rows),
+             "tasks.json": json.dumps([{"name": model, "key": f"key-{model}"}])}
+    run = SimpleNamespace(info=SimpleNamespace(run_id=run_id, run_name=run_id, start_time=0),
+                          data=SimpleNamespace(params={"seed": str(seed), "model.name": model},
+                                               tags={"choice.search": method}, metrics={"run/run_s": cost * 1e4}))
+    return run, files
+
+
+def test_a_grid_over_models_keeps_one_run_per_model_at_each_seed(tmp_path):
+    """Two models share methods and seeds: neither model's runs may hide the other's (they did, when
+    the newest run per method and seed was kept whatever its model)."""
+    from tuning.compare import gather
+
+    made = [fake_run(f"{model}-{method}-{seed}", method, seed, model, cost)
+            for model, cost in (("conv_l7", 2e-4), ("conv_l8", 1e-4)) for method in ("sa", "ppo") for seed in (0, 1)]
+    client = FakeClient({run.info.run_id: files for run, files in made})
+    found = gather(client, [run for run, _ in made], tmp_path, ["search"])
+    assert sorted({(c.task, c.method, c.seed) for c in found.curves}) == sorted(
+        (model, method, seed) for model in ("conv_l7", "conv_l8") for method in ("ppo", "sa") for seed in (0, 1))
+    assert set(found.metrics) == {(m, s, model) for model in ("conv_l7", "conv_l8") for m in ("sa", "ppo") for s in (0, 1)}
+    result = compare(found.curves, found.truths, "sa", budgets=(4,), run_metrics=found.metrics,
+                     metric_keys=("run/run_s",))
+    assert {(r["model"], r["method"]) for r in result.metric_table} == {
+        (model, method) for model in ("conv_l7", "conv_l8") for method in ("sa", "ppo")}

@@ -198,7 +198,7 @@ class Comparison:
     budget_table: list[dict] = field(default_factory=list)
     target_table: list[dict] = field(default_factory=list)
     metric_table: list[dict] = field(default_factory=list)  # --metric: a final MLflow metric, paired by seed
-    run_metrics: dict = field(default_factory=dict)  # (method, seed) -> final metrics (for presets' sub-comparisons)
+    run_metrics: dict = field(default_factory=dict)  # (method, seed, model) -> final metrics (presets' sub-comparisons)
     scores: dict = field(default_factory=dict)  # method -> score row
     notes: list[str] = field(default_factory=list)
 
@@ -242,22 +242,30 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
         if "p" in row:
             row["verdict"] = _target_verdict(row, result.target_table, baseline)
     result.scores = methodology_scores(result, rng)
-    result.run_metrics = run_metrics or {}
+    result.run_metrics = {(key if len(key) == 3 else (*key, "")): value for key, value in (run_metrics or {}).items()}
     result.metric_table = metric_rows(result.run_metrics, metric_keys, baseline, rng)
     return result
 
 
 def metric_rows(run_metrics: dict, keys, baseline: str, rng) -> list[dict]:
-    """Per final metric (lower is better, e.g. run/run_s) and method: the median over seeds [CI] and the
-    paired ratio to the baseline, Holm-adjusted across the metrics."""
+    """Per final metric (lower is better, e.g. run/run_s), model and method: the median over seeds [CI]
+    and the paired ratio to the baseline on the same model, Holm-adjusted across metrics and models."""
     rows = []
-    methods = sorted({m for m, _ in run_metrics}, key=lambda m: (m != baseline, m))
-    for key in keys:
+    methods = sorted({m for m, _, _ in run_metrics}, key=lambda m: (m != baseline, m))
+    models = sorted({model for _, _, model in run_metrics})
+    for key, model in ((k, model) for k in keys for model in models):
+        def values(of: str) -> dict:
+            return {s: v[key] for (m, s, where), v in run_metrics.items()
+                    if m == of and where == model and math.isfinite(v.get(key, math.nan))}
+
         for method in methods:
-            by_seed = {s: v[key] for (m, s), v in run_metrics.items() if m == method and math.isfinite(v.get(key, math.nan))}
+            by_seed = values(method)
+            if not by_seed:
+                continue
             median, low, high = stats.bootstrap_ci(list(by_seed.values()), np.median, rng)
-            row = {"metric": key, "method": method, "seeds": len(by_seed), "median": median, "low": low, "high": high}
-            base = {s: v[key] for (m, s), v in run_metrics.items() if m == baseline and math.isfinite(v.get(key, math.nan))}
+            row = {"metric": key, "model": model, "method": method, "seeds": len(by_seed), "median": median,
+                   "low": low, "high": high}
+            base = values(baseline)
             shared = sorted(set(by_seed) & set(base))
             if method != baseline and shared and all(base[s] > 0 and by_seed[s] > 0 for s in shared):
                 ratio = stats.paired_ratio([by_seed[s] for s in shared], [base[s] for s in shared], rng)
@@ -312,6 +320,7 @@ class LoadedRun:
     name: str
     keys: dict  # --method-by key -> value
     seed: int
+    model: str  # model.name: a grid over models has a run per model at one seed
     start_s: float  # 0 under a simulated clock, else the run's start (unix seconds)
     init_random: int
     records: list
@@ -359,7 +368,7 @@ def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
     except ValueError:
         return "no integer seed"
     return LoadedRun(run.info.run_id, run.info.run_name or run.info.run_id,
-                     {key: _method_part(run, key) for key in method_by}, seed,
+                     {key: _method_part(run, key) for key in method_by}, seed, params.get("model.name", ""),
                      0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks,
                      dict(run.data.metrics))
 
@@ -437,12 +446,12 @@ class Gathered:
     curves: list[Curve]
     truths: dict
     notes: list[str]
-    metrics: dict  # (method, seed) -> the run's final MLflow metrics
+    metrics: dict  # (method, seed, model) -> the run's final MLflow metrics
 
 
 def gather(client, runs, scratch: Path, method_by, store_override: str | None = None,
            rename: dict | None = None) -> Gathered:
-    """The curves, truths and notes of the selected MLflow runs (newest run per method and seed);
+    """The curves, truths and notes of the selected MLflow runs (newest run per method, seed and model);
     `rename` maps method names to the names to show (e.g. sa+greedy -> SA)."""
     notes, loaded = [], []
     for run in runs:
@@ -460,9 +469,10 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
     labels = {run_id: (rename or {}).get(label, label) for run_id, label in method_labels(loaded, method_by).items()}
     newest: dict = {}
     for run in loaded:  # newest first
-        slot = (labels[run.run_id], run.seed)
+        slot = (labels[run.run_id], run.seed, run.model)  # a grid over models has one run per model at a seed
         if slot in newest:
-            notes.append(f"{labels[run.run_id]} seed {run.seed}: {run.name} left out, a newer run of it is compared")
+            notes.append(f"{labels[run.run_id]} seed {run.seed} {run.model}: {run.name} left out, a newer run of it "
+                         "is compared")
         newest.setdefault(slot, run)
     kept = list(newest.values())
     truths, truth_notes = task_truths(kept, store_override)
@@ -483,7 +493,8 @@ def verdict_lines(result: Comparison) -> list[str]:
                          f"{_said(row['verdict'], row['pairs'])}")
     for row in result.metric_table:
         if "verdict" in row:
-            lines.append(f"{row['metric']}: {row['method']} vs {result.baseline}: {row['ratio']:.3f}x "
+            where = f" on {row['model']}" if row["model"] else ""
+            lines.append(f"{row['metric']}: {row['method']} vs {result.baseline}{where}: {row['ratio']:.3f}x "
                          f"[{row['ratio_low']:.3f}, {row['ratio_high']:.3f}] over {row['pairs']} paired seeds, Wilcoxon "
                          f"p={row['p']:.3g} (Holm {row['p_holm']:.3g}) -> {_said(row['verdict'], row['pairs'])}")
     for row in result.target_table:
@@ -549,9 +560,9 @@ def markdown(result: Comparison, selection: str) -> str:
                        for m, s in sorted(result.scores.items())])
     if result.metric_table:
         out += ["", "## Final metrics", "", "Lower is better; the ratio is paired by seed.", ""]
-        out += _table(["metric", "method", "seeds", "median [95% CI]", "ratio to baseline [95% CI]", "p (Holm)",
-                       "verdict"],
-                      [[r["metric"], r["method"], r["seeds"], f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}]",
+        out += _table(["metric", "model", "method", "seeds", "median [95% CI]", "ratio to baseline [95% CI]",
+                       "p (Holm)", "verdict"],
+                      [[r["metric"], r["model"], r["method"], r["seeds"], f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}]",
                         f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]" if "ratio" in r else "-",
                         f"{r['p']:.3g} ({r['p_holm']:.3g})" if "p" in r else "-", r.get("verdict", "baseline")]
                        for r in result.metric_table])
@@ -591,7 +602,7 @@ def _file_part(name: str) -> str:
 
 
 def write_csv(result: Comparison, path: Path) -> None:
-    columns = ["kind", "task", "metric", "method", "budget", "axis", "seeds", "median_us", "median_low_us", "median_high_us",
+    columns = ["kind", "task", "metric", "model", "method", "budget", "axis", "seeds", "median_us", "median_low_us", "median_high_us",
                "pairs", "ratio", "ratio_low", "ratio_high", "runs", "reached", "median", "low", "high", "at_least",
                "p", "p_holm", "verdict", "score"]
     with path.open("w", newline="") as f:
