@@ -263,8 +263,8 @@ def claim_rows(paper: Paper, result, seed: int = 0) -> list[dict]:
 def _cell(value: float, low: float, high: float) -> str:
     if not math.isfinite(value):
         return "n/a" if math.isnan(value) else "inf"
-    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else ""
-    return f"{value:.2f}x{interval}"
+    interval = f" [{low:.3f}, {high:.3f}]" if math.isfinite(low) and math.isfinite(high) else ""
+    return f"{value:.3f}x{interval}"
 
 
 QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulated s to target",
