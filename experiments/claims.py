@@ -263,8 +263,14 @@ def claim_rows(paper: Paper, result, seed: int = 0) -> list[dict]:
 def _cell(value: float, low: float, high: float) -> str:
     if not math.isfinite(value):
         return "n/a" if math.isnan(value) else "inf"
-    interval = f" [{low:.3f}, {high:.3f}]" if math.isfinite(low) and math.isfinite(high) else ""
-    return f"{value:.3f}x{interval}"
+    if math.isnan(low) or math.isnan(high):
+        return f"{value:.3f}x"
+    return f"{value:.3f}x [{_end(low)}, {_end(high)}]"
+
+
+def _end(bound: float) -> str:
+    """An interval's end; inf where some resamples never reached the target on one side."""
+    return f"{bound:.3f}" if math.isfinite(bound) else ("inf" if bound > 0 else "-inf")
 
 
 QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulated s to target",

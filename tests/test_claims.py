@@ -235,6 +235,13 @@ def test_a_quality_bound_breaks_a_faster_method(experiment_script):
     assert math.isnan(claims.time_ratio(claims_result(2.0, seeds=1), "t", claim, np.random.default_rng(0))["ratio"])
 
 
+def test_a_cell_keeps_an_open_ended_interval(experiment_script):
+    claims = experiment_script("claims")
+    assert claims._cell(0.895, 0.5, math.inf) == "0.895x [0.500, inf]"  # some resamples never reached
+    assert claims._cell(1.2, 1.1, 1.3) == "1.200x [1.100, 1.300]"
+    assert claims._cell(math.nan, math.nan, math.nan) == "n/a"
+
+
 @pytest.mark.slow
 def test_the_chameleon_command_replays_its_grid_and_prints_verdicts(tmp_path, experiment_script):
     """experiments/claims.py chameleon end to end on a synthetic store: the grid, the plan-size
