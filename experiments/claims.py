@@ -23,8 +23,8 @@ target with censored runs it is the ratio of the Kaplan-Meier medians with a boo
 resamples seeds (the same seeds for both: common random numbers); for a final metric it is the
 geometric mean of the per-seed ratios. Verdicts: "holds" when the CI lies above 1 (and, where the
 claim has a quality bound, the final latency's CI lies within it), "does not hold" when the CI lies
-below 1 (or the quality bound is broken for sure), otherwise "undecided at this power". A control or
-fidelity row states no claim: it says which of the two needs less, or "undecided at this power".
+below 1 ("does not hold: slower output" when the quality bound is broken for sure), otherwise
+"undecided at this power". A control or fidelity row states no claim: it says which of the two needs less, or "undecided at this power".
 """
 from __future__ import annotations
 
@@ -85,7 +85,10 @@ CHAMELEON = Paper(
      Claim("adaptive sampling cuts measurements with PPO (Fig. 7b)", "AE", "AE+AS", "measurements", "2.33x"),
      Claim("adaptive sampling measures less in 16 iterations, with SA", "SA", "SA+AS", "made", "1.98x"),
      Claim("adaptive sampling measures less in 16 iterations, with PPO", "AE", "AE+AS", "made", "2.33x"),
-     Claim("Chameleon cuts optimisation time (§4.3, Table 2)", "SA", "AE+AS", "opt_s", "4.45x"),
+     # §4.3: "4.45x optimization time speedup while achieving up to 6.4% improvement" of the output
+     # code, so the claim includes a kernel no slower than the baseline's
+     Claim("Chameleon cuts optimisation time, output no slower (§4.3, Table 2)", "SA", "AE+AS", "opt_s", "4.45x",
+           quality_bound=1.0),
      Claim("Chameleon reaches the target sooner (seconds)", "SA", "AE+AS", "seconds", ""),
      Claim("control: refitting as often as SA+AS, nothing else", "SA", "SA plan=k", "measurements", ""),
      Claim("control: SA+AS against SA at plan size k (refit frequency held equal)", "SA plan=k", "SA+AS",
@@ -220,8 +223,10 @@ def verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = Tru
         return "undecided at this power"
     broken = bound is not None and math.isfinite(quality["low"]) and quality["low"] > bound
     kept = bound is None or (math.isfinite(quality["high"]) and quality["high"] <= bound)
-    if high < 1 or broken:
+    if high < 1:
         return "does not hold" if claimed else "the method needs more"
+    if broken:  # faster, perhaps, but to a kernel worse than the claim allows
+        return "does not hold: slower output" if claimed else "the method needs more"
     if low > 1 and kept:
         return "holds" if claimed else "the method needs less"
     return "undecided at this power"
@@ -278,7 +283,8 @@ QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulate
                   "run/run_s": "measurement s (run/run_s)", "opt_s": "optimisation s (16 iterations)"}
 
 
-SHORT = {"holds": "holds", "does not hold": "does not hold", "undecided at this power": "undecided",
+SHORT = {"holds": "holds", "does not hold": "does not hold", "does not hold: slower output": "does not hold (slower output)",
+         "undecided at this power": "undecided",
          "the method needs less": "less", "the method needs more": "more"}
 
 

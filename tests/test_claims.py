@@ -233,6 +233,10 @@ def test_a_quality_bound_breaks_a_faster_method(experiment_script):
     quality = claims.final_quality(result, "t", claim, np.random.default_rng(0))
     assert quality["ratio"] == pytest.approx(1.5) and claims.verdict(speed, quality, 1.02) == "does not hold"
     assert math.isnan(claims.time_ratio(claims_result(2.0, seeds=1), "t", claim, np.random.default_rng(0))["ratio"])
+    faster, worse = {"low": 1.5, "high": 2.5}, {"low": 1.1, "high": 1.3}
+    assert claims.verdict(faster, worse, 1.0) == "does not hold: slower output"
+    assert claims.verdict(faster, {"low": 0.9, "high": 1.0}, 1.0) == "holds"
+    assert claims.verdict(faster, {"low": 0.9, "high": 1.1}, 1.0) == "undecided at this power"
 
 
 def test_a_cell_keeps_an_open_ended_interval(experiment_script):
