@@ -24,7 +24,8 @@ resamples seeds (the same seeds for both: common random numbers); for a final me
 geometric mean of the per-seed ratios. Verdicts: "holds" when the CI lies above 1 (and, where the
 claim has a quality bound, the final latency's CI lies within it), "does not hold" when the CI lies
 below 1 ("does not hold: slower output" when the quality bound is broken for sure), otherwise
-"undecided at this power". A control or fidelity row states no claim: it says which of the two needs less, or "undecided at this power".
+"undecided at this power". A control or fidelity row states no claim: it says which of the two
+needs less, or "undecided at this power".
 """
 from __future__ import annotations
 
@@ -270,12 +271,7 @@ def _cell(value: float, low: float, high: float) -> str:
         return "n/a" if math.isnan(value) else "inf"
     if math.isnan(low) or math.isnan(high):
         return f"{value:.3f}x"
-    return f"{value:.3f}x [{_end(low)}, {_end(high)}]"
-
-
-def _end(bound: float) -> str:
-    """An interval's end; inf where some resamples never reached the target on one side."""
-    return f"{bound:.3f}" if math.isfinite(bound) else ("inf" if bound > 0 else "-inf")
+    return f"{value:.3f}x [{low:.3f}, {high:.3f}]"  # an end reads inf where resamples never reached the target
 
 
 QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulated s to target",
@@ -283,8 +279,8 @@ QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulate
                   "run/run_s": "measurement s (run/run_s)", "opt_s": "optimisation s (16 iterations)"}
 
 
-SHORT = {"holds": "holds", "does not hold": "does not hold", "does not hold: slower output": "does not hold (slower output)",
-         "undecided at this power": "undecided",
+SHORT = {"holds": "holds", "does not hold": "does not hold",
+         "does not hold: slower output": "does not hold (slower output)", "undecided at this power": "undecided",
          "the method needs less": "less", "the method needs more": "more"}
 
 
