@@ -9,7 +9,8 @@ import pytest
 from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.kmeans import KMeansSampler, per_knob_mode, snap
-from tuning.search.ppo import PPO, generalized_advantages
+from tuning.search.actor_critic import generalized_advantages
+from tuning.search.ppo import PPO
 from tuning.space import Knob, Space
 from tuning.task import conv2d_task
 

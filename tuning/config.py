@@ -101,7 +101,9 @@ class ConfigError(ValueError):
     pass
 
 
-MODEL_SPACES = ("full", "store")  # store: only the configs the measurement store holds (docs/store.md)
+# store: only the configs the measurement store holds (docs/store.md); tiling: the GEMM-tiling paper's
+# space, gemm models only (docs/tvm.md §The tiling space)
+MODEL_SPACES = ("full", "store", "tiling")
 MODEL_COMMON_KEYS = ("name", "kind", "description", "space", "dtype")
 # the correctness check's inputs (uniform in [-1, 1]) and tolerance (1e-3) are float32's
 MODEL_DTYPES = ("float32",)
@@ -235,6 +237,9 @@ def _check_model(model) -> list[str]:
         problems.append(f"model.dtype: expected one of {', '.join(MODEL_DTYPES)}, got {model.get('dtype')!r}")
     if model.get("space", "full") not in MODEL_SPACES:
         problems.append(f"model.space: expected one of {', '.join(MODEL_SPACES)}, got {model.get('space')!r}")
+    elif model.get("space") == "tiling" and kind != "gemm":
+        problems.append(f"model.space: `tiling` is the GEMM-tiling paper's space, for gemm models only; "
+                        f"{model.get('name')} is a {kind} model")
     for key, typ in MODEL_KEYS[kind].items():
         value = model.get(key)
         if isinstance(value, ListConfig):

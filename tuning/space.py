@@ -14,6 +14,16 @@ The hardware backend fills in the knobs and, optionally, a `canonicalize`
 function: TVM silently repairs some invalid decisions (an illegal compute
 location becomes a legal one), so a config's identity is the config read back
 after replay. Searches may propose raw configs; samplers compare canonical ones.
+It may also give a `legitimacy` check (the GEMM-tiling paper's J, Eq. 5): the
+schedule replays and passes the backend's postprocessors. Neighbourhood
+searches (G-BFS, N-A2C) move only to legitimate configs.
+
+Moves between configs (docs/methods.md §Neighbourhoods):
+    neighbors(config, moves)  every config one move away
+    actions() / step(config, action)
+                              a fixed list of moves, so a policy network can have one output per
+                              move: a tile knob's prime factor p from level i to level j (the
+                              paper's Eq. 6 when p = 2), or another knob's index +-1
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 Config = tuple  # tuple[int, ...]
+MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,9 @@ class Space:
     knobs: list[Knob]
     active: list[tuple[int, ...]]  # active[s] = slot indices (>=1) used by sketch s
     canonicalize: Callable[[Config], Config] | None = None
+    legitimacy: Callable[[Config], bool] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
+    _legitimate_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
@@ -134,18 +147,22 @@ class Space:
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
         """Every config one move away, distinct, in knob order (a neighbourhood for local and graph
         searches such as G-BFS). Moves:
-            index    one knob's (or the sketch's) choice index +-1, Chameleon's move
-            factor   a tile knob's split with one prime factor moved between two of its levels
-                     ((2, 4) -> (4, 2), (1, 8)), G-BFS's move on tiling factors"""
-        unknown = set(moves) - {"index", "factor"}
+            index          one knob's (or the sketch's) choice index +-1, Chameleon's move
+            factor         a tile knob's split with one prime factor moved between two of its levels
+                           ((2, 4) -> (4, 2), (1, 8)): the GEMM-tiling paper's Eq. 6 (x2 at one level,
+                           /2 at another) generalised to extents that are not powers of two
+            nontile_index  index +-1 on every knob but the tile knobs (the sketch, unroll, compute
+                           location): with `factor`, the paper's neighbourhood on any space"""
+        unknown = set(moves) - set(MOVES)
         if unknown:
-            raise ValueError(f"moves: expected index and/or factor, got {sorted(unknown)}")
+            raise ValueError(f"moves: expected some of {', '.join(MOVES)}, got {sorted(unknown)}")
         out: list[Config] = []
         for knob in (0, *self.active[config[0]]):
+            tile = self.knobs[knob].kind == "tile"
             candidates = []
-            if "index" in moves:
+            if "index" in moves or ("nontile_index" in moves and not tile):
                 candidates += [int(np.clip(config[knob] + delta, 0, self.dims[knob] - 1)) for delta in (-1, 1)]
-            if "factor" in moves and self.knobs[knob].kind == "tile":
+            if "factor" in moves and tile:
                 candidates += self._factor_moves(knob)[config[knob]]
             for value in candidates:
                 moved = self._with(config, knob, value)
@@ -166,6 +183,70 @@ class Space:
             cache[knob] = [[j for j, other in enumerate(choices) if _one_factor_apart(split, other)]
                            for split in choices]
         return cache[knob]
+
+    def actions(self) -> list[tuple]:
+        """Every move as data, the same list for every config of the space (a policy's outputs):
+            ("factor", slot, src, dst, p)   move prime p from level src to level dst of a tile knob
+            ("index", slot, delta)          another knob's (or the sketch's) index +-1
+        An action that does not apply to a config (p does not divide level src, an inactive slot,
+        an index at its end) is `step`'s None."""
+        if "_actions" not in self.__dict__:
+            actions: list[tuple] = []
+            for slot, knob in enumerate(self.knobs):
+                if knob.kind == "tile":
+                    levels = len(knob.choices[0])
+                    for p in _prime_factors(math.prod(knob.choices[0])):
+                        actions += [("factor", slot, src, dst, p)
+                                    for src in range(levels) for dst in range(levels) if src != dst]
+                elif self.dims[slot] > 1:
+                    actions += [("index", slot, -1), ("index", slot, 1)]
+            self.__dict__["_actions"] = actions
+        return self.__dict__["_actions"]
+
+    def step(self, config: Config, action: tuple) -> Config | None:
+        """The config one action away, or None when the action does not apply (see `actions`)."""
+        slot = action[1]
+        if slot != 0 and slot not in self.active[config[0]]:
+            return None
+        if action[0] == "index":
+            value = config[slot] + action[2]
+            return self._with(config, slot, value) if 0 <= value < self.dims[slot] else None
+        _, _, src, dst, p = action
+        split = list(self.knobs[slot].choices[config[slot]])
+        if split[src] % p:
+            return None
+        split[src] //= p
+        split[dst] *= p
+        index = self._choice_index(slot).get(tuple(split))
+        return None if index is None else self._with(config, slot, index)
+
+    def _choice_index(self, slot: int) -> dict:
+        cache = self.__dict__.setdefault("_choice_index_cache", {})
+        if slot not in cache:
+            cache[slot] = {choice: i for i, choice in enumerate(self.knobs[slot].choices)}
+        return cache[slot]
+
+    def untiled(self) -> Config:
+        """The GEMM-tiling paper's start state s0 (§5): every tile knob with the whole extent at its
+        outermost level ((m, 1, 1, 1): no tiling), every other knob at index 0, the first sketch."""
+        config = [0] * len(self.knobs)
+        for slot in self.active[0]:
+            knob = self.knobs[slot]
+            if knob.kind == "tile":
+                whole = (math.prod(knob.choices[0]),) + (1,) * (len(knob.choices[0]) - 1)
+                config[slot] = self._choice_index(slot)[whole]
+        return tuple(config)
+
+    def is_legitimate(self, config: Config) -> bool:
+        """Valid, and accepted by the backend's `legitimacy` check when it has one (cached)."""
+        config = tuple(int(c) for c in config)
+        if not self.is_valid(config):
+            return False
+        if self.legitimacy is None:
+            return True
+        if config not in self._legitimate_cache:
+            self._legitimate_cache[config] = bool(self.legitimacy(config))
+        return self._legitimate_cache[config]
 
     def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
         """AutoTVM's SA move: one knob (or the sketch) set to another random value."""
@@ -198,6 +279,15 @@ class Space:
     def feature_width(self) -> int:
         return sum(k.feature_width for k in self.knobs[1:]) + self.num_sketches
 
+    def unit_features(self, configs: Sequence[Config]) -> np.ndarray:
+        """`features` with every column divided by its largest value in the space (a tile level's
+        log2 factor by log2 of the extent), so a network's inputs lie in [0, 1]."""
+        if "_feature_scale" not in self.__dict__:
+            scale = np.concatenate([np.ones(self.num_sketches, dtype=np.float32)]
+                                   + [np.abs(table).max(axis=0) for table in self._feature_tables])
+            self.__dict__["_feature_scale"] = np.where(scale > 0, scale, 1.0).astype(np.float32)
+        return self.features(configs) / self.__dict__["_feature_scale"]
+
     def features(self, configs: Sequence[Config]) -> np.ndarray:
         """Knob features: sketch one-hot, then each slot's numeric value (0 when inactive).
 
@@ -224,12 +314,12 @@ class RestrictedSpace(Space):
     lands inside: `sample` and `enumerate` draw from the configs; `canonical` maps any config to the
     nearest one held (by normalised knob indices, the sketch weighted so it changes last); a random
     walk or a PPO step that leaves the set lands on the nearest held config other than where it
-    started; `neighbors` keeps the held ones."""
+    started; `neighbors` and `step` keep the held ones; the untiled start is the nearest held config."""
 
     SKETCH_WEIGHT = 10.0
 
     def __init__(self, base: Space, configs):
-        super().__init__(base.knobs, base.active)
+        super().__init__(base.knobs, base.active, legitimacy=base.legitimacy)
         from scipy.spatial import cKDTree
 
         self.base = base
@@ -289,6 +379,16 @@ class RestrictedSpace(Space):
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
         return [c for c in self.base.neighbors(config, moves) if c in self._allowed_set]
 
+    def step(self, config: Config, action: tuple) -> Config | None:
+        moved = self.base.step(config, action)
+        return moved if moved in self._allowed_set else None
+
+    def untiled(self) -> Config:
+        return self.canonical(self.base.untiled())
+
+    def is_legitimate(self, config: Config) -> bool:
+        return tuple(int(c) for c in config) in self._allowed_set and super().is_legitimate(config)
+
     def decisions(self, config: Config) -> dict:
         return self.base.decisions(config)
 
@@ -340,6 +440,10 @@ def _one_factor_apart(split, other) -> bool:
         return False
     factor = other[up] // split[up]
     return factor == split[down] // other[down] and _is_prime(factor)
+
+
+def _prime_factors(n: int) -> list[int]:
+    return [p for p in range(2, n + 1) if n % p == 0 and _is_prime(p)]
 
 
 def _is_prime(n: int) -> bool:

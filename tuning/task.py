@@ -32,8 +32,12 @@ def conv2d_output_size(size: int, kernel: int, stride: int, padding: int, dilati
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def gemm_task(name: str, M: int, N: int, K: int, dtype: str = "float32", weight: int = 1) -> Task:
+def gemm_task(name: str, M: int, N: int, K: int, dtype: str = "float32", weight: int = 1,
+              space: str = "full") -> Task:
+    """space="tiling": the backend gives the GEMM-tiling paper's space (a different task key)."""
     workload = {"op": "gemm", "M": M, "N": N, "K": K, "dtype": dtype}
+    if space == "tiling":
+        workload["space"] = "tiling"
     return Task(name, workload, flops=2.0 * M * N * K, weight=weight)
 
 
@@ -59,7 +63,8 @@ def build_tasks(model_cfg) -> list[Task]:
     kind = model_cfg["kind"]
     name = model_cfg["name"]
     if kind == "gemm":
-        return [gemm_task(name, model_cfg["M"], model_cfg["N"], model_cfg["K"], model_cfg.get("dtype", "float32"))]
+        return [gemm_task(name, model_cfg["M"], model_cfg["N"], model_cfg["K"], model_cfg.get("dtype", "float32"),
+                          space=model_cfg.get("space", "full"))]
     if kind == "conv2d":
         keys = ("batch", "in_channels", "height", "width", "out_channels", "kernel", "stride", "padding")
         return [conv2d_task(name, *(int(model_cfg[k]) for k in keys), dtype=model_cfg.get("dtype", "float32"))]

@@ -39,13 +39,17 @@ def _loops(workload: dict) -> list[tuple[str, int, bool]]:
 
 
 def synthetic_space(workload: dict) -> Space:
-    """MetaSchedule-like: spatial loops in 4 tiles, reductions in 2, plus unroll."""
+    """MetaSchedule-like: spatial loops in 4 tiles, reductions in 2, plus unroll. With
+    workload["space"] == "tiling" the GEMM-tiling paper's space, as hardware=cpu builds it: one
+    sketch, no innermost cap, unroll fixed at 512."""
+    tiling = workload.get("space") == "tiling"
     knobs = []
     for name, extent, reduction in _loops(workload):
         parts = 2 if reduction else 4
-        knobs.append(Knob(f"tile.{name}", "tile", tuple(factorizations(extent, parts, 64))))
-    knobs.append(Knob("unroll", "categorical", tuple(range(len(UNROLL_CANDIDATES)))))
-    slots, active = merge_sketches([knobs, knobs, knobs])
+        knobs.append(Knob(f"tile.{name}", "tile", tuple(factorizations(extent, parts, 0 if tiling else 64))))
+    unroll = (UNROLL_CANDIDATES.index(512),) if tiling else tuple(range(len(UNROLL_CANDIDATES)))
+    knobs.append(Knob("unroll", "categorical", unroll))
+    slots, active = merge_sketches([knobs] if tiling else [knobs, knobs, knobs])
     return Space(slots, active)
 
 

@@ -38,28 +38,15 @@ records on another host. One thread costs nothing here: 10.6 s against 10.0 s of
 """
 from __future__ import annotations
 
-import base64
-import io
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 from torch import nn
 
+from tuning.search.actor_critic import (build_agent, explained_variance, generalized_advantages, save_agent,
+                                        torch_threads)
 from tuning.search.base import Search, TopN, fill_with_random, predict
 
 DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1
-
-
-@contextmanager
-def torch_threads(count: int):
-    """torch's intra-op thread count set for the block, and put back."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class PPO(Search):
@@ -120,7 +107,7 @@ class PPO(Search):
         self.max_grad_norm = max_grad_norm
         self.default_plan_size = default_plan_size
         self.threads = threads
-        self.agent: ActorCritic | None = None  # built on the first propose, when the knob count is known
+        self.agent = None  # an ActorCritic, built on the first propose, when the knob count is known
         self.optimizer: torch.optim.Adam | None = None
         self.best: list[tuple[float, list[int]]] = []  # (seconds, config) of the best measured configs
         self.saved_agent: str | None = None  # from load_state_dict, restored on the next propose
@@ -189,7 +176,7 @@ class PPO(Search):
                 diagnostics.append(self._gradient_step(batch))
         self.last_round = {"steps": int(len(alive)), "transitions": count, "mean_score": float(scores[alive].mean()),
                            **{key: float(np.mean([d[key] for d in diagnostics])) for key in diagnostics[0]},
-                           "explained_variance": _explained_variance(rollout["value"][alive], returns[alive])}
+                           "explained_variance": explained_variance(rollout["value"][alive], returns[alive])}
 
     def _gradient_step(self, batch) -> dict:
         """One clipped-surrogate step; returns its diagnostics (CleanRL's names), each averaged over the
@@ -225,70 +212,20 @@ class PPO(Search):
         self.best = sorted(self.best + measured)[:max(self.best_starts, 1)]
 
     def _ensure_agent(self, knobs: int, rng) -> None:
-        if self.agent is not None:
-            return
-        restoring = self.saved_agent is not None
-        with torch.random.fork_rng(devices=[]):  # the initial weights, without touching torch's global RNG
-            torch.manual_seed(0 if restoring else int(rng.integers(2**62)))  # restored weights overwrite them
-            self.agent = ActorCritic(knobs, self.hidden)
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=self.learning_rate)
-        if restoring:
-            saved = torch.load(io.BytesIO(base64.b64decode(self.saved_agent)), weights_only=True)
-            self.agent.load_state_dict(saved["agent"])
-            self.optimizer.load_state_dict(saved["optimizer"])
+        """One 3-way head per knob; the state is the knob indices (restored weights overwrite the seed's)."""
+        if self.agent is None:
+            seed = 0 if self.saved_agent is not None else int(rng.integers(2**62))
+            self.agent, self.optimizer = build_agent(knobs, self.hidden, knobs, DIRECTIONS, self.learning_rate,
+                                                     seed, self.saved_agent)
 
     def state_dict(self) -> dict:
-        agent = self.saved_agent
-        if self.agent is not None:
-            buffer = io.BytesIO()
-            torch.save({"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict()}, buffer)
-            agent = base64.b64encode(buffer.getvalue()).decode("ascii")
+        agent = self.saved_agent if self.agent is None else save_agent(self.agent, self.optimizer)
         return {"agent": agent, "best": [[cost, config] for cost, config in self.best]}
 
     def load_state_dict(self, state: dict) -> None:
         self.saved_agent = state.get("agent")
         self.best = [(float(cost), [int(c) for c in config]) for cost, config in state.get("best", [])]
         self.agent = self.optimizer = None
-
-
-class ActorCritic(nn.Module):
-    """The first layer is shared; the policy has one more tanh layer and a 3-way head per
-    knob, the value two more tanh layers and one output."""
-
-    def __init__(self, knobs: int, hidden: int):
-        super().__init__()
-        self.knobs = knobs
-        self.shared = nn.Sequential(nn.Linear(knobs, hidden), nn.Tanh())
-        self.policy = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, knobs * DIRECTIONS))
-        self.value = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                   nn.Linear(hidden, 1))
-
-    def forward(self, state, temperature: float):
-        features = self.shared(state)
-        logits = self.policy(features).view(-1, self.knobs, DIRECTIONS) / temperature
-        return torch.softmax(logits, dim=2), self.value(features)
-
-
-def _explained_variance(predicted: np.ndarray, returns: np.ndarray) -> float:
-    """1 - Var(returns - value) / Var(returns): 1 is a perfect critic, <= 0 no better than a constant."""
-    spread = np.var(returns)
-    return float("nan") if spread == 0 else float(1 - np.var(returns - predicted) / spread)
-
-
-def generalized_advantages(reward, value, ends, final_value, gamma, lam) -> np.ndarray:
-    """GAE over (steps, walkers) arrays. `ends[t]` marks a walker's last step (converged);
-    walkers still going after the last step are bootstrapped from `final_value`. Steps after
-    a walker ended are garbage that its `ends` step cuts off."""
-    advantage = np.zeros_like(reward)
-    running = np.zeros(reward.shape[1])
-    next_value = final_value
-    for t in reversed(range(len(reward))):
-        going = 1.0 - ends[t]
-        delta = reward[t] + gamma * next_value * going - value[t]
-        running = delta + gamma * lam * going * running
-        advantage[t] = running
-        next_value = value[t]
-    return advantage
 
 
 def _sample(probs: np.ndarray, rng) -> np.ndarray:
