@@ -25,3 +25,13 @@ def searchpath_overrides() -> list[str]:
     """The Hydra override that adds the extra directories to the config search path."""
     extra = extra_conf_dirs()
     return [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []
+
+
+def load_option(path):
+    """A group option's YAML as the component's node: its `defaults` list (a search selecting the
+    sampler and cost model it needs, e.g. search=gbfs) is Hydra's, not a hyperparameter."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(path)
+    node.pop("defaults", None)
+    return node

@@ -15,7 +15,7 @@ from tuning.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import conv2d_task, gemm_task
 
-from configs import group_yamls
+from configs import group_yamls, load_option
 
 SEARCH_YAMLS = group_yamls("search")
 TASKS = {"gemm64": gemm_task("g", 64, 64, 64), "conv": conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)}
@@ -24,7 +24,7 @@ HARDWARE = SyntheticHardware()
 
 def instantiate(path):
     """The YAML under a root that has the top-level `seed` its interpolations use."""
-    return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": OmegaConf.load(path)}).node)
+    return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": load_option(path)}).node)
 
 
 def fitted(model, task, samples=64, seed=0):

@@ -16,6 +16,8 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from configs import load_option
+
 from tuning.loop import Components, RunInfo, tune_task
 from tuning.records import RecordLog
 from tuning.task import build_tasks, gemm_task
@@ -28,7 +30,7 @@ COMPARED = ("config", "costs", "error", "round", "index")
 # ---- helpers -----------------------------------------------------------------------------
 def component(group: str, name: str, seed: int = 0, **overrides):
     """Instantiate conf/<group>/<name>.yaml (with `${seed}` resolved) plus overrides."""
-    node = OmegaConf.merge(OmegaConf.load(CONF / group / f"{name}.yaml"), overrides)
+    node = OmegaConf.merge(load_option(CONF / group / f"{name}.yaml"), overrides)
     return instantiate(OmegaConf.create({"seed": seed, "x": node}).x)
 
 

@@ -22,6 +22,9 @@ A cost model predicts the throughput of configs from their features.
                            rejected with it.
     has_uncertainty        True where predict_dist exists; searches that need it
                            (search=csa) are rejected with other models.
+    trains_nothing         True for cost_model=none: searches that measure every proposal and
+                           use no model (search=gbfs, a2c) require it, so no run spends time
+                           fitting a model nobody reads.
 
 __init__ stores hyperparameters only; seeds come from the config.
 """
@@ -36,9 +39,11 @@ from tuning.component import Component
 
 class CostModel(Component):
     capabilities = {"can_rank": ("ranks configs", "xgb"),
-                    "has_uncertainty": ("has a predictive uncertainty", "rf")}
+                    "has_uncertainty": ("has a predictive uncertainty", "rf"),
+                    "trains_nothing": ("trains nothing (the search uses no model)", "none")}
     can_rank = True
     has_uncertainty = False
+    trains_nothing = False
 
     @abstractmethod
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CostModel":

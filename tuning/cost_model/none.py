@@ -1,4 +1,4 @@
-"""cost_model=none: no model, for searches that do not use one (search=random)."""
+"""cost_model=none: no model, for searches that do not use one (search=random, gbfs, a2c)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +10,7 @@ class NoCostModel(CostModel):
     """Predicts zeros; `can_rank = False` so model-based searches are rejected with it."""
 
     can_rank = False
+    trains_nothing = True
 
     def fit(self, X, y):
         return self

@@ -1,0 +1,110 @@
+"""search=gbfs: Greedy Best-First Search over a space's neighbourhood, measuring every proposal.
+
+Zhang, Cheng, Zang, Park, "Compiler-Level Matrix Multiplication Optimization for Deep Learning",
+arXiv 2019, §4.2, Algorithm 1. No cost model: the hardware is the only judge.
+
+  1. start  measure the start state s0 (§5: no tiling, Space.untiled) and push it.
+  2. pop    take the cheapest measured state s from the priority queue Q (ordered by cost).
+  3. expand draw rho of its unvisited legitimate neighbours g(s) at random (Space.neighbors with
+            `moves`: a prime factor moved between two levels of a tile, Eq. 6; +-1 on other
+            knobs) and propose them: the sampler (sampler=all) measures exactly these.
+  4. push   every one measured without error goes into Q with its cost (observe); a failed
+            build or run is not legitimate (J = 0) and is dropped.
+  5. repeat until Q is empty (the run then stops: "space exhausted") or the budget is spent.
+
+One round pops as many states as its plan needs (plan size / rho; the default plan is rho, one pop
+per round, as Algorithm 1). A popped state with no unvisited legitimate neighbour left is dropped
+and the next one popped. Algorithm 1 draws its rho among all neighbours and skips the visited
+ones; tunelab draws among the unvisited ones, so each pop measures rho states while it has them.
+"""
+from __future__ import annotations
+
+import heapq
+
+from tuning.sampler.base import random_unvisited
+from tuning.search.base import Search
+from tuning.space import MOVES
+
+STARTS = ("untiled", "random")
+
+
+class GreedyBestFirst(Search):
+    """Hyperparameters (Zhang et al. 2019; conf/search/gbfs.yaml cites each):
+
+        rho                 neighbours measured per popped state (5, §5)
+        moves               the neighbourhood g(s): kinds from Space.neighbors (factor + nontile_index)
+        start               untiled (s0 = [[m,1,1,1],[k,1],[n,1,1,1]], §5) | random
+        default_plan_size   configs per round unless budget.plan_size says otherwise (5 = rho)
+    """
+
+    requires = {"sampler": ("candidates_only",), "cost_model": ("trains_nothing",)}
+    ranges = {"rho": (1, None), "default_plan_size": (1, None)}
+    options = {"start": STARTS}
+
+    def __init__(self, rho: int = 5, moves: list = ("factor", "nontile_index"), start: str = "untiled",
+                 default_plan_size: int = 5):
+        self.rho = rho
+        self.moves = moves
+        self.start = start
+        self.default_plan_size = default_plan_size
+        self.queue: list[tuple[float, int, tuple]] = []  # (cost, push order, config): a heap
+        self.pushed = 0
+        self.started = False
+        self.last_round: dict = {}
+
+    @classmethod
+    def check(cls, params, group):
+        moves = params["moves"]
+        if isinstance(moves, str) or not moves or not set(moves) <= set(MOVES):
+            return [f"{group}.moves: expected a list of {', '.join(MOVES)}, got {moves!r}"]
+        return []
+
+    def propose(self, space, cost_model, n, visited, rng):
+        if not self.started:
+            self.started = True
+            return self._start_state(space, visited, rng)
+        proposals: list = []
+        pops = 0
+        while len(proposals) < n and self.queue:
+            _, _, state = heapq.heappop(self.queue)
+            pops += 1
+            proposals += self._expand(space, state, visited | set(proposals), min(self.rho, n - len(proposals)), rng)
+        self.last_round = {"pops": pops, "queue": len(self.queue)}
+        return proposals
+
+    def _start_state(self, space, visited, rng) -> list:
+        start = space.untiled() if self.start == "untiled" else space.canonical(space.sample(rng))
+        if start in visited or not space.is_legitimate(start):
+            start = random_unvisited(space, visited, [], rng)
+        return [] if start is None else [start]
+
+    def _expand(self, space, state, taken, count, rng) -> list:
+        """Up to `count` random unvisited legitimate neighbours of `state`."""
+        neighbours = [c for c in space.neighbors(tuple(state), self.moves) if c not in taken]
+        picks = []
+        for i in rng.permutation(len(neighbours)):
+            if len(picks) == count:
+                break
+            if space.is_legitimate(neighbours[i]):
+                picks.append(neighbours[i])
+        return picks
+
+    def observe(self, configs, results):
+        for config, result in zip(configs, results):
+            if result.ok:
+                heapq.heappush(self.queue, (float(result.cost), self.pushed, tuple(int(c) for c in config)))
+                self.pushed += 1
+
+    def metrics(self) -> dict:
+        return dict(self.last_round)
+
+    def state_dict(self) -> dict:
+        return {"queue": [[cost, order, list(config)] for cost, order, config in self.queue],
+                "pushed": self.pushed, "started": self.started}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.queue = [(float(cost), int(order), tuple(int(c) for c in config))
+                      for cost, order, config in state.get("queue", [])]
+        heapq.heapify(self.queue)
+        self.pushed = int(state.get("pushed", len(self.queue)))
+        self.started = bool(state.get("started", bool(self.queue)))
