@@ -74,6 +74,14 @@ REJECTED = {
     "text for synthetic noise": (["hardware=synthetic", "hardware.noise=high"], "hardware.noise"),
     "unknown space": (["model.space=everything"], "model.space"),
     "e2e timeout zero": (["e2e.timeout_s=0"], "e2e.timeout_s"),
+    # combinations a method cannot run with
+    "tiling space on a conv": (["model=conv_l8", "model.space=tiling"], "model.space"),
+    "gbfs with a sampler adding its own picks": (["search=gbfs", "sampler=greedy"], "sampler"),
+    "a2c with a cost model nobody reads": (["search=a2c", "cost_model=xgb"], "cost_model"),
+    "gbfs with an unknown move": (["search=gbfs", "search.moves=[swap]"], "search.moves"),
+    "gbfs with rho zero": (["search=gbfs", "search.rho=0"], "search.rho"),
+    "a2c epsilon above one": (["search=a2c", "search.epsilon=1.5"], "search.epsilon"),
+    "a2c nan learning rate": (["search=a2c", "search.learning_rate=nan"], "search.learning_rate"),
 }
 
 

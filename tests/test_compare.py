@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tuning import stats
-from tuning.compare import Curve, TaskTruth, compare, incumbent_curve, main, time_to_target
+from tuning.compare import (Curve, TaskTruth, compare, incumbent_curve, main, time_to_target, value_at_seconds,
+                            verdict_lines)
 from tuning.records import MeasureResult, Record
 
 from test_loop import finish, run_py
@@ -47,6 +48,12 @@ def test_time_to_target_censors_a_run_that_never_gets_there():
     assert time_to_target(run, 4.0, "measurements") == (4.0, False)  # censored at its length, kept
 
 
+def test_the_incumbent_at_a_time_budget():
+    run = curve("a", 0, [9, 7, 7, 5])  # measurements end at 0.5, 1.0, 1.5, 2.0 s
+    assert value_at_seconds(run, 0.4) == math.inf  # nothing finished yet
+    assert [value_at_seconds(run, t) for t in (0.5, 1.2, 2.0, 60.0)] == [9, 7, 5, 5]  # ended: keeps its last
+
+
 # ---- the comparison -------------------------------------------------------------------------------
 def grid(better_by: float = 0.8, seeds: int = 10, length: int = 300) -> list[Curve]:
     rng = np.random.default_rng(0)
@@ -66,6 +73,15 @@ def test_a_clearly_faster_method_is_called_better_and_budgets_past_the_runs_are_
     assert rows[0]["ratio"] == pytest.approx(0.8, rel=0.02)
     assert rows[0]["p"] == pytest.approx(2 / 2 ** 10)  # all 10 seeds faster: the exact signed-rank p
     assert any("1000" in note for note in result.notes)
+
+
+def test_a_seconds_budget_compares_the_incumbents_at_that_time():
+    result = compare(grid(), truth(10.0), "base", budgets=(64,), seconds=(50.0, 1000.0))
+    rows = [r for r in result.budget_table if r["method"] == "fast" and r["axis"] == "seconds"]
+    assert [r["budget"] for r in rows] == [50.0, 1000.0] and all(r["verdict"] == "better" for r in rows)
+    assert rows[0]["ratio"] == pytest.approx(0.8, rel=0.02)  # 50 s = the first 100 measurements here
+    assert any("ended before 1000 s" in note for note in result.notes)
+    assert any(line.startswith("t at 50 s: fast vs base") for line in verdict_lines(result))
 
 
 def test_the_same_method_twice_is_undecided():
@@ -210,6 +226,7 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
     for argv, message in ((["--baseline", "x", "--fraction", "nan"], "--fraction"),
                           (["--baseline", "x", "--fraction", "1.5"], "--fraction"),
                           (["--baseline", "x", "--budgets", "0"], "--budgets"),
+                          (["--baseline", "x", "--seconds", "inf"], "--seconds"),
                           (["--baseline", "x", "--tag", "novalue"], "--tag")):
         with pytest.raises(SystemExit):
             main(argv)

@@ -14,7 +14,8 @@ the runs; runs pair by seed. Per task and method it reports:
                       measurements, scored by the store's median over every reading of it)
                       against measurements and against seconds (simulated under hardware=replay):
                       median over seeds with a bootstrap 95% band, as PNG
-    at each budget    the median true latency [95% CI] and the paired ratio to the baseline
+    at each budget    (measurements, and with --seconds seconds since the start: a paper's time budget)
+                      the median true latency [95% CI] and the paired ratio to the baseline
                       (geometric mean over seeds [95% CI]), the Wilcoxon signed-rank p-value and
                       its Holm adjustment across tasks, and a verdict: better / worse / undecided
     to the target     target = the best config the store knows for the task (its truth) /
@@ -127,6 +128,13 @@ def value_at(curve: Curve, n: int) -> float:
     return float(curve.true_s[min(n, curve.length) - 1])
 
 
+def value_at_seconds(curve: Curve, seconds: float) -> float:
+    """The incumbent after the last measurement that finished within `seconds` of the run's start
+    (inf when none had; a run that ended sooner keeps its last incumbent)."""
+    done = int(np.searchsorted(curve.elapsed_s, seconds, side="right"))
+    return float(curve.true_s[done - 1]) if done else math.inf
+
+
 def time_to_target(curve: Curve, target_s: float, axis: str) -> tuple[float, bool]:
     """(time, reached): measurements or seconds until the incumbent is within the target, else the
     run's end, censored."""
@@ -141,16 +149,18 @@ def paired_by_seed(curves: list[Curve], baseline: list[Curve]) -> list[tuple[Cur
     return [(c, base[c.seed]) for c in sorted(curves, key=lambda c: c.seed) if c.seed in base]
 
 
-def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng) -> list[dict]:
+def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng, axis: str = "measurements") -> list[dict]:
+    """The incumbent at each budget, on the measurements axis or (--seconds) the seconds axis."""
+    at = value_at if axis == "measurements" else value_at_seconds
     rows = []
     for budget in budgets:
         for method, curves in by_method.items():
-            values = [value_at(c, budget) for c in curves]
+            values = [at(c, budget) for c in curves]
             median, low, high = stats.bootstrap_ci(values, np.median, rng)
-            row = {"task": task, "budget": budget, "method": method, "seeds": len(values),
+            row = {"task": task, "budget": budget, "axis": axis, "method": method, "seeds": len(values),
                    "median_us": median * 1e6, "median_low_us": low * 1e6, "median_high_us": high * 1e6}
             if method != baseline and baseline in by_method:
-                pairs = [(value_at(a, budget), value_at(b, budget)) for a, b in paired_by_seed(curves, by_method[baseline])]
+                pairs = [(at(a, budget), at(b, budget)) for a, b in paired_by_seed(curves, by_method[baseline])]
                 pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]  # no incumbent yet: no ratio
                 ratio = stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
                 row.update(pairs=ratio["n"], ratio=ratio["ratio"], ratio_low=ratio["low"], ratio_high=ratio["high"],
@@ -214,7 +224,7 @@ class Comparison:
 
 
 def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BUDGETS, fraction: float = 1.0,
-            seed: int = 0, run_metrics: dict | None = None, metric_keys=()) -> Comparison:
+            seed: int = 0, run_metrics: dict | None = None, metric_keys=(), seconds=()) -> Comparison:
     """Every statistic of the comparison, from the runs' curves (seeded: the same inputs give the
     same numbers)."""
     methods = sorted({c.method for c in curves})
@@ -231,9 +241,14 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
     for task in result.tasks():
         by_method = result.by_method(task)
         result.budget_table += budget_rows(task, by_method, baseline, result.budgets, rng)
+        result.budget_table += budget_rows(task, by_method, baseline, sorted(seconds), rng, axis="seconds")
         target = truths[task].best_s / fraction
         result.target_table += target_rows(task, by_method, baseline, target)
-    holm_within(result.budget_table, ("budget",))
+    ended = sorted({c.method for c in curves if seconds and c.elapsed_s[-1] < max(seconds)})
+    if ended:
+        result.notes.append(f"runs of {', '.join(ended)} ended before {max(seconds):g} s: at a later seconds budget "
+                            "they keep their last incumbent (more measurements could have improved it)")
+    holm_within(result.budget_table, ("budget", "axis"))
     holm_within(result.target_table, ("axis",))
     for row in result.budget_table:
         if "ratio" in row:
@@ -487,7 +502,7 @@ def verdict_lines(result: Comparison) -> list[str]:
     lines = []
     for row in result.budget_table:
         if "verdict" in row:
-            lines.append(f"{row['task']} at {row['budget']} measurements: {row['method']} vs {result.baseline}: "
+            lines.append(f"{row['task']} at {_budget_cell(row)}: {row['method']} vs {result.baseline}: "
                          f"{row['ratio']:.3f}x [{row['ratio_low']:.3f}, {row['ratio_high']:.3f}] over {row['pairs']} "
                          f"paired seeds, Wilcoxon p={row['p']:.3g} (Holm {row['p_holm']:.3g}) -> "
                          f"{_said(row['verdict'], row['pairs'])}")
@@ -503,6 +518,10 @@ def verdict_lines(result: Comparison) -> list[str]:
                          f"{_km_cell(row, row['axis'])} vs {_km_cell(_baseline_row(result, row), row['axis'])}, "
                          f"log-rank p={row['p']:.3g} (Holm {row['p_holm']:.3g}) -> {_said(row['verdict'], row['runs'])}")
     return lines
+
+
+def _budget_cell(row: dict) -> str:
+    return f"{row['budget']:g} s" if row["axis"] == "seconds" else f"{row['budget']} measurements"
 
 
 def _said(verdict: str, n: int) -> str:
@@ -538,7 +557,7 @@ def markdown(result: Comparison, selection: str) -> str:
                 f"(target {truth.best_s / result.fraction * 1e6:.1f} us).", ""]
         out += _table(["budget", "method", "seeds", "median true us [95% CI]", "ratio to baseline [95% CI]",
                        "p (Holm)", "verdict"],
-                      [[r["budget"], r["method"], r["seeds"],
+                      [[_budget_cell(r), r["method"], r["seeds"],
                         f"{r['median_us']:.1f} [{r['median_low_us']:.1f}, {r['median_high_us']:.1f}]",
                         f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]" if "ratio" in r else "-",
                         f"{r['p']:.3g} ({r['p_holm']:.3g})" if "p" in r else "-", r.get("verdict", "baseline")]
@@ -687,7 +706,8 @@ def log_to_mlflow(client, experiment: str, result: Comparison, files: list[Path]
               "methods": json.dumps(sorted({c.method for c in result.curves})),
               "seeds": json.dumps(sorted({c.seed for c in result.curves}))}
     metrics = [Metric(_key(f"score/{m}"), s["score"], now, 0) for m, s in result.scores.items()]
-    metrics += [Metric(_key(f"ratio/{r['task']}/{r['method']}/at_{r['budget']}"), r["ratio"], now, 0)
+    metrics += [Metric(_key(f"ratio/{r['task']}/{r['method']}/at_{r['budget']}" + ("s" if r["axis"] == "seconds" else "")),
+                       r["ratio"], now, 0)
                 for r in result.budget_table if math.isfinite(r.get("ratio", math.nan))]
     client.log_batch(run.info.run_id, metrics=metrics, params=[Param(_key(k), v[:6000]) for k, v in params.items()],
                      tags=[RunTag("verdicts", "\n".join(verdict_lines(result))[:8000])])
@@ -722,6 +742,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--baseline", required=True, help="the method every other is compared to (a name printed "
                                                           "in the table, e.g. sa or sa+greedy)")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS))
+    parser.add_argument("--seconds", type=float, nargs="+", default=[],
+                        help="also compare the incumbents at these seconds since each run started (simulated "
+                             "under hardware=replay), e.g. a paper's time budget")
     parser.add_argument("--fraction", type=float, default=1.0,
                         help="target = the best config known / this (0.95: within 95%% of its throughput)")
     parser.add_argument("--method-by", default=",".join(GROUPS),
@@ -741,6 +764,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         problems.append(f"--fraction: expected a number in (0, 1], got {args.fraction}")
     if any(b < 1 for b in args.budgets):
         problems.append(f"--budgets: expected positive measurement counts, got {args.budgets}")
+    if any(not (math.isfinite(t) and t > 0) for t in args.seconds):
+        problems.append(f"--seconds: expected positive finite seconds, got {args.seconds}")
     bad_tags = [t for t in args.tag if "=" not in t or not t.split("=", 1)[0]]
     if bad_tags:
         problems.append(f"--tag: expected KEY=VALUE, got {', '.join(bad_tags)}")
@@ -766,7 +791,7 @@ def main(argv=None, rename: dict | None = None) -> Comparison:
         found = gather(client, runs, Path(scratch), args.method_by, args.store, rename)
     try:
         result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
-                         found.metrics, args.metric)
+                         found.metrics, args.metric, args.seconds)
     except ValueError as error:
         raise SystemExit(f"tuning.compare: {error}") from None
     result.notes = found.notes + result.notes

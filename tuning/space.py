@@ -18,7 +18,7 @@ It may also give a `legitimacy` check (the GEMM-tiling paper's J, Eq. 5): the
 schedule replays and passes the backend's postprocessors. Neighbourhood
 searches (G-BFS, N-A2C) move only to legitimate configs.
 
-Moves between configs (docs/methods.md §Neighbourhoods):
+Moves between configs (docs/methods.md §G-BFS and N-A2C, "Moves"):
     neighbors(config, moves)  every config one move away
     actions() / step(config, action)
                               a fixed list of moves, so a policy network can have one output per
