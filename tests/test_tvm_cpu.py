@@ -175,6 +175,10 @@ def test_cli_real_run_end_to_end(tmp_path):
     assert "time/build_s" in run.data.metrics and "cpu_model" in run.data.tags
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "config.yaml", "convergence.png", "best_schedules", "database"} <= artifacts
+    applied = subprocess.run([sys.executable, "-m", "tuning.apply", str(tmp_path / "run")], cwd=repo,
+                             capture_output=True, text=True, timeout=600)
+    assert applied.returncode == 0, applied.stderr[-3000:]
+    assert "compiled; output matches the reference" in applied.stdout and "GFLOP/s" in applied.stdout
 
 
 def test_parallel_build_workers_keep_results_in_order():

@@ -7,6 +7,11 @@ model: compile with the run's MetaSchedule database (exported again from its
 records if missing), check the output against torch, time tuned / untuned /
 torch eager with the run's thread count, print the per-task table and the
 end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run.
+
+For a single operator (gemm, conv2d) it exports the best record's schedule to
+best_schedules/<task>.py again, compiles that TVMScript file as a user would,
+checks its output (numpy's product for a GEMM, the untuned kernel for a conv)
+and times it; exit status 1 when the answer is wrong.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from tuning.outcome import TaskOutcome, best_from_records, task_table
 from tuning.records import RecordError, RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import claim, load_config, release
-from tuning.whole_model import WHOLE_MODEL_KINDS, e2e_line, evaluate_end_to_end, is_whole_model
+from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
 def apply_run(run_dir: Path) -> dict:
@@ -28,10 +33,9 @@ def apply_run(run_dir: Path) -> dict:
 
     cfg = load_config(run_dir / "config.yaml", "run")
     validate(cfg)
-    if not is_whole_model(cfg.model):
-        raise SystemExit(f"tunelab: {run_dir} tuned model {cfg.model.name} (kind {cfg.model.kind}); "
-                         f"apply needs a whole model ({', '.join(WHOLE_MODEL_KINDS)})")
     records = RecordLog(run_dir / "records.jsonl").load()
+    if not is_whole_model(cfg.model):
+        return check_operator(cfg, run_dir, records)
     with instantiate(cfg.hardware) as hardware:
         tasks = hardware.model_tasks(cfg.model, cfg.seed)
         prior = prior_records(cfg, tasks, run_dir, instantiate(cfg.tracking))  # its tuning.database, if any
@@ -54,6 +58,29 @@ def apply_run(run_dir: Path) -> dict:
     print(task_table(outcomes))
     print(e2e_line(e2e))
     return e2e
+
+
+def check_operator(cfg, run_dir: Path, records) -> dict:
+    """A single operator's best schedule, exported, compiled from its file, checked and timed."""
+    from hydra.utils import instantiate
+
+    from tuning.task import build_tasks
+
+    [task] = build_tasks(cfg.model)
+    outcome = TaskOutcome(task, [r for r in records if r.workload_key == task.key])
+    best_from_records(outcome)
+    if outcome.best_config is None:
+        raise SystemExit(f"tunelab: no valid record of {task.name} in {run_dir}")
+    with instantiate(cfg.hardware) as hardware:
+        [script] = hardware.export(task, outcome.best_config, run_dir / "best_schedules")
+        checked = hardware.check_export(task, script)
+    gflops = task.flops / checked["seconds"] / 1e9
+    print(f"[{task.name}] {script}: compiled; output {'matches' if checked['correct'] else 'DIFFERS FROM'} the "
+          f"reference (max |error| {checked['max_abs_error']:.2e} of values up to {checked['reference_max']:.3g}); "
+          f"{checked['seconds'] * 1e6:.1f} us, {gflops:.2f} GFLOP/s (median of 10)")
+    if not checked["correct"]:
+        raise SystemExit(1)
+    return checked
 
 
 def _tracker_of(cfg, run_dir: Path):

@@ -25,6 +25,9 @@ Every backend provides:
         The schedule as TVMScript (best schedules artifact).
     export_database(records_by_task, out_dir) -> list of written paths
         A MetaSchedule JSON database TVM can compile from (optional).
+    check_export(task, script_path) -> dict
+        Compile an exported schedule, check its answer, time it: {"correct", "max_abs_error",
+        "reference_max", "seconds"} (optional; tuning.apply on a single operator).
     model_tasks(model_cfg, seed) -> list[Task]
         A whole model's distinct kernels (model.kind network / onnx) with weights.
     evaluate_model(model_cfg, seed, database_dir, out_dir, timing) -> dict
@@ -70,6 +73,9 @@ class Hardware(Component):
 
     def export_database(self, records_by_task, out_dir):
         return []
+
+    def check_export(self, task, script_path) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} exports no schedule to check")
 
     def model_tasks(self, model_cfg, seed):
         raise NotImplementedError(f"{type(self).__name__} cannot tune whole models")

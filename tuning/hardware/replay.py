@@ -98,6 +98,9 @@ class ReplayHardware(Hardware):
     def export_database(self, records_by_task, out_dir):
         return self.backend.export_database(records_by_task, out_dir)
 
+    def check_export(self, task, script_path) -> dict:
+        return self.backend.check_export(task, script_path)
+
     def describe(self) -> dict:
         return {**self.backend.describe(), "replay_store": str(self.store), "on_miss": self.on_miss,
                 "normalise": self.normalise}

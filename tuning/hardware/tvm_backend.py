@@ -132,6 +132,16 @@ class TVMHardware(Hardware):
         path.write_text(sch.mod.script())
         return [str(path)]
 
+    def check_export(self, task, script_path) -> dict:
+        """Compile an exported best schedule, check its answer and time it (tuning.apply on a single
+        operator); the timing uses the measuring thread count."""
+        import os
+
+        from tuning.hardware.tvm_space import check_script
+
+        os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
+        return check_script(task.workload, self.target, Path(script_path).read_text(), self.device)
+
     def export_database(self, records_by_task, out_dir):
         from tuning.hardware.tvm_database import write_database
 
