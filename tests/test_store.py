@@ -334,9 +334,20 @@ def test_run_py_replay_same_seed_gives_identical_records(tmp_path):
     assert all(tuple(json.loads(line)["config"]) in stored for line in restricted.read_text().splitlines())
 
 
+def test_replay_with_create_starts_a_store_and_a_rerun_measures_nothing(tmp_path):
+    store = tmp_path / "new" / "store.sqlite"
+    first = _run(tmp_path, "a", f"hardware.store={store}", "hardware.create=true", "budget.trials=20")
+    assert store.is_file() and MeasurementStore(store).count() == 20
+    second = _run(tmp_path, "b", f"hardware.store={store}", "hardware.create=true", "budget.trials=20")
+    assert MeasurementStore(store).count() == 20  # every config answered from the rows the first run added
+    assert first.read_text().splitlines()[0] == second.read_text().splitlines()[0]
+
+
 def test_run_py_rejects_replay_without_a_store_and_store_space_without_one(tmp_path):
     for overrides, message in ((("hardware=replay",), "hardware.store"),
                                (("hardware=replay", f"hardware.store={tmp_path}/none.sqlite"), "no such file"),
+                               (("hardware=replay", f"hardware.store={tmp_path}/none.sqlite", "hardware.create=true",
+                                 "hardware.on_miss=error"), "hardware.create"),
                                (("model.space=store", "hardware=synthetic"), "model.space"),
                                (("model.space=everything",), "model.space")):
         proc = run_py("model=gemm_64", "tracking=none", f"hydra.run.dir={tmp_path}/x", *overrides, tmp=tmp_path)

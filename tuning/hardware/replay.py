@@ -39,15 +39,18 @@ class ReplayHardware(Hardware):
     on_miss          measure (on the backend; the row is added) | error (a `not_in_store` record)
     normalise        scale readings to the drift gauge (see the module docstring)
     simulated_clock  record times count stored seconds, not the wall clock (reproducible replays)
+    create           start a new store file when `store` does not exist (on_miss=measure only; off by
+                     default so a mistyped path is an error, not a silent fresh store)
     """
 
     options = {"on_miss": ON_MISS}
     model_kinds = ("gemm", "conv2d", "network", "onnx")  # whatever the backend tunes
 
     def __init__(self, backend: Hardware | None = None, store: str = "", on_miss: str = "measure",
-                 normalise: bool = False, simulated_clock: bool = True):
+                 normalise: bool = False, simulated_clock: bool = True, create: bool = False):
         self.backend = backend
         self.store = store
+        self.create = create
         self.on_miss = on_miss
         self.normalise = normalise
         self.simulated_clock = simulated_clock
@@ -62,8 +65,11 @@ class ReplayHardware(Hardware):
         if not params["store"]:
             return [f"{group}.store: hardware=replay needs a measurement store file "
                     f"(e.g. {group}.store=stores/lab.sqlite)"]
-        if not Path(str(params["store"])).expanduser().is_file():
-            return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.dataset build)"]
+        if params["create"] and params["on_miss"] != "measure":
+            return [f"{group}.create: a new store can only fill up with on_miss=measure, got on_miss={params['on_miss']}"]
+        if not params["create"] and not Path(str(params["store"])).expanduser().is_file():
+            return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.dataset build; "
+                    f"or start one with {group}.create=true)"]
         backend = params["backend"]
         if not isinstance(backend, dict) or "_target_" not in backend:
             return [f"{group}.backend: expected a hardware config node with _target_, got {backend!r}"]
