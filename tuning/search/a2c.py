@@ -87,12 +87,10 @@ class NeighbourhoodA2C(Search):
         self.center: list[int] | None = None  # s0: the best state measured so far
         self.best_cost = float("inf")
         self.walked: list[list] = []  # this episode's transitions, resolved in observe
-        self.space = None  # the space of the latest propose (observe turns states into inputs with it)
         self.last_round: dict = {}
 
     # ---- one episode -------------------------------------------------------------------------
     def propose(self, space, cost_model, n, visited, rng):
-        self.space = space
         with torch_threads(self.threads):
             self._ensure_agent(space, rng)
             losses = self._learn(space, rng)
