@@ -163,7 +163,7 @@ class Space:
             if "index" in moves or ("nontile_index" in moves and not tile):
                 candidates += [int(np.clip(config[knob] + delta, 0, self.dims[knob] - 1)) for delta in (-1, 1)]
             if "factor" in moves and tile:
-                candidates += self._factor_moves(knob)[config[knob]]
+                candidates += self._factor_choices(config, knob)
             for value in candidates:
                 moved = self._with(config, knob, value)
                 if moved != config and moved not in out:
@@ -175,14 +175,10 @@ class Space:
             return self.switch_sketch(config, value)
         return (*config[:knob], value, *config[knob + 1:])
 
-    def _factor_moves(self, knob: int) -> list[list[int]]:
-        """Per choice index of a tile knob, the choice indices one prime-factor move away."""
-        cache = self.__dict__.setdefault("_factor_cache", {})
-        if knob not in cache:
-            choices = self.knobs[knob].choices
-            cache[knob] = [[j for j, other in enumerate(choices) if _one_factor_apart(split, other)]
-                           for split in choices]
-        return cache[knob]
+    def _factor_choices(self, config: Config, slot: int) -> list[int]:
+        """The tile knob's choice indices one factor action away from `config`, ascending."""
+        moved = (self.step(config, a) for a in self.actions() if a[0] == "factor" and a[1] == slot)
+        return sorted({c[slot] for c in moved if c is not None})
 
     def actions(self) -> list[tuple]:
         """Every move as data, the same list for every config of the space (a policy's outputs):
@@ -428,18 +424,6 @@ def merge_sketches(sketch_knobs: list[list[Knob]]) -> tuple[list[Knob], list[tup
             used.append(match)
         active.append(tuple(used))
     return slots, active
-
-
-def _one_factor_apart(split, other) -> bool:
-    """Two splits of the same extent that differ by one prime factor moved between two levels."""
-    changed = [i for i, (a, b) in enumerate(zip(split, other)) if a != b]
-    if len(changed) != 2 or len(split) != len(other):
-        return False
-    up, down = (changed if other[changed[0]] > split[changed[0]] else changed[::-1])
-    if other[up] % split[up] or split[down] % other[down]:
-        return False
-    factor = other[up] // split[up]
-    return factor == split[down] // other[down] and _is_prime(factor)
 
 
 def _prime_factors(n: int) -> list[int]:
