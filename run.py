@@ -16,7 +16,14 @@ def main(cfg: DictConfig) -> float:
     return run_job(cfg)
 
 
+def _experiments_added(argv: list[str]) -> list[str]:
+    """`experiment=NAME` as `+experiment=NAME`: an experiment is added to the defaults list, which
+    Hydra spells with a plus; without one it fails with "Could not override 'experiment'"."""
+    return [f"+{a}" if a.split("=", 1)[0].split("/")[0] == "experiment" and "=" in a else a for a in argv]
+
+
 if __name__ == "__main__":
+    sys.argv[1:] = _experiments_added(sys.argv[1:])
     moved = moved_overrides(sys.argv[1:])
     if moved:
         print("tunelab: invalid config:\n  " + "\n  ".join(moved), file=sys.stderr)

@@ -68,11 +68,11 @@ def test_single_run_mlflow_contents(single_run):
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == "gemm_64-sa-greedy-0"
+    assert run.info.run_name == "gemm_64-sa-greedy-synthetic-0"
     assert (tmp / "run" / "mlflow_run_id").read_text().strip() == run.info.run_id
 
     history = client.get_metric_history(run.info.run_id, "tuning/best_gflops")
-    assert len(history) > 1  # one point per round: 64 + 36
+    assert len(history) == 100  # one point per measurement, written a round at a time
     steps = [m.step for m in history]
     assert steps == sorted(steps) and max(steps) == 100
     values = [m.value for m in sorted(history, key=lambda m: m.step)]
@@ -88,7 +88,12 @@ def test_single_run_mlflow_contents(single_run):
     assert params["model.M"] == "64"
     tags = run.data.tags
     assert "budget.trials=100" in tags["overrides"] and tags["hardware"] == "synthetic"
-    assert tags["git_commit"]
+    assert tags["mlflow.source.git.commit"] and tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
+    assert "gemm_64" in tags["mlflow.note.content"] and "final_gflops" in tags["mlflow.note.content"]
+    assert "output_dir" not in params and tags["tunelab.output_dir"] == str(tmp / "run")
+    assert run.data.metrics["final_gflops"] > 0 and run.data.metrics["final_latency_us"] > 0
+    kind = client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"]
+    assert kind == "custom_model_development"  # MLflow's UI opens the runs table, not the GenAI view
 
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "config.yaml", "convergence.png"} <= artifacts
@@ -106,7 +111,7 @@ def test_multirun_grid_one_parent_two_children(store, tmp_path):
     assert len(parents) == 1 and len(children) == 2
     parent = parents[0]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    assert sorted(c.info.run_name for c in children) == ["gemm_64-random-greedy-0", "gemm_64-sa-greedy-0"]
+    assert sorted(c.info.run_name for c in children) == ["gemm_64-random-greedy-synthetic-0", "gemm_64-sa-greedy-synthetic-0"]
     assert all(c.info.status == "FINISHED" for c in children)
     assert parent.info.status == "FINISHED"
     for job in ("0", "1"):
@@ -122,7 +127,7 @@ def test_resume_continues_the_same_mlflow_run(store, tmp_path):
     client, runs = all_runs(store, "resume")
     assert len(runs) == 1, "a resume must reopen the run, not start another"
     run = runs[0]
-    assert run.info.status == "FINISHED" and run.info.run_name == "gemm_64-random-greedy-0"
+    assert run.info.status == "FINISHED" and run.info.run_name == "gemm_64-random-greedy-synthetic-0"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "tuning/best_gflops")]
     assert 64 in steps and 96 in steps
     assert len((run_dir / "records.jsonl").read_text().splitlines()) == 96

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import time
 from pathlib import Path
 
 import mlflow
@@ -186,3 +187,19 @@ def test_yamls_instantiate_without_io(tmp_path, name):
     assert isinstance(tracker, Tracker)
     assert not (tmp_path / "out").exists()
     assert tracker.location
+
+
+def test_system_metrics_are_sampled_while_the_run_is_open(tmp_path):
+    """MLflow's own monitor (CPU, memory) runs beside the job, and stops with the run."""
+    uri = sqlite_uri(tmp_path)
+    tracker = MlflowTracker(uri, "system", system_metrics_s=0.2)
+    run_id = tracker.start("job", {}, {})
+    time.sleep(1.5)
+    tracker.end()
+    client, found = runs(uri, "system")
+    metrics = client.get_run(run_id).data.metrics
+    assert "system/cpu_utilization_percentage" in metrics and "system/system_memory_usage_megabytes" in metrics
+    off = MlflowTracker(uri, "system", system_metrics_s=0)
+    quiet_id = off.start("quiet", {}, {})
+    off.end()
+    assert not [k for k in client.get_run(quiet_id).data.metrics if k.startswith("system/")]

@@ -7,7 +7,7 @@ import pytest
 from tuning.measure import MeasureSpec
 from tuning.hardware.cpu import CPUHardware
 from tuning.records import Record
-from tuning.task import conv2d_task, gemm_task
+from tuning.task import batch_matmul_task, conv2d_task, gemm_task
 
 pytestmark = pytest.mark.tvm
 
@@ -179,6 +179,19 @@ def test_cli_real_run_end_to_end(tmp_path):
                              capture_output=True, text=True, timeout=600)
     assert applied.returncode == 0, applied.stderr[-3000:]
     assert "compiled; output matches the reference" in applied.stdout and "GFLOP/s" in applied.stdout
+    exported = subprocess.run([sys.executable, "-m", "tuning.export", str(tmp_path / "run")], cwd=repo,
+                              capture_output=True, text=True, timeout=600)
+    assert exported.returncode == 0, exported.stderr[-3000:] + exported.stdout[-3000:]
+    assert "output matches numpy" in exported.stdout and "torch" in exported.stdout
+    library, snippet = tmp_path / "run" / "export" / "gemm_64.so", tmp_path / "run" / "export" / "run_gemm_64.py"
+    assert library.stat().st_size > 0 and "matches the reference" in exported.stdout
+    # the snippet stands alone: copied elsewhere with its library, it loads, checks and times the kernel
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for path in (library, snippet):
+        (elsewhere / path.name).write_bytes(path.read_bytes())
+    ran = subprocess.run([sys.executable, snippet.name], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and "matches the reference" in ran.stdout and "us per call" in ran.stdout, ran.stderr
 
 
 def test_parallel_build_workers_keep_results_in_order():
@@ -192,3 +205,34 @@ def test_parallel_build_workers_keep_results_in_order():
         assert all(r.ok for r in results) and len(hardware._builders) == 2
     finally:
         hardware.close()
+
+
+@pytest.mark.parametrize("task", [
+    conv2d_task("depthwise", 1, 16, 14, 14, 16, 3, 1, 1, groups=16),
+    conv2d_task("grouped_dilated", 2, 8, 13, 11, 12, [3, 1], [2, 1], [2, 0], dilation=[2, 1], groups=4),
+    conv2d_task("asymmetric", 1, 4, 9, 12, 6, [1, 5], 1, [0, 2]),
+    batch_matmul_task("bmm", 3, 16, 24, 8),
+], ids=lambda t: t.name)
+def test_new_shapes_compute_what_torch_computes(hardware, task):
+    """The TIR of every new shape option (untuned, and one random schedule of its MetaSchedule space)
+    gives torch's / numpy's answer; its output shape is the one the FLOPs were counted on."""
+    import tvm
+
+    from tuning.hardware.tvm_space import arg_shapes, make_target, prim_func
+    from tuning.task import conv2d_output_shape, reference_output
+
+    func = prim_func(task.workload)
+    shapes = arg_shapes(func)
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in shapes[:-1]]
+    expected = reference_output(task.workload, inputs)
+    assert tuple(shapes[-1][0]) == expected.shape
+    if task.workload["op"] == "conv2d":
+        assert expected.shape[2:] == conv2d_output_shape(task.workload)
+    space = hardware.space(task)
+    sch, _ = hardware.schedules(task).schedule(space.canonical(space.sample(rng)))
+    for mod in (tvm.IRModule({"main": func}), sch.mod):
+        lib = tvm.tirx.build(mod, target=make_target(hardware.target))
+        args = [tvm.runtime.tensor(a) for a in inputs] + [tvm.runtime.tensor(np.zeros(*shapes[-1]))]
+        lib[lib.entry_name](*args)
+        np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-4)

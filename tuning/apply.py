@@ -8,10 +8,10 @@ records if missing), check the output against torch, time tuned / untuned /
 torch eager with the run's thread count, print the per-task table and the
 end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run.
 
-For a single operator (gemm, conv2d) it exports the best record's schedule to
-best_schedules/<task>.py again, compiles that TVMScript file as a user would,
-checks its output (numpy's product for a GEMM, the untuned kernel for a conv)
-and times it; exit status 1 when the answer is wrong.
+For a single operator (gemm, batch_matmul, conv2d) it exports the best record's
+schedule to best_schedules/<task>.py again, compiles that TVMScript file as a user
+would, checks its output (numpy's product for the matmuls, torch's conv2d for a
+conv) and times it; exit status 1 when the answer is wrong.
 """
 from __future__ import annotations
 

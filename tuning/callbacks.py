@@ -19,7 +19,10 @@ measurement store (hardware.store) adds its StoreWriter.
 """
 from __future__ import annotations
 
+import logging
 import math
+import shutil
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +30,8 @@ from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from tuning.store import TaskRows
+
+log = logging.getLogger("tunelab")
 
 
 @dataclass
@@ -74,7 +79,10 @@ class AppendRecords(MeasureCallback):
 
 class ProgressBar(MeasureCallback):
     def on_start(self, run) -> None:
-        self.bar = tqdm(total=run.trials, initial=run.measured, unit="trial", dynamic_ncols=True)
+        # a terminal that reports 0 columns (some CI consoles, `script`) would get an empty bar
+        columns = shutil.get_terminal_size(fallback=(100, 24)).columns
+        self.bar = tqdm(total=run.trials, initial=run.measured, unit="trial", dynamic_ncols=columns > 0,
+                        ncols=None if columns > 0 else 100)
 
     def before_measure(self, tuner, batch) -> None:
         self.bar.set_description(f"{tuner.task.name} round {tuner.round_index}: building+timing {len(batch)}")
@@ -87,6 +95,7 @@ class ProgressBar(MeasureCallback):
         self.bar.set_postfix(best_gflops=f"{report.tuner.outcome.tuning_best_gflops:.1f}")
 
     def on_end(self, outcomes) -> None:
+        self.bar.set_description("done (best re-measured)", refresh=False)
         self.bar.close()
 
 
@@ -109,8 +118,11 @@ class StepMetrics(MeasureCallback):
     def after_round(self, report: RoundReport) -> None:
         tuner = report.tuner
         task, outcome, parts = tuner.task, tuner.outcome, tuner.parts
-        metrics = {**curve_metrics(task, outcome.tuning_best_gflops, outcome.invalid),
-                   **{f"time/{k}": v for k, v in outcome.times.items()}}
+        new = len(report.results)
+        before = best_and_invalid(task, tuner.records[:len(tuner.records) - new])
+        for step, point in curve_points(task, tuner.records[len(tuner.records) - new:], report.measured - new, *before):
+            self.tracker.log_metrics(point, step=step)  # buffered: one write per round
+        metrics = {f"time/{k}": v for k, v in outcome.times.items()}
         if parts.hardware.simulated_clock:
             metrics["time/simulated_s"] = tuner.run.simulated_s  # the stored seconds so far, all tasks
         gauges = [r.gauge_s for r in report.results if r.gauge_s and not r.reused]
@@ -126,6 +138,24 @@ class StepMetrics(MeasureCallback):
                         **{f"evaluator/{k}": v for k, v in parts.evaluator.metrics().items()}})
         self.tracker.log_metrics(metrics, step=report.measured)
         self.tracker.flush()  # every round: a kill loses at most the round being measured
+
+
+def curve_points(task, records, step: int, best: float = 0.0, invalid: int = 0) -> list[tuple[int, dict]]:
+    """The tuning curve's points at each of `records` (one per measurement, steps step+1, ...), from
+    the task's best GFLOP/s and invalid count before them: what `python -m tuning.sync` rebuilds."""
+    points = []
+    for record in records:
+        step += 1
+        if record.result.ok:
+            best = max(best, record.result.gflops(task.flops))
+        invalid += not record.result.ok
+        points.append((step, curve_metrics(task, best, invalid)))
+    return points
+
+
+def best_and_invalid(task, records) -> tuple[float, int]:
+    return (max((r.result.gflops(task.flops) for r in records if r.result.ok), default=0.0),
+            sum(not r.result.ok for r in records))
 
 
 def curve_metrics(task, best_gflops: float, invalid: int) -> dict:
@@ -165,6 +195,38 @@ class StoreWriter(MeasureCallback):
 
     def truth(self, task, space, config) -> float | None:
         return self.table(task, space).truth(tuple(config))
+
+
+class Pace(MeasureCallback):
+    """One line, once the first round of new measurements is done: how long the rest of the run will
+    take on this host at the pace so far (wall seconds per measurement, search and fitting included),
+    plus, for a whole model, the end-to-end check: `e2e_builds` model builds at the first round's mean
+    compile seconds per kernel build times `kernels`, and `e2e_timing_s` of timing."""
+
+    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0):
+        self.kernels, self.e2e_timing_s = kernels, e2e_timing_s
+        self.said = False
+
+    def on_start(self, run) -> None:
+        self.run, self.started, self.first = run, time.perf_counter(), run.measured
+
+    def after_round(self, report: RoundReport) -> None:
+        new = [r for r in report.results if not r.reused]
+        if self.said or not new:
+            return
+        self.said = True
+        done = report.measured - self.first
+        per = (time.perf_counter() - self.started) / max(done, 1)
+        tuning_s = per * (self.run.trials - report.measured)
+        build_s = sum(r.build_s for r in new) / len(new)
+        e2e_s = 2 * self.kernels * build_s + self.e2e_timing_s if self.kernels else 0.0
+        log.info(f"estimate: {_minutes(tuning_s + e2e_s)} more on this host ({per:.1f} s per measurement "
+                 f"in the first round x {self.run.trials - report.measured} to go"
+                 + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def rank_correlation(predicted, results, flops) -> float | None:

@@ -25,7 +25,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from tuning.component import Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
-from tuning.task import conv2d_output_size
+from tuning.task import conv2d_output_shape
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
 # each group's contract, for the keys its options no longer take (Component.moved)
@@ -37,7 +37,8 @@ GROUP_BASES = {"search": "tuning.search.base.Search", "sampler": "tuning.sampler
 
 @dataclass
 class BudgetSchema:
-    trials: int = 256  # measurements of the whole run (all of a model's tasks together)
+    trials: Optional[int] = None  # measurements of the whole run (all of a model's tasks together); null:
+                                  # 256 for a single operator, 32 per kernel for a whole model (tuning/run.py)
     trials_per_task: Optional[int] = None  # when set, trials = this x the model's number of tasks
     rounds_per_task: Optional[int] = None  # stop a task after this many propose/measure rounds
     time_limit_s: Optional[float] = None  # wall-clock cap for the whole run
@@ -107,11 +108,14 @@ MODEL_SPACES = ("full", "store", "tiling")
 MODEL_COMMON_KEYS = ("name", "kind", "description", "space", "dtype")
 # the correctness check's inputs (uniform in [-1, 1]) and tolerance (1e-3) are float32's
 MODEL_DTYPES = ("float32",)
+MODEL_DEFAULTS = {"conv2d": {"groups": 1, "dilation": 1}}  # optional keys: absent means this
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # it names files and runs: no '/', no leading '.'
+SIZE = "int or [height, width]"  # a conv2d size: square, or per axis
 MODEL_KEYS = {
     "gemm": {"M": int, "N": int, "K": int},
+    "batch_matmul": {"batch": int, "M": int, "N": int, "K": int},
     "conv2d": {"batch": int, "in_channels": int, "height": int, "width": int, "out_channels": int,
-               "kernel": int, "stride": int, "padding": int},
+               "kernel": SIZE, "stride": SIZE, "padding": SIZE, "groups": int, "dilation": SIZE},
     "network": {"network": str},
     "onnx": {"path": str, "input_shape": list},
 }
@@ -143,7 +147,8 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     `choices` maps group -> chosen option name (Hydra's runtime choices), for messages."""
     problems = _unknown_keys(cfg) + _non_finite_floats(cfg)
     problems += check_range("seed", cfg.seed, 0, None)
-    problems += check_range("budget.trials", cfg.budget.trials, 1, None)
+    if cfg.budget.trials is not None:
+        problems += check_range("budget.trials", cfg.budget.trials, 1, None)
     if cfg.budget.time_limit_s is not None:
         problems += check_range("budget.time_limit_s", cfg.budget.time_limit_s, 0, None, inclusive_low=False)
     for key in ("trials_per_task", "rounds_per_task", "early_stop", "plan_size"):
@@ -241,11 +246,13 @@ def _check_model(model) -> list[str]:
         problems.append(f"model.space: `tiling` is the GEMM-tiling paper's space, for gemm models only; "
                         f"{model.get('name')} is a {kind} model")
     for key, typ in MODEL_KEYS[kind].items():
-        value = model.get(key)
+        value = model.get(key, MODEL_DEFAULTS.get(kind, {}).get(key))
         if isinstance(value, ListConfig):
             value = list(value)
         if value is None:
             problems.append(f"model.{key}: required for a {kind} model (e.g. model.{key}=...)")
+        elif typ is SIZE:
+            problems += _check_size(f"model.{key}", value, 0 if key == "padding" else 1)
         elif not isinstance(value, typ) or isinstance(value, bool):
             problems.append(f"model.{key}: expected {typ.__name__} for a {kind} model, got {value!r}")
         elif typ is int:
@@ -263,10 +270,29 @@ def _check_model(model) -> list[str]:
         if not model.input_shape or not all(isinstance(d, int) and d >= 1 for d in model.input_shape):
             problems.append(f"model.input_shape: expected a list of positive ints, got {list(model.input_shape)}")
     if kind == "conv2d":
-        for side in ("height", "width"):
-            if conv2d_output_size(model[side], model.kernel, model.stride, model.padding) < 1:
-                problems.append(f"model.kernel: a {model.kernel}x{model.kernel} kernel with padding "
-                                f"{model.padding} does not fit model.{side}={model[side]}")
+        problems += _check_conv2d(model)
+    return problems
+
+
+def _check_size(key: str, value, low: int) -> list[str]:
+    ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                             for v in value))
+    if not ok:
+        return [f"{key}: expected an int or [height, width] (two ints), got {value!r}"]
+    return [problem for v in ([value] if isinstance(value, int) else value) for problem in check_range(key, v, low, None)]
+
+
+def _check_conv2d(model) -> list[str]:
+    groups = model.get("groups", 1)
+    problems = [f"model.groups: must divide model.{key}={model[key]}, got {groups}"
+                for key in ("in_channels", "out_channels") if model[key] % groups]
+    workload = {k: (list(v) if isinstance(v, ListConfig) else v) for k, v in model.items()
+                if k in MODEL_KEYS["conv2d"]}
+    for side, out in zip(("height", "width"), conv2d_output_shape(workload)):
+        if out < 1:
+            problems.append(f"model.kernel: kernel {model.kernel} (dilation {model.get('dilation', 1)}) with "
+                            f"padding {model.padding} does not fit model.{side}={model[side]}")
     return problems
 
 

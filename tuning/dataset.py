@@ -150,7 +150,7 @@ def import_records(args) -> None:
             continue
         with instantiate(cfg.hardware) as hardware:
             evaluator = instantiate(cfg.evaluator)
-            tasks = (build_tasks(cfg.model) if cfg.model.kind in ("gemm", "conv2d")
+            tasks = (build_tasks(cfg.model) if cfg.model.kind in ("gemm", "batch_matmul", "conv2d")
                      else hardware.model_tasks(cfg.model, cfg.seed))
             by_key, tables = {task.key: task for task in tasks}, {}
             for record in records:

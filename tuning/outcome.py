@@ -87,22 +87,36 @@ def weighted_latency_ms(outcomes) -> float:
 
 
 def task_table(outcomes) -> str:
-    """Where the time goes: one row per task, biggest share of weight x latency first."""
+    """Where the time goes: one row per task, biggest share of weight x latency first; a task with no
+    valid measurement says so ("untuned": the tuned model runs its unscheduled TIR, as the untuned build does)."""
     total = weighted_latency_ms(outcomes)
     header = (f"{'task':<44} {'weight':>6} {'MFLOP':>8} {'best us':>10} {'GFLOP/s':>8} "
               f"{'x weight ms':>11} {'share':>6} {'trials':>6} {'reused':>6} {'invalid':>7}  stopped")
     rows = [header, "-" * len(header)]
-    for o in sorted(outcomes, key=lambda o: -o.task.weight * o.best_cost):
+    for o in sorted(outcomes, key=lambda o: (math.isfinite(o.best_cost), -o.task.weight * o.best_cost)):
         weighted = o.task.weight * o.best_cost * 1e3
         share = f"{100 * weighted / total:5.1f}%" if math.isfinite(total) and total > 0 else "   n/a"
+        best = f"{o.best_cost * 1e6:>10.1f}" if math.isfinite(o.best_cost) else f"{_untuned(o):>10}"
         rows.append(f"{o.task.name[:44]:<44} {o.task.weight:>6} {o.task.flops / 1e6:>8.1f} "
-                    f"{o.best_cost * 1e6:>10.1f} {o.best_gflops:>8.1f} {weighted:>11.3f} {share:>6} "
+                    f"{best} {o.best_gflops:>8.1f} {_ms(weighted)} {share:>6} "
                     f"{len(o.records):>6} {o.reused:>6} {o.invalid:>7}  {o.stopped_because}")
     rows.append(f"{'all tasks':<44} {sum(o.task.weight for o in outcomes):>6} "
                 f"{sum(o.task.weight * o.task.flops for o in outcomes) / 1e6:>8.1f} {'':>10} {'':>8} "
-                f"{total:>11.3f} {'':>6} {sum(len(o.records) for o in outcomes):>6} "
+                f"{_ms(total)} {'':>6} {sum(len(o.records) for o in outcomes):>6} "
                 f"{sum(o.reused for o in outcomes):>6} {sum(o.invalid for o in outcomes):>7}")
+    untuned = [o.task.name for o in outcomes if not math.isfinite(o.best_cost)]
+    if untuned:
+        rows.append(f"{len(untuned)} of {len(outcomes)} kernels untuned (no valid measurement; the tuned model runs "
+                    f"their unscheduled TIR): raise budget.trials")
     return "\n".join(rows)
+
+
+def _ms(value: float) -> str:
+    return f"{value:>11.3f}" if math.isfinite(value) else f"{'n/a':>11}"
+
+
+def _untuned(outcome) -> str:
+    return "untuned" if not outcome.records else "none valid"
 
 
 def summary(outcomes) -> str:

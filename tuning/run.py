@@ -7,8 +7,10 @@ when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,9 +23,10 @@ from hydra.utils import instantiate
 from hydra_plugins.tunelab_optuna_sweeper.trial import current_trial
 from omegaconf import DictConfig, OmegaConf
 
-from tuning.callbacks import StoreWriter, default_callbacks
+from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
 from tuning.hardware.replay import ReplayHardware, store_path, with_store
+from tuning import naming
 from tuning.loop import Components, RunInfo, tune_tasks
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
@@ -34,9 +37,11 @@ from tuning.store import MeasurementStore, StoreError
 from tuning.sweep import Pruning, trial_tags
 from tuning.sync import SPOOL_FILE, backfill, history, save_final_metrics, save_tasks
 from tuning.task import build_tasks
-from tuning.tracking.base import flatten, option_name
+from tuning.tracking.base import option_name, run_params
 from tuning.tracking.plot import convergence_png
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
+
+log = logging.getLogger("tunelab")
 
 
 def main(cfg: DictConfig) -> float:
@@ -44,6 +49,8 @@ def main(cfg: DictConfig) -> float:
     try:
         cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
         validate(cfg, hydra.get("choices"))
+        if cfg.resume:
+            _continue_log_in(out_dir, hydra.get("output_dir"))
     except ConfigError as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
@@ -82,17 +89,19 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
                if store_writer else None)
     mark_status(out_dir, "RUNNING")
     method = f"{_choice(hydra, cfg, 'search')}+{_choice(hydra, cfg, 'sampler')}"
-    run_name = f"{cfg.model.name}-{_choice(hydra, cfg, 'search')}-{_choice(hydra, cfg, 'sampler')}-{cfg.seed}"
+    run_name = naming.run_name(cfg, {g: _choice(hydra, cfg, g) for g in ("search", "sampler", "hardware")})
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
     pruning = Pruning(trial, cfg.objective, cfg.budget.trials) if trial is not None else None
-    callbacks = default_callbacks(parts.tracker) + ([pruning] if pruning else []) + ([store_writer] if store_writer else [])
+    callbacks = (default_callbacks(parts.tracker) + [_pace(cfg, tasks)] + ([pruning] if pruning else [])
+                 + ([store_writer] if store_writer else []))
+    log.info(_budget_line(cfg, tasks))
     if trial is not None:
         run_name += f"-trial{trial.number}"
     run_id_file = out_dir / "mlflow_run_id"
     resumed_id = run_id_file.read_text().strip() if run_id_file.exists() else None
+    params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
     run_id = parts.tracker.start(
-        run_name, flatten(OmegaConf.to_container(cfg, resolve=True)),
-        {**_tags(hydra, cfg), **(trial_tags(trial) if trial is not None else {})},
+        run_name, params, {**_tags(hydra, cfg), **path_tags, **(trial_tags(trial) if trial is not None else {})},
         parent=hydra.get("sweep_dir"), resume_run_id=resumed_id)
     if run_id:
         run_id_file.write_text(run_id)
@@ -136,6 +145,22 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
     return objective_values(cfg.objective, outcomes, tuning_s, started_at)
+
+
+def _continue_log_in(out_dir: Path, job_dir: str | None) -> None:
+    """A resumed run logs to its own folder's run.log; the folder Hydra made for this job holds
+    nothing else, and is removed rather than left behind empty."""
+    if not job_dir or Path(job_dir).resolve() == out_dir:
+        return
+    job_dir = Path(job_dir).resolve()
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == job_dir:
+            handler.close()
+            handler.baseFilename = str(out_dir / Path(handler.baseFilename).name)  # reopened on the next record
+            handler.mode = "a"
+    leftovers = [p for p in job_dir.iterdir() if p.name != ".hydra" and not (p.suffix == ".log" and p.stat().st_size == 0)]
+    if not leftovers:
+        shutil.rmtree(job_dir, ignore_errors=True)
 
 
 def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:
@@ -196,13 +221,49 @@ def _tasks(cfg, hardware) -> list:
     return _with_budget(cfg, tasks)
 
 
+DEFAULT_TRIALS = 256  # budget.trials left null: a single operator's budget...
+DEFAULT_TRIALS_PER_KERNEL = 32  # ...and a whole model's, per distinct kernel (704 for ResNet-18's 22)
+
+
 def _with_budget(cfg, tasks) -> list:
+    """Resolve budget.trials (trials_per_task, or null: the defaults above) and, when the budget
+    cannot give every task budget.min_trials_per_task, lower that minimum to an even share:
+    trials // tasks each, the rest to the scheduler (README §Whole models)."""
     if cfg.budget.trials_per_task is not None:
         cfg.budget.trials = cfg.budget.trials_per_task * len(tasks)
+    elif cfg.budget.trials is None:
+        cfg.budget.trials = DEFAULT_TRIALS_PER_KERNEL * len(tasks) if is_whole_model(cfg.model) else DEFAULT_TRIALS
     if cfg.budget.trials < len(tasks):
         raise ConfigError(f"budget.trials: {cfg.model.name} has {len(tasks)} tasks and every one needs at "
                           f"least one measurement; got {cfg.budget.trials}")
+    share = even_share(cfg.budget.trials, len(tasks), cfg.budget.min_trials_per_task)
+    if share < cfg.budget.min_trials_per_task:
+        log.info(f"{cfg.budget.trials} measurements cannot give each of {len(tasks)} kernels "
+                 f"budget.min_trials_per_task={cfg.budget.min_trials_per_task}: each gets {share} first, the "
+                 f"scheduler places the other {cfg.budget.trials - share * len(tasks)}")
+        cfg.budget.min_trials_per_task = share
     return tasks
+
+
+def _budget_line(cfg, tasks) -> str:
+    per_round = f"up to {cfg.budget.plan_size} per round"
+    if len(tasks) == 1:
+        return f"budget: {cfg.budget.trials} measurements of {tasks[0].name}, {per_round} (budget.trials=N to change)"
+    return (f"budget: {cfg.budget.trials} measurements over {len(tasks)} kernels, {cfg.budget.min_trials_per_task} "
+            f"each first, {per_round} (budget.trials=N or budget.trials_per_task=N to change)")
+
+
+def _pace(cfg, tasks) -> Pace:
+    if is_whole_model(cfg.model) and cfg.e2e.enabled:
+        return Pace(kernels=len(tasks), e2e_timing_s=3 * cfg.e2e.max_seconds)  # tuned, untuned, torch
+    return Pace()
+
+
+def even_share(trials: int, tasks: int, minimum: int) -> int:
+    """Each task's first measurements: the minimum if the budget covers every task's, else an even share."""
+    if tasks <= 1 or trials >= tasks * minimum:
+        return minimum
+    return trials // tasks
 
 
 def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer=None):
@@ -238,7 +299,7 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer
     if len(outcomes) == 1 and outcomes[0].true_cost:
         totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
     total = sum(o.best_gflops for o in outcomes)
-    final = {"tuning/final_gflops": total, "tuning/measurements": run.measured,
+    final = {**headline_metrics(outcomes), "tuning/final_gflops": total, "tuning/measurements": run.measured,
              "tuning/new_measurements": run.measured - sum(o.reused for o in outcomes),
              "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals}
     parts.tracker.log_metrics(final, step=run.measured)
@@ -246,6 +307,17 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer
     if parts.hardware.simulated_clock:
         return outcomes, run.simulated_s, 0.0
     return outcomes, totals["run/tuning_wall_s"], started_at
+
+
+def headline_metrics(outcomes) -> dict:
+    """The run's result, re-measured, first in MLflow's columns: final_gflops (a whole model's: its
+    FLOPs over its weighted kernel latency, not a sum of per-kernel rates) and the latency."""
+    if len(outcomes) == 1:
+        return {"final_gflops": outcomes[0].best_gflops, "final_latency_us": outcomes[0].best_cost * 1e6}
+    latency_ms = weighted_latency_ms(outcomes)
+    flops = sum(o.task.weight * o.task.flops for o in outcomes)
+    return {"final_gflops": flops / latency_ms / 1e6 if math.isfinite(latency_ms) and latency_ms > 0 else 0.0,
+            "final_latency_ms": latency_ms}
 
 
 def _export(parts, outcomes, out_dir: Path) -> None:
@@ -258,11 +330,12 @@ def _export(parts, outcomes, out_dir: Path) -> None:
     for path in hardware.export_database(measured, out_dir / "database") if measured else []:
         tracker.log_artifact(path, "database")
     if len(outcomes) == 1:
-        png = convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"))
+        png = convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"),
+                              final=outcomes[0].best_gflops)
     else:
         png = convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")},
                               str(out_dir / "convergence.png"),
-                              ylabel="model latency estimate (ms)")
+                              ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes))
     tracker.log_artifact(png)
     tracker.log_artifact(str(out_dir / "records.jsonl"))
     tracker.log_artifact(str(out_dir / "config.yaml"))
@@ -296,11 +369,19 @@ def _choice(hydra: dict, cfg, group: str) -> str:
 
 
 def _tags(hydra: dict, cfg) -> dict:
+    import getpass
+
     import torch
 
+    overrides = " ".join(hydra.get("overrides", []))
     return {
-        "overrides": " ".join(hydra.get("overrides", [])) or "(defaults)",
-        "git_commit": _git_commit(),
+        "overrides": overrides or "(defaults)",
+        # MLflow's own tags: the run page's Source, Git commit, Created by and Description
+        "mlflow.source.name": str(Path(sys.argv[0]).resolve()) if sys.argv and sys.argv[0] else "run.py",
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.git.commit": _git_commit(),
+        "mlflow.user": getpass.getuser(),
+        "mlflow.note.content": _note(hydra, cfg, overrides),
         "torch_version": torch.__version__,
         "model": cfg.model.name,
         "experiment": hydra.get("choices", {}).get("experiment") or "none",
@@ -312,6 +393,17 @@ def _tags(hydra: dict, cfg) -> dict:
         **{f"choice.{group}": str(option) for group, option in hydra.get("choices", {}).items()
            if group.startswith("experiment/") and option},
     }
+
+
+def _note(hydra: dict, cfg, overrides: str) -> str:
+    """The run page's description: what ran, where its files are, which metric is the result."""
+    choice = {g: _choice(hydra, cfg, g) for g in ("search", "sampler", "cost_model", "evaluator", "hardware")}
+    return (f"{naming.workload_label(cfg.model)} tuned by search={choice['search']} sampler={choice['sampler']} "
+            f"(cost_model={choice['cost_model']}, evaluator={choice['evaluator']}) on hardware={choice['hardware']}: "
+            f"{cfg.budget.trials} measurements, seed {cfg.seed}. Command: `python run.py {overrides}`. "
+            f"The result is `final_gflops` / `final_latency_us` (the best schedule re-measured at the end"
+            f"{'; `e2e/*` times the whole model' if is_whole_model(cfg.model) else ''}); `tuning/best_gflops` is "
+            f"the best reading while tuning, one point per measurement. Records, config and log: {cfg.output_dir}.")
 
 
 def _git_commit() -> str:

@@ -18,8 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.callbacks import curve_metrics
+from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
+from tuning.naming import run_name
 from tuning.records import RecordError, RecordLog
 from tuning.run_folder import claim, load_config, read_status, release
 
@@ -30,24 +31,19 @@ CURVE_KEY = "tuning/best_gflops"
 
 
 def history(tasks, prior: dict, records) -> list[tuple[int, dict]]:
-    """(step, metrics) after each round, as the live run logged them (tuning/callbacks.py StepMetrics:
-    the round's task's best-so-far and invalid count, at step = measurements of the whole run)."""
+    """(step, metrics) at every measurement, as the live run logged them (tuning/callbacks.py
+    StepMetrics: the measured task's best-so-far and invalid count, at step = measurements of the
+    whole run)."""
     by_key = {task.key: task for task in tasks}
-    best = {key: max((r.result.gflops(by_key[key].flops) for r in rows if r.result.ok), default=0.0)
-            for key, rows in prior.items() if key in by_key}
-    invalid = {key: sum(not r.result.ok for r in rows) for key, rows in prior.items()}
+    state = {key: best_and_invalid(by_key[key], rows) for key, rows in prior.items() if key in by_key}
     step = sum(len(rows) for key, rows in prior.items() if key in by_key)
     points = []
-    records = [r for r in records if r.workload_key in by_key]
-    for i, record in enumerate(records):
-        key, task = record.workload_key, by_key[record.workload_key]
+    for record in (r for r in records if r.workload_key in by_key):
+        task = by_key[record.workload_key]
+        [point] = curve_points(task, [record], step, *state.get(task.key, (0.0, 0)))
+        state[task.key] = (point[1]["tuning/best_gflops"], point[1]["tuning/invalid"])
+        points.append(point)
         step += 1
-        if record.result.ok:
-            best[key] = max(best.get(key, 0.0), record.result.gflops(task.flops))
-        invalid[key] = invalid.get(key, 0) + (not record.result.ok)
-        following = records[i + 1] if i + 1 < len(records) else None
-        if following is None or (following.workload_key, following.round) != (key, record.round):
-            points.append((step, curve_metrics(task, best.get(key, 0.0), invalid[key])))
     return points
 
 
@@ -163,7 +159,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
     from tuning.config import validate
     from tuning.resume import prior_records
     from tuning.run_folder import saved_choices
-    from tuning.tracking.base import flatten
+    from tuning.tracking.base import run_params
     from omegaconf import OmegaConf
 
     cfg = load_config(out_dir / "config.yaml", "run")
@@ -183,7 +179,8 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         choices = saved_choices(out_dir)
         tags = {"model": cfg.model.name, "seed": str(cfg.seed), "tunelab.synced": "true",
                 **{f"choice.{group}": name for group, name in choices.items()}}
-        run_id = _open(tracker, out_dir, cfg, flatten(OmegaConf.to_container(cfg, resolve=True)), tags, choices,
+        params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
+        run_id = _open(tracker, out_dir, cfg, params, {**tags, **path_tags}, choices,
                        own_store)
         replayed = replay_spool(tracker, out_dir)  # before the curve, which only fills steps still missing
         added = backfill(tracker, history(tasks, prior, records))
@@ -209,7 +206,7 @@ def _open(tracker, out_dir: Path, cfg, params: dict, tags: dict, choices: dict, 
     the run in its own store, not in a store it was copied to."""
     run_id_file = out_dir / "mlflow_run_id"
     known = run_id_file.read_text().strip() if run_id_file.exists() else None
-    name = f"{cfg.model.name}-{choices.get('search', 'run')}-{choices.get('sampler', '')}-{cfg.seed}"
+    name = run_name(cfg, choices)
     run_id = tracker.start(name, params, tags, resume_run_id=known)
     if not run_id:
         raise ConfigError(f"tracking.uri: {tracker.offline}")

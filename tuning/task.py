@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Task:
     name: str
-    # {"op": "gemm", "M":.., ...}, {"op": "conv2d", ...}, or a network's kernel
+    # {"op": "gemm", "M":.., ...}, {"op": "batch_matmul", ...}, {"op": "conv2d", ...}, or a network's kernel
     # {"op": "tir", "key": structural hash, "mod": tvm.ir.save_json text}
     workload: dict = field(hash=False)
     flops: float = 0.0
@@ -32,6 +32,20 @@ def conv2d_output_size(size: int, kernel: int, stride: int, padding: int, dilati
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def pair(value) -> tuple[int, int]:
+    """A conv2d size as (height, width): an int is square, a list/tuple is [h, w]."""
+    if isinstance(value, int):
+        return value, value
+    h, w = value
+    return int(h), int(w)
+
+
+def _compact(value) -> int | list[int]:
+    """Square sizes stay ints, so the workload (and the task key) of a square conv is unchanged."""
+    h, w = pair(value)
+    return h if h == w else [h, w]
+
+
 def gemm_task(name: str, M: int, N: int, K: int, dtype: str = "float32", weight: int = 1,
               space: str = "full") -> Task:
     """space="tiling": the backend gives the GEMM-tiling paper's space (a different task key)."""
@@ -41,20 +55,41 @@ def gemm_task(name: str, M: int, N: int, K: int, dtype: str = "float32", weight:
     return Task(name, workload, flops=2.0 * M * N * K, weight=weight)
 
 
+def batch_matmul_task(name: str, batch: int, M: int, N: int, K: int, dtype: str = "float32",
+                      weight: int = 1) -> Task:
+    """C[b] = A[b] @ B[b] with A (batch, M, K) and B (batch, K, N): attention's Q K^T and P V."""
+    workload = {"op": "batch_matmul", "batch": batch, "M": M, "N": N, "K": K, "dtype": dtype}
+    return Task(name, workload, flops=2.0 * batch * M * N * K, weight=weight)
+
+
 def conv2d_task(
     name: str, batch: int, in_channels: int, height: int, width: int, out_channels: int,
-    kernel: int, stride: int = 1, padding: int = 0, dtype: str = "float32", weight: int = 1,
+    kernel, stride=1, padding=0, dtype: str = "float32", weight: int = 1, groups: int = 1, dilation=1,
 ) -> Task:
-    """NCHW input, OIHW weight, square kernel/stride/padding."""
+    """NCHW input, OIHW weight (I = in_channels / groups, torch's layout). kernel, stride, padding
+    and dilation are an int (both axes) or [height, width]; groups == in_channels is depthwise.
+    groups and dilation enter the workload only when not 1, so older tasks keep their keys."""
     workload = {
         "op": "conv2d", "batch": batch, "in_channels": in_channels, "height": height,
-        "width": width, "out_channels": out_channels, "kernel": kernel, "stride": stride,
-        "padding": padding, "dtype": dtype,
+        "width": width, "out_channels": out_channels, "kernel": _compact(kernel), "stride": _compact(stride),
+        "padding": _compact(padding), "dtype": dtype,
     }
-    out_h = conv2d_output_size(height, kernel, stride, padding)
-    out_w = conv2d_output_size(width, kernel, stride, padding)
-    flops = 2.0 * batch * out_channels * out_h * out_w * in_channels * kernel * kernel
+    if groups != 1:
+        workload["groups"] = groups
+    if pair(dilation) != (1, 1):
+        workload["dilation"] = _compact(dilation)
+    out_h, out_w = conv2d_output_shape(workload)
+    kh, kw = pair(kernel)
+    flops = 2.0 * batch * out_channels * out_h * out_w * (in_channels // groups) * kh * kw
     return Task(name, workload, flops=flops, weight=weight)
+
+
+def conv2d_output_shape(workload: dict) -> tuple[int, int]:
+    """(out_height, out_width) of a conv2d workload."""
+    kernel, stride, padding = (pair(workload[k]) for k in ("kernel", "stride", "padding"))
+    dilation = pair(workload.get("dilation", 1))
+    return tuple(conv2d_output_size(workload[side], kernel[a], stride[a], padding[a], dilation[a])
+                 for a, side in enumerate(("height", "width")))
 
 
 def build_tasks(model_cfg) -> list[Task]:
@@ -65,7 +100,34 @@ def build_tasks(model_cfg) -> list[Task]:
     if kind == "gemm":
         return [gemm_task(name, model_cfg["M"], model_cfg["N"], model_cfg["K"], model_cfg.get("dtype", "float32"),
                           space=model_cfg.get("space", "full"))]
+    if kind == "batch_matmul":
+        return [batch_matmul_task(name, *(int(model_cfg[k]) for k in ("batch", "M", "N", "K")),
+                                  model_cfg.get("dtype", "float32"))]
     if kind == "conv2d":
-        keys = ("batch", "in_channels", "height", "width", "out_channels", "kernel", "stride", "padding")
-        return [conv2d_task(name, *(int(model_cfg[k]) for k in keys), dtype=model_cfg.get("dtype", "float32"))]
-    raise ValueError(f"model.kind: unknown kind {kind!r} (allowed: gemm, conv2d)")
+        ints = (int(model_cfg[k]) for k in ("batch", "in_channels", "height", "width", "out_channels"))
+        sizes = {k: _size(model_cfg.get(k, default)) for k, default in
+                 (("kernel", None), ("stride", 1), ("padding", 0), ("dilation", 1))}
+        return [conv2d_task(name, *ints, **sizes, groups=int(model_cfg.get("groups", 1)),
+                            dtype=model_cfg.get("dtype", "float32"))]
+    raise ValueError(f"model.kind: unknown kind {kind!r} (allowed: gemm, batch_matmul, conv2d)")
+
+
+def _size(value):
+    return int(value) if isinstance(value, int) else [int(v) for v in value]
+
+
+def reference_output(workload: dict, inputs: list):
+    """The right answer of a single operator on numpy inputs, in float64: numpy's product for
+    (batch) matmuls, torch's conv2d for convolutions (the same layout, groups and dilation)."""
+    import numpy as np
+
+    if workload["op"] in ("gemm", "batch_matmul"):
+        return np.matmul(inputs[0].astype("float64"), inputs[1].astype("float64"))
+    if workload["op"] == "conv2d":
+        import torch
+
+        x, w = (torch.from_numpy(a.astype("float64")) for a in inputs)
+        return torch.nn.functional.conv2d(x, w, stride=pair(workload["stride"]), padding=pair(workload["padding"]),
+                                          dilation=pair(workload.get("dilation", 1)),
+                                          groups=workload.get("groups", 1)).numpy()
+    raise ValueError(f"no reference for op {workload['op']!r}")

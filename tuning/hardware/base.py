@@ -58,7 +58,7 @@ from tuning.component import Component
 
 
 class Hardware(Component):
-    model_kinds = ("gemm", "conv2d", "network", "onnx")
+    model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")
 
     @abstractmethod
     def space(self, task):
@@ -76,6 +76,11 @@ class Hardware(Component):
 
     def check_export(self, task, script_path) -> dict:
         raise NotImplementedError(f"{type(self).__name__} exports no schedule to check")
+
+    def export_library(self, task, config, out_dir) -> dict:
+        """The config built into a shared library in out_dir, with a Python file that calls it;
+        checked and timed (python -m tuning.export)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no library")
 
     def model_tasks(self, model_cfg, seed):
         raise NotImplementedError(f"{type(self).__name__} cannot tune whole models")

@@ -44,7 +44,7 @@ class ReplayHardware(Hardware):
     """
 
     options = {"on_miss": ON_MISS}
-    model_kinds = ("gemm", "conv2d", "network", "onnx")  # whatever the backend tunes
+    model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")  # whatever the backend tunes
 
     def __init__(self, backend: Hardware | None = None, store: str = "", on_miss: str = "measure",
                  normalise: bool = False, simulated_clock: bool = True, create: bool = False):
@@ -106,6 +106,9 @@ class ReplayHardware(Hardware):
 
     def check_export(self, task, script_path) -> dict:
         return self.backend.check_export(task, script_path)
+
+    def export_library(self, task, config, out_dir) -> dict:
+        return self.backend.export_library(task, config, out_dir)
 
     def describe(self) -> dict:
         return {**self.backend.describe(), "replay_store": str(self.store), "on_miss": self.on_miss,

@@ -20,6 +20,7 @@ import time
 from tuning.hardware.base import Hardware
 from tuning.records import MeasureResult
 from tuning.space import Knob, Space, factorizations, merge_sketches
+from tuning.task import conv2d_output_shape, pair
 
 UNROLL_CANDIDATES = (0, 16, 64, 512)
 
@@ -28,13 +29,16 @@ def _loops(workload: dict) -> list[tuple[str, int, bool]]:
     """(name, extent, is_reduction) of the operator's loop nest."""
     if workload["op"] == "gemm":
         return [("i", workload["M"], False), ("j", workload["N"], False), ("k", workload["K"], True)]
+    if workload["op"] == "batch_matmul":
+        return [("b", workload["batch"], False), ("i", workload["M"], False), ("j", workload["N"], False),
+                ("k", workload["K"], True)]
     if workload["op"] == "conv2d":
         w = workload
-        out = (w["height"] + 2 * w["padding"] - w["kernel"]) // w["stride"] + 1
-        out_w = (w["width"] + 2 * w["padding"] - w["kernel"]) // w["stride"] + 1
-        return [("n", w["batch"], False), ("f", w["out_channels"], False), ("y", out, False),
-                ("x", out_w, False), ("rc", w["in_channels"], True), ("ry", w["kernel"], True),
-                ("rx", w["kernel"], True)]
+        out_h, out_w = conv2d_output_shape(w)
+        kh, kw = pair(w["kernel"])
+        return [("n", w["batch"], False), ("f", w["out_channels"], False), ("y", out_h, False),
+                ("x", out_w, False), ("rc", w["in_channels"] // w.get("groups", 1), True), ("ry", kh, True),
+                ("rx", kw, True)]
     raise ValueError(f"synthetic hardware: unsupported op {workload['op']!r}")
 
 
@@ -64,7 +68,7 @@ class SyntheticHardware(Hardware):
     hardware=cpu's (tests of the measurement store); `delay_s` a real pause before each result comes
     back (fault tests need a run that is still going when they kill it)."""
 
-    model_kinds = ("gemm", "conv2d")
+    model_kinds = ("gemm", "batch_matmul", "conv2d")
     ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None),
               "delay_s": (0.0, 10.0)}
 

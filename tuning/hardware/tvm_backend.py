@@ -142,6 +142,21 @@ class TVMHardware(Hardware):
         os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
         return check_script(task.workload, self.target, Path(script_path).read_text(), self.device)
 
+    def export_library(self, task, config, out_dir) -> dict:
+        """The best schedule as `<task>.so` plus `run_<task>.py`, which loads and calls it; checked
+        and timed beside the untuned kernel and torch (tuning/hardware/tvm_export.py)."""
+        import os
+
+        from tuning.hardware.tvm_export import export_library, snippet
+
+        os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
+        sch, _ = self.schedules(task).schedule(tuple(config))
+        library = Path(out_dir) / f"{task.name}.so"
+        result = export_library(task.workload, self.target, sch.mod, library, self.device, self.num_threads)
+        script = library.with_name(f"run_{task.name}.py")
+        script.write_text(snippet(task.workload, library, result["args"]))
+        return {**result, "snippet": str(script)}
+
     def export_database(self, records_by_task, out_dir):
         from tuning.hardware.tvm_database import write_database
 

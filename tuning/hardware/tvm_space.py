@@ -13,6 +13,7 @@ import sys
 import types
 
 from tuning.space import Knob, Space, factorizations, merge_sketches
+from tuning.task import pair, reference_output
 
 # model.space=tiling (the GEMM-tiling paper's space; docs/tvm.md §The tiling space): MetaSchedule's
 # llvm GEMM sketch without the write cache, i and j in 4 levels and k in 2 with the innermost cap
@@ -86,13 +87,32 @@ def prim_func(workload: dict):
         k = te.reduce_axis((0, K), name="k")
         C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
         return te.create_prim_func([A, B, C])
+    if workload["op"] == "batch_matmul":
+        b, M, N, K = workload["batch"], workload["M"], workload["N"], workload["K"]
+        A = te.placeholder((b, M, K), dtype, name="A")
+        B = te.placeholder((b, K, N), dtype, name="B")
+        k = te.reduce_axis((0, K), name="k")
+        C = te.compute((b, M, N), lambda n, i, j: te.sum(A[n, i, k] * B[n, k, j], axis=k), name="C")
+        return te.create_prim_func([A, B, C])
     if workload["op"] == "conv2d":
         w = workload
+        groups = w.get("groups", 1)
+        kh, kw = pair(w["kernel"])
         X = te.placeholder((w["batch"], w["in_channels"], w["height"], w["width"]), dtype, name="X")
-        W = te.placeholder((w["out_channels"], w["in_channels"], w["kernel"], w["kernel"]), dtype, name="W")
-        Y = topi.nn.conv2d_nchw(X, W, w["stride"], w["padding"], 1)
+        W = te.placeholder((w["out_channels"], w["in_channels"] // groups, kh, kw), dtype, name="W")
+        # square sizes stay ints, as before per-axis sizes existed: the same TIR for the stored workloads
+        stride, padding, dilation = (_topi_size(w.get(k, default)) for k, default in
+                                     (("stride", 1), ("padding", 0), ("dilation", 1)))
+        if groups == 1:
+            Y = topi.nn.conv2d_nchw(X, W, stride, padding, dilation)
+        else:
+            Y = topi.nn.group_conv2d_nchw(X, W, stride, padding, dilation, groups)
         return te.create_prim_func([X, W, Y])
     raise ValueError(f"unsupported op {workload['op']!r}")
+
+
+def _topi_size(value):
+    return value if isinstance(value, int) else tuple(value)
 
 
 def tiling_sketch(traces):
@@ -107,29 +127,19 @@ def tiling_sketch(traces):
 
 def check_script(workload: dict, target: dict, script: str, device: str = "cpu") -> dict:
     """Compile an exported schedule (TVMScript text) as a user would, run it on random inputs and
-    compare with the right answer (numpy's product for a GEMM, the untuned kernel otherwise); time
-    it. Returns {"correct", "max_abs_error", "reference_max", "seconds"}."""
+    compare with the right answer (tuning.task.reference_output: numpy's product, torch's conv2d);
+    time it. Returns {"correct", "max_abs_error", "reference_max", "seconds"}."""
     import numpy as np
     import tvm
 
-    func = prim_func(workload)
-    shapes = arg_shapes(func)
+    shapes = arg_shapes(prim_func(workload))
     rng = np.random.default_rng(0)
     inputs = [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in shapes[:-1]]
     dev = tvm.device(device, 0)
-
-    def run(lib):
-        args = [tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.tensor(np.zeros(*shapes[-1]), dev)]
-        lib[lib.entry_name](*args)
-        return args
-
     tuned = tvm.tirx.build(tvm.script.from_source(script), target=make_target(target))
-    args = run(tuned)
-    if workload["op"] == "gemm":
-        expected = inputs[0].astype("float64") @ inputs[1].astype("float64")
-    else:
-        expected = run(tvm.tirx.build(tvm.IRModule({"main": func}), target=make_target(target)))[-1].numpy()
-    got = args[-1].numpy()
+    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.tensor(np.zeros(*shapes[-1]), dev)]
+    tuned[tuned.entry_name](*args)
+    expected, got = reference_output(workload, inputs), args[-1].numpy()
     scale = float(np.abs(expected).max())
     timer = tuned.time_evaluator(tuned.entry_name, dev, number=1, repeat=10, min_repeat_ms=50)
     return {"correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4 * max(1.0, scale))),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -127,5 +128,8 @@ class _Pipes:
 
 
 if __name__ == "__main__":
+    # Ctrl-C reaches the whole process group: the parent stops (and kills) its workers, which would
+    # otherwise each print a KeyboardInterrupt traceback over its "interrupted" line
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve(_Pipes(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)),
            sys.argv[3] or None, json.loads(sys.argv[4]))

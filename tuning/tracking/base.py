@@ -136,6 +136,19 @@ class NoTracker(Tracker):
         return "tracking disabled"
 
 
+# where a run's files are: tags (tunelab.<key>), not params, so MLflow's compare view ("diff only",
+# parallel coordinates) shows what differs in the method, not where each run wrote
+PATH_KEYS = ("output_dir", "resume", "tracking.uri", "tuning.database", "hardware.store", "model.path")
+
+
+def run_params(config: dict) -> tuple[dict, dict]:
+    """A run's resolved config as (params, path tags): every key flattened, the path-valued ones
+    (PATH_KEYS; "null" ones dropped) as `tunelab.<key>` tags."""
+    flat = flatten(config)
+    tags = {f"tunelab.{key}": str(flat[key]) for key in PATH_KEYS if flat.get(key, "null") != "null"}
+    return {k: v for k, v in flat.items() if k not in PATH_KEYS}, tags
+
+
 def option_name(choice: str | None, target: str, aliases: Mapping | None = None) -> str:
     """Which option a config group used: its Hydra choice (the `choice.<group>` tag), else the last
     part of its `_target_` class path, renamed through `aliases` (class name -> option name)."""

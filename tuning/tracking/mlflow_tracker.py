@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -23,6 +24,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from tuning.naming import sweep_name
 from tuning.tracking.base import Tracker
 
 # MLflow's limits (mlflow.utils.validation): longer values are rejected, not cut.
@@ -31,6 +33,13 @@ MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 8000
 PARAMS_PER_BATCH = 100
 METRICS_PER_BATCH = 1000
+
+# MLflow 3's UI picks an experiment's page from this tag; without it a new experiment opens in the
+# GenAI view (traces, judges, prompts) instead of the runs table and metric charts
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+# "Creating initial MLflow database tables...", alembic's migrations, "Started monitoring system metrics"
+QUIET_LOGGERS = ("mlflow.store.db.utils", "alembic", "mlflow.system_metrics")
 
 PARENT_ID_FILE = ".mlflow_parent_run_id"
 PARENT_LOCK_FILE = ".mlflow_parent.lock"
@@ -49,14 +58,21 @@ class MlflowTracker(Tracker):
     retry_s: how long (wall clock, from the call) a failing call to the store
         is retried, with backoff 0.5, 1, 2, ... s, before the tracker goes
         offline. MLflow itself waits up to 20 s on a locked sqlite file.
+    system_metrics_s: MLflow's system metrics (system/cpu_utilization_percentage,
+        memory, disk, network) sampled every this many seconds while the run is
+        open, by MLflow's own monitor thread; 0 turns them off. CPU contention is
+        the first suspect when a reading looks wrong.
     """
-    ranges = {"flush_every": (1, None), "retry_s": (0, 3600)}
+    ranges = {"flush_every": (1, None), "retry_s": (0, 3600), "system_metrics_s": (0, 3600)}
 
-    def __init__(self, uri: str, experiment: str, flush_every: int = 200, retry_s: float = 30.0):
+    def __init__(self, uri: str, experiment: str, flush_every: int = 200, retry_s: float = 30.0,
+                 system_metrics_s: float = 10.0):
         self.uri = uri
         self.experiment = experiment
         self.flush_every = flush_every
         self.retry_s = retry_s
+        self.system_metrics_s = system_metrics_s
+        self._monitor = None
         self.offline: str | None = None
         self._spool_path: Path | None = None
         self._client = None
@@ -97,7 +113,17 @@ class MlflowTracker(Tracker):
         if reopened:
             self.set_tags(tags)
         self._log_params(params, skip=already_logged)
+        self._start_system_metrics(resume=reopened)
         return self._run_id
+
+    def _start_system_metrics(self, resume: bool) -> None:
+        if not self.system_metrics_s:
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self._monitor = SystemMetricsMonitor(self._run_id, sampling_interval=self.system_metrics_s,
+                                             resume_logging=resume, tracking_uri=self.uri)
+        self._monitor.start()
 
     def _existing_run(self, run_id: str):
         """The run to reopen, or None when this store does not have it (the folder's run was
@@ -128,6 +154,9 @@ class MlflowTracker(Tracker):
         if not self._active:
             return
         try:
+            if self._monitor is not None:
+                self._monitor.finish()
+                self._monitor = None
             self.flush()
         finally:
             self._active = False
@@ -279,6 +308,8 @@ class MlflowTracker(Tracker):
     def _connect(self) -> None:
         from mlflow.tracking import MlflowClient
 
+        for name in QUIET_LOGGERS:  # their INFO lines on every run say nothing a user acts on
+            logging.getLogger(name).setLevel(logging.WARNING)
         # MLflow's own HTTP retries (7, backoff factor 2) take minutes per call; _call retries instead
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
@@ -311,7 +342,7 @@ class MlflowTracker(Tracker):
                     # A stale file (another store, or a deleted run): start a new parent.
                     if error.error_code != "RESOURCE_DOES_NOT_EXIST":
                         raise
-            name = "/".join(key_dir.parts[-2:])
+            name = sweep_name(key_dir)
             run = self._client.create_run(self._experiment_id, run_name=name,
                                           tags={"tunelab.multirun": str(key_dir)})
             id_file.write_text(run.info.run_id)
@@ -346,13 +377,16 @@ def get_or_create_experiment(client, name: str, db: Path | None) -> str:
         # A fresh sqlite store would put artifacts under ./mlruns of whatever the CWD is.
         artifacts = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
         try:
-            return client.create_experiment(name, artifact_location=artifacts)
+            return client.create_experiment(name, artifact_location=artifacts, tags=EXPERIMENT_TAGS)
         except MlflowException as error:
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
             found = client.get_experiment_by_name(name)
     if found.lifecycle_stage == "deleted":
         client.restore_experiment(found.experiment_id)
+    for key, value in EXPERIMENT_TAGS.items():  # an experiment made before the tag (a user's own choice stays)
+        if key not in found.tags:
+            client.set_experiment_tag(found.experiment_id, key, value)
     return found.experiment_id
 
 

@@ -1,0 +1,201 @@
+"""What a researcher meets in the first hour: whole-model budgets, conv2d shapes and batch_matmul,
+names that say what ran, MLflow as a researcher reads it, the help text."""
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.test_loop import component, components
+from tuning.config import ConfigError, validate
+from tuning.loop import RunInfo, tune_tasks
+from tuning.naming import run_name, sweep_name, workload_label
+from tuning.outcome import TaskOutcome, task_table
+from tuning.run import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, _with_budget, even_share, headline_metrics
+from tuning.scheduler.gradient import Gradient
+from tuning.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
+from tuning.tracking.base import run_params
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = [gemm_task(f"k{i}", 16 + 8 * i, 32, 16) for i in range(22)]  # ResNet-18 has 22 distinct kernels
+
+
+# ---- whole-model budgets ----------------------------------------------------------------------
+def test_even_share_by_hand():
+    assert even_share(88, 22, 64) == 4  # the issue's ResNet-18 command
+    assert even_share(64, 22, 64) == 2
+    assert even_share(22 * 64, 22, 64) == 64  # enough for everyone: the minimum stands
+    assert even_share(10, 1, 64) == 64  # one task shares with nobody
+
+
+def test_small_budget_lowers_the_minimum_and_says_so(compose_cfg, caplog):
+    cfg = compose_cfg("model=resnet18", "budget.trials=88")
+    with caplog.at_level(logging.INFO, logger="tunelab"):
+        _with_budget(cfg, KERNELS)
+    assert cfg.budget.trials == 88 and cfg.budget.min_trials_per_task == 4
+    assert "each gets 4 first" in caplog.text and "22 kernels" in caplog.text
+
+
+def test_default_budget_scales_with_the_kernel_count(compose_cfg):
+    whole = compose_cfg("model=resnet18")
+    assert whole.budget.trials is None
+    _with_budget(whole, KERNELS)
+    assert whole.budget.trials == DEFAULT_TRIALS_PER_KERNEL * 22
+    single = compose_cfg("model=gemm_64")
+    _with_budget(single, build_tasks(single.model))
+    assert single.budget.trials == DEFAULT_TRIALS and single.budget.min_trials_per_task == 64
+
+
+def test_every_kernel_gets_its_share_before_the_scheduler(tmp_path):
+    """88 measurements over 22 kernels: each is measured (4 each), none is left "inf"."""
+    shared = components(search="random", sampler="all", cost_model="none")
+
+    def components_for(index):
+        return replace(shared, search=component("search", "random"), cost_model=component("cost_model", "none"))
+
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=88, plan_size=64,
+                  min_trials_per_task=even_share(88, 22, 64))
+    outcomes = tune_tasks(KERNELS, components_for, run, Gradient())
+    assert run.measured == 88
+    assert [len(o.records) for o in outcomes] == [4] * 22
+    assert all(math.isfinite(o.best_cost) for o in outcomes)
+
+
+def test_task_table_names_untuned_kernels():
+    tuned = TaskOutcome(KERNELS[0], records=[], best_cost=1e-4, best_config=(0,))
+    untuned = TaskOutcome(KERNELS[1], records=[])
+    table = task_table([tuned, untuned])
+    assert "untuned" in table.splitlines()[2]  # listed first: it is where the budget went short
+    assert "1 of 2 kernels untuned" in table and "inf" not in table.split("all tasks")[0]
+
+
+def test_headline_metric_of_a_whole_model_is_its_flops_over_its_latency():
+    a = TaskOutcome(gemm_task("a", 64, 64, 64, weight=2), records=[], best_cost=1e-3)
+    b = TaskOutcome(gemm_task("b", 32, 32, 32), records=[], best_cost=2e-3)
+    metrics = headline_metrics([a, b])
+    assert metrics["final_latency_ms"] == pytest.approx(2 * 1.0 + 2.0)
+    flops = 2 * a.task.flops + b.task.flops
+    assert metrics["final_gflops"] == pytest.approx(flops / 4e-3 / 1e9)  # not the sum of per-kernel rates
+    single = headline_metrics([a])
+    assert single["final_latency_us"] == pytest.approx(1000.0) and single["final_gflops"] == a.best_gflops
+
+
+# ---- shapes --------------------------------------------------------------------------------------
+def test_depthwise_flops_are_one_channel_per_group():
+    dense = conv2d_task("dense", 1, 144, 56, 56, 144, 3, 1, 1)
+    depthwise = conv2d_task("dw", 1, 144, 56, 56, 144, 3, 1, 1, groups=144)
+    assert dense.flops == 2 * 144 * 56 * 56 * 144 * 3 * 3
+    assert depthwise.flops == dense.flops / 144 == 2 * 144 * 56 * 56 * 1 * 3 * 3
+
+
+def test_per_axis_sizes_and_dilation_by_hand():
+    task = conv2d_task("c", 2, 32, 56, 40, 64, [1, 7], [2, 1], [0, 3], dilation=[1, 2], groups=4)
+    # height: (56 + 0 - 1*0 - 1) // 2 + 1 = 28; width: (40 + 6 - 2*6 - 1) // 1 + 1 = 34
+    assert conv2d_output_shape(task.workload) == (28, 34)
+    assert task.flops == 2 * 2 * 64 * 28 * 34 * (32 // 4) * 1 * 7
+    assert batch_matmul_task("bmm", 12, 128, 128, 64).flops == 2 * 12 * 128 * 128 * 64
+
+
+def test_default_shape_options_keep_the_old_task_keys():
+    """Stored measurements are keyed by the workload: a square, ungrouped conv must not move."""
+    old = {"op": "conv2d", "batch": 1, "in_channels": 256, "height": 14, "width": 14, "out_channels": 512,
+           "kernel": 1, "stride": 2, "padding": 0, "dtype": "float32"}
+    assert conv2d_task("l8", 1, 256, 14, 14, 512, 1, 2, 0).workload == old
+    assert conv2d_task("l8", 1, 256, 14, 14, 512, [1, 1], [2, 2], [0, 0], groups=1, dilation=[1, 1]).workload == old
+
+
+def test_conv2d_yaml_takes_the_new_keys(compose_cfg):
+    cfg = compose_cfg("model=conv2d", "model.in_channels=144", "model.out_channels=144", "model.groups=144",
+                      "model.kernel=[3,5]", "model.padding=[1,2]", "model.dilation=2")
+    validate(cfg)
+    [task] = build_tasks(cfg.model)
+    assert task.workload["groups"] == 144 and task.workload["kernel"] == [3, 5]
+    assert conv2d_output_shape(task.workload) == (54, 52)
+
+
+@pytest.mark.parametrize("override, key", [
+    (["model.groups=5"], "model.groups"),  # does not divide 64
+    (["model.groups=0"], "model.groups"),
+    (["model.kernel=[3,3,3]"], "model.kernel"),
+    (["model.stride=[1,0]"], "model.stride"),
+    (["model.dilation=30"], "model.kernel"),  # a dilated 3x3 spans 61 > 56 + 2
+    (["model.padding=[-1,1]"], "model.padding"),
+])
+def test_bad_shapes_are_rejected_naming_the_key(compose_cfg, override, key):
+    cfg = compose_cfg("model=conv2d", *override)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(cfg)
+
+
+def test_batch_matmul_on_synthetic_hardware(compose_cfg):
+    cfg = compose_cfg("model=batch_matmul", "hardware=synthetic")
+    validate(cfg)
+    [task] = build_tasks(cfg.model)
+    space = component("hardware", "synthetic").space(task)
+    assert {"tile.b", "tile.i", "tile.j", "tile.k"} <= {k.name.split(":")[-1] for k in space.knobs}
+
+
+# ---- names ----------------------------------------------------------------------------------------
+def _model(**model):
+    return OmegaConf.create({"model": model, "seed": 3})
+
+
+def test_run_names_carry_the_shape_and_non_default_hardware():
+    gemm = _model(name="gemm", kind="gemm", M=512, N=256, K=128)
+    assert run_name(gemm, {"search": "sa", "sampler": "greedy", "hardware": "cpu"}) == "gemm-512x256x128-sa-greedy-3"
+    assert run_name(gemm, {"search": "sa", "sampler": "greedy", "hardware": "synthetic"}) == \
+        "gemm-512x256x128-sa-greedy-synthetic-3"
+    other = _model(name="gemm", kind="gemm", M=64, N=64, K=64)
+    assert run_name(other, {"search": "sa", "sampler": "greedy"}) != run_name(gemm, {"search": "sa", "sampler": "greedy"})
+    depthwise = _model(name="conv2d", kind="conv2d", in_channels=144, height=56, width=56, out_channels=144,
+                       kernel=3, stride=1, padding=1, groups=144, dilation=1)
+    assert workload_label(depthwise.model) == "conv2d-144x56x56-144-k3s1p1g144"
+    assert workload_label(_model(name="conv_l8", kind="conv2d").model) == "conv_l8"
+    onnx = _model(name="onnx", kind="onnx", path="/data/models/mynet.onnx", input_shape=[1, 3, 224, 224])
+    assert workload_label(onnx.model) == "onnx-mynet"
+
+
+def test_sweep_parent_is_named_after_the_sweep(tmp_path):
+    sweep = tmp_path / "2026-11-24" / "18-56-29-000000"
+    sweep.mkdir(parents=True)
+    assert sweep_name(sweep) == "2026-11-24/18-56-29-000000"  # no multirun.yaml: the time alone
+    saved = {"hydra": {"runtime": {"choices": {"experiment": "gemm_tiling", "model": "gemm_1024"}},
+                       "overrides": {"task": ["+experiment=gemm_tiling"]}}}
+    (sweep / "multirun.yaml").write_text(OmegaConf.to_yaml(saved))
+    assert sweep_name(sweep) == "gemm_tiling 2026-11-24/18-56-29-000000"
+    saved["hydra"]["runtime"]["choices"] = {"experiment": None}
+    saved["hydra"]["overrides"]["task"] = ["seed=0,1,2", "search=sa,ppo", "model=gemm_64"]
+    (sweep / "multirun.yaml").write_text(OmegaConf.to_yaml(saved))
+    assert sweep_name(sweep) == "sweep seed x search 2026-11-24/18-56-29-000000"
+
+
+def test_paths_are_tags_not_params():
+    params, tags = run_params({"output_dir": "/tmp/run", "resume": None, "seed": 0,
+                               "tracking": {"uri": "sqlite:////x/mlflow.db", "experiment": "e"},
+                               "hardware": {"store": "stores/a.sqlite", "reuse": True}})
+    assert set(params) == {"seed", "tracking.experiment", "hardware.reuse"}
+    assert tags == {"tunelab.output_dir": "/tmp/run", "tunelab.tracking.uri": "sqlite:////x/mlflow.db",
+                    "tunelab.hardware.store": "stores/a.sqlite"}
+
+
+# ---- the command line -----------------------------------------------------------------------------
+def test_help_describes_every_group():
+    done = subprocess.run([sys.executable, "run.py", "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    for group in ("model", "search", "sampler", "cost_model", "evaluator", "hardware", "budget", "scheduler",
+                  "tracking", "objective", "experiment"):
+        assert f"\n    {group} " in done.stdout, group
+    assert "Powered by Hydra" not in done.stdout
+
+
+def test_experiment_without_plus_is_added(tmp_path):
+    done = subprocess.run([sys.executable, "run.py", "experiment=chameleon_ablation_reduced", "--cfg", "job"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

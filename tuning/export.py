@@ -1,0 +1,116 @@
+"""A run's best kernel as a shared library you can call from your own code.
+
+    python -m tuning.export outputs/runs/2026-11-24/19-00-00-000000
+    python -m tuning.export RUN --task fused_conv2d_add_relu     # one kernel of a whole model
+
+builds the task's best measured schedule (a single operator's, or the named kernel of a whole
+model) into `<run>/export/<task>.so`, loads it back, checks its answer on random inputs (numpy's
+product, torch's conv2d; a network's kernel against its untuned build), times it beside the untuned
+kernel and torch with the run's thread count, and writes `<run>/export/run_<task>.py`: a short
+script that loads the library, calls it, checks it and times it. That script is then run once, as
+a user would run it. Exit status 1 when an answer is wrong or the script fails. The library and
+the script are added to the run's MLflow run (artifacts under export/).
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from tuning.config import ConfigError, validate
+from tuning.outcome import TaskOutcome, best_from_records
+from tuning.records import RecordError, RecordLog
+from tuning.resume import prior_records
+from tuning.run_folder import claim, load_config, release
+from tuning.whole_model import is_whole_model
+
+
+def export_run(run_dir: Path, task_name: str | None = None) -> dict:
+    """The run folder is untrusted input: its config is checked like run.py's before anything is built."""
+    from hydra.utils import instantiate
+
+    from tuning.apply import _tracker_of
+    from tuning.task import build_tasks
+
+    cfg = load_config(run_dir / "config.yaml", "run")
+    validate(cfg)
+    records = RecordLog(run_dir / "records.jsonl").load()
+    with instantiate(cfg.hardware) as hardware:
+        tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
+        task = _pick(tasks, task_name, run_dir)
+        prior = prior_records(cfg, [task], run_dir, instantiate(cfg.tracking)).get(task.key, [])
+        outcome = TaskOutcome(task, [*prior, *(r for r in records if r.workload_key == task.key)])
+        best_from_records(outcome)
+        if outcome.best_config is None:
+            raise ConfigError(f"run: {run_dir} holds no valid measurement of {task.name}: nothing to export")
+        result = hardware.export_library(task, outcome.best_config, run_dir / "export")
+    result["snippet_output"], result["snippet_ok"] = _run_snippet(Path(result["snippet"]))
+    _report(task, result)
+    tracker = _tracker_of(cfg, run_dir)
+    try:
+        for path in (result["library"], result["snippet"]):
+            tracker.log_artifact(path, "export")
+    finally:
+        tracker.end("FINISHED")
+    return result
+
+
+def _pick(tasks, name: str | None, run_dir: Path):
+    if name is None and len(tasks) == 1:
+        return tasks[0]
+    found = [t for t in tasks if t.name == name]
+    if not found:
+        names = ", ".join(t.name for t in tasks)
+        what = f"no task {name!r}" if name else f"{len(tasks)} tasks: name one"
+        raise ConfigError(f"--task: {run_dir} has {what} (its tasks: {names})")
+    return found[0]
+
+
+def _run_snippet(script: Path) -> tuple[str, bool]:
+    """The written script, run once in a fresh interpreter from its own folder, as a user would."""
+    done = subprocess.run([sys.executable, script.name], cwd=script.parent, capture_output=True, text=True,
+                          timeout=600)
+    return (done.stdout + done.stderr).strip(), done.returncode == 0
+
+
+def _report(task, result: dict) -> None:
+    gflops = task.flops / result["tuned_s"] / 1e9
+    print(f"[{task.name}] {result['library']}: output {'matches' if result['correct'] else 'DIFFERS FROM'} "
+          f"{result['reference']} (max |error| {result['max_abs_error']:.2e} of values up to "
+          f"{result['reference_max']:.3g})")
+    timings = [f"tuned {result['tuned_s'] * 1e6:.1f} us ({gflops:.1f} GFLOP/s)",
+               f"untuned {result['untuned_s'] * 1e6:.1f} us ({result['untuned_s'] / result['tuned_s']:.1f}x slower)"]
+    if result.get("torch_s"):
+        timings.append(f"torch {result['torch_s'] * 1e6:.1f} us (tuned is {result['torch_s'] / result['tuned_s']:.2f}x "
+                       f"torch's speed)")
+    print("  " + "; ".join(timings) + " (medians of 10, measured one after another)")
+    print(f"  {result['snippet']}: {'ran' if result['snippet_ok'] else 'FAILED'}: "
+          + result["snippet_output"].replace("\n", " | ")[-400:])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tuning.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
+    parser.add_argument("--task", help="which kernel of a whole model (the names in the run's task table)")
+    args = parser.parse_args(argv)
+    run_dir = args.run.expanduser().resolve()
+    try:
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
+        claim(run_dir, resuming=True, key="run")
+        result = export_run(run_dir, args.task)
+    except (ConfigError, RecordError) as error:
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
+    except NotImplementedError as error:  # synthetic hardware measures no real kernel
+        print(f"tunelab: hardware: {error}; export a run made on real hardware (hardware=cpu)", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        release(run_dir)
+    if not (result["correct"] and result["snippet_ok"]):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""A task's best schedule as a shared library anyone can load without tunelab (python -m tuning.export).
+
+export_library builds the scheduled module, writes `<name>.so` (TVM's export_library: the host
+compiler links it), loads it back as a user would, checks its answer on random inputs (a single
+operator against tuning.task.reference_output, numpy's or torch's; a network's kernel against its
+unscheduled TIR built without tuning) and times it beside the untuned kernel and, for single
+operators, torch, with the measuring thread count. `snippet` is the Python file that loads and calls
+the library, written beside it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuning.hardware.tvm_space import arg_shapes, make_target, workload_module
+from tuning.task import reference_output
+
+TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.apply's check: median of 10
+
+
+def export_library(workload: dict, target: dict, scheduled_mod, path: Path, device: str = "cpu",
+                   num_threads: int | None = None) -> dict:
+    """Returns {"library", "args", "correct", "max_abs_error", "reference_max", "reference",
+    "tuned_s", "untuned_s", "torch_s"} (torch_s None for a network's kernel)."""
+    import numpy as np
+    import tvm
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tvm.tirx.build(scheduled_mod, target=make_target(target)).export_library(str(path))
+    lib = tvm.runtime.load_module(str(path))
+    untuned = tvm.tirx.build(workload_module(workload), target=make_target(target))
+    shapes = arg_shapes(workload_module(workload)["main"])
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in shapes[:-1]]
+    dev = tvm.device(device, 0)
+    tuned_args, got = _call(lib, inputs, shapes[-1], dev)
+    untuned_args, untuned_out = _call(untuned, inputs, shapes[-1], dev)
+    single = workload["op"] != "tir"
+    expected = reference_output(workload, inputs) if single else untuned_out
+    scale = float(np.abs(expected).max())
+    return {"library": str(path), "args": [[list(shape), dtype] for shape, dtype in shapes],
+            "correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4 * max(1.0, scale))),
+            "max_abs_error": float(np.abs(got - expected).max()), "reference_max": scale,
+            "reference": ("numpy" if workload["op"] in ("gemm", "batch_matmul") else "torch") if single
+            else "the untuned kernel",
+            "tuned_s": _seconds(lib, tuned_args, dev), "untuned_s": _seconds(untuned, untuned_args, dev),
+            "torch_s": torch_seconds(workload, inputs, num_threads) if single else None}
+
+
+def _call(lib, inputs, output, dev):
+    import numpy as np
+    import tvm
+
+    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.tensor(np.zeros(*output), dev)]
+    lib[lib.entry_name](*args)
+    return args, args[-1].numpy()
+
+
+def _seconds(lib, args, dev) -> float:
+    import numpy as np
+
+    timer = lib.time_evaluator(lib.entry_name, dev, **TIMING)
+    return float(np.median(timer(*args).results))
+
+
+def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> float:
+    """torch's time for the same operator on the same inputs (float32, eager, median of 10 calls
+    after a warm-up, at least 50 ms each, as the TVM timings)."""
+    import time
+
+    import numpy as np
+    import torch
+
+    from tuning.task import pair
+
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    tensors = [torch.from_numpy(a) for a in inputs]
+    if workload["op"] == "conv2d":
+        options = {"stride": pair(workload["stride"]), "padding": pair(workload["padding"]),
+                   "dilation": pair(workload.get("dilation", 1)), "groups": workload.get("groups", 1)}
+        call = lambda: torch.nn.functional.conv2d(*tensors, **options)  # noqa: E731
+    else:
+        call = lambda: torch.matmul(*tensors)  # noqa: E731
+    with torch.inference_mode():
+        call()
+        samples = []
+        for _ in range(TIMING["repeat"]):
+            calls, started = 0, time.perf_counter()
+            while calls == 0 or time.perf_counter() - started < TIMING["min_repeat_ms"] / 1e3:
+                call()
+                calls += 1
+            samples.append((time.perf_counter() - started) / calls)
+    return float(np.median(samples))
+
+
+def snippet(workload: dict, library: Path, args: list) -> str:
+    """A Python file that loads `library`, calls it on random inputs, checks a single operator's
+    answer against numpy/torch and times it: what a user copies into their own code."""
+    inputs = "\n".join(f"    np.random.default_rng({i}).uniform(-1, 1, {tuple(shape)}).astype({dtype!r}),"
+                       for i, (shape, dtype) in enumerate(args[:-1]))
+    shape, dtype = args[-1]
+    check = _check_lines(workload)
+    return f'''"""Load and call the tuned kernel {library.name} (written by `python -m tuning.export`).
+Needs numpy and the TVM runtime (pip install apache-tvm){"; torch for the check" if "torch" in check else ""}."""
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+lib = tvm.runtime.load_module(str(Path(__file__).with_name({library.name!r})))
+dev = tvm.cpu(0)
+inputs = [
+{inputs}
+]
+output = tvm.runtime.tensor(np.zeros({tuple(shape)}, {dtype!r}), dev)  # written in place
+lib[lib.entry_name](*[tvm.runtime.tensor(a, dev) for a in inputs], output)
+{check}
+timer = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=10, min_repeat_ms=50)
+args = [tvm.runtime.tensor(a, dev) for a in inputs] + [output]
+print(f"{library.stem}: {{np.median(timer(*args).results) * 1e6:.1f}} us per call (median of 10)")
+'''
+
+
+def _check_lines(workload: dict) -> str:
+    if workload["op"] in ("gemm", "batch_matmul"):
+        expected = "inputs[0].astype('float64') @ inputs[1].astype('float64')"
+    elif workload["op"] == "conv2d":
+        from tuning.task import pair
+
+        options = (f"stride={pair(workload['stride'])}, padding={pair(workload['padding'])}, "
+                   f"dilation={pair(workload.get('dilation', 1))}, groups={workload.get('groups', 1)}")
+        expected = (f"torch.nn.functional.conv2d(*(torch.from_numpy(a).double() for a in inputs), "
+                    f"{options}).numpy()")
+    else:
+        return "# a network's fused kernel: tuning.export checked it against its untuned build"
+    imports = "import torch\n\n" if "torch" in expected else ""
+    return (f"{imports}expected = {expected}\n"
+            f"assert np.allclose(output.numpy(), expected, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(expected).max()))\n"
+            f"print('matches the reference')")
