@@ -29,10 +29,12 @@ test: setup
 
 # Everything, including the slow real-hardware checks.
 test-full: setup
+	@command -v chromium >/dev/null || apt-get install -y -q chromium >/dev/null 2>&1 \
+		|| echo "no chromium (apt-get install -y chromium): the MLflow UI browser test will skip"
 	$(BIN)/python -m pytest -q -m ""
 
 ui: setup
-	@echo "MLflow UI on http://127.0.0.1:5000 (store $(STORE)); Ctrl-C stops it"
+	@echo "MLflow UI on http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (store $(STORE)); Ctrl-C stops it"
 	$(BIN)/mlflow ui --backend-store-uri $(STORE) --host 127.0.0.1 --port 5000
 
 clean:

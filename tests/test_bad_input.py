@@ -54,7 +54,7 @@ REJECTED = {
     "e2e typo": (["+e2e.run=5"], "e2e.run"),
     "objective typo": (["+objective.metric=final_gflops"], "objective.metric"),
     "tuning typo": (["+tuning.databse=x"], "tuning.databse"),
-    "model typo": (["+model.groups=4"], "model.groups"),
+    "model typo": (["+model.group=4"], "model.group"),
     "conv key on a gemm": (["model=gemm", "+model.padding=1"], "model.padding"),
     "sampler typo": (["+sampler.epsilon=0.1"], "sampler.epsilon"),
     "evaluator typo": (["+evaluator.repeats=3"], "evaluator.repeats"),

@@ -191,7 +191,7 @@ def test_help_describes_every_group():
     assert done.returncode == 0, done.stderr
     for group in ("model", "search", "sampler", "cost_model", "evaluator", "hardware", "budget", "scheduler",
                   "tracking", "objective", "experiment"):
-        assert f"\n    {group} " in done.stdout, group
+        assert f"\n  {group} " in done.stdout, group
     assert "Powered by Hydra" not in done.stdout
 
 

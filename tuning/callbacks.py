@@ -212,7 +212,7 @@ class Pace(MeasureCallback):
 
     def after_round(self, report: RoundReport) -> None:
         new = [r for r in report.results if not r.reused]
-        if self.said or not new:
+        if self.said or not new or report.measured >= self.run.trials:
             return
         self.said = True
         done = report.measured - self.first

@@ -22,6 +22,7 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from hydra_plugins.tunelab_optuna_sweeper.trial import current_trial
 from omegaconf import DictConfig, OmegaConf
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
@@ -112,8 +113,9 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     try:
         with parts.hardware:
             parts.tracker.set_tags(parts.hardware.describe())
-            outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks,
-                                                       store_writer)
+            with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
+                outcomes, tuning_s, started_at = _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks,
+                                                           store_writer)
             pruned = pruning is not None and pruning.pruned_at is not None
             _export(parts, outcomes, out_dir)
             if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:

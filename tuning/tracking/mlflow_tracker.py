@@ -287,12 +287,12 @@ class MlflowTracker(Tracker):
         if self._experiment_id is not None:
             experiment += f" (id {self._experiment_id})"
         run = f"run={self._run_id}" if self._run_id else "run=(not started)"
+        # MLflow 3's UI opens in its GenAI view unless the link asks for the model-training one
+        page = f"/#/experiments/{self._experiment_id}?workflowType=machine_learning"
         if self.uri.startswith(("http://", "https://")):
-            browse = f"{self.uri.rstrip('/')}/#/experiments/{self._experiment_id}"
-            if self._run_id:
-                browse += f"/runs/{self._run_id}"
+            browse = self.uri.rstrip("/") + page
         else:
-            browse = f"mlflow ui --backend-store-uri {self.uri}"
+            browse = f"mlflow ui --backend-store-uri {self.uri}, then open http://127.0.0.1:5000{page}"
         return f"{self.uri}  {experiment}  {run}\n  browse: {browse}"
 
     # -- helpers -----------------------------------------------------------
