@@ -277,3 +277,17 @@ def test_a_grid_over_models_keeps_one_run_per_model_at_each_seed(tmp_path):
                      metric_keys=("run/run_s",))
     assert {(r["model"], r["method"]) for r in result.metric_table} == {
         (model, method) for model in ("conv_l7", "conv_l8") for method in ("sa", "ppo")}
+
+
+def test_runs_from_different_hardware_are_flagged(tmp_path):
+    """Readings of two machines do not compare: the comparison says which hardware measured what."""
+    from tuning.compare import gather
+
+    made = [fake_run(f"{method}-{seed}", method, seed, "conv_l8", 1e-4) for method in ("sa", "ppo") for seed in (0, 1)]
+    for run, _ in made:
+        run.data.tags.update(hardware="cpu", cpu_model="Xeon" if run.info.run_id != "ppo-1" else "EPYC")
+    client = FakeClient({run.info.run_id: files for run, files in made})
+    notes = gather(client, [run for run, _ in made], tmp_path, ["search"]).notes
+    assert any(note.startswith("the runs were measured on different hardware") and "EPYC" in note for note in notes)
+    same = [run for run, _ in made if run.info.run_id != "ppo-1"]
+    assert "hardware: cpu / Xeon" in gather(client, same, tmp_path, ["search"]).notes

@@ -341,6 +341,7 @@ class LoadedRun:
     records: list
     tasks: list[dict]
     metrics: dict = field(default_factory=dict)  # the run's final MLflow metrics
+    host: str = ""  # the hardware that measured it: option, CPU model, target (its describe() tags)
 
 
 def find_runs(client, experiment: str, parents=(), tags=(), model: str | None = None) -> list:
@@ -385,7 +386,11 @@ def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
     return LoadedRun(run.info.run_id, run.info.run_name or run.info.run_id,
                      {key: _method_part(run, key) for key in method_by}, seed, params.get("model.name", ""),
                      0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks,
-                     dict(run.data.metrics))
+                     dict(run.data.metrics), _host(tags))
+
+
+def _host(tags: dict) -> str:
+    return " / ".join(tags[k] for k in ("hardware", "cpu_model", "target") if tags.get(k))
 
 
 def _saved_tasks(client, run, folder: Path) -> list[dict] | str:
@@ -490,6 +495,11 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
                          "is compared")
         newest.setdefault(slot, run)
     kept = list(newest.values())
+    hosts = sorted({run.host for run in kept if run.host})
+    if len(hosts) > 1:  # readings from different machines do not compare: say so before any table
+        notes.append("the runs were measured on different hardware: " + "; ".join(hosts))
+    elif hosts:
+        notes.append(f"hardware: {hosts[0]}")
     truths, truth_notes = task_truths(kept, store_override)
     curves = [c for run in kept for c in run_curves(run.records, run.tasks, truths, labels[run.run_id], run.seed,
                                                      run.run_id, run.start_s, run.init_random)]
