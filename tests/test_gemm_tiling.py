@@ -4,7 +4,6 @@ On hardware=synthetic (the tiling space built as hardware=cpu builds it); the re
 tiled kernel are in the `tvm`-marked tests at the end."""
 from __future__ import annotations
 
-import heapq
 import json
 import math
 

@@ -16,14 +16,13 @@ conv) and times it; exit status 1 when the answer is wrong.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tuning.config import ConfigError, validate
+from tuning.config import validate
 from tuning.outcome import TaskOutcome, best_from_records, task_table
-from tuning.records import RecordError, RecordLog
+from tuning.records import RecordLog
 from tuning.resume import prior_records
-from tuning.run_folder import claim, load_config, release
+from tuning.run_folder import load_config, on_run_folder
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
@@ -99,18 +98,7 @@ def _tracker_of(cfg, run_dir: Path):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tuning.apply", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
-    args = parser.parse_args(argv)
-    run_dir = args.run.expanduser().resolve()
-    try:
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
-        claim(run_dir, resuming=True, key="run")
-        apply_run(run_dir)
-    except (ConfigError, RecordError) as error:
-        print(f"tunelab: {error}", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        release(run_dir)
+    on_run_folder(parser.parse_args(argv).run, apply_run)
 
 
 if __name__ == "__main__":

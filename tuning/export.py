@@ -20,9 +20,10 @@ from pathlib import Path
 
 from tuning.config import ConfigError, validate
 from tuning.outcome import TaskOutcome, best_from_records
-from tuning.records import RecordError, RecordLog
+from tuning.records import RecordLog
 from tuning.resume import prior_records
-from tuning.run_folder import claim, load_config, release
+from tuning.hardware.base import Hardware
+from tuning.run_folder import load_config, on_run_folder
 from tuning.whole_model import is_whole_model
 
 
@@ -37,6 +38,9 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     validate(cfg)
     records = RecordLog(run_dir / "records.jsonl").load()
     with instantiate(cfg.hardware) as hardware:
+        if type(hardware).export_library is Hardware.export_library:  # synthetic: no kernel to build
+            raise ConfigError(f"hardware: {type(hardware).__name__} builds no library; export a run made on real "
+                              "hardware (hardware=cpu)")
         tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
         task = _pick(tasks, task_name, run_dir)
         prior = prior_records(cfg, [task], run_dir, instantiate(cfg.tracking)).get(task.key, [])
@@ -94,20 +98,7 @@ def main(argv=None) -> None:
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
     parser.add_argument("--task", help="which kernel of a whole model (the names in the run's task table)")
     args = parser.parse_args(argv)
-    run_dir = args.run.expanduser().resolve()
-    try:
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
-        claim(run_dir, resuming=True, key="run")
-        result = export_run(run_dir, args.task)
-    except (ConfigError, RecordError) as error:
-        print(f"tunelab: {error}", file=sys.stderr)
-        sys.exit(2)
-    except NotImplementedError as error:  # synthetic hardware measures no real kernel
-        print(f"tunelab: hardware: {error}; export a run made on real hardware (hardware=cpu)", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        release(run_dir)
+    result = on_run_folder(args.run, lambda run_dir: export_run(run_dir, args.task))
     if not (result["correct"] and result["snippet_ok"]):
         sys.exit(1)
 

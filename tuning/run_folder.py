@@ -25,6 +25,7 @@ import importlib
 import os
 import re
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
@@ -77,6 +78,26 @@ def release(out_dir: Path) -> None:
     handle = _held.pop(out_dir, None)
     if handle is not None:
         handle.close()  # closing the file drops the flock
+
+
+def on_run_folder(path: Path, work, claim_folder: bool = True):
+    """A command on a run folder (python -m tuning.apply / export / sync): the folder checked, claimed
+    while `work(run_dir)` runs; bad input is one "tunelab: ..." line and exit status 2."""
+    from tuning.records import RecordError
+
+    run_dir = path.expanduser().resolve()
+    try:
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
+        if claim_folder:
+            claim(run_dir, resuming=True, key="run")
+        return work(run_dir)
+    except (ConfigError, RecordError) as error:
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if claim_folder:
+            release(run_dir)
 
 
 class Terminated(KeyboardInterrupt):

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
 from tuning.naming import run_name
-from tuning.records import RecordError, RecordLog
-from tuning.run_folder import claim, load_config, read_status, release
+from tuning.records import RecordLog
+from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
 FINAL_METRICS_FILE = "final_metrics.json"
@@ -220,15 +219,7 @@ def main(argv=None) -> None:
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
     parser.add_argument("--tracking-uri", help="the MLflow store to write to (default: the run's tracking.uri)")
     args = parser.parse_args(argv)
-    out_dir = args.run.expanduser().resolve()
-    try:
-        if not (out_dir / "config.yaml").is_file():
-            raise ConfigError(f"run: {out_dir} holds no config.yaml (not a tunelab run folder)")
-        print(sync(out_dir, args.tracking_uri))
-    except (ConfigError, RecordError) as error:
-        print(f"tunelab: {error}", file=sys.stderr)
-        sys.exit(2)
-
+    print(on_run_folder(args.run, lambda out_dir: sync(out_dir, args.tracking_uri), claim_folder=False))
 
 if __name__ == "__main__":
     main()
