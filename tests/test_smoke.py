@@ -131,6 +131,8 @@ def test_resume_continues_the_same_mlflow_run(store, tmp_path):
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "tuning/best_gflops")]
     assert 64 in steps and 96 in steps
     assert len((run_dir / "records.jsonl").read_text().splitlines()) == 96
+    assert not (tmp_path / "resumed").exists()  # the folder Hydra made for the resuming job held nothing
+    assert (run_dir / "run.log").read_text().count("budget: ") == 2  # both jobs logged into the run's own log
 
 
 def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_path):

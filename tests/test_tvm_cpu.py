@@ -236,3 +236,29 @@ def test_new_shapes_compute_what_torch_computes(hardware, task):
         args = [tvm.runtime.tensor(a) for a in inputs] + [tvm.runtime.tensor(np.zeros(*shapes[-1]))]
         lib[lib.entry_name](*args)
         np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
+    """Ctrl-C reaches the whole process group (the run and its build/run workers): one line saying
+    where the measurements are and how to continue, no traceback from any process."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "run.py", "model=gemm_64", "budget.trials=400", "budget.plan_size=8",
+                             f"hydra.run.dir={run_dir}", "tracking=none"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 8):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert f"continue with: python run.py resume={run_dir}" in stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
