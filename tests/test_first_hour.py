@@ -115,6 +115,7 @@ def test_conv2d_yaml_takes_the_new_keys(compose_cfg):
                       "model.kernel=[3,5]", "model.padding=[1,2]", "model.dilation=2")
     validate(cfg)
     [task] = build_tasks(cfg.model)
+    assert task.name == "conv2d-144x56x56-144-k3x5s1p1x2g144d2"  # files and summary lines show the shape
     assert task.workload["groups"] == 144 and task.workload["kernel"] == [3, 5]
     assert conv2d_output_shape(task.workload) == (54, 52)
 
@@ -199,3 +200,17 @@ def test_experiment_without_plus_is_added(tmp_path):
     done = subprocess.run([sys.executable, "run.py", "experiment=chameleon_ablation_reduced", "--cfg", "job"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_estimate_comes_once_after_the_first_round(tmp_path, caplog):
+    from tuning.callbacks import Pace
+
+    parts = components(search="random", sampler="all", cost_model="none", hardware_overrides={"delay_s": 0.01})
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=32, plan_size=8, callbacks=[Pace(kernels=22,
+                                                                                                   e2e_timing_s=30)])
+    with caplog.at_level(logging.INFO, logger="tunelab"):
+        tune_tasks([KERNELS[0]], lambda _: parts, run, Gradient())
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("estimate:")]
+    assert "x 24 to go" in line and "for the end-to-end check" in line
+    seconds_per = float(line.split("(")[1].split(" s per")[0])
+    assert 0.01 <= seconds_per < 1.0  # 8 measurements of >= 10 ms each in the first round

@@ -220,7 +220,7 @@ class Pace(MeasureCallback):
         tuning_s = per * (self.run.trials - report.measured)
         build_s = sum(r.build_s for r in new) / len(new)
         e2e_s = 2 * self.kernels * build_s + self.e2e_timing_s if self.kernels else 0.0
-        log.info(f"estimate: {_minutes(tuning_s + e2e_s)} more on this host ({per:.1f} s per measurement "
+        log.info(f"estimate: {_minutes(tuning_s + e2e_s)} more on this host ({per:.2g} s per measurement "
                  f"in the first round x {self.run.trials - report.measured} to go"
                  + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")
 

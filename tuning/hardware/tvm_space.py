@@ -41,6 +41,26 @@ def fast_tensor_intrin_import(target_kind: str = "llvm") -> None:
     importlib.import_module("tvm.s_tir.tensor_intrin." + ("cuda" if target_kind == "cuda" else "x86"))
 
 
+# TOPI marks pooling blocks with a `schedule_rule` annotation naming a custom rule that only some
+# targets register; MetaSchedule's ApplyCustomRule then warns "Unknown schedule rule ...", removes
+# the annotation and lets the default rules schedule the block. The fallbacks below do exactly that
+# (the same Unannotate instruction in the trace, so the same spaces), without the warning.
+POOL_RULES = ("pool_max", "pool_avg", "adaptive_pool_max", "adaptive_pool_avg")
+
+
+def register_pool_fallbacks(target_key: str = "cpu") -> None:
+    import tvm_ffi
+
+    def fallback(sch, block):
+        sch.unannotate(block, "schedule_rule")
+        return [sch]
+
+    for rule in POOL_RULES:
+        for name in (f"meta_schedule.{target_key}.{rule}", f"meta_schedule.{target_key}.meta_schedule.{rule}"):
+            if tvm_ffi.get_global_func(name, allow_missing=True) is None:
+                tvm_ffi.register_global_func(name, fallback)
+
+
 def make_target(target: dict):
     import tvm
 
@@ -52,6 +72,7 @@ def tune_context(mod, target: dict, task_name: str = "task"):
     from tvm.s_tir import meta_schedule as ms
 
     fast_tensor_intrin_import(target.get("kind", "llvm"))
+    register_pool_fallbacks()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
     # A fixed rand_state: the sketches' own (sampled) decisions decide some knobs' ranges (a compute
     # location's loop count follows earlier choices), so every process must generate the same sketches.
