@@ -116,3 +116,27 @@ def test_same_kernel_same_key_across_networks():
         keys[name] = {t.key: t.name for t in extract_tasks(import_network(model, example, TARGET), TARGET)
                       if [(1, 4096), (4096, 4096)] == param_shapes(t)[:2]}
     assert len(keys["alexnet"]) == 1 and keys["alexnet"].keys() == keys["vgg16"].keys()
+
+
+def test_pooling_kernels_are_scheduled_without_a_warning(resnet18, capfd):
+    """TOPI's pooling blocks name a custom rule no CPU registers; tunelab registers MetaSchedule's
+    own fallback (drop the annotation) under that name: the same sketches as without it, and no
+    C++ warning. "Without" runs in a fresh interpreter that never registers the fallback."""
+    *_, tasks = resnet18
+    pools = [t for t in tasks if "pool" in t.name]
+    assert pools
+    script = ("import json, sys, tvm; from tvm.s_tir import meta_schedule as ms;"
+              "from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target;"
+              "fast_tensor_intrin_import();"
+              "target = make_target(json.loads(sys.argv[1]));"
+              "mods = [tvm.ir.load_json(m) for m in json.load(sys.stdin)];"
+              "print(json.dumps([[str(s.trace) for s in ms.TuneContext(mod=m, target=target, task_name='t',"
+              " space_generator=ms.space_generator.PostOrderApply(), rand_state=0).generate_design_space()]"
+              " for m in mods]))")
+    without = subprocess.run([sys.executable, "-c", script, json.dumps(TARGET)], capture_output=True, text=True,
+                             input=json.dumps([tvm.ir.save_json(t.mod) for t in pools]), check=True, timeout=300)
+    assert "Unknown schedule rule" in without.stderr  # the warning this test is about
+    capfd.readouterr()
+    with_fallback = [[str(s.trace) for s in design_spaces(task, TARGET)] for task in pools]
+    assert "Unknown schedule rule" not in capfd.readouterr().err
+    assert with_fallback == json.loads(without.stdout.strip().splitlines()[-1])

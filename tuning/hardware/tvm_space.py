@@ -55,10 +55,10 @@ def register_pool_fallbacks(target_key: str = "cpu") -> None:
         sch.unannotate(block, "schedule_rule")
         return [sch]
 
-    for rule in POOL_RULES:
-        for name in (f"meta_schedule.{target_key}.{rule}", f"meta_schedule.{target_key}.meta_schedule.{rule}"):
-            if tvm_ffi.get_global_func(name, allow_missing=True) is None:
-                tvm_ffi.register_global_func(name, fallback)
+    for rule in POOL_RULES:  # 0.27 looks up "s_tir.meta_schedule.cpu.meta_schedule.pool_max"
+        name = f"s_tir.meta_schedule.{target_key}.meta_schedule.{rule}"
+        if tvm_ffi.get_global_func(name, allow_missing=True) is None:
+            tvm_ffi.register_global_func(name, fallback)
 
 
 def make_target(target: dict):
