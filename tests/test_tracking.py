@@ -194,6 +194,7 @@ def test_system_metrics_are_sampled_while_the_run_is_open(tmp_path):
     uri = sqlite_uri(tmp_path)
     tracker = MlflowTracker(uri, "system", system_metrics_s=0.2)
     run_id = tracker.start("job", {}, {})
+    tracker.monitor_system()
     time.sleep(1.5)
     tracker.end()
     client, found = runs(uri, "system")
@@ -201,5 +202,10 @@ def test_system_metrics_are_sampled_while_the_run_is_open(tmp_path):
     assert "system/cpu_utilization_percentage" in metrics and "system/system_memory_usage_megabytes" in metrics
     off = MlflowTracker(uri, "system", system_metrics_s=0)
     quiet_id = off.start("quiet", {}, {})
+    off.monitor_system()
     off.end()
+    reopened = MlflowTracker(uri, "system", system_metrics_s=0.2)  # tuning.apply / export / sync reopen runs
+    reopened.start("job", {}, {}, resume_run_id=quiet_id)
+    time.sleep(1.0)
+    reopened.end()
     assert not [k for k in client.get_run(quiet_id).data.metrics if k.startswith("system/")]

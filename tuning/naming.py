@@ -61,6 +61,17 @@ def run_name(cfg, choices: dict) -> str:
     return "-".join(p for p in parts if p) + f"-{cfg.seed}"
 
 
+def _is_sweep(value: str) -> bool:
+    """Hydra's sweep syntax: a comma outside brackets (a,b), range(...), choice(...), glob(...)."""
+    depth = 0
+    for char in value:
+        depth += char in "[{(" and 1 or 0
+        depth -= char in "]})" and 1 or 0
+        if char == "," and depth == 0:
+            return True
+    return value.startswith(("range(", "choice(", "glob(", "interval("))
+
+
 def sweep_name(sweep_dir: Path) -> str:
     """The parent run's name: what the sweep ran (from Hydra's multirun.yaml in its folder, read as
     untrusted input), then when it started."""
@@ -76,5 +87,5 @@ def sweep_name(sweep_dir: Path) -> str:
     for group in ("experiment", "hparams_search"):
         if choices.get(group):
             return f"{choices[group]} {when}"
-    swept = [o.split("=", 1)[0].lstrip("+~") for o in overrides if "," in o or "range(" in o or "choice(" in o]
+    swept = [o.split("=", 1)[0].lstrip("+~") for o in overrides if _is_sweep(o.split("=", 1)[-1])]
     return f"sweep {' x '.join(swept)} {when}" if swept else f"sweep {when}"

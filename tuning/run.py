@@ -106,6 +106,7 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         parent=hydra.get("sweep_dir"), resume_run_id=resumed_id)
     if run_id:
         run_id_file.write_text(run_id)
+        parts.tracker.monitor_system()  # the tuning job's CPU and memory, not those of apply/export/sync
     if resumed_id and run_id:  # a killed run's curve may lack its last rounds: rebuilt from the records
         backfill(parts.tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
 
@@ -371,8 +372,6 @@ def _choice(hydra: dict, cfg, group: str) -> str:
 
 
 def _tags(hydra: dict, cfg) -> dict:
-    import getpass
-
     import torch
 
     overrides = " ".join(hydra.get("overrides", []))
@@ -382,7 +381,7 @@ def _tags(hydra: dict, cfg) -> dict:
         "mlflow.source.name": str(Path(sys.argv[0]).resolve()) if sys.argv and sys.argv[0] else "run.py",
         "mlflow.source.type": "LOCAL",
         "mlflow.source.git.commit": _git_commit(),
-        "mlflow.user": getpass.getuser(),
+        "mlflow.user": _user(),
         "mlflow.note.content": _note(hydra, cfg, overrides),
         "torch_version": torch.__version__,
         "model": cfg.model.name,
@@ -397,13 +396,26 @@ def _tags(hydra: dict, cfg) -> dict:
     }
 
 
+def _headline_names(cfg) -> str:
+    return "`final_gflops` / `final_latency_ms`" if is_whole_model(cfg.model) else "`final_gflops` / `final_latency_us`"
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container's uid with no passwd entry and no USER
+        return "unknown"
+
+
 def _note(hydra: dict, cfg, overrides: str) -> str:
     """The run page's description: what ran, where its files are, which metric is the result."""
     choice = {g: _choice(hydra, cfg, g) for g in ("search", "sampler", "cost_model", "evaluator", "hardware")}
     return (f"{naming.workload_label(cfg.model)} tuned by search={choice['search']} sampler={choice['sampler']} "
             f"(cost_model={choice['cost_model']}, evaluator={choice['evaluator']}) on hardware={choice['hardware']}: "
             f"{cfg.budget.trials} measurements, seed {cfg.seed}. Command: `python run.py {overrides}`. "
-            f"The result is `final_gflops` / `final_latency_us` (the best schedule re-measured at the end"
+            f"The result is {_headline_names(cfg)} (the best schedule re-measured at the end"
             f"{'; `e2e/*` times the whole model' if is_whole_model(cfg.model) else ''}); `tuning/best_gflops` is "
             f"the best reading while tuning, one point per measurement. Records, config and log: {cfg.output_dir}.")
 

@@ -95,10 +95,8 @@ def conv2d_output_shape(workload: dict) -> tuple[int, int]:
 def build_tasks(model_cfg) -> list[Task]:
     """Tasks of a single-operator `model` config group entry (networks: the hardware backend's
     `network_tasks`)."""
-    from tuning.naming import workload_label
-
     kind = model_cfg["kind"]
-    name = workload_label(model_cfg)  # the generic gemm/conv2d YAMLs: their shape, e.g. gemm-512x256x128
+    name = model_cfg["name"]  # the task's name groups comparisons and metrics: the run's name carries the shape
     if kind == "gemm":
         return [gemm_task(name, model_cfg["M"], model_cfg["N"], model_cfg["K"], model_cfg.get("dtype", "float32"),
                           space=model_cfg.get("space", "full"))]

@@ -22,6 +22,7 @@ artifacts. The loop drives it in this order:
                                                      KILLED (and a multirun's parent as parent_status)
     tracker.unreachable() -> str | None              before any work: why the store cannot be reached
     tracker.logged_steps(key) -> set[int]            the steps of a metric the run already has
+    tracker.monitor_system()                         sample system metrics into the open run until end()
     tracker.spool_to(path)                           where metrics go that the store does not take
                                                      (JSON lines: key, value, timestamp, step)
     tracker.offline -> str | None                    why the store was given up on during the job (then
@@ -86,6 +87,9 @@ class Tracker(Component):
 
     def spool_to(self, path: str) -> None:
         pass
+
+    def monitor_system(self) -> None:
+        """Sample CPU, memory and disk into the open run until it ends (the tuning job calls this)."""
 
     @abstractmethod
     def end(self, status: str = "FINISHED", parent_status: str = "FINISHED") -> None:

@@ -113,17 +113,20 @@ class MlflowTracker(Tracker):
         if reopened:
             self.set_tags(tags)
         self._log_params(params, skip=already_logged)
-        self._start_system_metrics(resume=reopened)
         return self._run_id
 
-    def _start_system_metrics(self, resume: bool) -> None:
-        if not self.system_metrics_s:
+    def monitor_system(self) -> None:
+        if not self.system_metrics_s or not self._active or self._monitor is not None:
             return
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        self._monitor = SystemMetricsMonitor(self._run_id, sampling_interval=self.system_metrics_s,
-                                             resume_logging=resume, tracking_uri=self.uri)
-        self._monitor.start()
+        try:  # a view of the host, never a reason to fail the job
+            self._monitor = SystemMetricsMonitor(self._run_id, sampling_interval=self.system_metrics_s,
+                                                 resume_logging=True, tracking_uri=self.uri)
+            self._monitor.start()
+        except Exception as error:  # noqa: BLE001 - psutil or the store may be missing pieces
+            self._monitor = None
+            print(f"tunelab: no system metrics ({type(error).__name__}: {error})", file=sys.stderr)
 
     def _existing_run(self, run_id: str):
         """The run to reopen, or None when this store does not have it (the folder's run was

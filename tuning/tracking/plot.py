@@ -24,7 +24,7 @@ def convergence_png(curves: dict[str, list[tuple[int, float]]], path: str,
     ax.set_ylabel(ylabel)
     ax.set_title("Convergence")
     ax.grid(alpha=0.3)
-    if any(curves.values()) or final:
+    if any(curves.values()) or (final is not None and math.isfinite(final) and final > 0):
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
