@@ -252,7 +252,10 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "run.py", "model=gemm_64", "budget.trials=400", "budget.plan_size=8",
                              f"hydra.run.dir={run_dir}", "tracking=none"], cwd=repo, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            # a suite started in the background (`make test &`, nohup) inherits SIGINT
+                            # ignored, which Python keeps: the run must get it as a terminal would give it
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     records = run_dir / "records.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 8):
