@@ -79,10 +79,11 @@ def import_network(module, example, target: dict):
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings():  # torch's own pytree warns from export and from copying its result
         warnings.filterwarnings("ignore", "`isinstance\\(treespec, LeafSpec\\)` is deprecated", FutureWarning)
         exported = torch.export.export(module.eval(), (example,))
-    return simplify(from_exported_program(exported), target)
+        imported = from_exported_program(exported)
+    return simplify(imported, target)
 
 
 def simplify(mod, target: dict):
