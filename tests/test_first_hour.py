@@ -205,11 +205,11 @@ def test_the_estimate_comes_once_after_the_first_round(tmp_path, caplog):
     from tuning.callbacks import Pace
 
     parts = components(search="random", sampler="all", cost_model="none", hardware_overrides={"delay_s": 0.01})
-    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=32, plan_size=8, callbacks=[Pace(kernels=22,
-                                                                                                   e2e_timing_s=30)])
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=32, plan_size=8,
+                  callbacks=[Pace(kernels=22, e2e_timing_s=30, finalists=3)])
     with caplog.at_level(logging.INFO, logger="tunelab"):
         tune_tasks([KERNELS[0]], lambda _: parts, run, Gradient())
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("estimate:")]
-    assert "x 24 to go" in line and "for the end-to-end check" in line
+    assert "x 24 to go" in line and "re-measuring the best" in line and "for the end-to-end check" in line
     seconds_per = float(line.split("(")[1].split(" s per")[0])
     assert 0.01 <= seconds_per < 1.0  # 8 measurements of >= 10 ms each in the first round

@@ -200,11 +200,12 @@ class StoreWriter(MeasureCallback):
 class Pace(MeasureCallback):
     """One line, once the first round of new measurements is done: how long the rest of the run will
     take on this host at the pace so far (wall seconds per measurement, search and fitting included),
-    plus, for a whole model, the end-to-end check: `e2e_builds` model builds at the first round's mean
-    compile seconds per kernel build times `kernels`, and `e2e_timing_s` of timing."""
+    plus the final re-measurement (`finalists` configs, at the first round's mean build + run seconds)
+    and, for a whole model, the end-to-end check: two model builds of `kernels` kernels at the first
+    round's mean compile seconds, and `e2e_timing_s` of timing."""
 
-    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0):
-        self.kernels, self.e2e_timing_s = kernels, e2e_timing_s
+    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0, finalists: int = 0):
+        self.kernels, self.e2e_timing_s, self.finalists = kernels, e2e_timing_s, finalists
         self.said = False
 
     def on_start(self, run) -> None:
@@ -219,10 +220,11 @@ class Pace(MeasureCallback):
         per = (time.perf_counter() - self.started) / max(done, 1)
         tuning_s = per * (self.run.trials - report.measured)
         build_s = sum(r.build_s for r in new) / len(new)
+        final_s = self.finalists * (build_s + sum(r.run_s for r in new) / len(new))
         e2e_s = 2 * self.kernels * build_s + self.e2e_timing_s if self.kernels else 0.0
-        log.info(f"estimate: {_minutes(tuning_s + e2e_s)} more on this host ({per:.2g} s per measurement "
-                 f"in the first round x {self.run.trials - report.measured} to go"
-                 + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")
+        log.info(f"estimate: {_minutes(tuning_s + final_s + e2e_s)} more on this host ({per:.2g} s per measurement "
+                 f"in the first round x {self.run.trials - report.measured} to go, + {_minutes(final_s)} "
+                 f"re-measuring the best" + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")
 
 
 def _minutes(seconds: float) -> str:

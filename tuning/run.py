@@ -93,7 +93,7 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     run_name = naming.run_name(cfg, {g: _choice(hydra, cfg, g) for g in ("search", "sampler", "hardware")})
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
     pruning = Pruning(trial, cfg.objective, cfg.budget.trials) if trial is not None else None
-    callbacks = (default_callbacks(parts.tracker) + [_pace(cfg, tasks)] + ([pruning] if pruning else [])
+    callbacks = (default_callbacks(parts.tracker) + [_pace(cfg, tasks, parts.evaluator)] + ([pruning] if pruning else [])
                  + ([store_writer] if store_writer else []))
     log.info(_budget_line(cfg, tasks))
     if trial is not None:
@@ -256,10 +256,11 @@ def _budget_line(cfg, tasks) -> str:
             f"each first, {per_round} (budget.trials=N or budget.trials_per_task=N to change)")
 
 
-def _pace(cfg, tasks) -> Pace:
-    if is_whole_model(cfg.model) and cfg.e2e.enabled:
-        return Pace(kernels=len(tasks), e2e_timing_s=3 * cfg.e2e.max_seconds)  # tuned, untuned, torch
-    return Pace()
+def _pace(cfg, tasks, evaluator) -> Pace:
+    finalists = len(tasks) * evaluator.final_candidates  # each task's best few, re-measured at the end
+    if is_whole_model(cfg.model) and cfg.e2e.enabled:  # tuned, untuned and torch timed
+        return Pace(kernels=len(tasks), e2e_timing_s=3 * cfg.e2e.max_seconds, finalists=finalists)
+    return Pace(finalists=finalists)
 
 
 def even_share(trials: int, tasks: int, minimum: int) -> int:
