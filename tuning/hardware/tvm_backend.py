@@ -137,7 +137,7 @@ class TVMHardware(Hardware):
         operator); the timing uses the measuring thread count."""
         import os
 
-        from tuning.hardware.tvm_space import check_script
+        from tuning.hardware.tvm_export import check_script
 
         os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
         return check_script(task.workload, self.target, Path(script_path).read_text(), self.device)

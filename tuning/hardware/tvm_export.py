@@ -5,7 +5,8 @@ compiler links it), loads it back as a user would, checks its answer on random i
 operator against tuning.task.reference_output, numpy's or torch's; a network's kernel against its
 unscheduled TIR built without tuning) and times it beside the untuned kernel and, for single
 operators, torch, with the measuring thread count. `snippet` is the Python file that loads and calls
-the library, written beside it.
+the library, written beside it. check_script is the same check on an exported TVMScript file
+(python -m tuning.apply on a single operator).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ def export_library(workload: dict, target: dict, scheduled_mod, path: Path, devi
                    num_threads: int | None = None) -> dict:
     """Returns {"library", "args", "correct", "max_abs_error", "reference_max", "reference",
     "tuned_s", "untuned_s", "torch_s"} (torch_s None for a network's kernel)."""
-    import numpy as np
     import tvm
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,21 +29,49 @@ def export_library(workload: dict, target: dict, scheduled_mod, path: Path, devi
     lib = tvm.runtime.load_module(str(path))
     untuned = tvm.tirx.build(workload_module(workload), target=make_target(target))
     shapes = arg_shapes(workload_module(workload)["main"])
-    rng = np.random.default_rng(0)
-    inputs = [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in shapes[:-1]]
+    inputs = _random_inputs(shapes)
     dev = tvm.device(device, 0)
     tuned_args, got = _call(lib, inputs, shapes[-1], dev)
     untuned_args, untuned_out = _call(untuned, inputs, shapes[-1], dev)
     single = workload["op"] != "tir"
     expected = reference_output(workload, inputs) if single else untuned_out
-    scale = float(np.abs(expected).max())
     return {"library": str(path), "args": [[list(shape), dtype] for shape, dtype in shapes],
-            "correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4 * max(1.0, scale))),
-            "max_abs_error": float(np.abs(got - expected).max()), "reference_max": scale,
+            **_agreement(got, expected),
             "reference": ("numpy" if workload["op"] in ("gemm", "batch_matmul") else "torch") if single
             else "the untuned kernel",
             "tuned_s": _seconds(lib, tuned_args, dev), "untuned_s": _seconds(untuned, untuned_args, dev),
             "torch_s": torch_seconds(workload, inputs, num_threads) if single else None}
+
+
+def check_script(workload: dict, target: dict, script: str, device: str = "cpu") -> dict:
+    """Compile an exported schedule (TVMScript text) as a user would, run it on random inputs and
+    compare with the right answer (tuning.task.reference_output: numpy's product, torch's conv2d);
+    time it (python -m tuning.apply on a single operator). Returns {"correct", "max_abs_error",
+    "reference_max", "seconds"}."""
+    import tvm
+
+    shapes = arg_shapes(workload_module(workload)["main"])
+    inputs = _random_inputs(shapes)
+    dev = tvm.device(device, 0)
+    lib = tvm.tirx.build(tvm.script.from_source(script), target=make_target(target))
+    args, got = _call(lib, inputs, shapes[-1], dev)
+    return {**_agreement(got, reference_output(workload, inputs)), "seconds": _seconds(lib, args, dev)}
+
+
+def _random_inputs(shapes) -> list:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in shapes[:-1]]
+
+
+def _agreement(got, expected) -> dict:
+    """float32 against a float64 reference: relative 1e-3, absolute 1e-4 of the largest value."""
+    import numpy as np
+
+    scale = float(np.abs(expected).max())
+    return {"correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4 * max(1.0, scale))),
+            "max_abs_error": float(np.abs(got - expected).max()), "reference_max": scale}
 
 
 def _call(lib, inputs, output, dev):

@@ -13,7 +13,7 @@ import sys
 import types
 
 from tuning.space import Knob, Space, factorizations, merge_sketches
-from tuning.task import pair, reference_output
+from tuning.task import pair
 
 # model.space=tiling (the GEMM-tiling paper's space; docs/tvm.md §The tiling space): MetaSchedule's
 # llvm GEMM sketch without the write cache, i and j in 4 levels and k in 2 with the innermost cap
@@ -144,28 +144,6 @@ def tiling_sketch(traces):
         raise ValueError("model.space=tiling: MetaSchedule gave no multi-level-tiling sketch without a write "
                          "cache for this workload")
     return tiled[0]
-
-
-def check_script(workload: dict, target: dict, script: str, device: str = "cpu") -> dict:
-    """Compile an exported schedule (TVMScript text) as a user would, run it on random inputs and
-    compare with the right answer (tuning.task.reference_output: numpy's product, torch's conv2d);
-    time it. Returns {"correct", "max_abs_error", "reference_max", "seconds"}."""
-    import numpy as np
-    import tvm
-
-    shapes = arg_shapes(prim_func(workload))
-    rng = np.random.default_rng(0)
-    inputs = [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in shapes[:-1]]
-    dev = tvm.device(device, 0)
-    tuned = tvm.tirx.build(tvm.script.from_source(script), target=make_target(target))
-    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.tensor(np.zeros(*shapes[-1]), dev)]
-    tuned[tuned.entry_name](*args)
-    expected, got = reference_output(workload, inputs), args[-1].numpy()
-    scale = float(np.abs(expected).max())
-    timer = tuned.time_evaluator(tuned.entry_name, dev, number=1, repeat=10, min_repeat_ms=50)
-    return {"correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4 * max(1.0, scale))),
-            "max_abs_error": float(np.abs(got - expected).max()), "reference_max": scale,
-            "seconds": float(np.median(timer(*args).results))}
 
 
 class TaskSchedules:
