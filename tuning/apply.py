@@ -49,7 +49,7 @@ def apply_run(run_dir: Path) -> dict:
         if missing:
             raise SystemExit(f"tunelab: no valid record for {len(missing)} task(s) of {run_dir}: {', '.join(missing)}")
         hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database")
-        tracker = _tracker_of(cfg, run_dir)
+        tracker = tracker_of(cfg, run_dir)
         try:
             e2e = evaluate_end_to_end(cfg, hardware, tracker, run_dir)
         finally:
@@ -82,7 +82,7 @@ def check_operator(cfg, run_dir: Path, records) -> dict:
     return checked
 
 
-def _tracker_of(cfg, run_dir: Path):
+def tracker_of(cfg, run_dir: Path):
     from hydra.utils import instantiate
 
     from tuning.tracking.base import NoTracker

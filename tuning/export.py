@@ -30,7 +30,7 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     """The run folder is untrusted input: its config is checked like run.py's before anything is built."""
     from hydra.utils import instantiate
 
-    from tuning.apply import _tracker_of
+    from tuning.apply import tracker_of
     from tuning.task import build_tasks
 
     cfg = load_config(run_dir / "config.yaml", "run")
@@ -50,7 +50,7 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
             raise ConfigError(f"hardware: {error}; export a run made on real hardware (hardware=cpu)") from None
     result["snippet_output"], result["snippet_ok"] = _run_snippet(Path(result["snippet"]))
     _report(task, result)
-    tracker = _tracker_of(cfg, run_dir)
+    tracker = tracker_of(cfg, run_dir)
     try:
         for path in (result["library"], result["snippet"]):
             tracker.log_artifact(path, "export")

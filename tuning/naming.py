@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.task import pair
+
 DEFAULT_HARDWARE = "cpu"  # the one a run name does not mention
 
 
@@ -46,9 +48,7 @@ def conv2d_shape(model) -> str:
 
 
 def _size(value) -> str:
-    if isinstance(value, int):
-        return str(value)
-    h, w = value
+    h, w = pair(value)
     return str(h) if h == w else f"{h}x{w}"
 
 
