@@ -94,3 +94,19 @@ def test_predictive_distribution_where_declared(path):
     assert mean.shape == std.shape == (100,) and np.all(std >= 0) and std.any()
     best = np.argmax(y)  # fractions of the best measured: the incumbent is near 1
     assert 0.5 < mean[best] <= 1.0 + 1e-9, mean[best]
+
+
+@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
+def test_reads_per_store_rows(path):
+    """cost_model.features=per_store|both gives (n, stores, width): every model takes it."""
+    def rows(X):  # one store row and one padding row per program
+        return np.stack([X, np.zeros_like(X)], axis=1)
+
+    X, y = measured(200, seed=0)
+    X_test, y_test = measured(500, seed=1)
+    model = instantiate(path).fit(rows(X), y)
+    scores = model.predict(rows(X_test))
+    assert np.shape(scores) == (500,) and np.all(np.isfinite(scores))
+    if model.can_rank:
+        predicted = model.predict_dist(rows(X_test))[0] if model.has_uncertainty else scores
+        assert spearmanr(predicted, y_test).correlation > 0.3

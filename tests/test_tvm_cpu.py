@@ -265,3 +265,47 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
     assert proc.returncode == 130, stderr[-3000:]
     assert f"continue with: python run.py resume={run_dir}" in stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+
+
+def test_per_store_features_describe_the_scheduled_program(hardware):
+    """TVM's PerStoreFeature on each config's schedule: 164 numbers a store, one count per task,
+    different programs differ, a config TVM cannot schedule has only zero (padding) rows."""
+    space = hardware.space(CONV)
+    rng = np.random.default_rng(0)
+    configs = [space.canonical(space.sample(rng)) for _ in range(12)]
+    X = space.model_features(configs, "per_store")
+    assert X.shape[0] == 12 and X.shape[2] == 164 and X.shape[1] >= 1
+    assert np.abs(X[:, 0]).sum(axis=1).min() > 0  # every program has a store
+    assert len({x.tobytes() for x in X}) > 6
+    both = space.model_features(configs[:3], "both")
+    assert both.shape == (3, X.shape[1], 164 + space.feature_width)
+    schedules = hardware.schedules(CONV)
+    unseen = next(c for c in (space.sample(np.random.default_rng(100 + i)) for i in range(50))
+                  if c not in space._store_cache)
+    original = schedules.replay
+    schedules.replay = lambda config: (_ for _ in ()).throw(ValueError("cannot replay"))
+    try:
+        assert not np.abs(space.model_features([unseen], "per_store")).any()
+    finally:
+        schedules.replay = original
+
+
+def test_metaschedule_row_tunes_for_real(tmp_path):
+    """`search=evolutionary cost_model=xgb_ms` (per-store features) on a real kernel: records, the
+    search's metrics, a model fitted after its warm-up, a kernel far faster than the first."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms",
+         "cost_model.num_warmup_samples=16", "search.population_size=64", "budget.trials=48",
+         "budget.plan_size=16", f"hydra.run.dir={tmp_path / 'run'}", "tracking=none"],
+        cwd=repo, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 48 and len({tuple(r["config"]) for r in records}) == 48
+    assert {r["round"] for r in records} == {0, 1, 2}
+    assert "GFLOP/s" in proc.stdout

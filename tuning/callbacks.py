@@ -29,6 +29,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
+from tuning.cost_model.base import model_input
 from tuning.store import TaskRows
 
 log = logging.getLogger("tunelab")
@@ -113,7 +114,8 @@ class StepMetrics(MeasureCallback):
     def before_measure(self, tuner, batch) -> None:
         self.predicted = None
         if tuner.records:
-            self.predicted = tuner.parts.cost_model.predict_throughput(tuner.space.features(batch))
+            self.predicted = tuner.parts.cost_model.predict_throughput(
+                model_input(tuner.space, tuner.parts.cost_model, batch))
 
     def after_round(self, report: RoundReport) -> None:
         tuner = report.tuner

@@ -171,6 +171,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     if not problems:
         names = {group: (choices or {}).get(group) or cls.__name__ for group, cls in classes.items()}
         problems += check_requirements(classes, names)
+        problems += _check_features(cfg, classes, names)
         if cfg.model.kind not in classes["hardware"].model_kinds:
             problems.append(f"hardware: hardware={names['hardware']} tunes model.kind "
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")
@@ -301,6 +302,27 @@ def _check_model_name(name) -> list[str]:
         return []
     return [f"model.name: names the run's files and runs, so it must match {MODEL_NAME.pattern} "
             f"(no '/', not starting with '.'), got {name!r}"]
+
+
+def _check_features(cfg, classes, names) -> list[str]:
+    """cost_model.features other than knobs: TVM schedules each scored candidate (tuning/space.py)."""
+    features = cfg.cost_model.get("features", "knobs")
+    if features == "knobs":
+        return []
+    problems = []
+    hardware, backend = classes["hardware"], cfg.hardware.get("backend")
+    if hardware.schedules_programs and isinstance(backend, DictConfig) and backend.get("_target_"):
+        backend_class, _ = _check_component("hardware.backend", backend)
+        hardware = backend_class or hardware
+    if not hardware.schedules_programs:
+        problems.append(f"cost_model.features: {features} describes the program TVM schedules for each "
+                        f"config; hardware={names['hardware']} does not schedule with TVM (use hardware=cpu "
+                        f"or replay, or cost_model.features=knobs)")
+    if not classes["search"].affords_program_features:
+        problems.append(f"cost_model.features: {features} costs a TVM schedule per scored candidate (~3 ms "
+                        f"on 2 cores); search={names['search']} scores too many a round (use "
+                        f"search=evolutionary or random, or cost_model.features=knobs)")
+    return problems
 
 
 def _check_component(group: str, node) -> tuple[type | None, list[str]]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.callbacks import MeasureCallback, RoundReport, default_callbacks
-from tuning.cost_model.base import CostModel
+from tuning.cost_model.base import CostModel, model_input
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
 from tuning.outcome import TaskOutcome, best_from_records
@@ -280,7 +280,7 @@ def _fit(cost_model, space, task, records, times) -> None:
     if not records:
         return
     started = time.perf_counter()
-    X = space.features([tuple(r.config) for r in records])
+    X = model_input(space, cost_model, [tuple(r.config) for r in records])
     y = np.array([r.result.gflops(task.flops) for r in records], dtype=np.float64)
     cost_model.fit(X, y)
     times["model_s"] += time.perf_counter() - started

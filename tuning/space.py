@@ -16,7 +16,10 @@ location becomes a legal one), so a config's identity is the config read back
 after replay. Searches may propose raw configs; samplers compare canonical ones.
 It may also give a `legitimacy` check (the GEMM-tiling paper's J, Eq. 5): the
 schedule replays and passes the backend's postprocessors. Neighbourhood
-searches (G-BFS, N-A2C) move only to legitimate configs.
+searches (G-BFS, N-A2C) move only to legitimate configs. And it may give
+`store_features`: each config's scheduled program described by TVM's
+per-store feature extractor, (stores, width) rows per config, (0, width) for a
+config that does not schedule; `model_features` packs them for cost models.
 
 Moves between configs (docs/methods.md §G-BFS and N-A2C, "Moves"):
     neighbors(config, moves)  every config one move away
@@ -36,6 +39,12 @@ import numpy as np
 
 Config = tuple  # tuple[int, ...]
 MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
+# What a cost model reads (cost_model.features; docs/methods.md §Features):
+#   knobs      the config's own choices (sketch one-hot, log2 tile factors, ...): `features`
+#   per_store  TVM's per-store features of the scheduled program (one row per buffer store)
+#   both       each per-store row with the knob features appended
+FEATURES = ("knobs", "per_store", "both")
+STORE_CACHE = 50_000  # configs whose per-store rows are kept (a row is 164 float32)
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,10 @@ class Space:
     active: list[tuple[int, ...]]  # active[s] = slot indices (>=1) used by sketch s
     canonicalize: Callable[[Config], Config] | None = None
     legitimacy: Callable[[Config], bool] | None = None
+    store_features: Callable[[Sequence[Config]], list] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
     _legitimate_cache: dict = field(default_factory=dict, repr=False)
+    _store_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
@@ -304,6 +315,57 @@ class Space:
         return out
 
 
+    # ---- what cost models read ----------------------------------------------
+    def model_features(self, configs: Sequence[Config], kind: str = "knobs") -> np.ndarray:
+        """The features a cost model with `cost_model.features=kind` reads.
+
+        knobs: (n, d) `features`. per_store: (n, R, w), R the task's rows (fixed at the first call:
+        the most stores of that batch and of one sample per sketch; zero rows pad, and a program
+        with more stores has its extra rows summed into the last). both: per_store with the knob
+        features appended to every row. Models that want a flat matrix reshape (n, -1)."""
+        if kind == "knobs":
+            return self.features(configs)
+        if kind not in FEATURES:
+            raise ValueError(f"features: expected one of {', '.join(FEATURES)}, got {kind!r}")
+        rows = self.store_rows(configs)
+        if kind == "per_store":
+            return rows
+        knobs = np.repeat(self.features(configs)[:, None, :], rows.shape[1], axis=1)
+        return np.concatenate([rows, knobs], axis=2)
+
+    def store_rows(self, configs: Sequence[Config]) -> np.ndarray:
+        """Per-store rows of each config, packed to (n, R, width) as `model_features` says."""
+        if self.store_features is None:
+            raise ValueError("per-store features need a space scheduled by TVM (hardware=cpu or replay)")
+        configs = [tuple(int(c) for c in config) for config in configs]
+        if "_store_shape" not in self.__dict__:
+            probe = configs + [self.sample(np.random.default_rng(s)) for s in range(self.num_sketches)]
+            self._cache_store_rows(probe)
+            found = [self._store_cache[c] for c in probe]
+            self.__dict__["_store_shape"] = (max(1, max(len(r) for r in found)), found[0].shape[1])
+        self._cache_store_rows(configs)
+        count, width = self.__dict__["_store_shape"]
+        out = np.zeros((len(configs), count, width), dtype=np.float32)
+        for i, config in enumerate(configs):
+            rows = self._store_cache[config]
+            if len(rows) <= count:
+                out[i, :len(rows)] = rows
+            else:
+                out[i, :count - 1] = rows[:count - 1]
+                out[i, count - 1] = rows[count - 1:].sum(axis=0)
+        return out
+
+    def _cache_store_rows(self, configs) -> None:
+        missing = list(dict.fromkeys(c for c in configs if c not in self._store_cache))
+        if not missing:
+            return
+        if len(self._store_cache) + len(missing) > STORE_CACHE:
+            self._store_cache.clear()
+            missing = list(dict.fromkeys(configs))
+        for config, rows in zip(missing, self.store_features(missing)):
+            self._store_cache[config] = np.asarray(rows, dtype=np.float32)
+
+
 class RestrictedSpace(Space):
     """A space cut down to the given configs (model.space=store: the configs a measurement store holds),
     Kernel Tuner's simulation mode over a sampled space. Every way a search or sampler makes a config
@@ -315,7 +377,7 @@ class RestrictedSpace(Space):
     SKETCH_WEIGHT = 10.0
 
     def __init__(self, base: Space, configs):
-        super().__init__(base.knobs, base.active, legitimacy=base.legitimacy)
+        super().__init__(base.knobs, base.active, legitimacy=base.legitimacy, store_features=base.store_features)
         from scipy.spatial import cKDTree
 
         self.base = base

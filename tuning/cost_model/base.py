@@ -22,6 +22,12 @@ A cost model predicts the throughput of configs from their features.
                            rejected with it.
     has_uncertainty        True where predict_dist exists; searches that need it
                            (search=csa) are rejected with other models.
+    features               What the model reads (tuning/space.py FEATURES), a hyperparameter of
+                           the models that take it (`cost_model.features`): knobs (X is (n, d)),
+                           per_store or both (X is (n, stores, width): one row per buffer store of
+                           the scheduled program). A model that wants a flat matrix calls
+                           `flat(X)`; one that sums per-store scores (xgb_ms) reads the rows.
+                           Searches and the loop get X from `model_input`, never by hand.
     trains_nothing         True for cost_model=none: searches that measure every proposal and
                            use no model (search=gbfs, a2c) require it, so no run spends time
                            fitting a model nobody reads.
@@ -35,15 +41,18 @@ from abc import abstractmethod
 import numpy as np
 
 from tuning.component import Component
+from tuning.space import FEATURES
 
 
 class CostModel(Component):
     capabilities = {"can_rank": ("ranks configs", "xgb"),
                     "has_uncertainty": ("has a predictive uncertainty", "rf"),
                     "trains_nothing": ("trains nothing (the search uses no model)", "none")}
+    options = {"features": FEATURES}
     can_rank = True
     has_uncertainty = False
     trains_nothing = False
+    features = "knobs"
 
     @abstractmethod
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CostModel":
@@ -58,3 +67,14 @@ class CostModel(Component):
 
     def predict_dist(self, X: np.ndarray):
         raise NotImplementedError(f"{type(self).__name__} has no predictive distribution")
+
+
+def model_input(space, cost_model, configs) -> np.ndarray:
+    """The features `cost_model` reads, for `configs` of `space`."""
+    return space.model_features(configs, cost_model.features)
+
+
+def flat(X) -> np.ndarray:
+    """(n, d) float32: per-store rows (n, stores, width) laid end to end."""
+    X = np.asarray(X, dtype=np.float32)
+    return X.reshape(len(X), int(np.prod(X.shape[1:]))) if X.ndim != 2 else X

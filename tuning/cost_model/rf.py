@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import norm
 from sklearn.ensemble import RandomForestRegressor
 
-from tuning.cost_model.base import CostModel
+from tuning.cost_model.base import CostModel, flat
 
 
 def expected_improvement(mean, std, best: float) -> np.ndarray:
@@ -43,23 +43,25 @@ class RandomForestCostModel(CostModel):
         acquisition    ei (expected positive improvement, the paper) or mean
         seed           the forest's random_state (from the run's seed)
         n_jobs         fitting threads (1: bit-reproducible fits)
+        features       knobs | per_store | both (tuning/cost_model/base.py; flattened)
     """
 
     has_uncertainty = True
     ranges = {"n_estimators": (1, None), "max_features": (1, None), "seed": (0, None), "n_jobs": (1, None)}
-    options = {"acquisition": ("ei", "mean")}
+    options = {**CostModel.options, "acquisition": ("ei", "mean")}
 
     def __init__(self, n_estimators: int = 10, max_features: int = 10, acquisition: str = "ei", seed: int = 0,
-                 n_jobs: int = 1):
+                 n_jobs: int = 1, features: str = "knobs"):
         self.n_estimators = n_estimators
         self.max_features = max_features
         self.acquisition = acquisition
         self.seed = seed
         self.n_jobs = n_jobs
+        self.features = features
         self.forest: RandomForestRegressor | None = None
 
     def fit(self, X, y):
-        X = np.asarray(X, dtype=np.float32)
+        X = flat(X)
         y = np.asarray(y, dtype=np.float64)
         best = float(y.max()) if len(y) else 0.0
         if len(y) < 2 or best <= 0:  # nothing to scale by or learn from: predict zeros, as unfitted
@@ -73,7 +75,7 @@ class RandomForestCostModel(CostModel):
 
     def predict_dist(self, X):
         """(mean, std) of the per-tree predictions, as fractions of the best measured."""
-        X = np.ascontiguousarray(X, dtype=np.float32)
+        X = np.ascontiguousarray(flat(X))
         if self.forest is None or len(X) == 0:
             return np.zeros(len(X)), np.zeros(len(X))
         per_tree = np.stack([tree.predict(X, check_input=False) for tree in self.forest.estimators_])

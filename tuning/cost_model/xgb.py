@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import xgboost as xgb
 
-from tuning.cost_model.base import CostModel
+from tuning.cost_model.base import CostModel, flat
 
 OBJECTIVES = ("reg:squarederror", "rank:pairwise")
 
@@ -43,17 +43,19 @@ class XGBoostCostModel(CostModel):
                                 stopping watches (64: AutoTVM's plan size)
         seed                    xgboost seed (from the run's seed)
         nthread                 xgboost threads (1: bit-reproducible fits)
+        features                knobs | per_store | both (tuning/cost_model/base.py; flattened)
     """
 
     ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "subsample": (1e-6, 1.0),
               "eta": (1e-6, 1.0), "reg_lambda": (0.0, None), "alpha": (0.0, None), "num_boost_round": (1, None),
               "early_stopping_rounds": (1, None), "recall_at": (1, None), "seed": (0, None), "nthread": (1, None)}
-    options = {"objective": OBJECTIVES}
+    options = {**CostModel.options, "objective": OBJECTIVES}
 
     def __init__(self, max_depth: int = 3, gamma: float = 0.0001, min_child_weight: float = 1,
                  subsample: float = 1.0, eta: float = 0.3, reg_lambda: float = 1.0, alpha: float = 0.0,
                  objective: str = "reg:squarederror", num_boost_round: int = 400,
-                 early_stopping_rounds: int = 50, recall_at: int = 64, seed: int = 0, nthread: int = 1):
+                 early_stopping_rounds: int = 50, recall_at: int = 64, seed: int = 0, nthread: int = 1,
+                 features: str = "knobs"):
         self.max_depth = max_depth
         self.gamma = gamma
         self.min_child_weight = min_child_weight
@@ -67,6 +69,7 @@ class XGBoostCostModel(CostModel):
         self.recall_at = recall_at
         self.seed = seed
         self.nthread = nthread
+        self.features = features
         self.booster: xgb.Booster | None = None
 
     @property
@@ -82,7 +85,7 @@ class XGBoostCostModel(CostModel):
         return {**params, "disable_default_eval_metric": 1} if self.ranks else params
 
     def fit(self, X, y):
-        X = np.asarray(X, dtype=np.float32)
+        X = flat(X)
         y = np.asarray(y, dtype=np.float64)
         if len(y) < 2:  # nothing to learn an order from: predict zeros, as unfitted
             self.booster = None
@@ -100,7 +103,7 @@ class XGBoostCostModel(CostModel):
         return f"recall@{self.recall_at}", top_n_recall(predictions, data.get_label(), self.recall_at)
 
     def predict(self, X):
-        X = np.asarray(X, dtype=np.float32)
+        X = flat(X)
         if self.booster is None or len(X) == 0:
             return np.zeros(len(X), dtype=np.float64)
         return self.booster.inplace_predict(X).astype(np.float64)

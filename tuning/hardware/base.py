@@ -43,6 +43,8 @@ Every backend provides:
     close()                  stop the workers.
     model_kinds              the model.kind values it can tune (config validation
                              rejects the others before any work).
+    schedules_programs       True when its spaces give TVM's per-store features of the scheduled
+                             program (Space.store_features): cost_model.features=per_store|both.
 
 A measuring backend takes `store` (a measurement store file every reading is written to) and
 `reuse` (answer configs the store holds from it instead of measuring them again): run.py adds the
@@ -59,6 +61,7 @@ from tuning.component import Component
 
 class Hardware(Component):
     model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")
+    schedules_programs = False
 
     @abstractmethod
     def space(self, task):

@@ -45,6 +45,7 @@ class ReplayHardware(Hardware):
 
     options = {"on_miss": ON_MISS}
     model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")  # whatever the backend tunes
+    schedules_programs = True  # when its backend does: config validation looks at the backend
 
     def __init__(self, backend: Hardware | None = None, store: str = "", on_miss: str = "measure",
                  normalise: bool = False, simulated_clock: bool = True, create: bool = False):

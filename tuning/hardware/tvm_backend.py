@@ -27,6 +27,7 @@ from tuning.hardware.runner import LocalRunner
 
 
 class TVMHardware(Hardware):
+    schedules_programs = True
     device: ClassVar[str]
     name: ClassVar[str]
     build_workers: int = 1

@@ -11,6 +11,9 @@ import logging
 import os
 import sys
 import types
+from collections import OrderedDict
+
+import numpy as np
 
 from tuning.space import Knob, Space, factorizations, merge_sketches
 from tuning.task import pair
@@ -153,6 +156,7 @@ class TaskSchedules:
         self.mod = workload_module(workload)
         self.tiling = workload.get("space") == "tiling"
         context = tune_context(self.mod, target)
+        self.context = context
         self.target = context.target
         self.sketches = [s.trace for s in context.generate_design_space()]
         if self.tiling:
@@ -162,7 +166,9 @@ class TaskSchedules:
             postproc._initialize_with_tune_context(context)
         self.sketch_knobs = [self._read_knobs(trace) for trace in self.sketches]
         knobs, active = merge_sketches(self.sketch_knobs)
-        self.space = Space(knobs, active, canonicalize=self.canonical, legitimacy=self.legitimate)
+        self.space = Space(knobs, active, canonicalize=self.canonical, legitimacy=self.legitimate,
+                           store_features=self.store_features)
+        self._scheduled: OrderedDict = OrderedDict()  # config -> (schedule, effective) or the error
 
     # ---- reading the knobs ----------------------------------------------------
     def _read_knobs(self, trace) -> list[Knob]:
@@ -239,8 +245,47 @@ class TaskSchedules:
             return False
         return True
 
+    SCHEDULED_KEPT = 2048  # a search checks a config's legitimacy, then reads its features: schedule once
+
     def schedule(self, config):
-        """(schedule, effective config) with postprocessors applied, or raises ValueError."""
+        """(schedule, effective config) with postprocessors applied, or raises (the last
+        SCHEDULED_KEPT outcomes are kept; callers must not modify the schedule)."""
+        config = tuple(config)
+        if config not in self._scheduled:
+            try:
+                self._scheduled[config] = self._schedule(config)
+            except Exception as error:  # noqa: BLE001 - kept and re-raised: the same outcome every time
+                self._scheduled[config] = error
+            if len(self._scheduled) > self.SCHEDULED_KEPT:
+                self._scheduled.popitem(last=False)
+        outcome = self._scheduled[config]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def store_features(self, configs) -> list[np.ndarray]:
+        """TVM's per-store features (MetaSchedule's PerStoreFeature, its defaults: 5 buffers per
+        store, 10 arithmetic-intensity samples, 64-byte lines; 164 numbers a row) of each config's
+        scheduled program; (0, 164) for a config that does not schedule."""
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+        if "_extractor" not in self.__dict__:
+            self._extractor = PerStoreFeature()
+            self._args = ms.arg_info.ArgInfo.from_prim_func(self.mod["main"])
+        out = [np.zeros((0, self._extractor.feature_vector_length), dtype=np.float32)] * len(configs)
+        scheduled, where = [], []
+        for i, config in enumerate(configs):
+            try:
+                scheduled.append(ms.MeasureCandidate(self.schedule(config)[0], self._args))
+                where.append(i)
+            except Exception:  # noqa: BLE001 - a config that does not schedule has no stores to describe
+                continue
+        for i, rows in zip(where, self._extractor.extract_from(self.context, scheduled) if scheduled else []):
+            out[i] = rows.numpy().astype(np.float32)
+        return out
+
+    def _schedule(self, config):
         sch = self.replay(config)
         effective = self.effective_config(sch, config[0])
         for postproc in self.postprocs:

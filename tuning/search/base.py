@@ -22,6 +22,11 @@ A search strategy proposes candidate configs each round; it never measures.
         sampler's own. A contextual search (csa) sets it from its model's
         uncertainty, and requires a cost model that `has_uncertainty`.
 
+A search that scores few enough candidates a round to schedule each one with TVM sets
+`affords_program_features = True`; only those run with a cost model that reads per-store
+features of the scheduled program (cost_model.features=per_store|both: ~3 ms a candidate on a
+2-core host, so SA's ~64,000 scores a round would take minutes).
+
 Every search takes a `default_plan_size` hyperparameter: configs measured per
 round when `budget.plan_size` is null, its paper's value (cited in its YAML).
 `n` above is the resolved plan size. A search that decides what is measured
@@ -38,12 +43,14 @@ from abc import abstractmethod
 import numpy as np
 
 from tuning.component import Component
+from tuning.cost_model.base import model_input
 from tuning.sampler.base import random_unvisited
 
 
 class Search(Component):
     moved = {"plan_size": "budget.plan_size (null: the method's default, search.default_plan_size)"}
     default_plan_size: int
+    affords_program_features = False
 
     @abstractmethod
     def propose(self, space, cost_model, n, visited, rng):
@@ -67,7 +74,7 @@ class Search(Component):
 
 # ---- helpers shared by the model-guided searches ------------------------------------------
 def predict(space, cost_model, configs) -> np.ndarray:
-    return np.asarray(cost_model.predict(space.features(configs)), dtype=np.float64)
+    return np.asarray(cost_model.predict(model_input(space, cost_model, configs)), dtype=np.float64)
 
 
 def fill_with_random(proposals, space, visited, n, rng) -> list:

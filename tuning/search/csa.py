@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuning.cost_model.base import model_input
 from tuning.search.base import fill_with_random
 from tuning.search.sa import SimulatedAnnealing
 
@@ -53,7 +54,7 @@ class ContextualSimulatedAnnealing(SimulatedAnnealing):
         unmeasured = fill_with_random([], space, visited, self.uncertainty_samples, rng)
         if not unmeasured:
             return self.initial_eps, 0.0
-        _, std = cost_model.predict_dist(space.features(unmeasured))
+        _, std = cost_model.predict_dist(model_input(space, cost_model, unmeasured))
         mean_std = float(np.mean(std))
         if mean_std <= 0:  # an unfitted model: no context yet
             return self.initial_eps, 0.0

@@ -14,6 +14,7 @@ class RandomSearch(Search):
     """
 
     ranges = {"default_plan_size": (1, None)}
+    affords_program_features = True  # scores nothing: the model is only fit on what was measured
 
     def __init__(self, default_plan_size: int = 64):
         self.default_plan_size = default_plan_size

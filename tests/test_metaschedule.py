@@ -1,0 +1,222 @@
+"""MetaSchedule as a method row: search=evolutionary, cost_model=xgb_ms, cost_model.features.
+
+Pure Python here (synthetic spaces, hand-made per-store rows); real TVM schedules and features in
+test_tvm_cpu.py."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from tuning.config import ConfigError, validate
+from tuning.cost_model.xgb import XGBoostCostModel
+from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack, warmup_scores
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.measure import MeasureSpec
+from tuning.records import MeasureResult
+from tuning.search.evolutionary import EvolutionarySearch, _move_tile_factor
+from tuning.space import Space
+from tuning.task import gemm_task
+
+HARDWARE = SyntheticHardware()
+TASK = gemm_task("g", 256, 256, 256)
+
+
+def space_with_rows(rows_of):
+    """The synthetic gemm space with `store_features` = rows_of(config) -> (k, w) array."""
+    base = HARDWARE.space(TASK)
+    calls = []
+
+    def store_features(configs):
+        calls.append(len(configs))
+        return [np.asarray(rows_of(c), dtype=np.float32) for c in configs]
+
+    space = Space(base.knobs, base.active, store_features=store_features)
+    return space, calls
+
+
+# ---- Space.model_features ------------------------------------------------------------------------
+def test_per_store_rows_are_padded_to_one_count_and_cached():
+    space, calls = space_with_rows(lambda c: np.full((1 + c[0] % 2, 3), c[0] + 1.0))
+    configs = [space.sample(np.random.default_rng(s)) for s in range(20)]
+    X = space.model_features(configs, "per_store")
+    assert X.shape == (20, 2, 3)
+    for config, rows in zip(configs, X):
+        assert np.all(rows[0] == config[0] + 1)
+        assert np.all(rows[1] == (config[0] + 1 if config[0] % 2 else 0))  # zero row pads
+    before = sum(calls)
+    assert np.array_equal(space.model_features(configs, "per_store"), X) and sum(calls) == before
+
+
+def test_more_stores_than_the_count_are_summed_into_the_last_row():
+    big: set = set()
+    rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+    space, _ = space_with_rows(lambda c: rows if c in big else rows[:1])
+    first, second = (space.sample(np.random.default_rng(s)) for s in (10, 11))
+    assert space.store_rows([first]).shape == (1, 1, 2)  # the count is fixed by the first call
+    big.add(second)
+    assert np.array_equal(space.store_rows([second])[0], [rows.sum(axis=0)])
+
+
+def test_both_appends_the_knob_features_to_every_row():
+    space, _ = space_with_rows(lambda c: np.ones((2, 4)))
+    configs = [space.sample(np.random.default_rng(s)) for s in range(5)]
+    X = space.model_features(configs, "both")
+    knobs = space.features(configs)
+    assert X.shape == (5, 2, 4 + knobs.shape[1])
+    assert np.array_equal(X[:, 1, 4:], knobs) and np.all(X[:, :, :4] == 1)
+
+
+def test_knob_space_without_tvm_refuses_per_store_features():
+    with pytest.raises(ValueError, match="per-store features need a space scheduled by TVM"):
+        HARDWARE.space(TASK).model_features([HARDWARE.space(TASK).sample(np.random.default_rng(0))], "per_store")
+
+
+# ---- cost_model=xgb_ms -----------------------------------------------------------------------------
+def rows_and_throughput(count, seed):
+    """Programs of 1-3 stores; throughput is a sum of a per-row function (what pack-sum can learn)."""
+    rng = np.random.default_rng(seed)
+    X = np.zeros((count, 3, 4), dtype=np.float32)
+    y = np.zeros(count)
+    for i in range(count):
+        stores = int(rng.integers(1, 4))
+        X[i, :stores] = rng.uniform(0.1, 1.0, size=(stores, 4))
+        y[i] = sum(np.sin(3 * r[0]) + r[1] ** 2 for r in X[i, :stores])
+    return X, y
+
+
+def test_pack_drops_padding_rows_and_keeps_program_ids():
+    X = np.zeros((3, 2, 2), dtype=np.float32)
+    X[0, 0] = 1
+    X[2] = 2
+    rows, ids = pack(X)
+    assert ids.tolist() == [0, 2, 2] and rows.shape == (3, 2)
+
+
+def test_pack_sum_learns_a_per_store_sum_and_predicts_zero_for_no_stores():
+    X, y = rows_and_throughput(400, seed=0)
+    X_test, y_test = rows_and_throughput(300, seed=1)
+    model = MetaScheduleXGBoost(num_warmup_samples=100).fit(X, y)
+    assert spearmanr(model.predict(X_test), y_test).correlation > 0.8
+    assert model.predict(np.zeros((2, 3, 4)))[0] == 0.0
+
+
+def test_random_scores_until_the_warmup_then_adaptive_refits():
+    X, y = rows_and_throughput(120, seed=0)
+    model = MetaScheduleXGBoost(num_warmup_samples=100, seed=4)
+    model.fit(X[:99], y[:99])
+    assert model.booster is None
+    warm = model.predict(X[:10])
+    assert np.array_equal(warm, warmup_scores(X[:10], 4)) and np.all((warm >= 0) & (warm < 1))
+    assert not np.array_equal(warm, warmup_scores(X[:10], 5))
+    model.fit(X[:100], y[:100])
+    first = model.booster
+    model.fit(X[:115], y[:115])  # 15 more < 100 / 5: MetaSchedule keeps the last model
+    assert model.booster is first
+    model.fit(X[:120], y[:120])
+    assert model.booster is not first and model.trained_on == 120
+
+
+def test_failed_programs_teach_nothing():
+    """Label weights: a failed program (throughput 0) has weight 0, as in MetaSchedule."""
+    X, y = rows_and_throughput(200, seed=2)
+    a = MetaScheduleXGBoost(num_warmup_samples=0).fit(X, y).predict(X)
+    failed = np.concatenate([y, np.zeros(50)])
+    b = MetaScheduleXGBoost(num_warmup_samples=0).fit(np.concatenate([X, X[:50] * 0.5]), failed).predict(X)
+    assert np.allclose(a, b)
+
+
+def test_flat_models_read_per_store_rows():
+    X, y = rows_and_throughput(300, seed=0)
+    X_test, y_test = rows_and_throughput(200, seed=1)
+    model = XGBoostCostModel(features="per_store").fit(X, y)
+    assert spearmanr(model.predict(X_test), y_test).correlation > 0.5
+
+
+# ---- search=evolutionary -----------------------------------------------------------------------
+def test_tile_mutation_moves_a_divisor_between_levels():
+    space = HARDWARE.space(TASK)
+    rng = np.random.default_rng(0)
+    slot = next(s for s in space.active[0] if space.knobs[s].kind == "tile")
+    for _ in range(200):
+        config = space.sample(rng)
+        config = (0,) + config[1:] if config[0] == 0 else space.switch_sketch(config, 0)
+        value = _move_tile_factor(space, config, slot, rng)
+        if value is None:
+            continue
+        before, after = space.knobs[slot].choices[config[slot]], space.knobs[slot].choices[value]
+        assert np.prod(before) == np.prod(after)
+        changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+        assert len(changed) == 2
+        i, j = changed
+        assert before[i] * after[j] == after[i] * before[j] or before[i] * before[j] == after[i] * after[j]
+
+
+def true_gflops(configs):
+    return np.array([r.gflops(TASK.flops) for r in HARDWARE.measure(TASK, configs, MeasureSpec())])
+
+
+def test_guided_by_a_perfect_model_it_proposes_far_better_than_random(monkeypatch):
+    import tuning.search.evolutionary as evolutionary
+
+    monkeypatch.setattr(evolutionary, "predict", lambda space, model, configs: true_gflops(configs))
+    space = HARDWARE.space(TASK)
+    search = EvolutionarySearch(population_size=128)
+    proposals = search.propose(space, None, 32, set(), np.random.default_rng(0))
+    random = [space.sample(np.random.default_rng(1000 + i)) for i in range(32)]
+    assert len(proposals) == 32 and len(set(proposals)) == 32
+    assert np.median(true_gflops(proposals)) > 1.3 * np.median(true_gflops(random))
+    assert search.metrics()["mutated"] > 0
+
+
+def test_best_measured_configs_seed_the_population_and_survive_a_resume():
+    search = EvolutionarySearch(population_size=10, init_measured_ratio=0.2)
+    space = HARDWARE.space(TASK)
+    configs = [space.sample(np.random.default_rng(s)) for s in range(6)]
+    results = [MeasureResult(costs=[float(c)]) for c in (5, 1, 3, 2, 4, 6)]
+    results[2] = MeasureResult.failed("invalid", "x")
+    search.observe(configs, results)
+    assert search._measured_seeds() == [configs[1], configs[3]]
+    again = EvolutionarySearch(population_size=10, init_measured_ratio=0.2)
+    again.load_state_dict(json.loads(json.dumps(search.state_dict())))
+    assert again.measured == search.measured
+
+
+def test_measured_configs_are_never_proposed():
+    space = HARDWARE.space(TASK)
+    rng = np.random.default_rng(0)
+    visited = {space.canonical(space.sample(rng)) for _ in range(300)}
+    model = XGBoostCostModel()
+    proposals = EvolutionarySearch(population_size=64).propose(space, model, 16, visited, rng)
+    assert proposals and not set(proposals) & visited
+
+
+def test_eps_greedy_is_handed_to_the_sampler():
+    assert EvolutionarySearch(eps_greedy=0.2).exploration() == 0.2
+
+
+# ---- validation --------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, message", [
+    (["search=sa", "cost_model=xgb_ms", "hardware=cpu"], "search=sa scores too many"),
+    (["search=evolutionary", "cost_model=xgb_ms", "hardware=synthetic"], "does not schedule with TVM"),
+    (["search=evolutionary", "cost_model=xgb", "cost_model.features=loops"], "cost_model.features: expected one of"),
+    (["search=evolutionary", "search.p_tile_size=0", "search.p_compute_location=0", "search.p_unroll=0"],
+     "search.p_tile_size"),
+])
+def test_bad_feature_choices_are_rejected_naming_the_key(compose_cfg, overrides, message):
+    cfg = compose_cfg(*overrides)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg, choices(cfg))
+
+
+def test_evolutionary_with_per_store_features_is_accepted(compose_cfg):
+    for overrides in (["search=evolutionary", "cost_model=xgb_ms", "hardware=cpu"],
+                      ["search=random", "cost_model=xgb", "cost_model.features=both"]):
+        cfg = compose_cfg(*overrides)
+        validate(cfg, choices(cfg))
+
+
+def choices(cfg) -> dict:
+    return {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}

@@ -1,0 +1,134 @@
+"""cost_model=xgb_ms: MetaSchedule's XGBoost cost model, on per-store features.
+
+After TVM 0.27 `s_tir/meta_schedule/cost_model/xgb_model.py` (XGBModel), itself Ansor's model
+(Zheng et al. 2020, "Ansor: generating high-performance tensor programs for deep learning", OSDI,
+§6): a program is described by one feature row per buffer store (PerStoreFeature), the trees score
+each row, and the program's score is the sum over its rows ("pack-sum"). The loss is the squared
+error between that sum and the throughput normalised by the best measured (MetaSchedule: min cost /
+cost), each program weighted by its own label, so failed programs (label 0) teach nothing.
+
+MetaSchedule's details kept: max_depth 10, gamma 0.001, min_child_weight 0, eta 0.2; up to 10000
+rounds with early stopping after 50 without a gain in training p-rmse (the rmse of the summed
+scores); random scores until `num_warmup_samples` (100) programs are measured; adaptive training
+(refit only when the data grew by a fifth since the last fit). Where tunelab differs, and why:
+  - nthread 1 (MetaSchedule: every physical core), so a fit is bit-reproducible from the seed;
+  - the warm-up scores are a hash of (seed, the program's features), not an unseeded
+    np.random.uniform: the same seed proposes the same configs, and a resumed run the same ones;
+  - the rows come padded to one count per task (tuning/space.py `model_features`): all-zero rows are
+    padding and are dropped, which restores MetaSchedule's ragged rows.
+With `features: knobs` each program is one row of knob features (MetaSchedule's loss and trees on
+AutoTVM's features); with `both` every store row carries the knob features too.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import xgboost as xgb
+
+from tuning.cost_model.base import CostModel, flat
+
+
+class MetaScheduleXGBoost(CostModel):
+    """Hyperparameters (MetaSchedule XGBConfig / XGBModel defaults unless noted):
+
+        max_depth 10, gamma 0.001, min_child_weight 0, eta 0.2
+        num_boost_round         cap on boosting rounds (10000)
+        early_stopping_rounds   rounds without training p-rmse gain before stopping (50)
+        num_warmup_samples      programs measured before the trees are used; random scores
+                                until then (100)
+        adaptive_training       refit only when the data grew by a fifth since the last fit (true)
+        seed                    xgboost seed and the warm-up scores' seed (from the run's seed)
+        nthread                 xgboost threads (1; MetaSchedule: physical cores)
+        features                per_store (MetaSchedule) | both | knobs
+    """
+
+    ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "eta": (1e-6, 1.0),
+              "num_boost_round": (1, None), "early_stopping_rounds": (1, None), "num_warmup_samples": (0, None),
+              "seed": (0, None), "nthread": (1, None)}
+
+    def __init__(self, max_depth: int = 10, gamma: float = 0.001, min_child_weight: float = 0.0, eta: float = 0.2,
+                 num_boost_round: int = 10000, early_stopping_rounds: int = 50, num_warmup_samples: int = 100,
+                 adaptive_training: bool = True, seed: int = 0, nthread: int = 1, features: str = "per_store"):
+        self.max_depth = max_depth
+        self.gamma = gamma
+        self.min_child_weight = min_child_weight
+        self.eta = eta
+        self.num_boost_round = num_boost_round
+        self.early_stopping_rounds = early_stopping_rounds
+        self.num_warmup_samples = num_warmup_samples
+        self.adaptive_training = adaptive_training
+        self.seed = seed
+        self.nthread = nthread
+        self.features = features
+        self.booster: xgb.Booster | None = None
+        self.trained_on = 0  # programs in the last fit (adaptive training's reference)
+
+    def _params(self) -> dict:
+        return {"max_depth": self.max_depth, "gamma": self.gamma, "min_child_weight": self.min_child_weight,
+                "eta": self.eta, "seed": self.seed, "nthread": self.nthread, "verbosity": 0,
+                "disable_default_eval_metric": 1, "base_score": 0.0}  # sums start at 0 whatever the row count
+
+    def fit(self, X, y):
+        rows, ids = pack(X)
+        y = np.asarray(y, dtype=np.float64)
+        kept = np.unique(ids)  # programs with at least one store (MetaSchedule drops the others)
+        if len(kept) < max(2, self.num_warmup_samples) or float(y.max(initial=0.0)) <= 0:
+            self.booster, self.trained_on = None, 0
+            return self
+        if self.adaptive_training and self.booster is not None and len(kept) - self.trained_on < self.trained_on / 5:
+            return self
+        labels = y / float(y.max())
+        self.booster = train_pack_sum(self._params(), rows, ids, labels, self.num_boost_round,
+                                      self.early_stopping_rounds)
+        self.trained_on = len(kept)
+        return self
+
+    def predict(self, X):
+        rows, ids = pack(X)
+        n = len(np.asarray(X))
+        if self.booster is None:
+            return warmup_scores(X, self.seed)
+        if len(rows) == 0:
+            return np.zeros(n, dtype=np.float64)
+        per_row = self.booster.inplace_predict(rows).astype(np.float64)
+        return np.bincount(ids, weights=per_row, minlength=n)
+
+
+def pack(X) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, program ids): each program's non-zero rows (a 2-D X is one row per program)."""
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim == 2:
+        X = X[:, None, :]
+    real = np.abs(X).sum(axis=2) > 0
+    ids, slots = np.nonzero(real)
+    return X[ids, slots], ids
+
+
+def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_rounds) -> xgb.Booster:
+    """xgboost with MetaSchedule's pack-sum squared error (PackSum.obj_square_error): the gradient of
+    (sum of a program's row scores - label)^2, weighted by the label, on every row of the program."""
+    row_labels = labels[ids]
+    data = xgb.DMatrix(rows, label=row_labels, weight=row_labels)
+
+    def summed(row_scores):
+        return np.bincount(ids, weights=row_scores, minlength=len(labels))[ids]
+
+    def objective(row_scores, _data):
+        gradient = summed(row_scores) - row_labels
+        return gradient * row_labels, row_labels.copy()
+
+    def p_rmse(row_scores, _data):
+        return "p-rmse", float(np.sqrt(np.mean(np.square(summed(row_scores) - row_labels))))
+
+    stop = xgb.callback.EarlyStopping(rounds=early_stopping_rounds, metric_name="p-rmse", save_best=True)
+    return xgb.train(params, data, num_boost_round=num_boost_round, obj=objective, custom_metric=p_rmse,
+                     evals=[(data, "tr")], verbose_eval=False, callbacks=[stop])
+
+
+def warmup_scores(X, seed: int) -> np.ndarray:
+    """MetaSchedule's random scores before the warm-up, as a deterministic hash of each program's
+    features and the seed (uniform in [0, 1))."""
+    X = np.ascontiguousarray(flat(X))
+    return np.array([int.from_bytes(hashlib.sha256(seed.to_bytes(8, "little") + row.tobytes()).digest()[:8],
+                                    "little") / 2**64 for row in X], dtype=np.float64)

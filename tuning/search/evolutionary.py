@@ -1,0 +1,197 @@
+"""search=evolutionary: MetaSchedule's evolutionary search, on tunelab's knob spaces.
+
+After TVM 0.27 `src/s_tir/meta_schedule/search_strategy/evolutionary_search.cc` (EvolutionarySearch,
+Python wrapper `s_tir/meta_schedule/search_strategy/evolutionary_search.py`), Ansor's search (Zheng et
+al. 2020, OSDI, §5.2). Each round:
+
+ 1. The initial population: the best measured configs (init_measured_ratio x population_size, best
+    first), then random legitimate configs up to population_size (at least init_min_unmeasured).
+ 2. genetic_num_iters times: score the population with the cost model and keep the best unmeasured
+    configs seen in any generation (a heap of the plan size); draw population_size parents with
+    probability proportional to their scores; each child is, with probability genetic_mutate_prob,
+    its parent changed by one mutator (retried up to genetic_max_fail_count times until the result is
+    legitimate: it replays and passes TVM's postprocessors), else the parent itself. The last
+    generation is scored too.
+ 3. The heap, best first. MetaSchedule then replaces eps_greedy of the picks by random configs; here
+    `exploration()` hands eps_greedy to the sampler (sampler=greedy draws that share at random), so
+    the default sampler reproduces MetaSchedule's pick and sampler=all measures the heap alone.
+
+Mutators, MetaSchedule's llvm defaults (Mutator.create("llvm")), each one decision of the trace:
+    p_tile_size 0.9          MutateTileSize: divide one level of a tile split by a divisor, multiply
+                             another level by it (kept only inside the knob's choices)
+    p_compute_location 0.05  MutateComputeLocation: another compute location
+    p_unroll 0.03            MutateUnroll: another unroll limit
+MutateParallel (0.02) changes the parallel extent, which tunelab's spaces fix in the sketch: it is
+not a decision here, and its share goes to the others (probabilities renormalised over the mutators
+whose knobs a config has).
+
+Scores become selection weights as they are when none is negative (MetaSchedule's normalised
+scores); a rank model's scores are shifted to start at 0. Duplicates are one config: the heap and
+the measured set compare canonical configs (MetaSchedule: the scheduled module's structural hash).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tuning.search.base import Search, TopN, predict
+
+MUTATORS = {"tile": "p_tile_size", "location": "p_compute_location", "categorical": "p_unroll"}
+
+
+class EvolutionarySearch(Search):
+    """Hyperparameters (MetaSchedule EvolutionarySearch defaults):
+
+        population_size 512, init_measured_ratio 0.2, init_min_unmeasured 50, max_fail_count 5,
+        genetic_num_iters 4, genetic_mutate_prob 0.85, genetic_max_fail_count 10, eps_greedy 0.05,
+        p_tile_size 0.9, p_compute_location 0.05, p_unroll 0.03 (the llvm mutator probabilities),
+        default_plan_size 64 (MetaSchedule's num_trials_per_iter)
+    """
+
+    requires = {"cost_model": ("can_rank",)}
+    affords_program_features = True  # population_size x (genetic_num_iters + 1) = 2,560 scores a round
+    ranges = {"population_size": (2, None), "init_measured_ratio": (0.0, 1.0), "init_min_unmeasured": (1, None),
+              "max_fail_count": (1, None), "genetic_num_iters": (0, None), "genetic_mutate_prob": (0.0, 1.0),
+              "genetic_max_fail_count": (1, None), "eps_greedy": (0.0, 1.0), "p_tile_size": (0.0, 1.0),
+              "p_compute_location": (0.0, 1.0), "p_unroll": (0.0, 1.0), "default_plan_size": (1, None)}
+
+    def __init__(self, population_size: int = 512, init_measured_ratio: float = 0.2, init_min_unmeasured: int = 50,
+                 max_fail_count: int = 5, genetic_num_iters: int = 4, genetic_mutate_prob: float = 0.85,
+                 genetic_max_fail_count: int = 10, eps_greedy: float = 0.05, p_tile_size: float = 0.9,
+                 p_compute_location: float = 0.05, p_unroll: float = 0.03, default_plan_size: int = 64):
+        self.population_size = population_size
+        self.init_measured_ratio = init_measured_ratio
+        self.init_min_unmeasured = init_min_unmeasured
+        self.max_fail_count = max_fail_count
+        self.genetic_num_iters = genetic_num_iters
+        self.genetic_mutate_prob = genetic_mutate_prob
+        self.genetic_max_fail_count = genetic_max_fail_count
+        self.eps_greedy = eps_greedy
+        self.p_tile_size = p_tile_size
+        self.p_compute_location = p_compute_location
+        self.p_unroll = p_unroll
+        self.default_plan_size = default_plan_size
+        self.measured: list[tuple[float, tuple]] = []  # (cost, config) of the best measured, best first
+        self.last: dict = {}
+
+    @classmethod
+    def check(cls, params, group):
+        if sum(params[p] for p in MUTATORS.values()) <= 0:
+            return [f"{group}.p_tile_size: the mutator probabilities (p_tile_size, p_compute_location, "
+                    f"p_unroll) must not all be 0"]
+        return []
+
+    # ---- one round --------------------------------------------------------------------------
+    def propose(self, space, cost_model, n, visited, rng):
+        population = self._initial_population(space, rng)
+        best = TopN(space, visited, n)
+        mutated = failed = 0
+        for generation in range(self.genetic_num_iters + 1):
+            scores = predict(space, cost_model, population)
+            best.offer(population, scores)
+            if generation == self.genetic_num_iters:
+                break
+            parents = rng.choice(len(population), size=self.population_size, p=_selection(scores))
+            children = []
+            for parent in parents:
+                child = population[parent]
+                if rng.random() < self.genetic_mutate_prob:
+                    child, ok = self._mutate(space, child, rng)
+                    mutated += ok
+                    failed += not ok
+                children.append(child)
+            population = children
+        self.last = {"population": len(population), "mutated": mutated, "mutation_failed": failed,
+                     "measured_in_population": len(self._measured_seeds())}
+        return best.sorted_configs()
+
+    def _measured_seeds(self) -> list:
+        count = math.floor(self.population_size * self.init_measured_ratio)
+        return [config for _, config in self.measured[:count]]
+
+    def _initial_population(self, space, rng) -> list:
+        population = list(self._measured_seeds())
+        wanted = max(self.population_size - len(population), self.init_min_unmeasured)
+        sampled: list = []
+        for _ in range(self.max_fail_count):  # MetaSchedule: give up after max_fail_count short batches
+            before = len(sampled)
+            sampled += [c for c in (space.sample(rng) for _ in range(wanted - len(sampled))) if space.is_legitimate(c)]
+            if len(sampled) >= wanted or len(sampled) == before:
+                break
+        return population + sampled
+
+    # ---- mutation ---------------------------------------------------------------------------
+    def _mutate(self, space, config, rng) -> tuple[tuple, bool]:
+        """One mutator's change to `config`, legitimate, or (config, False) after the retries."""
+        slots = {kind: [s for s in space.active_slots(config) if space.knobs[s].kind == kind
+                        and space.dims[s] > 1] for kind in MUTATORS}
+        kinds = [kind for kind in MUTATORS if slots[kind] and getattr(self, MUTATORS[kind]) > 0]
+        if not kinds:
+            return config, False
+        weights = np.array([getattr(self, MUTATORS[kind]) for kind in kinds])
+        for _ in range(self.genetic_max_fail_count):
+            kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
+            slot = slots[kind][int(rng.integers(len(slots[kind])))]
+            value = _move_tile_factor(space, config, slot, rng) if kind == "tile" else _other_choice(space, config,
+                                                                                                    slot, rng)
+            if value is None:
+                continue
+            child = (*config[:slot], value, *config[slot + 1:])
+            if space.is_legitimate(child):
+                return child, True
+        return config, False
+
+    # ---- measurements and state -------------------------------------------------------------
+    def observe(self, configs, results):
+        best = dict((config, cost) for cost, config in self.measured)
+        for config, result in zip(configs, results):
+            if result.ok and math.isfinite(result.cost):
+                config = tuple(int(c) for c in config)
+                best[config] = min(result.cost, best.get(config, math.inf))
+        ranked = sorted((cost, config) for config, cost in best.items())
+        self.measured = ranked[:self.population_size]
+
+    def state_dict(self) -> dict:
+        return {"measured": [[cost, list(config)] for cost, config in self.measured]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.measured = [(float(cost), tuple(int(c) for c in config)) for cost, config in state.get("measured", [])]
+
+    def metrics(self) -> dict:
+        return dict(self.last)
+
+    def exploration(self) -> float:
+        return self.eps_greedy
+
+
+def _selection(scores) -> np.ndarray:
+    """Selection probabilities from scores (shifted to start at 0 when some are negative)."""
+    weights = np.asarray(scores, dtype=np.float64)
+    weights = np.where(np.isfinite(weights), weights, 0.0)
+    if weights.min(initial=0.0) < 0:
+        weights = weights - weights.min()
+    total = weights.sum()
+    return weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
+
+
+def _move_tile_factor(space, config, slot, rng) -> int | None:
+    """MutateTileSize: a divisor d > 1 of one level moves to another level; None if the split is
+    not among the knob's choices (the innermost-factor cap) or no level can give one."""
+    split = list(space.knobs[slot].choices[config[slot]])
+    sources = [level for level, factor in enumerate(split) if factor > 1]
+    if not sources or len(split) < 2:
+        return None
+    src = sources[int(rng.integers(len(sources)))]
+    dst = [level for level in range(len(split)) if level != src][int(rng.integers(len(split) - 1))]
+    divisors = [d for d in range(2, split[src] + 1) if split[src] % d == 0]
+    d = divisors[int(rng.integers(len(divisors)))]
+    split[src] //= d
+    split[dst] *= d
+    return space._choice_index(slot).get(tuple(split))
+
+
+def _other_choice(space, config, slot, rng) -> int:
+    """MutateComputeLocation / MutateUnroll: any other choice of the knob, uniformly."""
+    value = int(rng.integers(space.dims[slot] - 1))
+    return value + (value >= config[slot])
