@@ -1,0 +1,288 @@
+"""tunelab's best methods against MetaSchedule's own tuner, torch and numpy, in one sitting.
+
+    python experiments/bench_vs_peers.py                  # 3 workloads x 3 seeds x 256: hours
+    python experiments/bench_vs_peers.py --estimate-only  # what it would cost
+    python experiments/bench_vs_peers.py --workloads conv_l8 --seeds 0 --trials 64   # a quick look
+
+1. Tuning, one job at a time, each in its own process: every `--methods` row through
+   `python run.py model=W seed=S budget.trials=T search=.. sampler=.. cost_model=..` (MLflow
+   experiment bench_vs_peers), and MetaSchedule's `tune_tir` (max_trials_global=T, 64 a round, its
+   evolutionary search, XGB model, LocalBuilder and LocalRunner, with evaluator=fixed's timing).
+   A job whose folder under --out holds done.json is not run again: a killed benchmark resumes.
+2. Re-timing: every job's best kernel is built here (output checked against the untuned kernel)
+   and timed beside torch (and numpy for GEMM) at --threads threads, --passes passes with the order
+   rotated per pass; each timing is the median of 5 repeats of at least 50 ms (TVM's
+   time_evaluator for kernels, the same loop for the libraries).
+3. One table per workload: median GFLOP/s over seeds; speed relative to torch and to MetaSchedule's
+   tuner (geometric mean over seeds x passes of the ratios paired by pass and seed, bootstrap 95% CI
+   resampling seeds); the median tuning wall time. Then the geomean over workloads.
+
+Real hardware only; run it alone on the host (a compile beside a timing nearly doubles it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+METHODS = ("sa+greedy+xgb", "evolutionary+greedy+xgb_ms", "ppo+kmeans+xgb")
+WORKLOADS = ("gemm_1024", "conv_l7", "conv_l8")
+PEER = "metaschedule"
+SECONDS_PER_MEASUREMENT = 1.0  # this host, conv_l8/gemm_1024 at 256 (a first guess; the measured pace replaces it)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), help="search+sampler+cost_model")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--trials", type=int, default=256)
+    parser.add_argument("--passes", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_vs_peers")
+    parser.add_argument("--estimate-only", action="store_true")
+    parser.add_argument("--metaschedule-job", nargs=3, metavar=("WORKLOAD", "SEED", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for method in args.methods:
+        if len(method.split("+")) != 3:
+            parser.error(f"--methods: expected search+sampler+cost_model, got {method!r}")
+    for name in args.workloads:
+        if not (REPO / "conf" / "model" / f"{name}.yaml").exists():
+            parser.error(f"--workloads: no conf/model/{name}.yaml")
+    return args
+
+
+def task_of(name: str):
+    from omegaconf import OmegaConf
+
+    from tuning.task import build_tasks
+
+    [task] = build_tasks(OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml"))
+    return task
+
+
+def fixed_spec():
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    return instantiate(OmegaConf.load(REPO / "conf" / "evaluator" / "fixed.yaml")).spec
+
+
+# ---- 1. tuning -------------------------------------------------------------------------------------
+def jobs(args) -> list[tuple[str, str, int, Path]]:
+    return [(workload, method, seed, args.out / workload / method / f"seed{seed}")
+            for workload in args.workloads for seed in args.seeds for method in [*args.methods, PEER]]
+
+
+def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
+    """Tune; returns the wall seconds (and writes done.json)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    if method == PEER:
+        command = [sys.executable, __file__, "--metaschedule-job", workload, str(seed), str(folder),
+                   "--trials", str(args.trials), "--threads", str(args.threads)]
+    else:
+        search, sampler, cost_model = method.split("+")
+        command = [sys.executable, "run.py", f"model={workload}", f"seed={seed}", f"budget.trials={args.trials}",
+                   f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}",
+                   f"hardware.num_threads={args.threads}", "tracking.experiment=bench_vs_peers",
+                   f"hydra.run.dir={folder / 'run'}"]
+    with open(folder / "log.txt", "w") as log:
+        code = subprocess.call(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise SystemExit(f"{workload} {method} seed {seed} failed (exit {code}); see {folder / 'log.txt'}")
+    wall = time.time() - started
+    (folder / "done.json").write_text(json.dumps({"wall_s": wall, "trials": args.trials, "command": command}))
+    return wall
+
+
+def metaschedule_job(args) -> None:
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.hardware.tvm_peers import tune_with_metaschedule
+
+    workload, seed, folder = args.metaschedule_job
+    task = task_of(workload)
+    target = CPUHardware(num_threads=args.threads).target
+    tune_with_metaschedule(task.workload, target, Path(folder) / "work", args.trials, int(seed), fixed_spec(),
+                           args.threads)
+
+
+def tune_all(args) -> None:
+    todo = [job for job in jobs(args) if not (job[3] / "done.json").exists()]
+    pace = SECONDS_PER_MEASUREMENT
+    print(f"estimate: {len(todo)} tuning jobs of {args.trials} measurements to run "
+          f"({len(jobs(args)) - len(todo)} done) at ~{pace:.1f} s a measurement = "
+          f"{len(todo) * args.trials * pace / 3600:.1f} h, then re-timing "
+          f"~{len(args.workloads) * len(args.seeds) * (len(args.methods) + 1) * args.passes * 1.5 / 60:.0f} min",
+          flush=True)
+    if args.estimate_only:
+        return
+    spent = 0.0
+    for done, (workload, method, seed, folder) in enumerate(todo, start=1):
+        spent += run_job(workload, method, seed, folder, args)
+        left = (len(todo) - done) * spent / done
+        print(f"[{done}/{len(todo)}] {workload} {method} seed {seed}: {spent / done / 60:.1f} min a job so far, "
+              f"~{left / 3600:.1f} h left", flush=True)
+
+
+# ---- 2. re-timing ---------------------------------------------------------------------------------
+def best_module(workload: str, method: str, folder: Path, hardware):
+    if method == PEER:
+        from tuning.hardware.tvm_peers import metaschedule_best
+
+        return metaschedule_best(task_of(workload).workload, hardware.target, folder / "work")
+    from tuning.outcome import TaskOutcome, best_from_records
+    from tuning.records import RecordLog
+
+    task = task_of(workload)
+    records = [r for r in RecordLog(folder / "run" / "records.jsonl").load() if r.workload_key == task.key]
+    outcome = TaskOutcome(task, records)
+    best_from_records(outcome)
+    if outcome.best_config is None:
+        return None
+    return hardware.schedules(task).schedule(tuple(outcome.best_config))[0].mod
+
+
+def library_calls(task, inputs, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    tensors = [torch.from_numpy(x) for x in inputs]
+    w = task.workload
+    if w["op"] == "gemm":
+        a, b = inputs
+        return {"torch": lambda: torch.matmul(*tensors), "numpy": lambda: a @ b}
+    from tuning.task import pair
+
+    options = {"stride": pair(w.get("stride", 1)), "padding": pair(w.get("padding", 0)),
+               "dilation": pair(w.get("dilation", 1)), "groups": w.get("groups", 1)}
+    return {"torch": lambda: torch.nn.functional.conv2d(*tensors, **options)}
+
+
+def time_calls(call, repeat: int = 5, min_repeat_s: float = 0.05) -> float:
+    call()
+    means = []
+    for _ in range(repeat):
+        count, started = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < min_repeat_s or count == 0:
+            call()
+            count += 1
+        means.append(elapsed / count)
+    return float(np.median(means))
+
+
+def retime(args) -> dict:
+    """{workload: {variant: {seed: [seconds per pass]}}}; libraries under seed -1."""
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.hardware.tvm_peers import KernelTimer
+
+    spec = fixed_spec()
+    seconds: dict = {}
+    hardware = CPUHardware(num_threads=args.threads)
+    for workload in args.workloads:
+        task = task_of(workload)
+        timer = KernelTimer(task.workload, hardware.target, spec)
+        timers = {(name, -1): call for name, call in library_calls(task, timer.numpy_inputs, args.threads).items()}
+        for method in [*args.methods, PEER]:
+            for seed in args.seeds:
+                folder = args.out / workload / method / f"seed{seed}"
+                mod = best_module(workload, method, folder, hardware) if (folder / "done.json").exists() else None
+                if mod is not None:
+                    timers[(method, seed)] = timer.build(mod)
+        seconds[workload] = {}
+        order = list(timers)
+        for step in range(args.passes):
+            for key in order[step % len(order):] + order[:step % len(order)]:
+                call = timers[key]
+                value = call() if key[1] >= 0 else time_calls(call)
+                seconds[workload].setdefault(key[0], {}).setdefault(key[1], []).append(value)
+            print(f"{workload} pass {step + 1}/{args.passes} timed", flush=True)
+    return seconds
+
+
+# ---- 3. the table ---------------------------------------------------------------------------------
+def paired_ratios(reference: dict, variant: dict) -> dict:
+    """{seed: [reference / variant per pass]}; a library reference (seed -1) pairs with every seed."""
+    out = {}
+    for seed, values in variant.items():
+        ref = reference.get(seed, reference.get(-1))
+        if ref is not None:
+            out[seed] = np.asarray(ref) / np.asarray(values)
+    return out
+
+
+def geomean_ci(by_seed: dict, rng, draws: int = 2000) -> tuple[float, float, float]:
+    """Geometric mean of all ratios; 95% CI resampling seeds (and passes within them)."""
+    groups = [np.log(v) for v in by_seed.values() if len(v)]
+    if not groups:
+        return float("nan"), float("nan"), float("nan")
+    centre = float(np.exp(np.mean(np.concatenate(groups))))
+    means = []
+    for _ in range(draws):
+        chosen = [groups[i] for i in rng.integers(len(groups), size=len(groups))]
+        means.append(np.mean(np.concatenate([g[rng.integers(len(g), size=len(g))] for g in chosen])))
+    return centre, float(np.exp(np.percentile(means, 2.5))), float(np.exp(np.percentile(means, 97.5)))
+
+
+def wall_minutes(args, workload, method) -> float:
+    walls = [json.loads((args.out / workload / method / f"seed{s}" / "done.json").read_text())["wall_s"]
+             for s in args.seeds if (args.out / workload / method / f"seed{s}" / "done.json").exists()]
+    return float(np.median(walls)) / 60 if walls else float("nan")
+
+
+def report(args, seconds: dict) -> str:
+    rng = np.random.default_rng(0)
+    lines = [f"{args.trials} measurements a tuning job, seeds {args.seeds}, {args.threads} threads, "
+             f"{args.passes} re-timing passes"]
+    overall: dict = {}
+    for workload, variants in seconds.items():
+        flops = task_of(workload).flops
+        lines += ["", f"{workload}", f"  {'variant':34s} {'GFLOP/s':>8s}  {'vs torch [95% CI]':>24s}  "
+                  f"{'vs metaschedule [95% CI]':>26s}  {'tuning min':>10s}"]
+        for name, by_seed in variants.items():
+            gflops = flops / np.median(np.concatenate(list(by_seed.values()))) / 1e9
+            torch_ratio = paired_ratios(variants["torch"], by_seed)
+            peer_ratio = paired_ratios(variants[PEER], by_seed) if PEER in variants and name != PEER else {}
+            t, tl, th = geomean_ci(torch_ratio, rng)
+            p, pl, ph = geomean_ci(peer_ratio, rng)
+            overall.setdefault(name, {}).update({(workload, s): v for s, v in peer_ratio.items()})
+            peer = f"{p:.2f}x [{pl:.2f}, {ph:.2f}]" if peer_ratio else "-"
+            wall = wall_minutes(args, workload, name) if name in [*args.methods, PEER] else float("nan")
+            lines.append(f"  {name:34s} {gflops:8.1f}  {t:.2f}x [{tl:.2f}, {th:.2f}]".ljust(70)
+                         + f"{peer:>26s}  " + (f"{wall:10.1f}" if np.isfinite(wall) else f"{'-':>10s}"))
+    lines += ["", "geomean over workloads and seeds, speed relative to metaschedule's tuner:"]
+    for name, ratios in overall.items():
+        if ratios:
+            g, lo, hi = geomean_ci(ratios, rng)
+            lines.append(f"  {name:34s} {g:.2f}x [{lo:.2f}, {hi:.2f}]")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts in this process
+    if args.metaschedule_job:
+        metaschedule_job(args)
+        return
+    tune_all(args)
+    if args.estimate_only:
+        return
+    seconds = retime(args)
+    (args.out / "seconds.json").write_text(json.dumps(
+        {w: {n: {str(s): v for s, v in by.items()} for n, by in variants.items()} for w, variants in seconds.items()}))
+    table = report(args, seconds)
+    (args.out / "table.txt").write_text(table + "\n")
+    print("\n" + table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The peers a benchmark compares tunelab with, on TVM's side (imports TVM).
+
+MetaSchedule's own tuner (`tune_tir`: its evolutionary search, XGB model, builder and runner, with
+tunelab's measurement settings) and the in-process timer that re-times every tuned kernel beside
+torch and numpy. Used by experiments/bench_vs_peers.py; see docs/tvm.md §MetaSchedule as the peer
+baseline.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target, prim_func, register_pool_fallbacks
+
+
+def _initializer() -> None:  # each LocalBuilder worker: without it every build times out (docs/tvm.md)
+    fast_tensor_intrin_import("llvm")
+
+
+def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials: int, seed: int, spec,
+                           threads: int, trials_per_round: int = 64) -> None:
+    """MetaSchedule's tune_tir on one operator; its database lands in `work_dir`."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fast_tensor_intrin_import("llvm")
+    register_pool_fallbacks()
+    builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=60, initializer=_initializer)
+    runner = ms.runner.LocalRunner(timeout_sec=spec.timeout_s, evaluator_config=ms.runner.EvaluatorConfig(
+        number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms,
+        enable_cpu_cache_flush=spec.cache_flush))
+    ms.tune_tir(mod=prim_func(workload), target=make_target(target), work_dir=str(work_dir),
+                max_trials_global=trials, num_trials_per_iter=trials_per_round, builder=builder, runner=runner,
+                num_tuning_cores=threads, seed=seed)
+
+
+def metaschedule_best(workload: dict, target: dict, work_dir: Path):
+    """The IRModule of the best schedule in a tune_tir database, or None."""
+    from tvm.s_tir import meta_schedule as ms
+
+    fast_tensor_intrin_import("llvm")
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    sch = ms.tir_integration.compile_tir(database, prim_func(workload), make_target(target))
+    return None if sch is None else sch.mod
+
+
+def measured_trials(work_dir: Path) -> int:
+    """Tuning records in a tune_tir work dir (0 when there is none)."""
+    path = Path(work_dir) / "database_tuning_record.json"
+    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
+
+
+class KernelTimer:
+    """Builds a scheduled IRModule here and times it as the lab's fixed evaluator does (TVM's
+    time_evaluator: `repeat` repeats of at least `min_repeat_ms`, the median), on random inputs,
+    after checking its output against the untuned kernel's."""
+
+    def __init__(self, workload: dict, target: dict, spec):
+        import tvm
+
+        from tuning.hardware.tvm_space import arg_shapes
+
+        self.tvm, self.target, self.spec = tvm, make_target(target), spec
+        func = prim_func(workload)
+        rng = np.random.default_rng(0)
+        shapes = arg_shapes(func)
+        self.inputs = [rng.uniform(-1, 1, shape).astype(dtype) for shape, dtype in shapes[:-1]]
+        self.out_shape = shapes[-1]
+        self.reference = self._run(tvm.tirx.build(tvm.IRModule({"main": func}), target=self.target))
+
+    def _run(self, lib):
+        args = [self.tvm.runtime.tensor(x) for x in self.inputs]
+        out = self.tvm.runtime.tensor(np.zeros(*self.out_shape))
+        lib(*args, out)
+        return out.numpy()
+
+    def build(self, mod):
+        """A timing function of the kernel, or ValueError when its output is wrong."""
+        lib = self.tvm.tirx.build(mod, target=self.target)
+        got = self._run(lib)
+        if not np.allclose(got, self.reference, rtol=1e-3, atol=1e-3):
+            raise ValueError(f"wrong output: max |error| {np.abs(got - self.reference).max():.3g}")
+        args = [self.tvm.runtime.tensor(x) for x in self.inputs] + [self.tvm.runtime.tensor(np.zeros(*self.out_shape))]
+        evaluator = lib.time_evaluator(lib.entry_name, self.tvm.cpu(0), number=self.spec.number,
+                                       repeat=self.spec.repeat, min_repeat_ms=self.spec.min_repeat_ms)
+        return lambda: float(np.median(evaluator(*args).results))
+
+    @property
+    def numpy_inputs(self) -> list:
+        return self.inputs
