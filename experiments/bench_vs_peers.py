@@ -79,8 +79,9 @@ def fixed_spec():
 
 # ---- 1. tuning -------------------------------------------------------------------------------------
 def jobs(args) -> list[tuple[str, str, int, Path]]:
+    """Seed by seed: a benchmark stopped early has whole seeds to re-time (`--seeds 0 1`)."""
     return [(workload, method, seed, args.out / workload / method / f"seed{seed}")
-            for workload in args.workloads for seed in args.seeds for method in [*args.methods, PEER]]
+            for seed in args.seeds for workload in args.workloads for method in [*args.methods, PEER]]
 
 
 def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
