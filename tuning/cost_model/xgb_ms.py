@@ -18,6 +18,12 @@ scores); random scores until `num_warmup_samples` (100) programs are measured; a
     padding and are dropped, which restores MetaSchedule's ragged rows.
 With `features: knobs` each program is one row of knob features (MetaSchedule's loss and trees on
 AutoTVM's features); with `both` every store row carries the knob features too.
+
+Transfer (`pretrained: models:/<name>/<version>`, from `python -m tuning.pretrain`): a booster trained
+on the measurement store's kernels scores the programs until the warm-up is over, in place of the
+random scores, and every fit after it continues boosting from that booster on the run's own records
+(fine-tuning; TenSet's and TLP's use of a pre-trained model). Loaded on first use from `registry`
+(default: the embedded MLflow store under outputs/).
 """
 from __future__ import annotations
 
@@ -41,6 +47,8 @@ class MetaScheduleXGBoost(CostModel):
         seed                    xgboost seed and the warm-up scores' seed (from the run's seed)
         nthread                 xgboost threads (1; MetaSchedule: physical cores)
         features                per_store (MetaSchedule) | both | knobs
+        pretrained              a registered model to start from (null: none)
+        registry                the MLflow registry holding it (null: outputs/mlflow.db)
     """
 
     ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "eta": (1e-6, 1.0),
@@ -49,7 +57,8 @@ class MetaScheduleXGBoost(CostModel):
 
     def __init__(self, max_depth: int = 10, gamma: float = 0.001, min_child_weight: float = 0.0, eta: float = 0.2,
                  num_boost_round: int = 10000, early_stopping_rounds: int = 50, num_warmup_samples: int = 100,
-                 adaptive_training: bool = True, seed: int = 0, nthread: int = 1, features: str = "per_store"):
+                 adaptive_training: bool = True, seed: int = 0, nthread: int = 1, features: str = "per_store",
+                 pretrained: str | None = None, registry: str | None = None):
         self.max_depth = max_depth
         self.gamma = gamma
         self.min_child_weight = min_child_weight
@@ -61,8 +70,35 @@ class MetaScheduleXGBoost(CostModel):
         self.seed = seed
         self.nthread = nthread
         self.features = features
+        self.pretrained = pretrained
+        self.registry = registry
         self.booster: xgb.Booster | None = None
+        self.base: xgb.Booster | None = None  # the pretrained booster, loaded on first use
         self.trained_on = 0  # programs in the last fit (adaptive training's reference)
+
+    @classmethod
+    def check(cls, params, group):
+        """A pretrained model must exist and read the same features (looked up before any work)."""
+        if params.get("pretrained") is None:
+            return []
+        from tuning.tracking.registry import RegistryError, default_registry, resolve
+
+        try:
+            version = resolve(params["pretrained"], params.get("registry") or default_registry())
+        except RegistryError as error:
+            return [f"{group}.pretrained: {error} (python -m tuning.pretrain registers one)"]
+        trained_on = version.tags.get("tunelab.features")
+        if trained_on != params["features"]:
+            return [f"{group}.pretrained: {params['pretrained']} reads features {trained_on}, not "
+                    f"{group}.features={params['features']}"]
+        return []
+
+    def _pretrained(self) -> xgb.Booster | None:
+        if self.pretrained is not None and self.base is None:
+            from tuning.tracking.registry import default_registry, load_booster
+
+            self.base, _ = load_booster(self.pretrained, self.registry or default_registry())
+        return self.base
 
     def _params(self) -> dict:
         return {"max_depth": self.max_depth, "gamma": self.gamma, "min_child_weight": self.min_child_weight,
@@ -79,19 +115,39 @@ class MetaScheduleXGBoost(CostModel):
         if self.adaptive_training and self.booster is not None and len(kept) - self.trained_on < self.trained_on / 5:
             return self
         labels = y / float(y.max())
+        base = self._pretrained()
         self.booster = train_pack_sum(self._params(), rows, ids, labels, self.num_boost_round,
-                                      self.early_stopping_rounds)
+                                      self.early_stopping_rounds, start=None if base is None else base.copy())
         self.trained_on = len(kept)
+        return self
+
+    def fit_kernels(self, features: list, ratios: list) -> "MetaScheduleXGBoost":
+        """Fit on several kernels at once (pre-training): each kernel's programs with labels already
+        normalised within the kernel (best seconds / seconds), MetaSchedule's groups. Per-store rows
+        only: knob features have another width for every kernel."""
+        rows, ids, labels, offset = [], [], [], 0
+        for X, y in zip(features, ratios):
+            kernel_rows, kernel_ids = pack(X)
+            rows.append(kernel_rows)
+            ids.append(kernel_ids + offset)
+            labels.append(np.asarray(y, dtype=np.float64))
+            offset += len(np.asarray(X))
+        base = self._pretrained()
+        self.booster = train_pack_sum(self._params(), np.concatenate(rows), np.concatenate(ids),
+                                      np.concatenate(labels), self.num_boost_round, self.early_stopping_rounds,
+                                      start=None if base is None else base.copy())
+        self.trained_on = offset
         return self
 
     def predict(self, X):
         rows, ids = pack(X)
         n = len(np.asarray(X))
-        if self.booster is None:
+        booster = self.booster or self._pretrained()
+        if booster is None:
             return warmup_scores(X, self.seed)
         if len(rows) == 0:
             return np.zeros(n, dtype=np.float64)
-        per_row = self.booster.inplace_predict(rows).astype(np.float64)
+        per_row = booster.inplace_predict(rows).astype(np.float64)
         return np.bincount(ids, weights=per_row, minlength=n)
 
 
@@ -105,9 +161,10 @@ def pack(X) -> tuple[np.ndarray, np.ndarray]:
     return X[ids, slots], ids
 
 
-def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_rounds) -> xgb.Booster:
+def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_rounds, start=None) -> xgb.Booster:
     """xgboost with MetaSchedule's pack-sum squared error (PackSum.obj_square_error): the gradient of
-    (sum of a program's row scores - label)^2, weighted by the label, on every row of the program."""
+    (sum of a program's row scores - label)^2, weighted by the label, on every row of the program.
+    `start`: a booster to continue boosting from (fine-tuning a pretrained model)."""
     row_labels = labels[ids]
     data = xgb.DMatrix(rows, label=row_labels, weight=row_labels)
 
@@ -123,7 +180,7 @@ def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_ro
 
     stop = xgb.callback.EarlyStopping(rounds=early_stopping_rounds, metric_name="p-rmse", save_best=True)
     return xgb.train(params, data, num_boost_round=num_boost_round, obj=objective, custom_metric=p_rmse,
-                     evals=[(data, "tr")], verbose_eval=False, callbacks=[stop])
+                     evals=[(data, "tr")], verbose_eval=False, callbacks=[stop], xgb_model=start)
 
 
 def warmup_scores(X, seed: int) -> np.ndarray:

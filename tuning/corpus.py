@@ -1,0 +1,102 @@
+"""The measurement store as a training corpus: every measured config of every kernel.
+
+    load_corpus(paths, hardware=None) -> list[TaskCorpus]
+
+One loader for every model trained across kernels (the pretrained cost model of `python -m
+tuning.pretrain`; the value function to come). Runs reach the store as they measure (hardware.store)
+or afterwards (`python -m tuning.dataset import`). What it reads is untrusted: rows the store
+cannot parse are skipped by the store; a task without a rebuildable workload, a space that TVM no
+longer generates (another version's knobs), or fewer than `min_configs` working configs is left
+out and named in `skipped`.
+
+A config's label is the median of all its readings (seconds); a kernel's throughput ratio is its
+best config's seconds over each config's (1 for the best, MetaSchedule's min cost / cost), the scale
+on which kernels of different sizes can be learned together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tuning.store import MeasurementStore, space_signature
+from tuning.task import Task
+
+
+@dataclass
+class TaskCorpus:
+    store: str
+    hardware: str
+    task_key: str
+    space: str
+    task: Task
+    configs: list[tuple]
+    seconds: np.ndarray  # median reading of each config
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """Best seconds / seconds: 1 for the kernel's best config, in (0, 1] for the others."""
+        return float(self.seconds.min()) / self.seconds
+
+
+@dataclass
+class Corpus:
+    tasks: list[TaskCorpus] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # why each left-out kernel was left out
+
+    @property
+    def configs(self) -> int:
+        return sum(len(t.configs) for t in self.tasks)
+
+
+def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Corpus:
+    """Every (hardware, kernel, space) of the stores at `paths` with at least `min_configs` configs
+    that ran; `hardware` keeps one fingerprint (a prefix is enough)."""
+    corpus = Corpus()
+    for path in map(Path, paths):
+        store = MeasurementStore(path)
+        try:
+            for fingerprint, task_key, space in sorted(store.keys()):
+                if hardware and not fingerprint.startswith(hardware):
+                    continue
+                info = store.task_info(task_key) or {}
+                workload, name = info.get("workload") or {}, info.get("name") or task_key
+                if "op" not in workload:
+                    corpus.skipped.append(f"{path}: {name}: no workload to rebuild the kernel from")
+                    continue
+                truths = store.truths(fingerprint, task_key, space, min_readings=1)
+                if len(truths) < min_configs:
+                    corpus.skipped.append(f"{path}: {name}: {len(truths)} configs that ran (< {min_configs})")
+                    continue
+                configs = sorted(truths)
+                corpus.tasks.append(TaskCorpus(str(path), fingerprint, task_key, space,
+                                               Task(name, workload, float(info.get("flops") or 0.0)), configs,
+                                               np.array([truths[c] for c in configs], dtype=np.float64)))
+        finally:
+            store.close()
+    return corpus
+
+
+def features(corpus: Corpus, backend, kind: str, progress=None) -> list[np.ndarray]:
+    """Each task's model features (tuning/space.py `model_features`) from `backend`'s space of its
+    kernel; a task whose space is not the one its rows were measured in is dropped from the corpus
+    (and named in `skipped`)."""
+    out, kept = [], []
+    for task in corpus.tasks:
+        space = backend.space(task.task)
+        if space_signature(space) != task.space:
+            corpus.skipped.append(f"{task.store}: {task.task.name}: its space is not the one TVM generates now")
+            continue
+        valid = [c for c in task.configs if space.is_valid(c)]
+        if len(valid) != len(task.configs):
+            corpus.skipped.append(f"{task.store}: {task.task.name}: {len(task.configs) - len(valid)} configs "
+                                  f"outside the space left out")
+            keep = [space.is_valid(c) for c in task.configs]
+            task.configs, task.seconds = valid, task.seconds[keep]
+        out.append(space.model_features(task.configs, kind))
+        kept.append(task)
+        if progress:
+            progress(task)
+    corpus.tasks = kept
+    return out

@@ -1,0 +1,134 @@
+"""Pre-train MetaSchedule's cost model on every kernel of measurement stores; register it in MLflow.
+
+    python -m tuning.pretrain --store stores/lab.sqlite --name tunelab-xgb-ms
+    python run.py model=conv_l8 search=evolutionary cost_model=xgb_ms \\
+        cost_model.pretrained=models:/tunelab-xgb-ms/1
+
+Reads the stores with tuning/corpus.py (the same loader every cross-kernel model uses), rebuilds
+each kernel's space for the hardware its rows were measured on, describes every measured config by
+TVM's per-store features of its scheduled program, labels it with its kernel's best seconds / its
+seconds, and fits cost_model=xgb_ms's pack-sum XGBoost (conf/cost_model/xgb_ms.yaml's
+hyperparameters) on all kernels at once. First, each kernel is held out in turn: the model fit on
+the others ranks the held-out kernel's configs, and the Spearman correlation with the measurements
+is what a run on an unseen kernel can expect before it has measured anything. The final model is
+logged to MLflow (experiment `pretrain`) and registered as a new version of --name, tagged with the
+kernels it saw, the features it reads and the held-out correlations.
+
+Per-store features only: knob features have another meaning and width in every kernel's space.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+from tqdm import tqdm
+
+from tuning.corpus import features, load_corpus
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tuning.pretrain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
+    parser.add_argument("--name", default="tunelab-xgb-ms", help="registered model name")
+    parser.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
+    parser.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    parser.add_argument("--experiment", default="pretrain")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
+    args = parser.parse_args(argv)
+    for store in args.store:
+        if not store.is_file():
+            parser.error(f"--store: {store} is not a file")
+    if args.min_configs < 2:
+        parser.error("--min-configs: must be >= 2")
+    return args
+
+
+def backend_for(store_path: Path, fingerprint: str):
+    """The hardware backend whose spaces the store's rows were measured in (its target's mcpu and cores)."""
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.store import MeasurementStore
+
+    store = MeasurementStore(store_path)
+    try:
+        description = store.hardware_info(fingerprint)
+    finally:
+        store.close()
+    if description.get("hardware") != "cpu":
+        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} is {description.get('hardware')!r}; "
+                         f"pre-training rebuilds spaces for hardware=cpu only")
+    try:
+        target = ast.literal_eval(description.get("target", ""))
+        return CPUHardware(mcpu=str(target["mcpu"]), num_threads=int(target["num-cores"]))
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} has no readable target") from None
+
+
+def model(seed: int):
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(CONF / "cost_model" / "xgb_ms.yaml")
+    return instantiate(OmegaConf.create({"seed": seed, "node": node}).node)
+
+
+def held_out(X, ratios, seed: int, names) -> dict[str, float]:
+    """Leave-one-kernel-out Spearman correlation of predicted and measured throughput ratios."""
+    scores = {}
+    for i in tqdm(range(len(X)), desc="held-out kernels", unit="kernel"):
+        others = [j for j in range(len(X)) if j != i]
+        fitted = model(seed).fit_kernels([X[j] for j in others], [ratios[j] for j in others])
+        scores[names[i]] = float(spearmanr(fitted.predict(X[i]), ratios[i]).correlation)
+    return scores
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    corpus = load_corpus(args.store, args.hardware, args.min_configs)
+    fingerprints = sorted({(t.store, t.hardware) for t in corpus.tasks})
+    if len({h for _, h in fingerprints}) > 1:
+        raise SystemExit("tunelab: the stores hold readings of several hardware fingerprints; pick one with "
+                         "--hardware: " + ", ".join(sorted({h for _, h in fingerprints})))
+    if not corpus.tasks:
+        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
+    backend = backend_for(Path(fingerprints[0][0]), fingerprints[0][1])
+    with tqdm(total=corpus.configs, desc="per-store features", unit="config") as bar:
+        X = features(corpus, backend, "per_store", progress=lambda task: bar.update(len(task.configs)))
+    for reason in corpus.skipped:
+        print(f"tunelab: skipped {reason}", file=sys.stderr)
+    names = [f"{t.task.name} ({t.task_key})" for t in corpus.tasks]
+    ratios = [t.ratio for t in corpus.tasks]
+    scores = held_out(X, ratios, args.seed, names) if len(X) >= 2 else {}
+    final = model(args.seed).fit_kernels(X, ratios)
+    from tuning.tracking.registry import default_registry, register_booster
+
+    registry = args.registry or default_registry()
+    tasks = [{"name": t.task.name, "key": t.task_key, "configs": len(t.configs), "store": t.store}
+             for t in corpus.tasks]
+    mean = float(np.mean(list(scores.values()))) if scores else float("nan")
+    reference = register_booster(
+        final.booster, args.name, registry, args.experiment,
+        params={"stores": ",".join(map(str, args.store)), "features": "per_store", "kernels": len(tasks),
+                "configs": corpus.configs, "seed": args.seed, "hardware": fingerprints[0][1]},
+        metrics={**({"heldout_spearman_mean": mean} if scores else {}),
+                 **{f"heldout_spearman/{t['name']}": s for t, s in zip(tasks, scores.values())}},
+        tags={"tunelab.features": "per_store", "tunelab.tasks": json.dumps(tasks),
+              "tunelab.heldout_spearman": json.dumps(scores), "tunelab.hardware": fingerprints[0][1]})
+    print(f"trained on {len(tasks)} kernels, {corpus.configs} measured configs")
+    for name, score in scores.items():
+        print(f"  held out {name}: Spearman {score:.3f}")
+    if scores:
+        print(f"  mean held-out Spearman {mean:.3f}")
+    print(f"registered {reference} in {registry}\nuse it: python run.py search=evolutionary cost_model=xgb_ms "
+          f"cost_model.pretrained={reference}")
+
+
+if __name__ == "__main__":
+    main()

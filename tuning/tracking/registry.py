@@ -1,0 +1,92 @@
+"""Models in the MLflow model registry: register a trained booster, load one back.
+
+A registered model is named `name`; each registration is a new version. Its tags say what it was
+trained on (`tunelab.tasks`, JSON), which features it reads (`tunelab.features`) and how well it
+did on kernels it did not see (`tunelab.heldout_spearman`). A run refers to one as
+`models:/<name>/<version>` (or `<name>/<version>`, or `<name>` for the latest version).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+
+REFERENCE = re.compile(r"^(?:models:/)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:/(?P<version>[0-9]+))?$")
+
+
+class RegistryError(ValueError):
+    pass
+
+
+def default_registry() -> str:
+    """The embedded MLflow store runs track into by default (conf/tracking/mlflow.yaml's uri)."""
+    outputs = os.environ.get("TUNELAB_OUTPUTS") or str(Path.cwd() / "outputs")
+    return f"sqlite:///{outputs}/mlflow.db"
+
+
+def parse_reference(reference: str) -> tuple[str, str | None]:
+    match = REFERENCE.match(str(reference))
+    if not match:
+        raise RegistryError(f"expected models:/<name>/<version>, <name>/<version> or <name>, got {reference!r}")
+    return match["name"], match["version"]
+
+
+def resolve(reference: str, registry_uri: str):
+    """The registry's ModelVersion that `reference` names (latest when it has no version)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    name, version = parse_reference(reference)
+    client = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
+    try:
+        if version is not None:
+            return client.get_model_version(name, version)
+        versions = client.search_model_versions(f"name = '{name}'")
+    except MlflowException as error:
+        raise RegistryError(f"no registered model {reference!r} in {registry_uri} ({error.message})") from None
+    if not versions:
+        raise RegistryError(f"no registered model {name!r} in {registry_uri}")
+    return max(versions, key=lambda v: int(v.version))
+
+
+@contextlib.contextmanager
+def _uris(registry_uri: str):
+    import mlflow
+
+    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(registry_uri)
+    mlflow.set_registry_uri(registry_uri)
+    try:
+        yield mlflow
+    finally:
+        mlflow.set_tracking_uri(before[0])
+        mlflow.set_registry_uri(before[1])
+
+
+def load_booster(reference: str, registry_uri: str):
+    """(xgboost Booster, tags) of a registered model."""
+    version = resolve(reference, registry_uri)
+    with _uris(registry_uri) as mlflow:
+        booster = mlflow.xgboost.load_model(f"models:/{version.name}/{version.version}")
+    return booster, dict(version.tags)
+
+
+def register_booster(booster, name: str, registry_uri: str, experiment: str, params: dict, metrics: dict,
+                     tags: dict) -> str:
+    """Log the booster in a new run of `experiment` and register it; returns models:/name/version."""
+    with _uris(registry_uri) as mlflow:
+        mlflow.set_experiment(experiment)
+        with mlflow.start_run(run_name=f"pretrain-{name}"):
+            mlflow.log_params(params)
+            mlflow.log_metrics(metrics)
+            mlflow.set_tags(tags)
+            info = mlflow.xgboost.log_model(booster, name="model", registered_model_name=name)
+    version = resolve(f"{name}/{info.registered_model_version}", registry_uri)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version.version, key, value if isinstance(value, str) else json.dumps(value))
+    return f"models:/{name}/{version.version}"
