@@ -43,7 +43,8 @@ SECONDS_PER_MEASUREMENT = 1.0  # this host, conv_l8/gemm_1024 at 256 (a first gu
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), help="search+sampler+cost_model")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS),
+                        help="search+sampler+cost_model[:key=value,...] (extra run.py overrides)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--passes", type=int, default=5)
@@ -53,8 +54,9 @@ def parse_args(argv=None):
     parser.add_argument("--metaschedule-job", nargs=3, metavar=("WORKLOAD", "SEED", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for method in args.methods:
-        if len(method.split("+")) != 3:
-            parser.error(f"--methods: expected search+sampler+cost_model, got {method!r}")
+        parts, _, extra = method.partition(":")
+        if len(parts.split("+")) != 3 or any("=" not in o for o in filter(None, extra.split(","))):
+            parser.error(f"--methods: expected search+sampler+cost_model[:key=value,...], got {method!r}")
     for name in args.workloads:
         if not (REPO / "conf" / "model" / f"{name}.yaml").exists():
             parser.error(f"--workloads: no conf/model/{name}.yaml")
@@ -80,8 +82,12 @@ def fixed_spec():
 # ---- 1. tuning -------------------------------------------------------------------------------------
 def jobs(args) -> list[tuple[str, str, int, Path]]:
     """Seed by seed: a benchmark stopped early has whole seeds to re-time (`--seeds 0 1`)."""
-    return [(workload, method, seed, args.out / workload / method / f"seed{seed}")
+    return [(workload, method, seed, args.out / workload / folder_name(method) / f"seed{seed}")
             for seed in args.seeds for workload in args.workloads for method in [*args.methods, PEER]]
+
+
+def folder_name(method: str) -> str:
+    return method.replace(":", "__").replace("=", "-").replace(",", "_").replace("/", "_")
 
 
 def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
@@ -92,9 +98,10 @@ def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
         command = [sys.executable, __file__, "--metaschedule-job", workload, str(seed), str(folder),
                    "--trials", str(args.trials), "--threads", str(args.threads)]
     else:
-        search, sampler, cost_model = method.split("+")
+        parts, _, extra = method.partition(":")
+        search, sampler, cost_model = parts.split("+")
         command = [sys.executable, "run.py", f"model={workload}", f"seed={seed}", f"budget.trials={args.trials}",
-                   f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}",
+                   f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}", *filter(None, extra.split(",")),
                    f"hardware.num_threads={args.threads}", "tracking.experiment=bench_vs_peers",
                    f"hydra.run.dir={folder / 'run'}"]
     with open(folder / "log.txt", "w") as log:
@@ -195,7 +202,7 @@ def retime(args) -> dict:
         timers = {(name, -1): call for name, call in library_calls(task, timer.numpy_inputs, args.threads).items()}
         for method in [*args.methods, PEER]:
             for seed in args.seeds:
-                folder = args.out / workload / method / f"seed{seed}"
+                folder = args.out / workload / folder_name(method) / f"seed{seed}"
                 mod = best_module(workload, method, folder, hardware) if (folder / "done.json").exists() else None
                 if mod is not None:
                     timers[(method, seed)] = timer.build(mod)
@@ -235,8 +242,9 @@ def geomean_ci(by_seed: dict, rng, draws: int = 2000) -> tuple[float, float, flo
 
 
 def wall_minutes(args, workload, method) -> float:
-    walls = [json.loads((args.out / workload / method / f"seed{s}" / "done.json").read_text())["wall_s"]
-             for s in args.seeds if (args.out / workload / method / f"seed{s}" / "done.json").exists()]
+    folder = args.out / workload / folder_name(method)
+    walls = [json.loads((folder / f"seed{s}" / "done.json").read_text())["wall_s"]
+             for s in args.seeds if (folder / f"seed{s}" / "done.json").exists()]
     return float(np.median(walls)) / 60 if walls else float("nan")
 
 

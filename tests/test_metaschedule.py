@@ -220,3 +220,28 @@ def test_evolutionary_with_per_store_features_is_accepted(compose_cfg):
 
 def choices(cfg) -> dict:
     return {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+
+
+# ---- the peer benchmark's arithmetic (experiments/bench_vs_peers.py) -------------------------------
+def test_peer_benchmark_pairs_by_seed_and_pass(experiment_script, tmp_path):
+    bench = experiment_script("bench_vs_peers")
+    torch_s = {-1: [1.0, 2.0]}
+    kernel = {0: [2.0, 2.0], 1: [0.5, 1.0]}
+    ratios = bench.paired_ratios(torch_s, kernel)
+    assert ratios[0].tolist() == [0.5, 1.0] and ratios[1].tolist() == [2.0, 2.0]
+    centre, low, high = bench.geomean_ci(ratios, np.random.default_rng(0))
+    assert np.isclose(centre, (0.5 * 1.0 * 2.0 * 2.0) ** 0.25) and low <= centre <= high
+    args = bench.parse_args(["--workloads", "conv_l8", "--seeds", "0", "--methods",
+                             "evolutionary+greedy+xgb_ms:cost_model.features=knobs", "--out", str(tmp_path)])
+    [(_, method, _, folder), (_, peer, _, _)] = bench.jobs(args)
+    assert peer == bench.PEER and "=" not in folder.name and "=" not in folder.parent.name
+    seconds = {"conv_l8": {"torch": {-1: [1e-4, 1e-4]}, method: {0: [2e-4, 2e-4]}, bench.PEER: {0: [1e-4, 1e-4]}}}
+    table = bench.report(args, seconds)
+    assert "0.50x" in table and "speed relative to metaschedule" in table
+
+
+@pytest.mark.parametrize("method", ["sa+greedy", "sa+greedy+xgb:features"])
+def test_peer_benchmark_rejects_a_malformed_method(experiment_script, method):
+    bench = experiment_script("bench_vs_peers")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--methods", method])
