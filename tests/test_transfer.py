@@ -140,6 +140,11 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained on 3 kernels" in done.stdout and "registered models:/pre/1" in done.stdout
     assert "held out gemm_64" in done.stdout
+    without = subprocess.run([sys.executable, "-m", "tuning.pretrain", "--store", str(store), "--registry", registry,
+                              "--name", "pre", "--min-configs", "10", "--exclude", "gemm_64"], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert without.returncode == 0 and "trained on 2 kernels" in without.stdout, without.stderr[-3000:]
+    assert "registered models:/pre/2" in without.stdout and "skipped" in without.stderr
     _, tags = load_booster("pre/1", registry)
     assert tags["tunelab.features"] == "per_store" and "gemm_48" in tags["tunelab.tasks"]
     run = subprocess.run([sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms",

@@ -42,6 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--experiment", default="pretrain")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
+    parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME",
+                        help="kernels (by name) to leave out, e.g. the one a transfer test will tune")
     args = parser.parse_args(argv)
     for store in args.store:
         if not store.is_file():
@@ -92,6 +94,8 @@ def held_out(X, ratios, seed: int, names) -> dict[str, float]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     corpus = load_corpus(args.store, args.hardware, args.min_configs)
+    corpus.skipped += [f"{t.store}: {t.task.name}: --exclude" for t in corpus.tasks if t.task.name in args.exclude]
+    corpus.tasks = [t for t in corpus.tasks if t.task.name not in args.exclude]
     fingerprints = sorted({(t.store, t.hardware) for t in corpus.tasks})
     if len({h for _, h in fingerprints}) > 1:
         raise SystemExit("tunelab: the stores hold readings of several hardware fingerprints; pick one with "
@@ -116,6 +120,7 @@ def main(argv=None) -> None:
     reference = register_booster(
         final.booster, args.name, registry, args.experiment,
         params={"stores": ",".join(map(str, args.store)), "features": "per_store", "kernels": len(tasks),
+                "excluded": ",".join(args.exclude) or "none",
                 "configs": corpus.configs, "seed": args.seed, "hardware": fingerprints[0][1]},
         metrics={**({"heldout_spearman_mean": mean} if scores else {}),
                  **{f"heldout_spearman/{t['name']}": s for t, s in zip(tasks, scores.values())}},
