@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -95,8 +96,11 @@ def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
     if method == PEER:
+        shutil.rmtree(folder / "work", ignore_errors=True)  # a killed tune_tir would add to its database
         command = [sys.executable, __file__, "--metaschedule-job", workload, str(seed), str(folder),
                    "--trials", str(args.trials), "--threads", str(args.threads)]
+    elif (folder / "run" / "run.yaml").exists():  # killed before done.json: continue it
+        command = [sys.executable, "run.py", f"resume={folder / 'run'}"]
     else:
         parts, _, extra = method.partition(":")
         search, sampler, cost_model = parts.split("+")

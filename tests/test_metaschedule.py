@@ -60,13 +60,15 @@ def test_more_stores_than_the_count_are_summed_into_the_last_row():
     assert np.array_equal(space.store_rows([second])[0], [rows.sum(axis=0)])
 
 
-def test_both_appends_the_knob_features_to_every_row():
-    space, _ = space_with_rows(lambda c: np.ones((2, 4)))
-    configs = [space.sample(np.random.default_rng(s)) for s in range(5)]
+def test_both_appends_the_knob_features_to_every_real_row():
+    space, _ = space_with_rows(lambda c: np.ones((1 + c[0] % 2, 4)))
+    configs = [space.sample(np.random.default_rng(s)) for s in range(12)]
     X = space.model_features(configs, "both")
     knobs = space.features(configs)
-    assert X.shape == (5, 2, 4 + knobs.shape[1])
-    assert np.array_equal(X[:, 1, 4:], knobs) and np.all(X[:, :, :4] == 1)
+    assert X.shape == (12, 2, 4 + knobs.shape[1])
+    assert np.array_equal(X[:, 0, 4:], knobs) and np.all(X[:, 0, :4] == 1)
+    for config, rows in zip(configs, X):  # a padding row stays zero, so xgb_ms drops it
+        assert rows[1].any() == bool(config[0] % 2)
 
 
 def test_knob_space_without_tvm_refuses_per_store_features():
@@ -120,12 +122,31 @@ def test_random_scores_until_the_warmup_then_adaptive_refits():
 
 
 def test_failed_programs_teach_nothing():
-    """Label weights: a failed program (throughput 0) has weight 0, as in MetaSchedule."""
+    """Label weights: a failed program (throughput 0) has weight 0, as in MetaSchedule (a fixed number
+    of rounds: the early-stopping metric does see them)."""
     X, y = rows_and_throughput(200, seed=2)
-    a = MetaScheduleXGBoost(num_warmup_samples=0).fit(X, y).predict(X)
+    fixed = {"num_warmup_samples": 0, "num_boost_round": 30, "early_stopping_rounds": 1000}
+    a = MetaScheduleXGBoost(**fixed).fit(X, y).predict(X)
     failed = np.concatenate([y, np.zeros(50)])
-    b = MetaScheduleXGBoost(num_warmup_samples=0).fit(np.concatenate([X, X[:50] * 0.5]), failed).predict(X)
+    b = MetaScheduleXGBoost(**fixed).fit(np.concatenate([X, X[:50] * 0.5]), failed).predict(X)
     assert np.allclose(a, b)
+
+
+def test_a_resumed_model_refits_where_the_run_last_did():
+    """Adaptive training keeps a model until the data grows by a fifth; a resume that refit on all
+    records would score differently. The saved state says where the last refit was."""
+    X, y = rows_and_throughput(130, seed=0)
+    running = MetaScheduleXGBoost(num_warmup_samples=100)
+    running.fit(X[:100], y[:100])
+    running.fit(X[:119], y[:119])  # kept: 19 < 100 / 5
+    resumed = MetaScheduleXGBoost(num_warmup_samples=100)
+    resumed.load_state_dict(json.loads(json.dumps(running.state_dict())))
+    resumed.fit(X[:119], y[:119])
+    assert np.array_equal(resumed.predict(X), running.predict(X))
+    assert not np.array_equal(MetaScheduleXGBoost(num_warmup_samples=100).fit(X[:119], y[:119]).predict(X),
+                              running.predict(X))
+    with pytest.raises(ValueError, match="trained_records"):
+        resumed.load_state_dict({"trained_records": -1})
 
 
 def test_flat_models_read_per_store_rows():
@@ -195,6 +216,33 @@ def test_measured_configs_are_never_proposed():
 
 def test_eps_greedy_is_handed_to_the_sampler():
     assert EvolutionarySearch(eps_greedy=0.2).exploration() == 0.2
+
+
+def test_unmutated_copies_take_each_parent_once_per_generation():
+    space = HARDWARE.space(TASK)
+    search = EvolutionarySearch(population_size=64, genetic_mutate_prob=0.0, genetic_max_fail_count=200)
+    population = [space.sample(np.random.default_rng(s)) for s in range(64)]
+    scores = np.zeros(64)
+    scores[0] = 1.0  # all the weight on one parent
+    scores[1:] = 1e-3
+    counts = {"mutated": 0, "copied": 0, "mutation_failed": 0}
+    children = search._next_generation(space, population, scores, np.random.default_rng(0), counts)
+    assert children.count(population[0]) < 10 and counts["copied"] > 32
+
+
+def test_selection_clamps_negative_scores_and_shifts_rank_scores():
+    from tuning.search.evolutionary import _selection
+
+    assert _selection([-1.0, 1.0, 3.0]).tolist() == [0.0, 0.25, 0.75]
+    assert np.allclose(_selection([-3.0, -1.0]), [0.0, 1.0])
+    assert np.allclose(_selection([0.0, 0.0]), [0.5, 0.5])
+
+
+def test_nothing_legitimate_proposes_nothing():
+    space = HARDWARE.space(TASK)
+    never = Space(space.knobs, space.active, legitimacy=lambda config: False)
+    assert EvolutionarySearch(population_size=16).propose(never, XGBoostCostModel(), 8, set(),
+                                                          np.random.default_rng(0)) == []
 
 
 # ---- validation --------------------------------------------------------------------------------

@@ -104,7 +104,9 @@ def test_pretrained_scores_before_the_warmup_and_is_fine_tuned_after(tmp_path):
     model.fit(X[:50], y[:50])
     assert np.allclose(model.predict(X[:5]), expected)
     model.fit(X[:150], y[:150])
-    assert model.booster.num_boosted_rounds() > base.num_boosted_rounds()  # boosting continued from it
+    rounds = base.num_boosted_rounds()
+    assert model.booster.num_boosted_rounds() > rounds  # boosting continued from it: its first trees are base's
+    assert np.allclose(model.booster[:rounds].inplace_predict(rows), base.inplace_predict(rows))
 
 
 def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
@@ -116,6 +118,10 @@ def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
     [problem] = MetaScheduleXGBoost.check({**params, "features": "both", "pretrained": "pre/1"}, "cost_model")
     assert "reads features per_store, not cost_model.features=both" in problem
     assert MetaScheduleXGBoost.check({**params, "pretrained": "pre/1"}, "cost_model") == []
+    [problem] = MetaScheduleXGBoost.check({**params, "pretrained": None}, "cost_model")
+    assert problem.startswith("cost_model.registry: set, but there is no cost_model.pretrained")
+    [problem] = MetaScheduleXGBoost.check({**params, "pretrained": "pre/1", "registry": "nosuch://x"}, "cost_model")
+    assert problem.startswith("cost_model.pretrained:")
 
 
 # ---- real TVM spaces ---------------------------------------------------------------------------------

@@ -281,18 +281,20 @@ def test_per_store_features_describe_the_scheduled_program(hardware):
     assert both.shape == (3, X.shape[1], 164 + space.feature_width)
     schedules = hardware.schedules(CONV)
     unseen = next(c for c in (space.sample(np.random.default_rng(100 + i)) for i in range(50))
-                  if c not in space._store_cache)
-    original = schedules.replay
-    schedules.replay = lambda config: (_ for _ in ()).throw(ValueError("cannot replay"))
+                  if c not in space._store_cache and c not in schedules._scheduled)
+    original = schedules._schedule
+    schedules._schedule = lambda config: (_ for _ in ()).throw(ValueError("cannot schedule"))
     try:
         assert not np.abs(space.model_features([unseen], "per_store")).any()
     finally:
-        schedules.replay = original
+        schedules._schedule = original
+        schedules._scheduled.pop(unseen, None)
+        space._store_cache.pop(unseen, None)
 
 
 def test_metaschedule_row_tunes_for_real(tmp_path):
     """`search=evolutionary cost_model=xgb_ms` (per-store features) on a real kernel: records, the
-    search's metrics, a model fitted after its warm-up, a kernel far faster than the first."""
+    search's saved state (its best measured configs) and a model fitted after its warm-up."""
     import json
     import subprocess
     import sys
@@ -309,3 +311,6 @@ def test_metaschedule_row_tunes_for_real(tmp_path):
     assert len(records) == 48 and len({tuple(r["config"]) for r in records}) == 48
     assert {r["round"] for r in records} == {0, 1, 2}
     assert "GFLOP/s" in proc.stdout
+    [state] = [json.loads(p.read_text()) for p in (tmp_path / "run" / "state").glob("*.json")]
+    assert len(state["search"]["measured"]) == 48  # every working kernel, best first
+    assert state["cost_model"]["trained_records"] >= 16  # fit once past the 16-sample warm-up

@@ -144,7 +144,8 @@ class TaskTuner:
         self.records = [*prior, *own]
         run.measured += len(self.records)
         self.visited = {tuple(r.config) for r in self.records}
-        self.rng, self.round_index = restore_state(run.out_dir, task, parts.search, run.seed, task_index)
+        self.rng, self.round_index = restore_state(run.out_dir, task, parts.search, run.seed, task_index,
+                                                      parts.cost_model)
         self.times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0, "wall_s": 0.0}
         self.outcome = TaskOutcome(task, self.records, times=self.times, reused=len(prior))
         self.enumerated = (list(self.space.enumerate())
@@ -231,7 +232,7 @@ class TaskTuner:
         _fit(parts.cost_model, self.space, task, self.records, self.times)
         parts.search.observe(batch, results)
         self.round_index += 1
-        save_state(run.out_dir, task, parts.search, self.rng, self.round_index)
+        save_state(run.out_dir, task, parts.search, self.rng, self.round_index, parts.cost_model)
         self.times["wall_s"] += time.perf_counter() - started  # real seconds, beside the (maybe stored) build/run
         report = RoundReport(self, batch, results, round_index, search_s, run.measured, list(outcomes))
         reasons = [callback.after_round(report) for callback in self.callbacks]

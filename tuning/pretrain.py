@@ -81,19 +81,28 @@ def model(seed: int):
     return instantiate(OmegaConf.create({"seed": seed, "node": node}).node)
 
 
-def held_out(X, ratios, seed: int, names) -> dict[str, float]:
-    """Leave-one-kernel-out Spearman correlation of predicted and measured throughput ratios."""
+def held_out(X, ratios, seed: int, names, keys) -> dict[str, float]:
+    """Leave-one-kernel-out Spearman correlation of predicted and measured throughput ratios. A
+    kernel found in several stores is one kernel: all of its entries are held out together."""
     scores = {}
-    for i in tqdm(range(len(X)), desc="held-out kernels", unit="kernel"):
-        others = [j for j in range(len(X)) if j != i]
+    for key in tqdm(list(dict.fromkeys(keys)), desc="held-out kernels", unit="kernel"):
+        inside = [i for i, k in enumerate(keys) if k == key]
+        others = [j for j in range(len(X)) if keys[j] != key]
+        if not others:
+            continue
         fitted = model(seed).fit_kernels([X[j] for j in others], [ratios[j] for j in others])
-        scores[names[i]] = float(spearmanr(fitted.predict(X[i]), ratios[i]).correlation)
+        predicted = np.concatenate([fitted.predict(X[i]) for i in inside])
+        scores[names[inside[0]]] = float(spearmanr(predicted, np.concatenate([ratios[i] for i in inside])).correlation)
     return scores
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     corpus = load_corpus(args.store, args.hardware, args.min_configs)
+    unknown = set(args.exclude) - {t.task.name for t in corpus.tasks}
+    if unknown:
+        raise SystemExit(f"tunelab: --exclude: no kernel named {', '.join(sorted(unknown))} in the stores "
+                         f"(kernels: {', '.join(sorted({t.task.name for t in corpus.tasks}))})")
     corpus.skipped += [f"{t.store}: {t.task.name}: --exclude" for t in corpus.tasks if t.task.name in args.exclude]
     corpus.tasks = [t for t in corpus.tasks if t.task.name not in args.exclude]
     fingerprints = sorted({(t.store, t.hardware) for t in corpus.tasks})
@@ -109,7 +118,7 @@ def main(argv=None) -> None:
         print(f"tunelab: skipped {reason}", file=sys.stderr)
     names = [f"{t.task.name} ({t.task_key})" for t in corpus.tasks]
     ratios = [t.ratio for t in corpus.tasks]
-    scores = held_out(X, ratios, args.seed, names) if len(X) >= 2 else {}
+    scores = held_out(X, ratios, args.seed, names, [t.task_key for t in corpus.tasks])
     final = model(args.seed).fit_kernels(X, ratios)
     from tuning.tracking.registry import default_registry, register_booster
 
@@ -123,7 +132,7 @@ def main(argv=None) -> None:
                 "excluded": ",".join(args.exclude) or "none",
                 "configs": corpus.configs, "seed": args.seed, "hardware": fingerprints[0][1]},
         metrics={**({"heldout_spearman_mean": mean} if scores else {}),
-                 **{f"heldout_spearman/{t['name']}": s for t, s in zip(tasks, scores.values())}},
+                 **{f"heldout_spearman/{name.split(' ')[0]}": s for name, s in scores.items()}},
         tags={"tunelab.features": "per_store", "tunelab.tasks": json.dumps(tasks),
               "tunelab.heldout_spearman": json.dumps(scores), "tunelab.hardware": fingerprints[0][1]})
     print(f"trained on {len(tasks)} kernels, {corpus.configs} measured configs")

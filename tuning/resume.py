@@ -120,9 +120,9 @@ def _state_path(out_dir: Path, task) -> Path:
     return Path(out_dir) / "state" / f"{task.key}.json"
 
 
-def restore_state(out_dir: Path, task, search, seed: int, task_index: int):
+def restore_state(out_dir: Path, task, search, seed: int, task_index: int, cost_model=None):
     """(rng, next round index) of a task: fresh from (seed, task index), or as saved by save_state
-    (the search's own state is loaded into `search`)."""
+    (the search's own state is loaded into `search`, the cost model's into `cost_model`)."""
     rng = np.random.default_rng([seed, task_index])
     path = _state_path(out_dir, task)
     if not path.exists():
@@ -130,13 +130,16 @@ def restore_state(out_dir: Path, task, search, seed: int, task_index: int):
     state = json.loads(path.read_text())
     rng.bit_generator.state = state["rng"]
     search.load_state_dict(state["search"])
+    if cost_model is not None:
+        cost_model.load_state_dict(state.get("cost_model") or {})  # absent in states saved before it existed
     return rng, state["round"]
 
 
-def save_state(out_dir: Path, task, search, rng, round_index: int) -> None:
+def save_state(out_dir: Path, task, search, rng, round_index: int, cost_model=None) -> None:
     path = _state_path(out_dir, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    state = {"round": round_index, "rng": rng.bit_generator.state, "search": search.state_dict()}
+    state = {"round": round_index, "rng": rng.bit_generator.state, "search": search.state_dict(),
+             "cost_model": cost_model.state_dict() if cost_model is not None else {}}
     temporary.write_text(json.dumps(state))
     os.replace(temporary, path)  # atomic: a kill leaves the old or the new state, never half

@@ -31,6 +31,7 @@ Moves between configs (docs/methods.md §G-BFS and N-A2C, "Moves"):
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -44,7 +45,8 @@ MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
 #   per_store  TVM's per-store features of the scheduled program (one row per buffer store)
 #   both       each per-store row with the knob features appended
 FEATURES = ("knobs", "per_store", "both")
-STORE_CACHE = 50_000  # configs whose per-store rows are kept (a row is 164 float32)
+STORE_CACHE = 20_000  # configs whose per-store rows are kept per task (a row is 164 float32)
+STORE_PROBES = 8  # legitimate configs per sketch whose store count bounds the task's rows
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,14 @@ class Space:
     # ---- moves -----------------------------------------------------------
     def sample(self, rng: np.random.Generator) -> Config:
         sketch = int(rng.integers(self.num_sketches))
+        config = [0] * len(self.knobs)
+        config[0] = sketch
+        for i in self.active[sketch]:
+            config[i] = int(rng.integers(self.dims[i]))
+        return tuple(config)
+
+    def sample_in(self, sketch: int, rng: np.random.Generator) -> Config:
+        """A uniform random config of one sketch."""
         config = [0] * len(self.knobs)
         config[0] = sketch
         for i in self.active[sketch]:
@@ -319,10 +329,9 @@ class Space:
     def model_features(self, configs: Sequence[Config], kind: str = "knobs") -> np.ndarray:
         """The features a cost model with `cost_model.features=kind` reads.
 
-        knobs: (n, d) `features`. per_store: (n, R, w), R the task's rows (fixed at the first call:
-        the most stores of that batch and of one sample per sketch; zero rows pad, and a program
-        with more stores has its extra rows summed into the last). both: per_store with the knob
-        features appended to every row. Models that want a flat matrix reshape (n, -1)."""
+        knobs: (n, d) `features`. per_store: (n, R, w) `store_rows`. both: per_store with the knob
+        features appended to every real store row (padding rows stay zero). Models that want a
+        flat matrix reshape (n, -1)."""
         if kind == "knobs":
             return self.features(configs)
         if kind not in FEATURES:
@@ -330,30 +339,53 @@ class Space:
         rows = self.store_rows(configs)
         if kind == "per_store":
             return rows
-        knobs = np.repeat(self.features(configs)[:, None, :], rows.shape[1], axis=1)
+        real = (np.abs(rows).sum(axis=2, keepdims=True) > 0).astype(np.float32)
+        knobs = self.features(configs)[:, None, :] * real
         return np.concatenate([rows, knobs], axis=2)
 
     def store_rows(self, configs: Sequence[Config]) -> np.ndarray:
-        """Per-store rows of each config, packed to (n, R, width) as `model_features` says."""
+        """Per-store rows of each config, (n, R, width), zero rows padding. R is the task's: the most
+        stores among STORE_PROBES legitimate configs of each sketch (the same in every process and
+        after a resume). A program with more stores has its extra rows summed into the last row,
+        which is logged once."""
         if self.store_features is None:
             raise ValueError("per-store features need a space scheduled by TVM (hardware=cpu or replay)")
         configs = [tuple(int(c) for c in config) for config in configs]
-        if "_store_shape" not in self.__dict__:
-            probe = configs + [self.sample(np.random.default_rng(s)) for s in range(self.num_sketches)]
-            self._cache_store_rows(probe)
-            found = [self._store_cache[c] for c in probe]
-            self.__dict__["_store_shape"] = (max(1, max(len(r) for r in found)), found[0].shape[1])
+        count, width = self._store_shape()
         self._cache_store_rows(configs)
-        count, width = self.__dict__["_store_shape"]
         out = np.zeros((len(configs), count, width), dtype=np.float32)
         for i, config in enumerate(configs):
             rows = self._store_cache[config]
             if len(rows) <= count:
                 out[i, :len(rows)] = rows
-            else:
-                out[i, :count - 1] = rows[:count - 1]
-                out[i, count - 1] = rows[count - 1:].sum(axis=0)
+                continue
+            if not self.__dict__.get("_store_overflow_logged"):
+                self.__dict__["_store_overflow_logged"] = True
+                logging.getLogger("tunelab").warning(
+                    "a program has %d buffer stores, more than the %d this task's features hold: the extra "
+                    "rows are summed into the last", len(rows), count)
+            out[i, :count - 1] = rows[:count - 1]
+            out[i, count - 1] = rows[count - 1:].sum(axis=0)
         return out
+
+    def _store_shape(self) -> tuple[int, int]:
+        if "_store_shape_value" not in self.__dict__:
+            rng = np.random.default_rng(0)
+            probes = []
+            for sketch in range(self.num_sketches):
+                found = 0
+                for _ in range(STORE_PROBES * 8):
+                    config = self.sample_in(sketch, rng)
+                    if self.is_legitimate(config):
+                        probes.append(config)
+                        found += 1
+                        if found == STORE_PROBES:
+                            break
+            probes = probes or [self.sample(rng)]
+            self._cache_store_rows(probes)
+            rows = [self._store_cache[c] for c in probes]
+            self.__dict__["_store_shape_value"] = (max(1, max(len(r) for r in rows)), rows[0].shape[1])
+        return self.__dict__["_store_shape_value"]
 
     def _cache_store_rows(self, configs) -> None:
         missing = list(dict.fromkeys(c for c in configs if c not in self._store_cache))
@@ -446,6 +478,9 @@ class RestrictedSpace(Space):
 
     def is_legitimate(self, config: Config) -> bool:
         return tuple(int(c) for c in config) in self._allowed_set and super().is_legitimate(config)
+
+    def _store_shape(self) -> tuple[int, int]:
+        return self.base._store_shape()  # the full space's rows, whatever the store holds
 
     def decisions(self, config: Config) -> dict:
         return self.base.decisions(config)

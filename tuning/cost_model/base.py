@@ -28,6 +28,11 @@ A cost model predicts the throughput of configs from their features.
                            the scheduled program). A model that wants a flat matrix calls
                            `flat(X)`; one that sums per-store scores (xgb_ms) reads the rows.
                            Searches and the loop get X from `model_input`, never by hand.
+    state_dict() / load_state_dict(state)
+                           What a fit depends on beyond the records (JSON-serialisable), saved with
+                           the search's state every round: a resumed run's first fit must give the
+                           model the uninterrupted run had (xgb_ms: when it last refit). {} for
+                           models that refit from all records every time.
     trains_nothing         True for cost_model=none: searches that measure every proposal and
                            use no model (search=gbfs, a2c) require it, so no run spends time
                            fitting a model nobody reads.
@@ -61,6 +66,12 @@ class CostModel(Component):
     @abstractmethod
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Scores, higher is better."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     def predict_throughput(self, X: np.ndarray) -> np.ndarray:
         return self.predict(X)

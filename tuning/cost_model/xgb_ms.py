@@ -13,7 +13,8 @@ scores); random scores until `num_warmup_samples` (100) programs are measured; a
 (refit only when the data grew by a fifth since the last fit). Where tunelab differs, and why:
   - nthread 1 (MetaSchedule: every physical core), so a fit is bit-reproducible from the seed;
   - the warm-up scores are a hash of (seed, the program's features), not an unseeded
-    np.random.uniform: the same seed proposes the same configs, and a resumed run the same ones;
+    np.random.uniform: the same seed proposes the same configs, and a resumed run the same ones
+    (when it last refit is saved with the run's state, so a resume refits as the run did);
   - the rows come padded to one count per task (tuning/space.py `model_features`): all-zero rows are
     padding and are dropped, which restores MetaSchedule's ragged rows.
 With `features: knobs` each program is one row of knob features (MetaSchedule's loss and trees on
@@ -32,7 +33,7 @@ import hashlib
 import numpy as np
 import xgboost as xgb
 
-from tuning.cost_model.base import CostModel, flat
+from tuning.cost_model.base import CostModel
 
 
 class MetaScheduleXGBoost(CostModel):
@@ -75,12 +76,15 @@ class MetaScheduleXGBoost(CostModel):
         self.booster: xgb.Booster | None = None
         self.base: xgb.Booster | None = None  # the pretrained booster, loaded on first use
         self.trained_on = 0  # programs in the last fit (adaptive training's reference)
+        self.trained_records = 0  # records the last fit saw (saved: a resume refits on as many first)
+        self._resume_at = 0
 
     @classmethod
     def check(cls, params, group):
         """A pretrained model must exist and read the same features (looked up before any work)."""
         if params.get("pretrained") is None:
-            return []
+            return [f"{group}.registry: set, but there is no {group}.pretrained to load from it"] \
+                if params.get("registry") is not None else []
         from tuning.tracking.registry import RegistryError, default_registry, resolve
 
         try:
@@ -105,12 +109,24 @@ class MetaScheduleXGBoost(CostModel):
                 "eta": self.eta, "seed": self.seed, "nthread": self.nthread, "verbosity": 0,
                 "disable_default_eval_metric": 1, "base_score": 0.0}  # sums start at 0 whatever the row count
 
+    def state_dict(self) -> dict:
+        return {"trained_records": self.trained_records}
+
+    def load_state_dict(self, state: dict) -> None:
+        value = state.get("trained_records", 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"cost model state: trained_records must be a count, got {value!r}")
+        self._resume_at = value
+
     def fit(self, X, y):
-        rows, ids = pack(X)
         y = np.asarray(y, dtype=np.float64)
+        resume_at, self._resume_at = self._resume_at, 0
+        if resume_at and self.booster is None and resume_at <= len(y):
+            self.fit(np.asarray(X)[:resume_at], y[:resume_at])  # the model the uninterrupted run had
+        rows, ids = pack(X)
         kept = np.unique(ids)  # programs with at least one store (MetaSchedule drops the others)
         if len(kept) < max(2, self.num_warmup_samples) or float(y.max(initial=0.0)) <= 0:
-            self.booster, self.trained_on = None, 0
+            self.booster, self.trained_on, self.trained_records = None, 0, 0
             return self
         if self.adaptive_training and self.booster is not None and len(kept) - self.trained_on < self.trained_on / 5:
             return self
@@ -118,7 +134,7 @@ class MetaScheduleXGBoost(CostModel):
         base = self._pretrained()
         self.booster = train_pack_sum(self._params(), rows, ids, labels, self.num_boost_round,
                                       self.early_stopping_rounds, start=None if base is None else base.copy())
-        self.trained_on = len(kept)
+        self.trained_on, self.trained_records = len(kept), len(y)
         return self
 
     def fit_kernels(self, features: list, ratios: list) -> "MetaScheduleXGBoost":
@@ -184,8 +200,13 @@ def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_ro
 
 
 def warmup_scores(X, seed: int) -> np.ndarray:
-    """MetaSchedule's random scores before the warm-up, as a deterministic hash of each program's
-    features and the seed (uniform in [0, 1))."""
-    X = np.ascontiguousarray(flat(X))
-    return np.array([int.from_bytes(hashlib.sha256(seed.to_bytes(8, "little") + row.tobytes()).digest()[:8],
-                                    "little") / 2**64 for row in X], dtype=np.float64)
+    """MetaSchedule's random scores before the warm-up, as a deterministic hash of the seed and each
+    program's real (non-padding) rows: uniform in [0, 1), the same whatever the padding."""
+    X = np.asarray(X, dtype=np.float32)
+    X = X[:, None, :] if X.ndim == 2 else X
+    scores = []
+    for program in X:
+        real = np.ascontiguousarray(program[np.abs(program).sum(axis=1) > 0])
+        digest = hashlib.sha256(seed.to_bytes(8, "little") + real.tobytes()).digest()
+        scores.append(int.from_bytes(digest[:8], "little") / 2**64)
+    return np.array(scores, dtype=np.float64)

@@ -260,7 +260,7 @@ class TaskSchedules:
                 self._scheduled.popitem(last=False)
         outcome = self._scheduled[config]
         if isinstance(outcome, Exception):
-            raise outcome
+            raise outcome.with_traceback(None)  # a kept error: no frames pile up on re-raises
         return outcome
 
     def store_features(self, configs) -> list[np.ndarray]:

@@ -7,14 +7,16 @@ al. 2020, OSDI, §5.2). Each round:
  1. The initial population: the best measured configs (init_measured_ratio x population_size, best
     first), then random legitimate configs up to population_size (at least init_min_unmeasured).
  2. genetic_num_iters times: score the population with the cost model and keep the best unmeasured
-    configs seen in any generation (a heap of the plan size); draw population_size parents with
-    probability proportional to their scores; each child is, with probability genetic_mutate_prob,
-    its parent changed by one mutator (retried up to genetic_max_fail_count times until the result is
-    legitimate: it replays and passes TVM's postprocessors), else the parent itself. The last
-    generation is scored too.
- 3. The heap, best first. MetaSchedule then replaces eps_greedy of the picks by random configs; here
-    `exploration()` hands eps_greedy to the sampler (sampler=greedy draws that share at random), so
-    the default sampler reproduces MetaSchedule's pick and sampler=all measures the heap alone.
+    configs seen in any generation (a heap of the plan size); then each of population_size children
+    draws a parent with probability proportional to its score (negative scores clamped to 0) and
+    either mutates it (probability genetic_mutate_prob; one mutator, drawn by its probability; the
+    child must be legitimate: it replays and passes TVM's postprocessors) or copies it (each parent
+    at most once a generation); a failure draws a new parent, up to genetic_max_fail_count times,
+    then the last parent is kept. The last generation is scored too.
+ 3. The heap, best first. MetaSchedule then replaces exactly floor(eps_greedy x n) picks by random
+    configs of its initial population; here `exploration()` hands eps_greedy to the sampler:
+    sampler=greedy draws each slot at random with probability eps (binomial, not exact) from
+    unmeasured configs it does not check for legitimacy, and sampler=all measures the heap alone.
 
 Mutators, MetaSchedule's llvm defaults (Mutator.create("llvm")), each one decision of the trace:
     p_tile_size 0.9          MutateTileSize: divide one level of a tile split by a divisor, multiply
@@ -22,12 +24,11 @@ Mutators, MetaSchedule's llvm defaults (Mutator.create("llvm")), each one decisi
     p_compute_location 0.05  MutateComputeLocation: another compute location
     p_unroll 0.03            MutateUnroll: another unroll limit
 MutateParallel (0.02) changes the parallel extent, which tunelab's spaces fix in the sketch: it is
-not a decision here, and its share goes to the others (probabilities renormalised over the mutators
-whose knobs a config has).
+not a decision here, and the three others' probabilities are renormalised to sum to 1. A mutator
+drawn for a config without its kind of knob fails, as in MetaSchedule, and the child draws again.
 
-Scores become selection weights as they are when none is negative (MetaSchedule's normalised
-scores); a rank model's scores are shifted to start at 0. Duplicates are one config: the heap and
-the measured set compare canonical configs (MetaSchedule: the scheduled module's structural hash).
+Duplicates are one config: the heap and the measured set compare canonical configs (MetaSchedule:
+the scheduled module's structural hash).
 """
 from __future__ import annotations
 
@@ -85,24 +86,18 @@ class EvolutionarySearch(Search):
     # ---- one round --------------------------------------------------------------------------
     def propose(self, space, cost_model, n, visited, rng):
         population = self._initial_population(space, rng)
+        if not population:  # MetaSchedule ends the search here; the sampler fills the round at random
+            self.last = {"population": 0, "mutated": 0, "copied": 0, "mutation_failed": 0}
+            return []
         best = TopN(space, visited, n)
-        mutated = failed = 0
+        counts = {"mutated": 0, "copied": 0, "mutation_failed": 0}
         for generation in range(self.genetic_num_iters + 1):
             scores = predict(space, cost_model, population)
             best.offer(population, scores)
             if generation == self.genetic_num_iters:
                 break
-            parents = rng.choice(len(population), size=self.population_size, p=_selection(scores))
-            children = []
-            for parent in parents:
-                child = population[parent]
-                if rng.random() < self.genetic_mutate_prob:
-                    child, ok = self._mutate(space, child, rng)
-                    mutated += ok
-                    failed += not ok
-                children.append(child)
-            population = children
-        self.last = {"population": len(population), "mutated": mutated, "mutation_failed": failed,
+            population = self._next_generation(space, population, scores, rng, counts)
+        self.last = {"population": len(population), **counts,
                      "measured_in_population": len(self._measured_seeds())}
         return best.sorted_configs()
 
@@ -121,26 +116,37 @@ class EvolutionarySearch(Search):
                 break
         return population + sampled
 
-    # ---- mutation ---------------------------------------------------------------------------
-    def _mutate(self, space, config, rng) -> tuple[tuple, bool]:
-        """One mutator's change to `config`, legitimate, or (config, False) after the retries."""
-        slots = {kind: [s for s in space.active_slots(config) if space.knobs[s].kind == kind
-                        and space.dims[s] > 1] for kind in MUTATORS}
-        kinds = [kind for kind in MUTATORS if slots[kind] and getattr(self, MUTATORS[kind]) > 0]
-        if not kinds:
-            return config, False
-        weights = np.array([getattr(self, MUTATORS[kind]) for kind in kinds])
-        for _ in range(self.genetic_max_fail_count):
-            kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
-            slot = slots[kind][int(rng.integers(len(slots[kind])))]
-            value = _move_tile_factor(space, config, slot, rng) if kind == "tile" else _other_choice(space, config,
-                                                                                                    slot, rng)
-            if value is None:
-                continue
-            child = (*config[:slot], value, *config[slot + 1:])
-            if space.is_legitimate(child):
-                return child, True
-        return config, False
+    def _next_generation(self, space, population, scores, rng, counts) -> list:
+        """MetaSchedule's EvolveWithCostModel step: each child draws a parent by score and decides
+        mutate (genetic_mutate_prob: a mutator by its probability; a legitimate result is the child)
+        or copy (only a parent not copied yet this generation); on failure it draws again, up to
+        genetic_max_fail_count more times, then keeps the last parent drawn."""
+        cumulative = np.cumsum(_selection(scores))
+        kinds = list(MUTATORS)
+        weights = np.array([getattr(self, MUTATORS[kind]) for kind in kinds], dtype=np.float64)
+        weights = np.cumsum(weights / weights.sum())
+        copied: set = set()
+        children = []
+        for _ in range(self.population_size):
+            child = None
+            for _ in range(self.genetic_max_fail_count + 1):
+                parent = min(int(np.searchsorted(cumulative, rng.random() * cumulative[-1])), len(population) - 1)
+                if rng.random() < self.genetic_mutate_prob:
+                    kind = kinds[min(int(np.searchsorted(weights, rng.random())), len(kinds) - 1)]
+                    child = _mutate(space, population[parent], kind, rng)
+                    if child is not None:
+                        counts["mutated"] += 1
+                        break
+                elif parent not in copied:
+                    copied.add(parent)
+                    child = population[parent]
+                    counts["copied"] += 1
+                    break
+            if child is None:
+                child = population[parent]
+                counts["mutation_failed"] += 1
+            children.append(child)
+        return children
 
     # ---- measurements and state -------------------------------------------------------------
     def observe(self, configs, results):
@@ -166,13 +172,29 @@ class EvolutionarySearch(Search):
 
 
 def _selection(scores) -> np.ndarray:
-    """Selection probabilities from scores (shifted to start at 0 when some are negative)."""
+    """Selection probabilities: scores clamped at 0 (MetaSchedule's PredictNormalizedScore); when
+    none is positive (a rank model's scores), shifted to start at 0; all equal: uniform."""
     weights = np.asarray(scores, dtype=np.float64)
     weights = np.where(np.isfinite(weights), weights, 0.0)
-    if weights.min(initial=0.0) < 0:
-        weights = weights - weights.min()
-    total = weights.sum()
-    return weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
+    clamped = np.maximum(weights, 0.0)
+    if clamped.sum() <= 0:
+        clamped = weights - weights.min()
+    total = clamped.sum()
+    return clamped / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
+
+
+def _mutate(space, config, kind: str, rng) -> tuple | None:
+    """One mutator of `kind` applied to one random knob of that kind; None when the config has no
+    such knob, the change is not among the knob's choices, or TVM rejects the result."""
+    slots = [s for s in space.active_slots(config) if space.knobs[s].kind == kind and space.dims[s] > 1]
+    if not slots:
+        return None
+    slot = slots[int(rng.integers(len(slots)))]
+    value = _move_tile_factor(space, config, slot, rng) if kind == "tile" else _other_choice(space, config, slot, rng)
+    if value is None:
+        return None
+    child = (*config[:slot], value, *config[slot + 1:])
+    return child if space.is_legitimate(child) else None
 
 
 def _move_tile_factor(space, config, slot, rng) -> int | None:

@@ -39,13 +39,15 @@ def resolve(reference: str, registry_uri: str):
     from mlflow.exceptions import MlflowException
 
     name, version = parse_reference(reference)
-    client = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
     try:
+        client = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
         if version is not None:
             return client.get_model_version(name, version)
         versions = client.search_model_versions(f"name = '{name}'")
     except MlflowException as error:
         raise RegistryError(f"no registered model {reference!r} in {registry_uri} ({error.message})") from None
+    except Exception as error:  # noqa: BLE001 - a URI MLflow cannot open: said as a config problem
+        raise RegistryError(f"cannot open the registry {registry_uri!r} ({type(error).__name__}: {error})") from None
     if not versions:
         raise RegistryError(f"no registered model {name!r} in {registry_uri}")
     return max(versions, key=lambda v: int(v.version))
