@@ -13,9 +13,10 @@ import pytest
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = {"sa": 64, "ppo": 64, "random": 64, "csa": 32, "gbfs": 5, "a2c": 6}
+DEFAULTS = {"sa": 64, "ppo": 64, "random": 64, "csa": 32, "gbfs": 5, "a2c": 6, "evolutionary": 64}
 QUICK = {"ppo": ("search.episodes=4", "search.max_steps=20"), "csa": ("cost_model=rf", "search.n_iter=20"),
-         "sa": ("search.n_iter=20",), "random": ("cost_model=none",), "gbfs": (), "a2c": ()}
+         "sa": ("search.n_iter=20",), "random": ("cost_model=none",), "gbfs": (), "a2c": (),
+         "evolutionary": ("search.population_size=32",)}
 FIRST_ROUND = {"gbfs": 1}  # G-BFS measures its start state alone first (Algorithm 1, line 2)
 
 

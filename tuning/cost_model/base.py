@@ -81,8 +81,9 @@ class CostModel(Component):
 
 
 def model_input(space, cost_model, configs) -> np.ndarray:
-    """The features `cost_model` reads, for `configs` of `space`."""
-    return space.model_features(configs, cost_model.features)
+    """The features `cost_model` reads, for `configs` of `space` (knobs for a stand-in model that does
+    not say, as tests' hand-made landscapes)."""
+    return space.model_features(configs, getattr(cost_model, "features", "knobs"))
 
 
 def flat(X) -> np.ndarray:
