@@ -12,7 +12,7 @@
 2. Re-timing: every job's best kernel is built here (output checked against the untuned kernel)
    and timed beside torch (and numpy for GEMM) at --threads threads, --passes passes with the order
    rotated per pass; each timing is the median of 5 repeats of at least 50 ms (TVM's
-   time_evaluator for kernels, the same loop for the libraries).
+   time_evaluator for kernels, tvm_export.call_seconds, the same loop, for the libraries).
 3. One table per workload: median GFLOP/s over seeds; speed relative to torch and to MetaSchedule's
    tuner (geometric mean over seeds x passes of the ratios paired by pass and seed, bootstrap 95% CI
    resampling seeds); the median tuning wall time. Then the geomean over workloads.
@@ -165,36 +165,19 @@ def best_module(workload: str, method: str, folder: Path, hardware):
 
 
 def library_calls(task, inputs, threads: int) -> dict:
-    import torch
+    from tuning.hardware.tvm_export import torch_call
 
-    torch.set_num_threads(threads)
-    tensors = [torch.from_numpy(x) for x in inputs]
-    w = task.workload
-    if w["op"] == "gemm":
+    calls = {"torch": torch_call(task.workload, inputs, threads)}
+    if task.workload["op"] == "gemm":
         a, b = inputs
-        return {"torch": lambda: torch.matmul(*tensors), "numpy": lambda: a @ b}
-    from tuning.task import pair
-
-    options = {"stride": pair(w.get("stride", 1)), "padding": pair(w.get("padding", 0)),
-               "dilation": pair(w.get("dilation", 1)), "groups": w.get("groups", 1)}
-    return {"torch": lambda: torch.nn.functional.conv2d(*tensors, **options)}
-
-
-def time_calls(call, repeat: int = 5, min_repeat_s: float = 0.05) -> float:
-    call()
-    means = []
-    for _ in range(repeat):
-        count, started = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - started) < min_repeat_s or count == 0:
-            call()
-            count += 1
-        means.append(elapsed / count)
-    return float(np.median(means))
+        calls["numpy"] = lambda: a @ b
+    return calls
 
 
 def retime(args) -> dict:
     """{workload: {variant: {seed: [seconds per pass]}}}; libraries under seed -1."""
     from tuning.hardware.cpu import CPUHardware
+    from tuning.hardware.tvm_export import call_seconds
     from tuning.hardware.tvm_peers import KernelTimer
 
     spec = fixed_spec()
@@ -203,7 +186,7 @@ def retime(args) -> dict:
     for workload in args.workloads:
         task = task_of(workload)
         timer = KernelTimer(task.workload, hardware.target, spec)
-        timers = {(name, -1): call for name, call in library_calls(task, timer.numpy_inputs, args.threads).items()}
+        timers = {(name, -1): call for name, call in library_calls(task, timer.inputs, args.threads).items()}
         for method in [*args.methods, PEER]:
             for seed in args.seeds:
                 folder = args.out / workload / folder_name(method) / f"seed{seed}"
@@ -215,7 +198,7 @@ def retime(args) -> dict:
         for step in range(args.passes):
             for key in order[step % len(order):] + order[:step % len(order)]:
                 call = timers[key]
-                value = call() if key[1] >= 0 else time_calls(call)
+                value = call() if key[1] >= 0 else call_seconds(call, spec.repeat, spec.min_repeat_ms)
                 seconds[workload].setdefault(key[0], {}).setdefault(key[1], []).append(value)
             print(f"{workload} pass {step + 1}/{args.passes} timed", flush=True)
     return seconds

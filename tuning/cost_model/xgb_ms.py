@@ -130,10 +130,7 @@ class MetaScheduleXGBoost(CostModel):
             return self
         if self.adaptive_training and self.booster is not None and len(kept) - self.trained_on < self.trained_on / 5:
             return self
-        labels = y / float(y.max())
-        base = self._pretrained()
-        self.booster = train_pack_sum(self._params(), rows, ids, labels, self.num_boost_round,
-                                      self.early_stopping_rounds, start=None if base is None else base.copy())
+        self._boost(rows, ids, y / float(y.max()))
         self.trained_on, self.trained_records = len(kept), len(y)
         return self
 
@@ -148,12 +145,15 @@ class MetaScheduleXGBoost(CostModel):
             ids.append(kernel_ids + offset)
             labels.append(np.asarray(y, dtype=np.float64))
             offset += len(np.asarray(X))
-        base = self._pretrained()
-        self.booster = train_pack_sum(self._params(), np.concatenate(rows), np.concatenate(ids),
-                                      np.concatenate(labels), self.num_boost_round, self.early_stopping_rounds,
-                                      start=None if base is None else base.copy())
+        self._boost(np.concatenate(rows), np.concatenate(ids), np.concatenate(labels))
         self.trained_on = offset
         return self
+
+    def _boost(self, rows, ids, labels) -> None:
+        """Train on packed rows, continuing from the pretrained booster when there is one."""
+        base = self._pretrained()
+        self.booster = train_pack_sum(self._params(), rows, ids, labels, self.num_boost_round,
+                                      self.early_stopping_rounds, start=None if base is None else base.copy())
 
     def predict(self, X):
         rows, ids = pack(X)
@@ -201,12 +201,13 @@ def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_ro
 
 def warmup_scores(X, seed: int) -> np.ndarray:
     """MetaSchedule's random scores before the warm-up, as a deterministic hash of the seed and each
-    program's real (non-padding) rows: uniform in [0, 1), the same whatever the padding."""
-    X = np.asarray(X, dtype=np.float32)
-    X = X[:, None, :] if X.ndim == 2 else X
+    program's real (non-padding) rows (`pack`): uniform in [0, 1), the same whatever the padding."""
+    n = len(np.asarray(X))
+    rows, ids = pack(X)
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
     scores = []
-    for program in X:
-        real = np.ascontiguousarray(program[np.abs(program).sum(axis=1) > 0])
-        digest = hashlib.sha256(seed.to_bytes(8, "little") + real.tobytes()).digest()
+    for real in np.split(rows, np.searchsorted(ids, np.arange(1, n))):  # ids ascend: one piece a program
+        digest = hashlib.sha256(seed.to_bytes(8, "little") + np.ascontiguousarray(real).tobytes()).digest()
         scores.append(int.from_bytes(digest[:8], "little") / 2**64)
     return np.array(scores, dtype=np.float64)

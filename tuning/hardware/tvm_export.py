@@ -90,12 +90,8 @@ def _seconds(lib, args, dev) -> float:
     return float(np.median(timer(*args).results))
 
 
-def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> float:
-    """torch's time for the same operator on the same inputs (float32, eager, median of 10 calls
-    after a warm-up, at least 50 ms each, as the TVM timings)."""
-    import time
-
-    import numpy as np
+def torch_call(workload: dict, inputs: list, num_threads: int | None = None):
+    """torch's eager call of the same operator on the same inputs (float32)."""
     import torch
 
     from tuning.task import pair
@@ -106,19 +102,36 @@ def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> floa
     if workload["op"] == "conv2d":
         options = {"stride": pair(workload["stride"]), "padding": pair(workload["padding"]),
                    "dilation": pair(workload.get("dilation", 1)), "groups": workload.get("groups", 1)}
-        call = lambda: torch.nn.functional.conv2d(*tensors, **options)  # noqa: E731
-    else:
-        call = lambda: torch.matmul(*tensors)  # noqa: E731
-    with torch.inference_mode():
-        call()
-        samples = []
-        for _ in range(TIMING["repeat"]):
-            calls, started = 0, time.perf_counter()
-            while calls == 0 or time.perf_counter() - started < TIMING["min_repeat_ms"] / 1e3:
-                call()
-                calls += 1
-            samples.append((time.perf_counter() - started) / calls)
+        return lambda: torch.nn.functional.conv2d(*tensors, **options)
+    return lambda: torch.matmul(*tensors)
+
+
+def call_seconds(call, repeat: int, min_repeat_ms: float) -> float:
+    """A Python callable timed as TVM's time_evaluator times a kernel: after a warm-up call, the
+    median over `repeat` of the mean call time in a block of at least `min_repeat_ms`."""
+    import time
+
+    import numpy as np
+
+    call()
+    samples = []
+    for _ in range(repeat):
+        calls, started = 0, time.perf_counter()
+        while calls == 0 or time.perf_counter() - started < min_repeat_ms / 1e3:
+            call()
+            calls += 1
+        samples.append((time.perf_counter() - started) / calls)
     return float(np.median(samples))
+
+
+def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> float:
+    """torch's time for the same operator on the same inputs (float32, eager, median of 10 calls
+    after a warm-up, at least 50 ms each, as the TVM timings)."""
+    import torch
+
+    call = torch_call(workload, inputs, num_threads)
+    with torch.inference_mode():
+        return call_seconds(call, TIMING["repeat"], TIMING["min_repeat_ms"])
 
 
 def snippet(workload: dict, library: Path, args: list) -> str:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.hardware.tvm_space import fast_tensor_intrin_import, make_target, prim_func, register_pool_fallbacks
+from tuning.hardware.tvm_export import _call, _random_inputs
+from tuning.hardware.tvm_space import (arg_shapes, fast_tensor_intrin_import, make_target, prim_func,
+                                       register_pool_fallbacks)
 
 
 def _initializer() -> None:  # each LocalBuilder worker: without it every build times out (docs/tvm.md)
@@ -52,39 +54,25 @@ def measured_trials(work_dir: Path) -> int:
 
 class KernelTimer:
     """Builds a scheduled IRModule here and times it as the lab's fixed evaluator does (TVM's
-    time_evaluator: `repeat` repeats of at least `min_repeat_ms`, the median), on random inputs,
-    after checking its output against the untuned kernel's."""
+    time_evaluator: `repeat` repeats of at least `min_repeat_ms`, the median), on the export check's
+    random inputs, after checking its output against the untuned kernel's."""
 
     def __init__(self, workload: dict, target: dict, spec):
         import tvm
 
-        from tuning.hardware.tvm_space import arg_shapes
-
         self.tvm, self.target, self.spec = tvm, make_target(target), spec
         func = prim_func(workload)
-        rng = np.random.default_rng(0)
         shapes = arg_shapes(func)
-        self.inputs = [rng.uniform(-1, 1, shape).astype(dtype) for shape, dtype in shapes[:-1]]
-        self.out_shape = shapes[-1]
-        self.reference = self._run(tvm.tirx.build(tvm.IRModule({"main": func}), target=self.target))
-
-    def _run(self, lib):
-        args = [self.tvm.runtime.tensor(x) for x in self.inputs]
-        out = self.tvm.runtime.tensor(np.zeros(*self.out_shape))
-        lib(*args, out)
-        return out.numpy()
+        self.inputs, self.out_shape = _random_inputs(shapes), shapes[-1]
+        untuned = tvm.tirx.build(tvm.IRModule({"main": func}), target=self.target)
+        _, self.reference = _call(untuned, self.inputs, self.out_shape, tvm.cpu(0))
 
     def build(self, mod):
         """A timing function of the kernel, or ValueError when its output is wrong."""
         lib = self.tvm.tirx.build(mod, target=self.target)
-        got = self._run(lib)
+        args, got = _call(lib, self.inputs, self.out_shape, self.tvm.cpu(0))
         if not np.allclose(got, self.reference, rtol=1e-3, atol=1e-3):
             raise ValueError(f"wrong output: max |error| {np.abs(got - self.reference).max():.3g}")
-        args = [self.tvm.runtime.tensor(x) for x in self.inputs] + [self.tvm.runtime.tensor(np.zeros(*self.out_shape))]
         evaluator = lib.time_evaluator(lib.entry_name, self.tvm.cpu(0), number=self.spec.number,
                                        repeat=self.spec.repeat, min_repeat_ms=self.spec.min_repeat_ms)
         return lambda: float(np.median(evaluator(*args).results))
-
-    @property
-    def numpy_inputs(self) -> list:
-        return self.inputs
