@@ -12,6 +12,7 @@ import os
 import sys
 import types
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -49,6 +50,33 @@ def fast_tensor_intrin_import(target_kind: str = "llvm") -> None:
 # the annotation and lets the default rules schedule the block. The fallbacks below do exactly that
 # (the same Unannotate instruction in the trace, so the same spaces), without the warning.
 POOL_RULES = ("pool_max", "pool_avg", "adaptive_pool_max", "adaptive_pool_avg")
+
+
+@contextmanager
+def interrupts_kept():
+    """Wrap the Python callbacks handed to one TVM call (`keep(function)`), so that Ctrl-C inside
+    them still stops the run. An exception that is not an Exception (KeyboardInterrupt, SIGTERM's
+    Terminated) raised in a callback comes back out of TVM as a plain RuntimeError: the "does not
+    schedule" handlers here would swallow it, go on tuning and keep the config as illegitimate.
+    The original comes back out instead."""
+    stopped: list[BaseException] = []
+
+    def keep(function):
+        def called(*args):
+            try:
+                return function(*args)
+            except BaseException as stop:
+                if not isinstance(stop, Exception):
+                    stopped.append(stop)
+                raise
+        return called
+
+    try:
+        yield keep
+    except Exception:
+        if stopped:
+            raise stopped[0] from None
+        raise
 
 
 def register_pool_fallbacks(target_key: str = "cpu") -> None:
@@ -195,7 +223,8 @@ class TaskSchedules:
                 knobs.append(Knob(f"location{len(knobs)}", "location", tuple(range(-2, n_loops))))
             return decision
 
-        trace.apply_to_schedule(fresh, remove_postproc=True, decision_provider=describe)
+        with interrupts_kept() as keep:
+            trace.apply_to_schedule(fresh, remove_postproc=True, decision_provider=keep(describe))
         return knobs
 
     # ---- config -> schedule ------------------------------------------------------
@@ -217,7 +246,8 @@ class TaskSchedules:
             return decision
 
         sch = s_tir.Schedule(self.mod)
-        self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
+        with interrupts_kept() as keep:
+            self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=keep(provide))
         return sch
 
     def effective_config(self, sch, sketch: int) -> tuple:
