@@ -15,7 +15,8 @@
    time_evaluator for kernels, tvm_export.call_seconds, the same loop, for the libraries).
 3. One table per workload: median GFLOP/s over seeds; speed relative to torch and to MetaSchedule's
    tuner (geometric mean over seeds x passes of the ratios paired by pass and seed, bootstrap 95% CI
-   resampling seeds); the median tuning wall time. Then the geomean over workloads.
+   resampling seeds); the median tuning wall time. Then the geomeans over workloads, relative to
+   torch and to MetaSchedule's tuner (`--no-peer`: the lab's methods and the libraries only).
 
 Real hardware only; run it alone on the host (a compile beside a timing nearly doubles it).
 """
@@ -51,6 +52,8 @@ def parse_args(argv=None):
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_vs_peers")
+    parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                        help="also tune with MetaSchedule's tune_tir (--no-peer: the lab's methods and the libraries)")
     parser.add_argument("--estimate-only", action="store_true")
     parser.add_argument("--metaschedule-job", nargs=3, metavar=("WORKLOAD", "SEED", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -84,7 +87,11 @@ def fixed_spec():
 def jobs(args) -> list[tuple[str, str, int, Path]]:
     """Seed by seed: a benchmark stopped early has whole seeds to re-time (`--seeds 0 1`)."""
     return [(workload, method, seed, args.out / workload / folder_name(method) / f"seed{seed}")
-            for seed in args.seeds for workload in args.workloads for method in [*args.methods, PEER]]
+            for seed in args.seeds for workload in args.workloads for method in rows(args)]
+
+
+def rows(args) -> list[str]:
+    return [*args.methods, *([PEER] if args.peer else [])]
 
 
 def folder_name(method: str) -> str:
@@ -187,7 +194,7 @@ def retime(args) -> dict:
         task = task_of(workload)
         timer = KernelTimer(task.workload, hardware.target, spec)
         timers = {(name, -1): call for name, call in library_calls(task, timer.inputs, args.threads).items()}
-        for method in [*args.methods, PEER]:
+        for method in rows(args):
             for seed in args.seeds:
                 folder = args.out / workload / folder_name(method) / f"seed{seed}"
                 mod = best_module(workload, method, folder, hardware) if (folder / "done.json").exists() else None
@@ -240,6 +247,7 @@ def report(args, seconds: dict) -> str:
     lines = [f"{args.trials} measurements a tuning job, seeds {args.seeds}, {args.threads} threads, "
              f"{args.passes} re-timing passes"]
     overall: dict = {}
+    overall_torch: dict = {}
     for workload, variants in seconds.items():
         flops = task_of(workload).flops
         lines += ["", f"{workload}", f"  {'variant':34s} {'GFLOP/s':>8s}  {'vs torch [95% CI]':>24s}  "
@@ -251,15 +259,17 @@ def report(args, seconds: dict) -> str:
             t, tl, th = geomean_ci(torch_ratio, rng)
             p, pl, ph = geomean_ci(peer_ratio, rng)
             overall.setdefault(name, {}).update({(workload, s): v for s, v in peer_ratio.items()})
+            overall_torch.setdefault(name, {}).update({(workload, s): v for s, v in torch_ratio.items()})
             peer = f"{p:.2f}x [{pl:.2f}, {ph:.2f}]" if peer_ratio else "-"
-            wall = wall_minutes(args, workload, name) if name in [*args.methods, PEER] else float("nan")
+            wall = wall_minutes(args, workload, name) if name in rows(args) else float("nan")
             lines.append(f"  {name:34s} {gflops:8.1f}  {t:.2f}x [{tl:.2f}, {th:.2f}]".ljust(70)
                          + f"{peer:>26s}  " + (f"{wall:10.1f}" if np.isfinite(wall) else f"{'-':>10s}"))
-    lines += ["", "geomean over workloads and seeds, speed relative to metaschedule's tuner:"]
-    for name, ratios in overall.items():
-        if ratios:
-            g, lo, hi = geomean_ci(ratios, rng)
-            lines.append(f"  {name:34s} {g:.2f}x [{lo:.2f}, {hi:.2f}]")
+    for reference, by_name in (("torch", overall_torch), ("metaschedule's tuner", overall)):
+        if any(by_name.values()):
+            lines += ["", f"geomean over workloads and seeds, speed relative to {reference} "
+                      "(95% CI resampling workload-seed pairs):"]
+            lines += [f"  {name:34s} " + "{:.2f}x [{:.2f}, {:.2f}]".format(*geomean_ci(ratios, rng))
+                      for name, ratios in by_name.items() if ratios and name != "torch"]
     return "\n".join(lines)
 
 

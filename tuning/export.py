@@ -31,19 +31,12 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     from hydra.utils import instantiate
 
     from tuning.apply import tracker_of
-    from tuning.task import build_tasks
 
     cfg = load_config(run_dir / "config.yaml", "run")
     validate(cfg)
-    records = RecordLog(run_dir / "records.jsonl").load()
     with instantiate(cfg.hardware) as hardware:
-        tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
-        task = _pick(tasks, task_name, run_dir)
-        prior = prior_records(cfg, [task], run_dir, instantiate(cfg.tracking)).get(task.key, [])
-        outcome = TaskOutcome(task, [*prior, *(r for r in records if r.workload_key == task.key)])
-        best_from_records(outcome)
-        if outcome.best_config is None:
-            raise ConfigError(f"run: {run_dir} holds no valid measurement of {task.name}: nothing to export")
+        outcome = best_in_run(cfg, hardware, run_dir, task_name)
+        task = outcome.task
         try:
             result = hardware.export_library(task, outcome.best_config, run_dir / "export")
         except NotImplementedError as error:  # synthetic hardware (also behind a replay) builds no kernel
@@ -57,6 +50,24 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     finally:
         tracker.end("FINISHED")
     return result
+
+
+def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None) -> TaskOutcome:
+    """A run's task (by name in a whole-model run) with its best measured config (its
+    tuning.database records included), or ConfigError when it has none."""
+    from hydra.utils import instantiate
+
+    from tuning.task import build_tasks
+
+    records = RecordLog(run_dir / "records.jsonl").load()
+    tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
+    task = _pick(tasks, task_name, run_dir)
+    prior = prior_records(cfg, [task], run_dir, instantiate(cfg.tracking)).get(task.key, [])
+    outcome = TaskOutcome(task, [*prior, *(r for r in records if r.workload_key == task.key)])
+    best_from_records(outcome)
+    if outcome.best_config is None:
+        raise ConfigError(f"run: {run_dir} holds no valid measurement of {task.name}")
+    return outcome
 
 
 def _pick(tasks, name: str | None, run_dir: Path):

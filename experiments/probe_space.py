@@ -1,0 +1,220 @@
+"""Is it the space or the search? A run's best kernel against hand-made neighbours, timed side by side.
+
+    python experiments/probe_space.py outputs/runs/DAY/TIME \\
+        --variant 'four_rows:tile0=4x1x64x4' --variant 'no_unroll:tile0=4x1x64x4,categorical3=0'
+    python experiments/probe_space.py RUN --list          # the run's best config, knob by knob
+
+A variant is the run's best config with some knobs set to other values of the same space (a tile as
+its factors, `4x1x64x4`; any other knob as its choice index; --list names them), so a variant that beats the best says
+the search, not the space, stopped short. Each of `--processes` fresh processes builds every kernel
+(output checked against the untuned kernel), then times them and torch in `--passes` passes with
+the order rotated, at the run's threads and with its evaluator's repeats (TVM's time_evaluator; the
+library through tvm_export.call_seconds, the same loop). Fresh processes because on this host the same kernel has timed at two
+levels ~20% apart in different processes, whatever the order within one: a ratio is paired within
+a process, and the table gives its median and range over processes.
+
+Real hardware only; run it alone on the host.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+FOUND = "found"  # the run's best, as measured by the run
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a tunelab run folder (config.yaml, records.jsonl)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KNOB=VALUE[,KNOB=VALUE]")
+    parser.add_argument("--task", help="the task to probe in a whole-model run (its name)")
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--list", action="store_true", help="print the best config's knobs and stop")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("processes", "passes"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    args.variants = dict(parse_variant(v, parser) for v in args.variant)
+    return args
+
+
+def parse_variant(text: str, parser) -> tuple[str, dict]:
+    name, _, assignments = text.partition(":")
+    if not name or not assignments or name == FOUND:
+        parser.error(f"--variant {text!r}: expected NAME:KNOB=VALUE[,KNOB=VALUE] (NAME not {FOUND!r})")
+    settings = {}
+    for assignment in assignments.split(","):
+        knob, _, value = assignment.partition("=")
+        if not knob or not value:
+            parser.error(f"--variant {text!r}: {assignment!r} is not KNOB=VALUE")
+        settings[knob.strip()] = value.strip()
+    return name, settings
+
+
+# ---- the run's best config and its variants -------------------------------------------------------
+def open_run(folder: Path, task_name: str | None):
+    """(hardware, its schedules of the task, the task's outcome) of a run folder, read as untrusted
+    input; the hardware is the run's own (its target and threads), entered: close it."""
+    from hydra.utils import instantiate
+
+    from tuning.config import ConfigError, validate
+    from tuning.export import best_in_run
+    from tuning.run_folder import load_config
+
+    cfg = load_config(folder / "config.yaml", "run")
+    validate(cfg)
+    hardware = instantiate(cfg.hardware)
+    if not getattr(hardware, "schedules_programs", False):
+        raise ConfigError(f"hardware: {folder} was not tuned on real TVM hardware (hardware=cpu): no kernels to build")
+    try:
+        outcome = best_in_run(cfg, hardware, folder, task_name)
+        return hardware, hardware.schedules(outcome.task), outcome, instantiate(cfg.evaluator).spec
+    except BaseException:
+        hardware.close()
+        raise
+
+
+def with_settings(space, config: tuple, settings: dict) -> tuple:
+    """The config with each named knob set to a value of its own choices, or ConfigError naming it."""
+    from tuning.config import ConfigError
+
+    slots = {knob.name: i for i, knob in enumerate(space.knobs)}
+    out = list(config)
+    for name, text in settings.items():
+        if name not in slots:
+            raise ConfigError(f"knob {name!r}: the space has {', '.join(slots)}")
+        knob = space.knobs[slots[name]]
+        try:
+            value = tuple(int(f) for f in text.split("x")) if knob.kind == "tile" else None
+            out[slots[name]] = knob.choices.index(value) if value is not None else int(text)
+        except ValueError:
+            raise ConfigError(f"knob {name}={text}: not one of its choices "
+                              f"({describe_choices(knob)})") from None
+        if not 0 <= out[slots[name]] < len(knob.choices):
+            raise ConfigError(f"knob {name}={text}: a choice index below {len(knob.choices)}")
+    return tuple(out)
+
+
+def describe_choices(knob) -> str:
+    if knob.kind == "tile":
+        return f"{len(knob.choices)} factorizations, e.g. {'x'.join(map(str, knob.choices[-1]))}"
+    return f"indices 0..{len(knob.choices) - 1}"
+
+
+def describe(space, config: tuple) -> str:
+    lines = []
+    for knob, index in zip(space.knobs, config):
+        value = knob.choices[index]
+        shown = "x".join(map(str, value)) if knob.kind == "tile" else f"{index} ({value})"
+        lines.append(f"  {knob.name:14s} {shown}")
+    return "\n".join(lines)
+
+
+# ---- one process's timings ------------------------------------------------------------------------
+def time_in_this_process(args) -> dict:
+    """{"seconds": {variant: [seconds per pass]} with the libraries', "errors": {variant: why it did
+    not build}, "flop": the task's}."""
+    from experiments.bench_vs_peers import library_calls
+    from tuning.hardware.tvm_export import call_seconds
+    from tuning.hardware.tvm_peers import KernelTimer
+
+    hardware, schedules, outcome, spec = open_run(args.run, args.task)
+    with hardware:
+        best = tuple(outcome.best_config)
+        timer = KernelTimer(outcome.task.workload, hardware.target, spec)
+        configs = {FOUND: best, **{n: with_settings(schedules.space, best, s) for n, s in args.variants.items()}}
+        calls, errors = {}, {}
+        for name, config in configs.items():
+            try:
+                calls[name] = timer.build(schedules.schedule(config)[0].mod)
+            except Exception as error:  # noqa: BLE001 - an illegitimate or wrong variant is a result
+                errors[name] = str(error).strip().splitlines()[-1][:200]
+        libraries = library_calls(outcome.task, timer.inputs, hardware.num_threads)
+        calls.update({n: (lambda c=c: call_seconds(c, spec.repeat, spec.min_repeat_ms)) for n, c in libraries.items()})
+        seconds = {name: [] for name in calls}
+        order = list(calls)
+        for step in range(args.passes):
+            for name in order[step % len(order):] + order[:step % len(order)]:
+                seconds[name].append(calls[name]())
+    return {"seconds": seconds, "errors": errors, "flop": outcome.task.flops}
+
+
+def run_processes(args) -> list[dict]:
+    from tuning.run_folder import load_config
+
+    threads = load_config(args.run / "config.yaml", "run").hardware.get("num_threads")
+    env = {**os.environ, **({"TVM_NUM_THREADS": str(threads)} if threads else {})}  # before TVM's runtime starts
+    command = [sys.executable, __file__, str(args.run), "--child", "--passes", str(args.passes),
+               *(["--task", args.task] if args.task else []),
+               *[f"--variant={v}" for v in args.variant]]
+    results = []
+    for index in range(args.processes):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"tunelab: probe process {index + 1} failed:\n{done.stderr[-2000:]}")
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"process {index + 1}/{args.processes} timed", file=sys.stderr, flush=True)
+    return results
+
+
+# ---- the table ------------------------------------------------------------------------------------
+def table(results: list[dict]) -> str:
+    """Per variant: median GFLOP/s over processes, and its speed relative to the found best and to
+    torch, each paired within a process (median over the process's passes), median [min, max]."""
+    flop = results[0]["flop"]
+    names = list(results[0]["seconds"])
+    medians = [{n: float(np.median(r["seconds"][n])) for n in names} for r in results]
+    lines = [f"{len(results)} processes, {len(results[0]['seconds'][names[0]])} passes each",
+             f"  {'variant':28s} {'GFLOP/s':>8s}  {'vs found [min, max]':>22s}  {'vs torch [min, max]':>22s}"]
+    for name in names:
+        gflops = np.median([flop / m[name] / 1e9 for m in medians])
+        vs_found = [m[FOUND] / m[name] for m in medians] if FOUND in names else []
+        vs_torch = [m["torch"] / m[name] for m in medians]
+        lines.append(f"  {name:28s} {gflops:8.1f}  {_spread(vs_found):>22s}  {_spread(vs_torch):>22s}")
+    errors = {name: error for r in results for name, error in r["errors"].items()}
+    for name, error in errors.items():
+        lines.append(f"  {name:28s} not built: {error}")
+    return "\n".join(lines)
+
+
+def _spread(ratios: list[float]) -> str:
+    if not ratios:
+        return "-"
+    return f"{np.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]"
+
+
+def main(argv=None) -> None:
+    from tuning.config import ConfigError
+
+    args = parse_args(argv)
+    try:
+        if args.child:
+            print(json.dumps(time_in_this_process(args)))
+            return
+        if args.list or not args.variants:
+            hardware, schedules, outcome, _ = open_run(args.run, args.task)
+            with hardware:
+                space, best = schedules.space, tuple(outcome.best_config)
+                print(f"{outcome.task.name}: the run's best config\n{describe(space, best)}")
+                for name, settings in args.variants.items():
+                    print(f"{name}:\n{describe(space, with_settings(space, best, settings))}")
+            if args.list or not args.variants:
+                return
+        print(table(run_processes(args)))
+    except ConfigError as error:
+        raise SystemExit(f"tunelab: {error}") from None
+
+
+if __name__ == "__main__":
+    main()
