@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 FOUND = "found"  # the run's best, as measured by the run
+RESERVED = (FOUND, "torch", "numpy")  # rows of the table that are not variants
 
 
 def parse_args(argv=None):
@@ -45,14 +46,19 @@ def parse_args(argv=None):
     for name in ("processes", "passes"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    args.variants = dict(parse_variant(v, parser) for v in args.variant)
+    args.variants = {}
+    for text in args.variant:
+        name, settings = parse_variant(text, parser)
+        if name in args.variants:
+            parser.error(f"--variant {text!r}: a second variant named {name!r}")
+        args.variants[name] = settings
     return args
 
 
 def parse_variant(text: str, parser) -> tuple[str, dict]:
     name, _, assignments = text.partition(":")
-    if not name or not assignments or name == FOUND:
-        parser.error(f"--variant {text!r}: expected NAME:KNOB=VALUE[,KNOB=VALUE] (NAME not {FOUND!r})")
+    if not name or not assignments or name in RESERVED:
+        parser.error(f"--variant {text!r}: expected NAME:KNOB=VALUE[,KNOB=VALUE] (NAME not one of {RESERVED})")
     settings = {}
     for assignment in assignments.split(","):
         knob, _, value = assignment.partition("=")
@@ -64,8 +70,8 @@ def parse_variant(text: str, parser) -> tuple[str, dict]:
 
 # ---- the run's best config and its variants -------------------------------------------------------
 def open_run(folder: Path, task_name: str | None):
-    """(hardware, its schedules of the task, the task's outcome) of a run folder, read as untrusted
-    input; the hardware is the run's own (its target and threads), entered: close it."""
+    """(hardware, its schedules of the task, the task's outcome, the run's measure spec) of a run
+    folder, read as untrusted input; the hardware is the run's own (its target and threads): close it."""
     from hydra.utils import instantiate
 
     from tuning.config import ConfigError, validate
@@ -75,9 +81,10 @@ def open_run(folder: Path, task_name: str | None):
     cfg = load_config(folder / "config.yaml", "run")
     validate(cfg)
     hardware = instantiate(cfg.hardware)
-    if not getattr(hardware, "schedules_programs", False):
-        raise ConfigError(f"hardware: {folder} was not tuned on real TVM hardware (hardware=cpu): no kernels to build")
     try:
+        if not getattr(hardware, "schedules_programs", False):
+            raise ConfigError(f"hardware: {folder} was not tuned on real TVM hardware (hardware=cpu): "
+                              "no kernels to build")
         outcome = best_in_run(cfg, hardware, folder, task_name)
         return hardware, hardware.schedules(outcome.task), outcome, instantiate(cfg.evaluator).spec
     except BaseException:

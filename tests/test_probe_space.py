@@ -28,11 +28,12 @@ def test_a_variant_outside_the_space_names_the_knob(experiment_script, settings,
         probe.with_settings(tiny_space(), (0, 0, 0), settings)
 
 
-@pytest.mark.parametrize("variant", ["nocolon", ":tile0=1x8", "found:tile0=1x8", "a:tile0", "a:=3", "a:tile0=1x8,"])
-def test_malformed_variants_are_rejected_before_any_work(experiment_script, variant, tmp_path):
+@pytest.mark.parametrize("variants", [["nocolon"], [":tile0=1x8"], ["found:tile0=1x8"], ["torch:tile0=1x8"],
+                                      ["a:tile0"], ["a:=3"], ["a:tile0=1x8,"], ["a:tile0=1x8", "a:tile0=2x4"]])
+def test_malformed_variants_are_rejected_before_any_work(experiment_script, variants, tmp_path):
     probe = experiment_script("probe_space")
     with pytest.raises(SystemExit):
-        probe.parse_args([str(tmp_path), "--variant", variant])
+        probe.parse_args([str(tmp_path), *(f"--variant={v}" for v in variants)])
 
 
 def test_ratios_are_paired_within_a_process(experiment_script):
