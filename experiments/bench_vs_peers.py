@@ -141,7 +141,7 @@ def tune_all(args) -> None:
     print(f"estimate: {len(todo)} tuning jobs of {args.trials} measurements to run "
           f"({len(jobs(args)) - len(todo)} done) at ~{pace:.1f} s a measurement = "
           f"{len(todo) * args.trials * pace / 3600:.1f} h, then re-timing "
-          f"~{len(args.workloads) * len(args.seeds) * (len(args.methods) + 1) * args.passes * 1.5 / 60:.0f} min",
+          f"~{len(args.workloads) * len(args.seeds) * len(rows(args)) * args.passes * 1.5 / 60:.0f} min",
           flush=True)
     if args.estimate_only:
         return
@@ -264,7 +264,7 @@ def report(args, seconds: dict) -> str:
             wall = wall_minutes(args, workload, name) if name in rows(args) else float("nan")
             lines.append(f"  {name:34s} {gflops:8.1f}  {t:.2f}x [{tl:.2f}, {th:.2f}]".ljust(70)
                          + f"{peer:>26s}  " + (f"{wall:10.1f}" if np.isfinite(wall) else f"{'-':>10s}"))
-    for reference, by_name in (("torch", overall_torch), ("metaschedule's tuner", overall)):
+    for reference, by_name in (("metaschedule's tuner", overall), ("torch", overall_torch)):
         if any(by_name.values()):
             lines += ["", f"geomean over workloads and seeds, speed relative to {reference} "
                       "(95% CI resampling workload-seed pairs):"]

@@ -4,14 +4,16 @@
         --variant 'four_rows:tile0=4x1x64x4' --variant 'no_unroll:tile0=4x1x64x4,categorical3=0'
     python experiments/probe_space.py RUN --list          # the run's best config, knob by knob
 
-A variant is the run's best config with some knobs set to other values of the same space (a tile as
-its factors, `4x1x64x4`; any other knob as its choice index; --list names them), so a variant that beats the best says
-the search, not the space, stopped short. Each of `--processes` fresh processes builds every kernel
-(output checked against the untuned kernel), then times them and torch in `--passes` passes with
-the order rotated, at the run's threads and with its evaluator's repeats (TVM's time_evaluator; the
-library through tvm_export.call_seconds, the same loop). Fresh processes because on this host the same kernel has timed at two
-levels ~20% apart in different processes, whatever the order within one: a ratio is paired within
-a process, and the table gives its median and range over processes.
+A single-operator run (model=gemm_1024, conv_l1..conv_l8, ...) on hardware=cpu. A variant is the
+run's best config with some knobs set to other values of the same space (a tile as its factors,
+`4x1x64x4`; any other knob as its choice index; `sketch` first, then the chosen sketch's knobs, which
+--list names), so a variant that beats the best says the search, not the space, stopped short. Each
+of `--processes` fresh processes builds every kernel (output checked against the untuned kernel),
+then times them and torch in `--passes` passes with the order rotated, at the run's threads and with
+its evaluator's repeats (TVM's time_evaluator; the library through tvm_export.call_seconds, the same
+loop). Fresh processes because on this host the same kernel has timed at two levels ~20% apart in
+different processes, whatever the order within one: a ratio is paired within a process, and the
+table gives its median and range over processes.
 
 Real hardware only; run it alone on the host.
 """
@@ -29,6 +31,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tuning.config import ConfigError  # noqa: E402 - after the repository is on the path
+
 FOUND = "found"  # the run's best, as measured by the run
 RESERVED = (FOUND, "torch", "numpy")  # rows of the table that are not variants
 
@@ -37,7 +41,6 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a tunelab run folder (config.yaml, records.jsonl)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KNOB=VALUE[,KNOB=VALUE]")
-    parser.add_argument("--task", help="the task to probe in a whole-model run (its name)")
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--list", action="store_true", help="print the best config's knobs and stop")
@@ -69,23 +72,27 @@ def parse_variant(text: str, parser) -> tuple[str, dict]:
 
 
 # ---- the run's best config and its variants -------------------------------------------------------
-def open_run(folder: Path, task_name: str | None):
-    """(hardware, its schedules of the task, the task's outcome, the run's measure spec) of a run
-    folder, read as untrusted input; the hardware is the run's own (its target and threads): close it."""
+def open_run(folder: Path):
+    """(hardware, its schedules of the task, the task's outcome, the run's measure spec) of a
+    single-operator run folder on TVM hardware, read as untrusted input; the hardware is the run's
+    own (its target and threads): close it."""
     from hydra.utils import instantiate
 
     from tuning.config import ConfigError, validate
     from tuning.export import best_in_run
+    from tuning.hardware.tvm_backend import TVMHardware
     from tuning.run_folder import load_config
+    from tuning.whole_model import is_whole_model
 
     cfg = load_config(folder / "config.yaml", "run")
     validate(cfg)
+    if is_whole_model(cfg.model):  # its kernels are fused Relax functions: no torch operator to time beside
+        raise ConfigError(f"model: {folder} tunes a whole model; probe a single-operator run (model=gemm_1024, ...)")
     hardware = instantiate(cfg.hardware)
     try:
-        if not getattr(hardware, "schedules_programs", False):
-            raise ConfigError(f"hardware: {folder} was not tuned on real TVM hardware (hardware=cpu): "
-                              "no kernels to build")
-        outcome = best_in_run(cfg, hardware, folder, task_name)
+        if not isinstance(hardware, TVMHardware):
+            raise ConfigError(f"hardware: {folder} was not tuned on TVM hardware (hardware=cpu): no kernels to build")
+        outcome = best_in_run(cfg, hardware, folder)
         return hardware, hardware.schedules(outcome.task), outcome, instantiate(cfg.evaluator).spec
     except BaseException:
         hardware.close()
@@ -93,14 +100,14 @@ def open_run(folder: Path, task_name: str | None):
 
 
 def with_settings(space, config: tuple, settings: dict) -> tuple:
-    """The config with each named knob set to a value of its own choices, or ConfigError naming it."""
-    from tuning.config import ConfigError
-
-    slots = {knob.name: i for i, knob in enumerate(space.knobs)}
+    """The config with each named knob set to a value of its own choices (`sketch` first: the other
+    names are those of the chosen sketch's knobs), or ConfigError naming the knob."""
     out = list(config)
-    for name, text in settings.items():
+    ordered = sorted(settings.items(), key=lambda item: item[0] != "sketch")
+    for name, text in ordered:
+        slots = active_slots(space, out[0])
         if name not in slots:
-            raise ConfigError(f"knob {name!r}: the space has {', '.join(slots)}")
+            raise ConfigError(f"knob {name!r}: sketch {out[0]} has {', '.join(slots)}")
         knob = space.knobs[slots[name]]
         try:
             value = tuple(int(f) for f in text.split("x")) if knob.kind == "tile" else None
@@ -113,6 +120,11 @@ def with_settings(space, config: tuple, settings: dict) -> tuple:
     return tuple(out)
 
 
+def active_slots(space, sketch: int) -> dict:
+    """{knob name: slot} of the knobs a sketch uses (the others do not change its program)."""
+    return {"sketch": 0, **{space.knobs[slot].name: slot for slot in space.active[sketch]}}
+
+
 def describe_choices(knob) -> str:
     if knob.kind == "tile":
         return f"{len(knob.choices)} factorizations, e.g. {'x'.join(map(str, knob.choices[-1]))}"
@@ -121,7 +133,8 @@ def describe_choices(knob) -> str:
 
 def describe(space, config: tuple) -> str:
     lines = []
-    for knob, index in zip(space.knobs, config):
+    for slot in active_slots(space, config[0]).values():
+        knob, index = space.knobs[slot], config[slot]
         value = knob.choices[index]
         shown = "x".join(map(str, value)) if knob.kind == "tile" else f"{index} ({value})"
         lines.append(f"  {knob.name:14s} {shown}")
@@ -136,7 +149,7 @@ def time_in_this_process(args) -> dict:
     from tuning.hardware.tvm_export import call_seconds
     from tuning.hardware.tvm_peers import KernelTimer
 
-    hardware, schedules, outcome, spec = open_run(args.run, args.task)
+    hardware, schedules, outcome, spec = open_run(args.run)
     with hardware:
         best = tuple(outcome.best_config)
         timer = KernelTimer(outcome.task.workload, hardware.target, spec)
@@ -146,7 +159,7 @@ def time_in_this_process(args) -> dict:
             try:
                 calls[name] = timer.build(schedules.schedule(config)[0].mod)
             except Exception as error:  # noqa: BLE001 - an illegitimate or wrong variant is a result
-                errors[name] = str(error).strip().splitlines()[-1][:200]
+                errors[name] = (str(error).strip().splitlines() or [type(error).__name__])[-1][:200]
         libraries = library_calls(outcome.task, timer.inputs, hardware.num_threads)
         calls.update({n: (lambda c=c: call_seconds(c, spec.repeat, spec.min_repeat_ms)) for n, c in libraries.items()})
         seconds = {name: [] for name in calls}
@@ -157,13 +170,9 @@ def time_in_this_process(args) -> dict:
     return {"seconds": seconds, "errors": errors, "flop": outcome.task.flops}
 
 
-def run_processes(args) -> list[dict]:
-    from tuning.run_folder import load_config
-
-    threads = load_config(args.run / "config.yaml", "run").hardware.get("num_threads")
+def run_processes(args, threads: int | None) -> list[dict]:
     env = {**os.environ, **({"TVM_NUM_THREADS": str(threads)} if threads else {})}  # before TVM's runtime starts
     command = [sys.executable, __file__, str(args.run), "--child", "--passes", str(args.passes),
-               *(["--task", args.task] if args.task else []),
                *[f"--variant={v}" for v in args.variant]]
     results = []
     for index in range(args.processes):
@@ -202,23 +211,22 @@ def _spread(ratios: list[float]) -> str:
 
 
 def main(argv=None) -> None:
-    from tuning.config import ConfigError
-
     args = parse_args(argv)
     try:
         if args.child:
             print(json.dumps(time_in_this_process(args)))
             return
-        if args.list or not args.variants:
-            hardware, schedules, outcome, _ = open_run(args.run, args.task)
-            with hardware:
-                space, best = schedules.space, tuple(outcome.best_config)
-                print(f"{outcome.task.name}: the run's best config\n{describe(space, best)}")
-                for name, settings in args.variants.items():
-                    print(f"{name}:\n{describe(space, with_settings(space, best, settings))}")
-            if args.list or not args.variants:
-                return
-        print(table(run_processes(args)))
+        hardware, schedules, outcome, _ = open_run(args.run)  # every check here, before any process starts
+        with hardware:
+            space, best = schedules.space, tuple(outcome.best_config)
+            variants = {name: with_settings(space, best, settings) for name, settings in args.variants.items()}
+            threads = hardware.num_threads
+        if args.list or not variants:
+            print(f"{outcome.task.name}: the run's best config\n{describe(space, best)}")
+            for name, config in variants.items():
+                print(f"{name}:\n{describe(space, config)}")
+            return
+        print(table(run_processes(args, threads)))
     except ConfigError as error:
         raise SystemExit(f"tunelab: {error}") from None
 

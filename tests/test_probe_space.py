@@ -6,26 +6,31 @@ from tuning.space import Knob, Space
 
 
 def tiny_space() -> Space:
-    knobs = [Knob("sketch", "sketch", (0,)), Knob("tile0", "tile", ((1, 8), (2, 4), (4, 2), (8, 1))),
-             Knob("categorical1", "categorical", (0, 1, 2, 3))]
-    return Space(knobs, [(1, 2)])
+    """Two sketches: the second has a compute location instead of the unroll knob."""
+    knobs = [Knob("sketch", "sketch", (0, 1)), Knob("tile0", "tile", ((1, 8), (2, 4), (4, 2), (8, 1))),
+             Knob("categorical1", "categorical", (0, 1, 2, 3)), Knob("location2", "location", (-2, -1, 0, 1))]
+    return Space(knobs, [(1, 2), (1, 3)])
 
 
 def test_a_variant_sets_knobs_by_value(experiment_script):
     probe = experiment_script("probe_space")
     space = tiny_space()
-    assert probe.with_settings(space, (0, 0, 0), {"tile0": "4x2", "categorical1": "3"}) == (0, 2, 3)
-    assert probe.with_settings(space, (0, 1, 2), {}) == (0, 1, 2)
-    assert "tile0" in probe.describe(space, (0, 2, 3)) and "4x2" in probe.describe(space, (0, 2, 3))
+    assert probe.with_settings(space, (0, 0, 0, 0), {"tile0": "4x2", "categorical1": "3"}) == (0, 2, 3, 0)
+    assert probe.with_settings(space, (0, 1, 2, 0), {}) == (0, 1, 2, 0)
+    # the sketch first, whatever the order given: then its own knobs are the ones that can be set
+    assert probe.with_settings(space, (0, 0, 0, 0), {"location2": "3", "sketch": "1"}) == (1, 0, 0, 3)
+    shown = probe.describe(space, (0, 2, 3, 0))
+    assert "4x2" in shown and "categorical1" in shown and "location2" not in shown
 
 
 @pytest.mark.parametrize("settings, named", [({"tile9": "4x2"}, "tile9"), ({"tile0": "3x3"}, "tile0=3x3"),
+                                             ({"location2": "1"}, "location2"),  # not a knob of sketch 0
                                              ({"tile0": "4xa"}, "tile0=4xa"), ({"categorical1": "4"}, "categorical1"),
                                              ({"categorical1": "-1"}, "categorical1")])
 def test_a_variant_outside_the_space_names_the_knob(experiment_script, settings, named):
     probe = experiment_script("probe_space")
     with pytest.raises(ConfigError, match=named):
-        probe.with_settings(tiny_space(), (0, 0, 0), settings)
+        probe.with_settings(tiny_space(), (0, 0, 0, 0), settings)
 
 
 @pytest.mark.parametrize("variants", [["nocolon"], [":tile0=1x8"], ["found:tile0=1x8"], ["torch:tile0=1x8"],
@@ -47,3 +52,54 @@ def test_ratios_are_paired_within_a_process(experiment_script):
     assert "2.00x [2.00, 2.00]" in wide  # vs found: paired, so the slow process does not spread it
     assert "0.75x [0.50, 1.00]" in wide  # vs torch: median and range over processes
     assert "bad" in table and "not legitimate" in table
+
+
+# ---- run folders it refuses, before any process starts --------------------------------------------
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run_dir = tmp_path_factory.mktemp("probe") / "run"
+    subprocess.run([sys.executable, "run.py", "model=gemm_64", "hardware=synthetic", "search=random", "cost_model=none",
+                    "budget.trials=8", "tracking=none", f"hydra.run.dir={run_dir}"],
+                   cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True, timeout=300)
+    return run_dir
+
+
+def crafted(run_dir, tmp_path, change):
+    import shutil
+
+    import yaml
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(".tunelab.lock"))
+    cfg = yaml.safe_load((copy / "config.yaml").read_text())
+    change(cfg)
+    (copy / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return copy
+
+
+def refusal(probe, *argv) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        probe.main([str(a) for a in argv])
+    return str(stopped.value)
+
+
+def test_runs_without_kernels_to_build_are_refused_naming_the_key(experiment_script, synthetic_run, tmp_path):
+    import yaml
+    from pathlib import Path
+
+    probe = experiment_script("probe_space")
+    assert "hardware" in refusal(probe, synthetic_run, "--list")
+    conf = Path(__file__).resolve().parents[1] / "conf" / "model"
+    whole = crafted(synthetic_run, tmp_path, lambda cfg: cfg.update(
+        model=yaml.safe_load((conf / "tiny_cnn.yaml").read_text()),
+        hardware=yaml.safe_load((conf.parent / "hardware" / "cpu.yaml").read_text())))
+    assert refusal(probe, whole, "--list").startswith("tunelab: model:")
+    marker = tmp_path / "executed"
+    hostile = crafted(synthetic_run, tmp_path / "h", lambda cfg: cfg["search"].update(
+        {"_target_": "subprocess.getoutput", "cmd": f"touch {marker}"}))
+    assert "search._target_" in refusal(probe, hostile, "--list") and not marker.exists()
+    assert "config.yaml" in refusal(probe, tmp_path / "nothing", "--list")
