@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,22 +38,6 @@ def best_of_run(run_dir: Path):
         raise SystemExit(f"{run_dir}: no valid record")
     search = cfg.search._target_.rsplit(".", 1)[-1]
     return f"{search} ({run_dir.name}, {cfg.model.get('space', 'full')} space)", task, outcome.best_config
-
-
-def time_calls(call, repeat: int = 5, min_repeat_s: float = 0.05) -> float:
-    """Median over `repeat` of the mean call time in a block of at least `min_repeat_s`."""
-    call()
-    means = []
-    for _ in range(repeat):
-        count, started = 0, time.perf_counter()
-        while True:
-            call()
-            count += 1
-            elapsed = time.perf_counter() - started
-            if elapsed >= min_repeat_s:
-                break
-        means.append(elapsed / count)
-    return float(np.median(means))
 
 
 def library_timers(shape, threads: int) -> dict:
@@ -85,6 +68,7 @@ def main(argv=None) -> None:
     from omegaconf import OmegaConf
 
     from tuning.hardware.cpu import CPUHardware
+    from tuning.hardware.tvm_export import call_seconds, rotated_passes
 
     kernels = [best_of_run(run.expanduser().resolve()) for run in args.runs]
     shapes = {(t.workload["M"], t.workload["N"], t.workload["K"]) for _, t, _ in kernels}
@@ -94,20 +78,19 @@ def main(argv=None) -> None:
     flops = kernels[0][1].flops
     spec = instantiate(OmegaConf.load(REPO / "conf" / "evaluator" / "fixed.yaml")).spec
     libraries = library_timers(shape, args.threads)
-    seconds: dict[str, list[float]] = {name: [] for name in [k[0] for k in kernels] + list(libraries)}
+
+    def measured(hardware, task, config) -> float:
+        [result] = hardware.measure(task, [config], spec)
+        return float(np.median(result.costs)) if result.ok else float("nan")
+
+    def report_pass(step, seconds) -> None:
+        print(f"pass {step + 1}/{args.passes}: " + ", ".join(f"{n} {s[-1] * 1e3:.2f} ms" for n, s in seconds.items()),
+              flush=True)
+
     with CPUHardware(num_threads=args.threads) as hardware:
-        for step in range(args.passes):
-            order = list(seconds)
-            order = order[step % len(order):] + order[:step % len(order)]
-            for name in order:
-                if name in libraries:
-                    seconds[name].append(time_calls(libraries[name]))
-                    continue
-                _, task, config = next(k for k in kernels if k[0] == name)
-                [result] = hardware.measure(task, [config], spec)
-                seconds[name].append(float(np.median(result.costs)) if result.ok else float("nan"))
-            print(f"pass {step + 1}/{args.passes}: " + ", ".join(f"{n} {s[-1] * 1e3:.2f} ms" for n, s in seconds.items()),
-                  flush=True)
+        timers = {label: (lambda t=task, c=config: measured(hardware, t, c)) for label, task, config in kernels}
+        timers.update({name: (lambda c=call: call_seconds(c, 5, 50)) for name, call in libraries.items()})
+        seconds = rotated_passes(timers, args.passes, after_pass=report_pass)
     rng = np.random.default_rng(0)
     torch_s = np.asarray(seconds["torch.matmul"])
     print(f"\nGEMM {shape[0]}x{shape[1]}x{shape[2]} float32, {args.threads} threads, {args.passes} passes")

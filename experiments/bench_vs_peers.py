@@ -171,20 +171,22 @@ def best_module(workload: str, method: str, folder: Path, hardware):
     return hardware.schedules(task).schedule(tuple(outcome.best_config))[0].mod
 
 
-def library_calls(task, inputs, threads: int) -> dict:
-    from tuning.hardware.tvm_export import torch_call
+def library_timers(task, inputs, threads: int, spec) -> dict:
+    """Timing functions of torch (and numpy for GEMM) on the kernels' inputs, with the kernels'
+    repeats (tvm_export.call_seconds)."""
+    from tuning.hardware.tvm_export import call_seconds, torch_call
 
     calls = {"torch": torch_call(task.workload, inputs, threads)}
     if task.workload["op"] == "gemm":
         a, b = inputs
         calls["numpy"] = lambda: a @ b
-    return calls
+    return {name: (lambda c=c: call_seconds(c, spec.repeat, spec.min_repeat_ms)) for name, c in calls.items()}
 
 
 def retime(args) -> dict:
     """{workload: {variant: {seed: [seconds per pass]}}}; libraries under seed -1."""
     from tuning.hardware.cpu import CPUHardware
-    from tuning.hardware.tvm_export import call_seconds
+    from tuning.hardware.tvm_export import rotated_passes
     from tuning.hardware.tvm_peers import KernelTimer
 
     spec = fixed_spec()
@@ -193,21 +195,18 @@ def retime(args) -> dict:
     for workload in args.workloads:
         task = task_of(workload)
         timer = KernelTimer(task.workload, hardware.target, spec)
-        timers = {(name, -1): call for name, call in library_calls(task, timer.inputs, args.threads).items()}
+        timers = {(name, -1): t for name, t in library_timers(task, timer.inputs, args.threads, spec).items()}
         for method in rows(args):
             for seed in args.seeds:
                 folder = args.out / workload / folder_name(method) / f"seed{seed}"
                 mod = best_module(workload, method, folder, hardware) if (folder / "done.json").exists() else None
                 if mod is not None:
                     timers[(method, seed)] = timer.build(mod)
+        timed = rotated_passes(timers, args.passes, after_pass=lambda step, _, w=workload: print(
+            f"{w} pass {step + 1}/{args.passes} timed", flush=True))
         seconds[workload] = {}
-        order = list(timers)
-        for step in range(args.passes):
-            for key in order[step % len(order):] + order[:step % len(order)]:
-                call = timers[key]
-                value = call() if key[1] >= 0 else call_seconds(call, spec.repeat, spec.min_repeat_ms)
-                seconds[workload].setdefault(key[0], {}).setdefault(key[1], []).append(value)
-            print(f"{workload} pass {step + 1}/{args.passes} timed", flush=True)
+        for (name, seed), values in timed.items():
+            seconds[workload].setdefault(name, {})[seed] = values
     return seconds
 
 

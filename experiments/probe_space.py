@@ -78,7 +78,7 @@ def open_run(folder: Path):
     own (its target and threads): close it."""
     from hydra.utils import instantiate
 
-    from tuning.config import ConfigError, validate
+    from tuning.config import validate
     from tuning.export import best_in_run
     from tuning.hardware.tvm_backend import TVMHardware
     from tuning.run_folder import load_config
@@ -145,8 +145,8 @@ def describe(space, config: tuple) -> str:
 def time_in_this_process(args) -> dict:
     """{"seconds": {variant: [seconds per pass]} with the libraries', "errors": {variant: why it did
     not build}, "flop": the task's}."""
-    from experiments.bench_vs_peers import library_calls
-    from tuning.hardware.tvm_export import call_seconds
+    from experiments.bench_vs_peers import library_timers
+    from tuning.hardware.tvm_export import rotated_passes
     from tuning.hardware.tvm_peers import KernelTimer
 
     hardware, schedules, outcome, spec = open_run(args.run)
@@ -154,19 +154,14 @@ def time_in_this_process(args) -> dict:
         best = tuple(outcome.best_config)
         timer = KernelTimer(outcome.task.workload, hardware.target, spec)
         configs = {FOUND: best, **{n: with_settings(schedules.space, best, s) for n, s in args.variants.items()}}
-        calls, errors = {}, {}
+        timers, errors = {}, {}
         for name, config in configs.items():
             try:
-                calls[name] = timer.build(schedules.schedule(config)[0].mod)
+                timers[name] = timer.build(schedules.schedule(config)[0].mod)
             except Exception as error:  # noqa: BLE001 - an illegitimate or wrong variant is a result
                 errors[name] = (str(error).strip().splitlines() or [type(error).__name__])[-1][:200]
-        libraries = library_calls(outcome.task, timer.inputs, hardware.num_threads)
-        calls.update({n: (lambda c=c: call_seconds(c, spec.repeat, spec.min_repeat_ms)) for n, c in libraries.items()})
-        seconds = {name: [] for name in calls}
-        order = list(calls)
-        for step in range(args.passes):
-            for name in order[step % len(order):] + order[:step % len(order)]:
-                seconds[name].append(calls[name]())
+        timers.update(library_timers(outcome.task, timer.inputs, hardware.num_threads, spec))
+        seconds = rotated_passes(timers, args.passes)
     return {"seconds": seconds, "errors": errors, "flop": outcome.task.flops}
 
 

@@ -103,3 +103,14 @@ def test_runs_without_kernels_to_build_are_refused_naming_the_key(experiment_scr
         {"_target_": "subprocess.getoutput", "cmd": f"touch {marker}"}))
     assert "search._target_" in refusal(probe, hostile, "--list") and not marker.exists()
     assert "config.yaml" in refusal(probe, tmp_path / "nothing", "--list")
+
+
+def test_rotated_passes_time_each_once_a_pass_in_a_rotated_order():
+    from tuning.hardware.tvm_export import rotated_passes
+
+    calls, passes_seen = [], []
+    timers = {name: (lambda n=name: calls.append(n) or float(len(calls))) for name in "abc"}
+    seconds = rotated_passes(timers, 4, after_pass=lambda step, s: passes_seen.append((step, len(s["a"]))))
+    assert calls == list("abc" "bca" "cab" "abc")
+    assert list(seconds) == list("abc") and seconds["b"] == [2.0, 4.0, 9.0, 11.0]
+    assert passes_seen == [(0, 1), (1, 2), (2, 3), (3, 4)]

@@ -124,6 +124,19 @@ def call_seconds(call, repeat: int, min_repeat_ms: float) -> float:
     return float(np.median(samples))
 
 
+def rotated_passes(timers: dict, passes: int, after_pass=None) -> dict:
+    """{key: [seconds, one a pass]}: every timer once a pass, the order rotated by one each pass so the
+    host's drift falls on all alike; `after_pass(step, seconds)` after each pass."""
+    seconds = {key: [] for key in timers}
+    order = list(timers)
+    for step in range(passes):
+        for key in order[step % len(order):] + order[:step % len(order)]:
+            seconds[key].append(timers[key]())
+        if after_pass is not None:
+            after_pass(step, seconds)
+    return seconds
+
+
 def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> float:
     """torch's time for the same operator on the same inputs (float32, eager, median of 10 calls
     after a warm-up, at least 50 ms each, as the TVM timings)."""
