@@ -55,8 +55,7 @@ def main(argv=None) -> None:
     parser.add_argument("--min-configs", type=int, default=100)
     args = parser.parse_args(argv)
 
-    from tuning.corpus import features, load_corpus
-    from tuning.pretrain import backend_for
+    from tuning.corpus import features, load_corpus, one_backend
 
     corpus = load_corpus(args.store, min_configs=args.min_configs)
     if not corpus.tasks:
@@ -64,7 +63,7 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     by_kind = {}
     for kind in sorted({MODELS[m][1] for m in args.models}):
-        backend = backend_for(Path(corpus.tasks[0].store), corpus.tasks[0].hardware)
+        backend, _ = one_backend(corpus)
         by_kind[kind] = features(corpus, backend, kind)
     print(f"features of {corpus.configs} configs in {time.perf_counter() - started:.0f} s")
     for reason in corpus.skipped:

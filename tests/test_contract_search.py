@@ -16,6 +16,7 @@ from tuning.hardware.synthetic import SyntheticHardware
 from tuning.task import conv2d_task, gemm_task
 
 from configs import group_yamls, load_option
+from value_models import shared_value_model
 
 SEARCH_YAMLS = group_yamls("search")
 TASKS = {"gemm64": gemm_task("g", 64, 64, 64), "conv": conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)}
@@ -23,8 +24,12 @@ HARDWARE = SyntheticHardware()
 
 
 def instantiate(path):
-    """The YAML under a root that has the top-level `seed` its interpolations use."""
-    return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": load_option(path)}).node)
+    """The YAML under a root that has the top-level `seed` its interpolations use; a search that needs
+    a registered value function (search=value) gets a small one."""
+    node = load_option(path)
+    if "model" in node and node.model is None:  # search=value's registered V
+        node.model, node.registry = shared_value_model()
+    return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": node}).node)
 
 
 def fitted(model, task, samples=64, seed=0):

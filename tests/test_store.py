@@ -27,6 +27,7 @@ from tuning.store import MeasurementStore, StoreError, TaskRows, fingerprint
 from tuning.task import gemm_task
 
 from configs import options
+from value_models import shared_value_model
 from test_loop import component, finish, run_py
 
 REPO = Path(__file__).resolve().parents[1]
@@ -301,6 +302,8 @@ def test_every_search_stays_inside_a_store_restricted_space(tmp_path, search):
     store, table = filled(tmp_path / "store.sqlite", count=50)
     hardware = replay(store.path, on_miss="error")
     hardware.restrict_to_store(SPEC)
+    if search == "value":  # a registered value function to search with
+        SHORTER["value"] = dict(zip(("model", "registry"), shared_value_model()))
     outcome, _ = tune(tmp_path / "run", hardware, trials=50, search=search, sampler=sampler, cost_model=cost_model,
                       **SHORTER.get(search, {}))
     stored = set(table.configs())

@@ -148,7 +148,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     problems = _unknown_keys(cfg) + _non_finite_floats(cfg)
     problems += check_range("seed", cfg.seed, 0, None)
     if cfg.budget.trials is not None:
-        problems += check_range("budget.trials", cfg.budget.trials, 1, None)
+        problems += check_range("budget.trials", cfg.budget.trials, 0, None)
     if cfg.budget.time_limit_s is not None:
         problems += check_range("budget.time_limit_s", cfg.budget.time_limit_s, 0, None, inclusive_low=False)
     for key in ("trials_per_task", "rounds_per_task", "early_stop", "plan_size"):
@@ -172,6 +172,9 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         names = {group: (choices or {}).get(group) or cls.__name__ for group, cls in classes.items()}
         problems += check_requirements(classes, names)
         problems += _check_features(cfg, classes, names)
+        if cfg.budget.trials == 0 and not classes["search"].schedules_without_measuring:
+            problems.append(f"budget.trials: 0 measurements needs a search that schedules without measuring "
+                            f"(search=value), not search={names['search']}")
         if cfg.model.kind not in classes["hardware"].model_kinds:
             problems.append(f"hardware: hardware={names['hardware']} tunes model.kind "
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")

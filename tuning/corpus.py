@@ -3,7 +3,7 @@
     load_corpus(paths, hardware=None) -> list[TaskCorpus]
 
 One loader for every model trained across kernels (the pretrained cost model of `python -m
-tuning.pretrain`; the value function to come). Runs reach the store as they measure (hardware.store)
+tuning.pretrain`, the value function of `python -m tuning.value`). Runs reach the store as they measure (hardware.store)
 or afterwards (`python -m tuning.dataset import`). What it reads is untrusted: rows the store
 cannot parse are skipped by the store; a task without a rebuildable workload, a space that TVM no
 longer generates (another version's knobs), or fewer than `min_configs` working configs is left
@@ -15,6 +15,7 @@ on which kernels of different sizes can be learned together.
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,10 +79,10 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
     return corpus
 
 
-def features(corpus: Corpus, backend, kind: str, progress=None) -> list[np.ndarray]:
-    """Each task's model features (tuning/space.py `model_features`) from `backend`'s space of its
-    kernel; a task whose space is not the one its rows were measured in is dropped from the corpus
-    (and named in `skipped`)."""
+def spaces(corpus: Corpus, backend, progress=None) -> list:
+    """Each task's space from `backend` (rebuilt by TVM from its workload); a task whose space is not
+    the one its rows were measured in is dropped from the corpus, and configs outside the space are
+    left out (both named in `skipped`)."""
     out, kept = [], []
     for task in corpus.tasks:
         space = backend.space(task.task)
@@ -94,9 +95,53 @@ def features(corpus: Corpus, backend, kind: str, progress=None) -> list[np.ndarr
                                   f"outside the space left out")
             keep = [space.is_valid(c) for c in task.configs]
             task.configs, task.seconds = valid, task.seconds[keep]
-        out.append(space.model_features(task.configs, kind))
+        out.append(space)
         kept.append(task)
         if progress:
             progress(task)
     corpus.tasks = kept
     return out
+
+
+def features(corpus: Corpus, backend, kind: str, progress=None) -> list[np.ndarray]:
+    """Each task's model features (tuning/space.py `model_features`), after `spaces`' checks."""
+    task_spaces = spaces(corpus, backend)  # first: it drops tasks from corpus.tasks
+    out = []
+    for task, space in zip(corpus.tasks, task_spaces):
+        out.append(space.model_features(task.configs, kind))
+        if progress:
+            progress(task)
+    return out
+
+
+def one_backend(corpus: Corpus):
+    """(the hardware backend whose spaces the corpus was measured in, its fingerprint); exits naming
+    the fingerprints when the stores hold several, or what was skipped when nothing is left."""
+    fingerprints = sorted({(t.store, t.hardware) for t in corpus.tasks})
+    if len({h for _, h in fingerprints}) > 1:
+        raise SystemExit("tunelab: the stores hold readings of several hardware fingerprints; pick one with "
+                         "--hardware: " + ", ".join(sorted({h for _, h in fingerprints})))
+    if not corpus.tasks:
+        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
+    store, fingerprint = fingerprints[0]
+    return backend_for(Path(store), fingerprint), fingerprint
+
+
+def backend_for(store_path: Path, fingerprint: str):
+    """The hardware backend whose spaces the store's rows were measured in (its target's mcpu and cores)."""
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.store import MeasurementStore
+
+    store = MeasurementStore(store_path)
+    try:
+        description = store.hardware_info(fingerprint)
+    finally:
+        store.close()
+    if description.get("hardware") != "cpu":
+        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} is {description.get('hardware')!r}; "
+                         f"pre-training rebuilds spaces for hardware=cpu only")
+    try:
+        target = ast.literal_eval(description.get("target", ""))
+        return CPUHardware(mcpu=str(target["mcpu"]), num_threads=int(target["num-cores"]))
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} has no readable target") from None

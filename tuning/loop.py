@@ -130,6 +130,26 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     return outcomes
 
 
+def schedule_without_measuring(tasks, components_for) -> list[TaskOutcome]:
+    """budget.trials=0 (search=value): each task's schedule is its search's `best`, chosen with no
+    measurement; then timed once by the evaluator's re-measurement, as a tuned task's best is at the
+    end (the result, not a record: nothing was measured to choose it)."""
+    outcomes = []
+    for index, task in enumerate(tasks):
+        parts = components_for(index)
+        started = time.perf_counter()
+        chosen = parts.search.best(parts.hardware.space(task))
+        outcome = TaskOutcome(task, [], stopped_because="unmeasured")
+        outcome.times["search_s"] = time.perf_counter() - started
+        if chosen is not None:
+            outcome.best_config, outcome.predicted_cost = tuple(chosen[0]), float(chosen[1])
+            [again] = parts.evaluator.remeasure(parts.hardware, task, [outcome.best_config])
+            if again.ok:
+                outcome.final_costs, outcome.best_cost = list(again.costs), float(np.median(again.costs))
+        outcomes.append(outcome)
+    return outcomes
+
+
 class TaskTuner:
     """One task's tuning state (space, records, rng, its own search/sampler/cost model);
     `tune_round` runs one propose -> select -> measure -> fit round.

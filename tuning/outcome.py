@@ -23,6 +23,7 @@ class TaskOutcome:
     stopped_because: str = "budget"
     reused: int = 0  # records taken from tuning.database, not measured by this run
     true_cost: float | None = None  # seconds: the store's median over every reading of best_config
+    predicted_cost: float | None = None  # seconds the search predicted for a best_config it chose unmeasured
 
     @property
     def invalid(self) -> int:
@@ -127,6 +128,9 @@ def summary(outcomes) -> str:
     for o in outcomes:
         if not math.isfinite(o.best_cost):
             latency = "none valid"
+        elif o.predicted_cost is not None:
+            latency = (f"{o.best_cost * 1e6:.1f} us (timed once; chosen without measuring, predicted "
+                       f"{o.predicted_cost * 1e6:.1f} us)")
         elif o.stopped_because == "pruned":
             latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
         else:

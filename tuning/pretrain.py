@@ -19,7 +19,6 @@ Per-store features only: knob features have another meaning and width in every k
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from tuning.corpus import features, load_corpus
+from tuning.corpus import features, load_corpus, one_backend
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -51,26 +50,6 @@ def parse_args(argv=None):
     if args.min_configs < 2:
         parser.error("--min-configs: must be >= 2")
     return args
-
-
-def backend_for(store_path: Path, fingerprint: str):
-    """The hardware backend whose spaces the store's rows were measured in (its target's mcpu and cores)."""
-    from tuning.hardware.cpu import CPUHardware
-    from tuning.store import MeasurementStore
-
-    store = MeasurementStore(store_path)
-    try:
-        description = store.hardware_info(fingerprint)
-    finally:
-        store.close()
-    if description.get("hardware") != "cpu":
-        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} is {description.get('hardware')!r}; "
-                         f"pre-training rebuilds spaces for hardware=cpu only")
-    try:
-        target = ast.literal_eval(description.get("target", ""))
-        return CPUHardware(mcpu=str(target["mcpu"]), num_threads=int(target["num-cores"]))
-    except (ValueError, SyntaxError, KeyError, TypeError):
-        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} has no readable target") from None
 
 
 def model(seed: int):
@@ -105,13 +84,7 @@ def main(argv=None) -> None:
                          f"(kernels: {', '.join(sorted({t.task.name for t in corpus.tasks}))})")
     corpus.skipped += [f"{t.store}: {t.task.name}: --exclude" for t in corpus.tasks if t.task.name in args.exclude]
     corpus.tasks = [t for t in corpus.tasks if t.task.name not in args.exclude]
-    fingerprints = sorted({(t.store, t.hardware) for t in corpus.tasks})
-    if len({h for _, h in fingerprints}) > 1:
-        raise SystemExit("tunelab: the stores hold readings of several hardware fingerprints; pick one with "
-                         "--hardware: " + ", ".join(sorted({h for _, h in fingerprints})))
-    if not corpus.tasks:
-        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
-    backend = backend_for(Path(fingerprints[0][0]), fingerprints[0][1])
+    backend, fingerprint = one_backend(corpus)
     with tqdm(total=corpus.configs, desc="per-store features", unit="config") as bar:
         X = features(corpus, backend, "per_store", progress=lambda task: bar.update(len(task.configs)))
     for reason in corpus.skipped:
@@ -130,11 +103,11 @@ def main(argv=None) -> None:
         final.booster, args.name, registry, args.experiment,
         params={"stores": ",".join(map(str, args.store)), "features": "per_store", "kernels": len(tasks),
                 "excluded": ",".join(args.exclude) or "none",
-                "configs": corpus.configs, "seed": args.seed, "hardware": fingerprints[0][1]},
+                "configs": corpus.configs, "seed": args.seed, "hardware": fingerprint},
         metrics={**({"heldout_spearman_mean": mean} if scores else {}),
                  **{f"heldout_spearman/{name.split(' ')[0]}": s for name, s in scores.items()}},
         tags={"tunelab.features": "per_store", "tunelab.tasks": json.dumps(tasks),
-              "tunelab.heldout_spearman": json.dumps(scores), "tunelab.hardware": fingerprints[0][1]})
+              "tunelab.heldout_spearman": json.dumps(scores), "tunelab.hardware": fingerprint})
     print(f"trained on {len(tasks)} kernels, {corpus.configs} measured configs")
     for name, score in scores.items():
         print(f"  held out {name}: Spearman {score:.3f}")

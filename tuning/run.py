@@ -28,7 +28,7 @@ from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
 from tuning.hardware.replay import ReplayHardware, store_path, with_store
 from tuning import naming
-from tuning.loop import Components, RunInfo, tune_tasks
+from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
 from tuning.records import RecordError, RecordLog
@@ -236,6 +236,8 @@ def _with_budget(cfg, tasks) -> list:
         cfg.budget.trials = cfg.budget.trials_per_task * len(tasks)
     elif cfg.budget.trials is None:
         cfg.budget.trials = DEFAULT_TRIALS_PER_KERNEL * len(tasks) if is_whole_model(cfg.model) else DEFAULT_TRIALS
+    if cfg.budget.trials == 0:  # a search that schedules without measuring (validated)
+        return tasks
     if cfg.budget.trials < len(tasks):
         raise ConfigError(f"budget.trials: {cfg.model.name} has {len(tasks)} tasks and every one needs at "
                           f"least one measurement; got {cfg.budget.trials}")
@@ -249,6 +251,9 @@ def _with_budget(cfg, tasks) -> list:
 
 
 def _budget_line(cfg, tasks) -> str:
+    if cfg.budget.trials == 0:
+        return (f"budget: 0 measurements: the search chooses each of {len(tasks)} kernel schedules without "
+                f"measuring; each chosen kernel is then timed once")
     per_round = f"up to {cfg.budget.plan_size} per round"
     if len(tasks) == 1:
         return f"budget: {cfg.budget.trials} measurements of {tasks[0].name}, {per_round} (budget.trials=N to change)"
@@ -284,7 +289,12 @@ def _tune_all(cfg, tasks, parts, out_dir, method, prior, callbacks, store_writer
         return replace(parts, **{g: instantiate(cfg[g]) for g in ("search", "sampler", "cost_model")})
 
     started, started_at = time.perf_counter(), time.time()
-    outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), prior)
+    if cfg.budget.trials == 0:
+        outcomes = schedule_without_measuring(tasks, components_for)
+        log.info(f"scheduled {len(tasks)} kernels without measuring in "
+                 f"{sum(o.times['search_s'] for o in outcomes):.1f} s of search")
+    else:
+        outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), prior)
     totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes)
               for key in ("search_s", "model_s", "build_s", "run_s")}
     totals["run/tuning_wall_s"] = time.perf_counter() - started  # tuning and the final re-measurements
@@ -330,8 +340,11 @@ def _export(parts, outcomes, out_dir: Path) -> None:
         if outcome.best_config is not None:
             for path in hardware.export(outcome.task, outcome.best_config, out_dir / "best_schedules"):
                 tracker.log_artifact(path, "best_schedules")
-    measured = [(o.task, o.records) for o in outcomes if o.best_config is not None]
-    for path in hardware.export_database(measured, out_dir / "database") if measured else []:
+    measured = [(o.task, o.records) for o in outcomes if o.best_config is not None and o.records]
+    unmeasured = [(o.task, o.best_config, o.predicted_cost) for o in outcomes
+                  if o.best_config is not None and not o.records]
+    exported = hardware.export_database(measured, out_dir / "database", unmeasured) if measured or unmeasured else []
+    for path in exported:
         tracker.log_artifact(path, "database")
     if len(outcomes) == 1:
         png = convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"),

@@ -23,8 +23,10 @@ Every backend provides:
         caller can write it down before the next one is measured.
     export(task, config, out_dir) -> list of written paths
         The schedule as TVMScript (best schedules artifact).
-    export_database(records_by_task, out_dir) -> list of written paths
-        A MetaSchedule JSON database TVM can compile from (optional).
+    export_database(records_by_task, out_dir, unmeasured=()) -> list of written paths
+        A MetaSchedule JSON database TVM can compile from (optional). `unmeasured`: (task, config,
+        predicted seconds) chosen with no measurement (budget.trials=0), committed with the
+        prediction as their run seconds.
     check_export(task, script_path) -> dict
         Compile an exported schedule, check its answer, time it: {"correct", "max_abs_error",
         "reference_max", "seconds"} (optional; tuning.apply on a single operator).
@@ -74,7 +76,7 @@ class Hardware(Component):
     def export(self, task, config, out_dir):
         return []
 
-    def export_database(self, records_by_task, out_dir):
+    def export_database(self, records_by_task, out_dir, unmeasured=()):
         return []
 
     def check_export(self, task, script_path) -> dict:

@@ -102,8 +102,8 @@ class ReplayHardware(Hardware):
     def export(self, task, config, out_dir):
         return self.backend.export(task, config, out_dir)
 
-    def export_database(self, records_by_task, out_dir):
-        return self.backend.export_database(records_by_task, out_dir)
+    def export_database(self, records_by_task, out_dir, unmeasured=()):
+        return self.backend.export_database(records_by_task, out_dir, unmeasured)
 
     def check_export(self, task, script_path) -> dict:
         return self.backend.check_export(task, script_path)

@@ -158,10 +158,10 @@ class TVMHardware(Hardware):
         script.write_text(snippet(task.workload, library, result["args"]))
         return {**result, "snippet": str(script)}
 
-    def export_database(self, records_by_task, out_dir):
+    def export_database(self, records_by_task, out_dir, unmeasured=()):
         from tuning.hardware.tvm_database import write_database
 
-        return write_database(self, records_by_task, out_dir)
+        return write_database(self, records_by_task, out_dir, unmeasured)
 
     def describe(self) -> dict:
         import tvm

@@ -27,6 +27,12 @@ A search that scores few enough candidates a round to schedule each one with TVM
 features of the scheduled program (cost_model.features=per_store|both: ~3 ms a candidate on a
 2-core host, so SA's ~64,000 scores a round would take minutes).
 
+A search that can choose a schedule with no measurement at all (search=value: a learned value
+function) sets `schedules_without_measuring = True` and implements
+    best(space) -> (config, predicted seconds) | None
+        Its choice for the task, legitimate in `space`; a run with budget.trials=0 applies it
+        (config validation accepts 0 only for such a search).
+
 Every search takes a `default_plan_size` hyperparameter: configs measured per
 round when `budget.plan_size` is null, its paper's value (cited in its YAML).
 `n` above is the resolved plan size. A search that decides what is measured
@@ -51,6 +57,7 @@ class Search(Component):
     moved = {"plan_size": "budget.plan_size (null: the method's default, search.default_plan_size)"}
     default_plan_size: int
     affords_program_features = False
+    schedules_without_measuring = False
 
     @abstractmethod
     def propose(self, space, cost_model, n, visited, rng):
@@ -58,6 +65,10 @@ class Search(Component):
 
     def observe(self, configs, results):
         pass
+
+    def best(self, space):
+        """(config, predicted seconds) chosen without measuring; see `schedules_without_measuring`."""
+        raise NotImplementedError(f"{type(self).__name__} does not schedule without measuring")
 
     def state_dict(self) -> dict:
         return {}

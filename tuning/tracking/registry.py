@@ -54,7 +54,8 @@ def resolve(reference: str, registry_uri: str):
 
 
 @contextlib.contextmanager
-def _uris(registry_uri: str):
+def tracking_at(registry_uri: str):
+    """MLflow's fluent API pointed at `registry_uri` (tracking and registry) inside the block."""
     import mlflow
 
     before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
@@ -69,22 +70,37 @@ def _uris(registry_uri: str):
 
 def load_booster(reference: str, registry_uri: str):
     """(xgboost Booster, tags) of a registered model."""
+    return load(reference, registry_uri, "xgboost")
+
+
+def load(reference: str, registry_uri: str, flavour: str):
+    """(the model, its version's tags) of a registered model, through MLflow's `flavour` module."""
     version = resolve(reference, registry_uri)
-    with _uris(registry_uri) as mlflow:
-        booster = mlflow.xgboost.load_model(f"models:/{version.name}/{version.version}")
-    return booster, dict(version.tags)
+    import importlib
+
+    with tracking_at(registry_uri):
+        model = importlib.import_module(f"mlflow.{flavour}").load_model(f"models:/{version.name}/{version.version}")
+    return model, dict(version.tags)
 
 
 def register_booster(booster, name: str, registry_uri: str, experiment: str, params: dict, metrics: dict,
                      tags: dict) -> str:
-    """Log the booster in a new run of `experiment` and register it; returns models:/name/version."""
-    with _uris(registry_uri) as mlflow:
+    """Log an xgboost booster in a new run of `experiment` and register it; returns models:/name/version."""
+    return register(lambda mlflow: mlflow.xgboost.log_model(booster, name="model", registered_model_name=name),
+                    name, registry_uri, experiment, params, metrics, tags)
+
+
+def register(log_model, name: str, registry_uri: str, experiment: str, params: dict, metrics: dict,
+             tags: dict) -> str:
+    """Run `log_model(mlflow)` (a flavour's log_model with registered_model_name=name) in a new run of
+    `experiment` with the params, metrics and tags; the new version gets the tags too."""
+    with tracking_at(registry_uri) as mlflow:
         mlflow.set_experiment(experiment)
-        with mlflow.start_run(run_name=f"pretrain-{name}"):
+        with mlflow.start_run(run_name=f"{experiment}-{name}"):
             mlflow.log_params(params)
             mlflow.log_metrics(metrics)
             mlflow.set_tags(tags)
-            info = mlflow.xgboost.log_model(booster, name="model", registered_model_name=name)
+            info = log_model(mlflow)
     version = resolve(f"{name}/{info.registered_model_version}", registry_uri)
     from mlflow import MlflowClient
 

@@ -1,0 +1,227 @@
+"""The value-function method's parts without TVM: state encoding, V's training, beam search."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tuning.hardware.synthetic import synthetic_space
+from tuning.space import Knob, Space
+from tuning.task import conv2d_task, gemm_task
+from tuning.value.beam import beam_search
+from tuning.value.encoding import WIDTH, children, config_of, decode, encode, is_complete, order, prefix_of, work
+from tuning.value.net import KernelData, complete_errors, fit, prefix_targets
+
+from value_models import synthetic_kernels
+
+
+def two_sketch_space() -> Space:
+    """Sketches with different slots, so a prefix's inactive slots depend on its first decision."""
+    knobs = [Knob("sketch", "sketch", (0, 1)), Knob("tile.i", "tile", ((1, 8), (2, 4), (4, 2), (8, 1))),
+             Knob("tile.j", "tile", ((1, 1, 4), (1, 2, 2), (2, 1, 2), (4, 1, 1), (1, 4, 1), (2, 2, 1))),
+             Knob("unroll", "categorical", (0, 16, 64)), Knob("compute_at", "location", (-2, -1, 0, 1))]
+    return Space(knobs, [(1, 3), (1, 2, 3, 4)])
+
+
+def random_prefixes(space, rng, count):
+    for _ in range(count):
+        config = space.sample(rng)
+        yield prefix_of(space, config, int(rng.integers(len(order(space, config[0])) + 1)))
+
+
+@pytest.mark.parametrize("space", [two_sketch_space(), synthetic_space(gemm_task("g", 64, 48, 32).workload),
+                                   synthetic_space(conv2d_task("c", 1, 16, 14, 14, 32, 3, padding=1).workload)],
+                         ids=["two-sketch", "gemm", "conv"])
+def test_a_state_decodes_to_its_prefix(space):
+    rng = np.random.default_rng(0)
+    prefixes = list(random_prefixes(space, rng, 200)) + [()]
+    states = encode(space, prefixes)
+    assert states.shape == (len(prefixes), len(space.knobs), WIDTH)
+    assert [decode(space, s) for s in states] == prefixes
+
+
+def test_states_of_different_prefixes_differ_and_undecided_slots_are_marked():
+    space = two_sketch_space()
+    everything = sorted({prefix_of(space, c, length) for c in space.enumerate()
+                         for length in range(len(order(space, c[0])) + 1)})
+    states = encode(space, everything)
+    assert len({s.tobytes() for s in states}) == len(everything)
+    [empty, sketch0] = encode(space, [(), (0,)])
+    assert not empty[:, 4].any() and not empty[:, 5].any()  # nothing decided, nothing known inactive
+    assert sketch0[2, 5] == 1.0 and sketch0[0, 4] == 1.0  # sketch 0 has no tile.j; its own slot decided
+
+
+def test_the_same_kernel_in_two_networks_has_the_same_states():
+    """States come from the kernel's space alone: two builds of one workload encode alike, another
+    workload does not."""
+    a = synthetic_space(conv2d_task("resnet18.layer1", 1, 64, 56, 56, 64, 3, padding=1).workload)
+    b = synthetic_space(conv2d_task("other_net.conv3", 1, 64, 56, 56, 64, 3, padding=1).workload)
+    c = synthetic_space(conv2d_task("wider", 1, 64, 56, 56, 128, 3, padding=1).workload)
+    prefixes = list(random_prefixes(a, np.random.default_rng(1), 50))
+    assert np.array_equal(encode(a, prefixes), encode(b, prefixes))
+    assert not np.array_equal(encode(a, [()]), encode(c, [()]))
+
+
+def test_a_prefix_target_is_the_best_measured_completion():
+    space = two_sketch_space()
+    configs = [config_of(space, p) for p in [(0, 1, 0), (0, 1, 2), (1, 0, 3, 1, 1)]]
+    kernel = KernelData("k", space, configs, np.array([4.0, 2.0, 8.0]))
+    prefixes, targets = prefix_targets(kernel)
+    best = dict(zip(prefixes, 10 ** targets * work(space)))
+    assert best[()] == pytest.approx(2.0) and best[(0,)] == pytest.approx(2.0) and best[(0, 1)] == pytest.approx(2.0)
+    assert best[(0, 1, 0)] == pytest.approx(4.0) and best[(1,)] == pytest.approx(8.0)
+
+
+def test_training_loss_falls_and_is_seeded():
+    kernels = synthetic_kernels([gemm_task(f"gemm_{n}", n, n, n) for n in (32, 64)])
+    net, losses = fit(kernels, hidden=32, epochs=40, lr=1e-2, batch=64, seed=0)
+    assert losses[-1] < 0.8 * losses[0] and min(losses) < 0.6 * losses[0]
+    _, again = fit(kernels, hidden=32, epochs=3, lr=1e-2, batch=64, seed=0)
+    assert again == losses[:3]
+    errors = complete_errors(net, kernels)
+    assert errors["configs"] == sum(len(k.configs) for k in kernels)
+    assert errors["spearman_within_kernel"] > 0.5  # it ranks a kernel's own configs
+
+
+def test_beam_search_finds_the_best_completion_where_greedy_does_not():
+    """A hand-made V whose cheapest first step leads away from the best complete schedule: greedy
+    (beam 1) is fooled, a wide enough beam finds the exhaustive optimum."""
+    space = two_sketch_space()
+    complete = [p for p in (prefix_of(space, c, len(order(space, c[0]))) for c in space.enumerate())]
+    best = (1, 3, 5, 2, 0)
+
+    def value(space, prefixes):
+        out = []
+        for p in prefixes:
+            if is_complete(space, p):
+                out.append(0.0 if p == best else 1.0 + 0.01 * sum(p))
+            else:
+                out.append(0.5 if p[:1] == (0,) else 0.9)  # sketch 0 looks better than it is
+        return np.array(out)
+
+    greedy = beam_search(space, value, beam=1)
+    assert greedy[0][1][0] == 0 and greedy[0][1] != config_of(space, best)
+    wide = beam_search(space, value, beam=len(complete))
+    assert wide[0] == (0.0, config_of(space, best))
+    scores = [s for s, _ in wide]
+    assert scores == sorted(scores)
+
+
+def test_beam_search_from_a_prefix_keeps_it_and_noise_needs_a_seeded_rng():
+    space = two_sketch_space()
+
+    def value(space, prefixes):
+        return np.array([float(sum(p)) for p in prefixes])
+
+    found = beam_search(space, value, beam=2, prefix=(1, 2))
+    assert all(config[0] == 1 and config[1] == 2 for _, config in found)
+    assert found[0][1] == config_of(space, (1, 2, 0, 0, 0))
+    with pytest.raises(ValueError, match="rng"):
+        beam_search(space, value, noise=0.1)
+    one = beam_search(space, value, beam=2, noise=0.5, rng=np.random.default_rng(3))
+    assert one == beam_search(space, value, beam=2, noise=0.5, rng=np.random.default_rng(3))
+    assert len(children(space, ())) == 2
+
+
+# ---- registry, search=value in runs ---------------------------------------------------------------------
+def test_a_registered_value_function_loads_back_with_the_same_values(tmp_path):
+    from tuning.tracking.registry import RegistryError, register, resolve
+    from tuning.value.net import load_value, log_value, shape_tag
+
+    registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    task = gemm_task("g", 64, 64, 64)
+    net, _ = fit(synthetic_kernels([task]), hidden=8, layers=2, epochs=2, seed=0)
+    reference = register(lambda mlflow: log_value(mlflow, net, "vf"), "vf", registry, "value", {}, {}, shape_tag(net))
+    assert reference == "models:/vf/1" and resolve("vf", registry).tags["tunelab.kind"] == "value"
+    loaded = load_value("vf", registry)
+    assert (loaded.hidden, loaded.layers) == (8, 2)
+    space = synthetic_space(task.workload)
+    prefixes = list(random_prefixes(space, np.random.default_rng(0), 20))
+    assert np.array_equal(net.value(space, prefixes), loaded.value(space, prefixes))
+    register(lambda mlflow: log_value(mlflow, net, "vf"), "vf", registry, "value", {}, {},
+             {**shape_tag(net), "tunelab.value_net": '{"hidden": 9}'})
+    with pytest.raises(RegistryError, match="tunelab.value_net"):
+        load_value("vf/2", registry)
+
+
+def run_py(*overrides, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "run.py", "hardware=synthetic", "tracking=none",
+                           f"hydra.run.dir={tmp_path / 'run'}", *overrides], cwd=repo, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_path):
+    from value_models import shared_value_model
+
+    reference, registry = shared_value_model()
+    done = run_py("model=gemm_64", "search=value", f"search.model={reference}", f"search.registry={registry}",
+                  "budget.trials=0", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "chosen without measuring, predicted" in done.stdout and "measurements 0" in done.stdout
+    assert (tmp_path / "run" / "records.jsonl").read_text() == ""
+    measured = run_py("model=gemm_64", "search=value", f"search.model={reference}", f"search.registry={registry}",
+                      "search.greedy=false", "search.beam=4", "budget.trials=24", "budget.plan_size=8",
+                      tmp_path=tmp_path / "measured")
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    assert "measurements 24" in measured.stdout
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("search=sa", "budget.trials=0"), "budget.trials: 0 measurements needs a search that schedules without measuring"),
+    (("search=value",), "search.model: required"),
+    (("search=value", "search.model=models:/absent/1"), "search.model: no registered model"),
+    (("search=value", "search.model=x", "search.beam=4"), "search.beam: 4 with search.greedy=true"),
+    (("budget.trials=-1",), "budget.trials"),
+])
+def test_bad_value_search_configs_are_rejected_before_any_work(overrides, message, tmp_path):
+    done = run_py("model=gemm_64", *overrides, f"search.registry=sqlite:///{tmp_path / 'r.db'}"
+                  if "search=value" in overrides else "seed=0", tmp_path=tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "run" / "records.jsonl").exists()
+
+
+# ---- real TVM: train on a store, schedule a network with no measurement -----------------------------------
+@pytest.mark.tvm
+def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
+    """`python -m tuning.value train` on a store of real TVM spaces (made-up seconds: a landscape in the
+    inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`: applied and timed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tuning.hardware.cpu import CPUHardware
+
+    from test_transfer import fill_store
+
+    repo = Path(__file__).resolve().parents[1]
+    store, hardware = tmp_path / "store.sqlite", CPUHardware(num_threads=2)
+    kernels = [(gemm_task(f"gemm_{n}", n, n, n), 40) for n in (32, 48, 64)]
+
+    def seconds(task, config):
+        decisions = hardware.space(task).decisions(config)
+        return 1e-4 * (1 + abs(list(decisions.values())[1][-1] - 4))
+
+    fill_store(store, hardware, kernels, seconds)
+    registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
+                            "--name", "v", "--epochs", "5", "--holdout", "gemm_48"], cwd=repo, capture_output=True,
+                           text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "trained on 2 kernels" in train.stdout and "heldout kernels: r2_log_seconds" in train.stdout
+    assert "registered models:/v/1" in train.stdout
+    bad = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
+                          "--holdout", "resnet*"], cwd=repo, capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--holdout: no kernel matches resnet*" in bad.stderr
+    run = subprocess.run([sys.executable, "run.py", "model=tiny_cnn", "search=value", "search.model=models:/v/1",
+                          f"search.registry={registry}", "budget.trials=0", "tracking=none", "e2e.runs=5",
+                          "e2e.min_runs=1", "e2e.max_seconds=2", f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "scheduled 7 kernels without measuring" in run.stderr + run.stdout
+    assert "outputs match torch" in run.stdout
+    assert (tmp_path / "run" / "records.jsonl").read_text() == ""
+    assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") >= 5

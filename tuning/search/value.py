@@ -1,0 +1,114 @@
+"""search=value: schedules proposed by a learned value function, no cost model, no measurement to choose.
+
+The fifth seed paper (Steiner et al., "Value function based performance optimization of deep learning
+workloads"): V (`python -m tuning.value train`, registered in MLflow) predicts the best runtime any
+completion of a partial schedule can reach; a schedule is built one decision at a time, keeping the
+lowest-valued states (tuning/value/beam.py). Each round:
+
+ 1. V's best completions of the empty schedule, by greedy search (Alg. 1, `greedy: true`) or by beam
+    search of width `beam`, best first; those already measured or that do not schedule (the space's
+    legitimacy check: TVM replays them) are passed over.
+ 2. While fewer than n: another search with V's values perturbed by Alg. 2's epsilon (`noise`, a
+    log-normal factor exp(noise x N(0, 1)) on the predicted seconds), its best new completion taken;
+    after 4n searches, random unmeasured configs fill the round.
+
+`best(space)` is step 1's first legitimate completion: what a run with budget.trials=0 applies.
+V stays fixed while the run measures (the paper refits it offline, in its improvement loop).
+"""
+from __future__ import annotations
+
+from tuning.search.base import Search, fill_with_random
+from tuning.value.beam import beam_search
+from tuning.value.encoding import work
+
+NOISY_SEARCHES_PER_PROPOSAL = 4
+
+
+class ValueSearch(Search):
+    """Hyperparameters:
+
+        model              the registered V: models:/<name>/<version>, <name>/<version> or <name> (latest)
+        registry           the MLflow registry holding it (null: outputs/mlflow.db)
+        greedy             true: the paper's Alg. 1 (one state kept per decision); false: beam search
+        beam               the beam's width when greedy is false
+        noise              epsilon of the perturbed searches that fill a round (Alg. 2)
+        default_plan_size  configs measured per round (64, AutoTVM's plan size, for runs with a budget)
+    """
+
+    schedules_without_measuring = True
+    ranges = {"beam": (1, None), "noise": (0.0, 10.0), "default_plan_size": (1, None)}
+
+    def __init__(self, model: str | None = None, registry: str | None = None, greedy: bool = True, beam: int = 1,
+                 noise: float = 0.1, default_plan_size: int = 64):
+        self.model = model
+        self.registry = registry
+        self.greedy = greedy
+        self.beam = beam
+        self.noise = noise
+        self.default_plan_size = default_plan_size
+        self.net = None  # loaded on first use
+        self.last: dict = {}
+
+    @classmethod
+    def check(cls, params, group):
+        """The model must be given, registered, and a value function (looked up before any work)."""
+        problems = []
+        if params.get("greedy") and params.get("beam", 1) != 1:
+            problems.append(f"{group}.beam: {params['beam']} with {group}.greedy=true (greedy keeps one state); "
+                            f"set {group}.greedy=false for a beam search")
+        if not params.get("model"):
+            return problems + [f"{group}.model: required: a registered value function "
+                               "(python -m tuning.value train registers one)"]
+        from tuning.tracking.registry import RegistryError, default_registry, resolve
+
+        try:
+            version = resolve(params["model"], params.get("registry") or default_registry())
+        except RegistryError as error:
+            return problems + [f"{group}.model: {error} (python -m tuning.value train registers one)"]
+        if version.tags.get("tunelab.kind") != "value":
+            problems.append(f"{group}.model: {params['model']} is not a value function (its tunelab.kind tag is "
+                            f"{version.tags.get('tunelab.kind')!r}); python -m tuning.value train registers one")
+        return problems
+
+    @property
+    def width(self) -> int:
+        return 1 if self.greedy else self.beam
+
+    def _value(self):
+        if self.net is None:
+            from tuning.tracking.registry import default_registry
+            from tuning.value.net import load_value
+
+            self.net = load_value(self.model, self.registry or default_registry())
+        return self.net.value
+
+    def best(self, space):
+        """(V's best legitimate completion, its predicted seconds); None when none of them schedules."""
+        for score, config in beam_search(space, self._value(), self.width):
+            if space.is_legitimate(config):
+                return config, float(10.0 ** score * work(space))
+        return None
+
+    def propose(self, space, cost_model, n, visited, rng):
+        value = self._value()
+        proposals, keys = [], set()
+
+        def offer(found, limit):
+            for _, config in found:
+                key = space.canonical(config)
+                if len(proposals) >= limit:
+                    return
+                if key not in visited and key not in keys and space.is_legitimate(config):
+                    proposals.append(config)
+                    keys.add(key)
+
+        offer(beam_search(space, value, self.width), n)
+        searches = 0
+        while len(proposals) < n and self.noise > 0 and searches < NOISY_SEARCHES_PER_PROPOSAL * n:
+            offer(beam_search(space, value, self.width, noise=self.noise, rng=rng), len(proposals) + 1)
+            searches += 1
+        self.last = {"from_value": len(proposals), "noisy_searches": searches}
+        return fill_with_random(proposals, space, visited, n, rng)
+
+    def metrics(self) -> dict:
+        return dict(self.last)

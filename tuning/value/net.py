@@ -1,0 +1,175 @@
+"""The value function V: a kernel's state (tuning/value/encoding.py) -> the log10 seconds per loop
+iteration of the best schedule that completes it.
+
+As in the paper (Steiner et al., §3.2), an LSTM reads the state's rows in order and V is the sum of
+its per-step outputs; here a step is one knob slot of a kernel rather than one layer of a network
+(docs/methods.md §Value function says why). Training targets follow Alg. 2's V(s) = min(r, V(s)):
+a prefix's target is the best measured config that completes it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from tuning.value.encoding import WIDTH, encode, order, prefix_of, work
+
+
+class ValueNet(nn.Module):
+    def __init__(self, hidden: int = 64, layers: int = 1):
+        super().__init__()
+        self.hidden, self.layers = hidden, layers
+        self.lstm = nn.LSTM(WIDTH, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, 1)
+        self.register_buffer("centre", torch.zeros(()))
+        self.register_buffer("scale", torch.ones(()))
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """states (B, steps, WIDTH), mask (B, steps): standardised V of each state."""
+        outputs, _ = self.lstm(states)
+        return (self.head(outputs).squeeze(-1) * mask).sum(dim=1)
+
+    def value(self, space, prefixes) -> np.ndarray:
+        """V of each prefix of one kernel's space, log10 seconds per iteration."""
+        if not len(prefixes):
+            return np.zeros(0)
+        states = torch.from_numpy(encode(space, prefixes))
+        with torch.no_grad():
+            standard = self(states, torch.ones(states.shape[:2]))
+        return (standard * self.scale + self.centre).numpy().astype(np.float64)
+
+    def seconds(self, space, prefixes) -> np.ndarray:
+        return 10.0 ** self.value(space, prefixes) * work(space)
+
+
+@dataclass
+class KernelData:
+    """One kernel's measured configs: its space, the configs and their median seconds."""
+    name: str
+    space: object
+    configs: list
+    seconds: np.ndarray
+
+
+def prefix_targets(kernel: KernelData) -> tuple[list[tuple], np.ndarray]:
+    """Every distinct prefix of the measured configs (the empty one included) and its target:
+    log10 of the best seconds among the configs completing it, per loop iteration."""
+    best: dict[tuple, float] = {}
+    for config, seconds in zip(kernel.configs, kernel.seconds):
+        for length in range(len(order(kernel.space, config[0])) + 1):
+            prefix = prefix_of(kernel.space, config, length)
+            best[prefix] = min(best.get(prefix, math.inf), float(seconds))
+    prefixes = list(best)
+    per_iteration = np.array([best[p] for p in prefixes]) / work(kernel.space)
+    return prefixes, np.log10(per_iteration)
+
+
+def _padded(kernels: list[KernelData]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All kernels' prefix states padded to the longest space, their masks and targets."""
+    blocks = [(encode(k.space, prefixes), targets) for k in kernels for prefixes, targets in [prefix_targets(k)]]
+    steps = max(states.shape[1] for states, _ in blocks)
+    states = np.zeros((sum(len(t) for _, t in blocks), steps, WIDTH), dtype=np.float32)
+    mask = np.zeros(states.shape[:2], dtype=np.float32)
+    start = 0
+    for block, _ in blocks:
+        states[start:start + len(block), :block.shape[1]] = block
+        mask[start:start + len(block), :block.shape[1]] = 1.0
+        start += len(block)
+    targets = np.concatenate([t for _, t in blocks]).astype(np.float32)
+    return torch.from_numpy(states), torch.from_numpy(mask), torch.from_numpy(targets)
+
+
+def fit(kernels: list[KernelData], hidden: int = 64, layers: int = 1, epochs: int = 30, lr: float = 3e-3,
+        batch: int = 256, seed: int = 0, progress=None) -> tuple[ValueNet, list[float]]:
+    """Train V on every prefix of the kernels' measured configs (MSE on standardised targets, Adam);
+    returns the net and the mean training loss of each epoch."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    states, mask, targets = _padded(kernels)
+    net = ValueNet(hidden, layers)
+    net.centre.fill_(float(targets.mean()))
+    net.scale.fill_(float(targets.std()) if len(targets) > 1 and float(targets.std()) > 0 else 1.0)
+    standard = (targets - net.centre) / net.scale
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    losses = []
+    for epoch in range(epochs):
+        permutation = torch.randperm(len(targets), generator=generator)
+        total = 0.0
+        for start in range(0, len(targets), batch):
+            rows = permutation[start:start + batch]
+            loss = nn.functional.mse_loss(net(states[rows], mask[rows]), standard[rows])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(rows)
+        losses.append(total / len(targets))
+        if progress:
+            progress(epoch, losses[-1])
+    net.eval()
+    return net, losses
+
+
+def complete_errors(net: ValueNet, kernels: list[KernelData]) -> dict:
+    """How well V predicts measured complete schedules: R^2 of log10 seconds, mean relative error of
+    seconds, and the mean over kernels of Spearman's rank correlation within a kernel."""
+    from scipy.stats import spearmanr
+
+    predicted, measured, ranks = [], [], []
+    for kernel in kernels:
+        prefixes = [prefix_of(kernel.space, c, len(order(kernel.space, c[0]))) for c in kernel.configs]
+        seconds = net.seconds(kernel.space, prefixes)
+        predicted.append(seconds)
+        measured.append(np.asarray(kernel.seconds, dtype=np.float64))
+        if len(seconds) > 2:
+            ranks.append(float(spearmanr(seconds, kernel.seconds).correlation))
+    if not predicted:
+        return {}
+    p, m = np.log10(np.concatenate(predicted)), np.log10(np.concatenate(measured))
+    r2 = 1.0 - float(np.sum((p - m) ** 2) / max(np.sum((m - m.mean()) ** 2), 1e-30))
+    relative = float(np.mean(np.abs(10 ** p - 10 ** m) / 10 ** m))
+    return {"r2_log_seconds": r2, "mean_relative_error": relative, "configs": int(len(m)),
+            **({"spearman_within_kernel": float(np.nanmean(ranks))} if ranks else {})}
+
+
+# ---- the registry: V is registered as an MLflow pytorch model; tunelab reads back its state dict --------
+def log_value(mlflow, net: ValueNet, name: str):
+    """In an active MLflow run: the weights (read back by `load_value`, no pickle) and the model
+    registered as `name`; returns log_model's ModelInfo."""
+    mlflow.pytorch.log_state_dict(net.state_dict(), "state_dict")
+    return mlflow.pytorch.log_model(net, name="model", serialization_format="pickle", registered_model_name=name)
+
+
+def shape_tag(net: ValueNet) -> dict:
+    return {"tunelab.kind": "value", "tunelab.value_net": json.dumps({"hidden": net.hidden, "layers": net.layers})}
+
+
+@functools.lru_cache(maxsize=4)  # a whole model's tasks each have a search: one download
+def load_value(reference: str, registry_uri: str) -> ValueNet:
+    """A registered V: its architecture from the version's tags, its weights with torch's weights-only
+    loader (a registry's files are read as untrusted data)."""
+    import os
+
+    from tuning.tracking.registry import RegistryError, resolve, tracking_at
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one tiny file, no bar
+
+    version = resolve(reference, registry_uri)
+    try:
+        shape = json.loads(version.tags["tunelab.value_net"])
+        net = ValueNet(int(shape["hidden"]), int(shape["layers"]))
+    except (KeyError, ValueError, TypeError) as error:
+        raise RegistryError(f"{reference} has no readable tunelab.value_net tag ({error!r}); "
+                            "python -m tuning.value train registers value functions") from None
+    with tracking_at(registry_uri) as mlflow:
+        state = mlflow.pytorch.load_state_dict(f"runs:/{version.run_id}/state_dict", weights_only=True)
+    try:
+        net.load_state_dict(state)
+    except (RuntimeError, TypeError) as error:
+        raise RegistryError(f"{reference}: its weights do not fit its tunelab.value_net tag ({error})") from None
+    net.eval()
+    return net
