@@ -63,8 +63,9 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
                     continue
                 info = store.task_info(task_key) or {}
                 workload, name = info.get("workload") or {}, info.get("name") or task_key
-                if "op" not in workload:
-                    corpus.skipped.append(f"{path}: {name}: no workload to rebuild the kernel from")
+                if "op" not in workload or (workload["op"] == "tir" and "mod" not in workload):
+                    corpus.skipped.append(f"{path}: {name}: no workload to rebuild the kernel from (a network "
+                                          f"kernel stored before stores kept its TIR: import its run again)")
                     continue
                 truths = store.truths(fingerprint, task_key, space, min_readings=1)
                 if len(truths) < min_configs:

@@ -148,8 +148,12 @@ class MeasurementStore:
                 self.conn.execute("INSERT OR IGNORE INTO spaces VALUES (?, ?)", (space, float(space_size)))
             self.conn.execute("INSERT OR IGNORE INTO hardware VALUES (?, ?)",
                               (hardware, json.dumps(description, sort_keys=True, default=str)))
+            workload = json.dumps(task.workload, sort_keys=True)
             self.conn.execute("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
-                              (task_key, task.name, float(task.flops), _workload_text(task.workload)))
+                              (task_key, task.name, float(task.flops), workload))
+            if "mod" in task.workload:  # a network kernel registered by an older tunelab without its TIR
+                self.conn.execute("UPDATE tasks SET workload = ? WHERE key = ? AND instr(workload, '\"mod\"') = 0",
+                                  (workload, task_key))
 
     def add(self, hardware: str, task_key: str, space: str, config, decisions: dict, result,
             source: str = "run", measured_at: float | None = None) -> None:
@@ -299,10 +303,6 @@ def jsonable(value):
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return value
-
-
-def _workload_text(workload: dict) -> str:
-    return json.dumps({k: v for k, v in workload.items() if k != "mod"}, sort_keys=True)
 
 
 def _config_text(config) -> str:

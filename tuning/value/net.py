@@ -140,8 +140,15 @@ def complete_errors(net: ValueNet, kernels: list[KernelData]) -> dict:
 def log_value(mlflow, net: ValueNet, name: str):
     """In an active MLflow run: the weights (read back by `load_value`, no pickle) and the model
     registered as `name`; returns log_model's ModelInfo."""
+    import logging
+
     mlflow.pytorch.log_state_dict(net.state_dict(), "state_dict")
-    return mlflow.pytorch.log_model(net, name="model", serialization_format="pickle", registered_model_name=name)
+    quiet = logging.getLogger("mlflow.pytorch")
+    level, _ = quiet.level, quiet.setLevel(logging.ERROR)  # its pickle warning: tunelab loads the weights only
+    try:
+        return mlflow.pytorch.log_model(net, name="model", serialization_format="pickle", registered_model_name=name)
+    finally:
+        quiet.setLevel(level)
 
 
 def shape_tag(net: ValueNet) -> dict:
