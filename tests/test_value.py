@@ -225,3 +225,55 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
     assert "outputs match torch" in run.stdout
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
     assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
+
+
+# ---- Algorithm 2: the improvement loop ----------------------------------------------------------------------
+def improve(tmp_path, *extra):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from value_models import shared_value_model
+
+    reference, registry = shared_value_model()
+    return subprocess.run([sys.executable, "-m", "tuning.value", "improve", "--model", reference, "--registry", registry,
+                           "--store", str(tmp_path / "store.sqlite"), "--network", "gemm_64", "conv2d",
+                           "--schedules", "2", "--epochs", "2", "--name", f"improved-{tmp_path.name}",
+                           "--out", str(tmp_path / "loop"), "--override", "hardware=synthetic", *extra],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+
+
+def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_resumes(tmp_path):
+    import json
+
+    from tuning.store import MeasurementStore
+    from tuning.tracking.registry import resolve
+
+    from value_models import shared_value_model
+
+    first = improve(tmp_path, "--rounds", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "round 1:" in first.stdout and "greedy_latency_ms/gemm_64" in first.stdout
+    store = MeasurementStore(tmp_path / "store.sqlite")
+    rows = store.count()
+    store.close()
+    assert rows > 2
+    again = improve(tmp_path, "--rounds", "1")  # nothing left to do
+    assert again.returncode == 0 and "round 1:" not in again.stdout and "1 rounds done" in again.stdout
+    second = improve(tmp_path, "--rounds", "2")  # continues with round 2, from round 1's V
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "round 2:" in second.stdout and "round 1:" not in second.stdout
+    progress = json.loads((tmp_path / "loop" / "progress.json").read_text())
+    assert progress["rounds_done"] == 2 and progress["model"].endswith("/2")
+    _, registry = shared_value_model()
+    version = resolve(progress["model"], registry)
+    assert version.tags["tunelab.round"] == "2" and version.tags["tunelab.kind"] == "value"
+    other = improve(tmp_path, "--rounds", "3", "--model", "models:/elsewhere/1")
+    assert other.returncode != 0 and "not --model models:/elsewhere/1" in other.stderr
+
+
+def test_improvement_loop_arguments_are_checked(tmp_path):
+    bad = improve(tmp_path, "--noise", "nan")
+    assert bad.returncode == 2 and "--noise" in bad.stderr
+    bad = improve(tmp_path, "--override", "search=sa")
+    assert bad.returncode == 2 and "overrides: only hardware" in bad.stderr

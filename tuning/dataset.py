@@ -1,6 +1,7 @@
 """Fill, inspect and export a measurement store (tuning/store.py; docs/store.md).
 
     python -m tuning.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
+    python -m tuning.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
     python -m tuning.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
     python -m tuning.dataset stats  --store stores/host.sqlite
     python -m tuning.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
@@ -72,8 +73,6 @@ def seconds_per_measurement(store, key: str) -> float:
 def build(args) -> None:
     from hydra.utils import instantiate
 
-    from tuning.task import build_tasks
-
     store = MeasurementStore(args.store)
     cfgs = [compose([f"model={name}", *args.overrides]) for name in args.model]
     hardware, evaluator = instantiate(cfgs[0].hardware), instantiate(cfgs[0].evaluator)
@@ -81,7 +80,7 @@ def build(args) -> None:
     with hardware:
         jobs = []
         for cfg in cfgs:
-            for task in build_tasks(cfg.model):
+            for task in model_tasks(cfg, hardware):
                 table = TaskRows(store, hardware, spec, task, hardware.space(task))
                 table.register()
                 have = set(table.configs())
@@ -100,6 +99,14 @@ def build(args) -> None:
                 for start in range(0, len(todo), args.batch):
                     measure_into(table, hardware, spec, todo[start:start + args.batch], on_row=lambda: bar.update(1))
     print(f"store: {store.path} ({store.count():,} rows)")
+
+
+def model_tasks(cfg, hardware) -> list:
+    """A single operator's task, or every distinct kernel of a whole model (the backend extracts them)."""
+    from tuning.task import build_tasks
+    from tuning.whole_model import is_whole_model
+
+    return hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
 
 
 def full_readings(spec):

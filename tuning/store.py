@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT = 1
-SOURCES = ("run", "remeasure", "dataset", "import")
+SOURCES = ("run", "remeasure", "dataset", "import", "value")  # value: the value function's improvement loop
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tuning.corpus import load_corpus, one_backend, spaces
-from tuning.value.net import KernelData, complete_errors, fit, log_value, shape_tag
+from tuning.corpus import load_corpus, one_backend
+from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_tag, split
 
 
 def parse_args(argv=None):
@@ -46,7 +46,32 @@ def parse_args(argv=None):
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
     train.add_argument("--experiment", default="value")
+    improve = commands.add_parser("improve", help="the paper's Algorithm 2: V's own schedules measured, V refit",
+                                  description=improve_doc())
+    improve.add_argument("--model", required=True, help="the V to start from (models:/<name>/<version>)")
+    improve.add_argument("--store", required=True, type=Path, help="the measurement store the rounds measure into")
+    improve.add_argument("--network", nargs="+", required=True, metavar="MODEL",
+                         help="model config names whose kernels are scheduled (resnet18, squeezenet1_0, conv_l8, ...)")
+    improve.add_argument("--rounds", type=int, default=2, help="rounds of Alg. 2 (the paper: 2)")
+    improve.add_argument("--schedules", type=int, default=4,
+                         help="noisy greedy schedules per kernel a round (the paper: 100 per network)")
+    improve.add_argument("--noise", type=float, default=0.1, help="Alg. 2's epsilon (log-normal on V's seconds)")
+    improve.add_argument("--beam", type=int, default=4, help="the beam that completes each prefix")
+    improve.add_argument("--name", default="tunelab-value", help="registered model name of the improved V")
+    improve.add_argument("--out", type=Path, default=Path("outputs") / "value_improve",
+                         help="where the rounds done are kept (the same --out continues a killed loop)")
+    improve.add_argument("--val-fraction", type=float, default=0.2)
+    improve.add_argument("--min-configs", type=int, default=2)
+    improve.add_argument("--epochs", type=int, default=20, help="refit epochs a round, from V's weights")
+    improve.add_argument("--lr", type=float, default=3e-3)
+    improve.add_argument("--batch", type=int, default=256)
+    improve.add_argument("--seed", type=int, default=0)
+    improve.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    improve.add_argument("--override", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                         help="a Hydra override of the hardware or evaluator (hardware.num_threads=2); repeatable")
     args = parser.parse_args(argv)
+    if args.command == "improve":
+        return check_improve(parser, args)
     for store in args.store:
         if not store.is_file():
             parser.error(f"--store: {store} is not a file")
@@ -58,26 +83,6 @@ def parse_args(argv=None):
     if not (np.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr: expected a positive finite number, got {args.lr}")
     return args
-
-
-def kernels_of(corpus, backend) -> list[KernelData]:
-    with tqdm(total=len(corpus.tasks), desc="spaces", unit="kernel") as bar:
-        task_spaces = spaces(corpus, backend, progress=lambda task: bar.update())
-    return [KernelData(t.task.name, space, list(t.configs), np.asarray(t.seconds))
-            for t, space in zip(corpus.tasks, task_spaces)]
-
-
-def split(kernels: list[KernelData], fraction: float, rng) -> tuple[list[KernelData], list[KernelData]]:
-    """Each kernel's configs in two: a random `fraction` held out (at least one config kept for training)."""
-    train, held = [], []
-    for kernel in kernels:
-        order = rng.permutation(len(kernel.configs))
-        cut = min(int(round(fraction * len(order))), len(order) - 1)
-        for part, rows in ((held, order[:cut]), (train, order[cut:])):
-            if len(rows):
-                part.append(KernelData(kernel.name, kernel.space, [kernel.configs[i] for i in rows],
-                                       kernel.seconds[rows]))
-    return train, held
 
 
 def train(args) -> None:
@@ -129,10 +134,37 @@ def register_value(net, args, fingerprint, seen, outside, losses, results) -> st
               "tunelab.errors": json.dumps(results)})
 
 
+def improve_doc() -> str:
+    from tuning.value import improve
+
+    return improve.__doc__.split("\n\n")[0]
+
+
+def check_improve(parser, args):
+    if not 0.0 <= args.val_fraction < 1.0:
+        parser.error(f"--val-fraction: expected in [0, 1), got {args.val_fraction}")
+    for key in ("rounds", "schedules", "beam", "epochs", "batch", "min_configs"):
+        if getattr(args, key) < (2 if key == "min_configs" else 1):
+            parser.error(f"--{key.replace('_', '-')}: must be >= {2 if key == 'min_configs' else 1}")
+    for key in ("noise", "lr"):
+        value = getattr(args, key)
+        if not (np.isfinite(value) and value >= 0 and (key == "noise" or value > 0)):
+            parser.error(f"--{key}: expected a {'non-negative' if key == 'noise' else 'positive'} finite number, got {value}")
+    unknown = [o for o in args.overrides if "=" not in o or o.split("=")[0].lstrip("+~").split(".")[0]
+               not in ("hardware", "evaluator")]
+    if unknown:
+        parser.error(f"overrides: only hardware.* and evaluator.* (or hardware=/evaluator=) are used here, got {unknown}")
+    return args
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.command == "train":
         train(args)
+    else:
+        from tuning.value.improve import improve
+
+        improve(args)
 
 
 if __name__ == "__main__":

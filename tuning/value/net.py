@@ -56,6 +56,31 @@ class KernelData:
     seconds: np.ndarray
 
 
+def kernels_of(corpus, backend) -> list[KernelData]:
+    """The corpus's kernels with their spaces rebuilt by `backend` (tuning/corpus.py `spaces`)."""
+    from tqdm import tqdm
+
+    from tuning.corpus import spaces
+
+    with tqdm(total=len(corpus.tasks), desc="spaces", unit="kernel") as bar:
+        task_spaces = spaces(corpus, backend, progress=lambda task: bar.update())
+    return [KernelData(t.task.name, space, list(t.configs), np.asarray(t.seconds))
+            for t, space in zip(corpus.tasks, task_spaces)]
+
+
+def split(kernels: list[KernelData], fraction: float, rng) -> tuple[list[KernelData], list[KernelData]]:
+    """Each kernel's configs in two: a random `fraction` held out (at least one config kept for training)."""
+    train, held = [], []
+    for kernel in kernels:
+        shuffled = rng.permutation(len(kernel.configs))
+        cut = min(int(round(fraction * len(shuffled))), len(shuffled) - 1)
+        for part, rows in ((held, shuffled[:cut]), (train, shuffled[cut:])):
+            if len(rows):
+                part.append(KernelData(kernel.name, kernel.space, [kernel.configs[i] for i in rows],
+                                       kernel.seconds[rows]))
+    return train, held
+
+
 def prefix_targets(kernel: KernelData) -> tuple[list[tuple], np.ndarray]:
     """Every distinct prefix of the measured configs (the empty one included) and its target:
     log10 of the best seconds among the configs completing it, per loop iteration."""
@@ -85,15 +110,19 @@ def _padded(kernels: list[KernelData]) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 def fit(kernels: list[KernelData], hidden: int = 64, layers: int = 1, epochs: int = 30, lr: float = 3e-3,
-        batch: int = 256, seed: int = 0, progress=None) -> tuple[ValueNet, list[float]]:
+        batch: int = 256, seed: int = 0, progress=None, start: ValueNet | None = None) -> tuple[ValueNet, list[float]]:
     """Train V on every prefix of the kernels' measured configs (MSE on standardised targets, Adam);
-    returns the net and the mean training loss of each epoch."""
+    returns the net and the mean training loss of each epoch. `start`: continue from this V (its
+    architecture, weights and target scale; Alg. 2's V_i initialised to V_(i-1)), left unchanged."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     states, mask, targets = _padded(kernels)
-    net = ValueNet(hidden, layers)
-    net.centre.fill_(float(targets.mean()))
-    net.scale.fill_(float(targets.std()) if len(targets) > 1 and float(targets.std()) > 0 else 1.0)
+    net = ValueNet(start.hidden, start.layers) if start is not None else ValueNet(hidden, layers)
+    if start is not None:
+        net.load_state_dict(start.state_dict())
+    else:
+        net.centre.fill_(float(targets.mean()))
+        net.scale.fill_(float(targets.std()) if len(targets) > 1 and float(targets.std()) > 0 else 1.0)
     standard = (targets - net.centre) / net.scale
     optimizer = torch.optim.Adam(net.parameters(), lr=lr)
     losses = []
