@@ -114,3 +114,14 @@ def test_rotated_passes_time_each_once_a_pass_in_a_rotated_order():
     assert calls == list("abc" "bca" "cab" "abc")
     assert list(seconds) == list("abc") and seconds["b"] == [2.0, 4.0, 9.0, 11.0]
     assert passes_seen == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_profile_report_splits_tuned_kernels_from_the_rest(experiment_script):
+    profile = experiment_script("profile_model")
+    calls = {"fused_conv2d_add_relu_prepacked": [2e-3, 4e-3], "mean": [1e-3, 1e-3], "vm.builtin.alloc_storage": [1e-5, 3e-5]}
+    text = profile.report({"calls": calls, "whole": [8e-3, 8e-3], "plain": [6e-3, 7e-3]},
+                          {"fused_conv2d_add_relu", "mean"}, threads=2)
+    assert "uninstrumented latency    6.500" in text and "tuned kernels             4.000  (2 functions)" in text
+    assert "everything else           0.020  (1 functions)" in text
+    outside = text.split("calls outside the tuned kernels:")[1].split("tuned kernels:")[0]
+    assert "vm.builtin.alloc_storage" in outside and "fused_conv2d" not in outside

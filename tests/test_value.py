@@ -225,6 +225,11 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
     assert "outputs match torch" in run.stdout
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
     assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
+    profile = subprocess.run([sys.executable, "experiments/profile_model.py", str(tmp_path / "run"), "--runs", "2"],
+                             cwd=repo, capture_output=True, text=True, timeout=600)
+    assert profile.returncode == 0, profile.stderr[-3000:]
+    assert "vm.builtin.alloc_storage" in profile.stdout and "uninstrumented latency" in profile.stdout
+    assert "(0 functions)" not in profile.stdout.split("tuned kernels")[1].splitlines()[0]
 
 
 # ---- Algorithm 2: the improvement loop ----------------------------------------------------------------------
@@ -276,4 +281,4 @@ def test_improvement_loop_arguments_are_checked(tmp_path):
     bad = improve(tmp_path, "--noise", "nan")
     assert bad.returncode == 2 and "--noise" in bad.stderr
     bad = improve(tmp_path, "--override", "search=sa")
-    assert bad.returncode == 2 and "overrides: only hardware" in bad.stderr
+    assert bad.returncode == 2 and "--override: only hardware" in bad.stderr

@@ -221,3 +221,48 @@ def tasks_from_json(described: list[dict]) -> list[ExtractedTask]:
 def design_spaces(task: ExtractedTask, target: dict) -> list:
     """MetaSchedule's design spaces (s_tir.Schedule sketches) of a task, as TaskSchedules builds them."""
     return list(tune_context(task.mod, target, task.name).generate_design_space())
+
+
+def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: int,
+                  weight_prepack: bool = True) -> dict:
+    """Where a tuned model's time goes: the model compiled with the database and run `runs` times
+    (after one untimed call) under a VM instrument that times every call the VM makes (kernels, VM
+    builtins such as allocations and reshapes). {"calls": {symbol: [seconds per run]}, "whole":
+    [seconds per run, instrumented], "plain": [seconds per run, no instrument]}."""
+    import time
+
+    import tvm
+    from tvm import relax
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    loaded = load_model(model_cfg, seed, target)
+    vm = relax.VirtualMachine(compile_with_database(loaded.mod, target, database_dir, weight_prepack), tvm.cpu(0))
+    x = tvm.runtime.tensor(loaded.example, tvm.cpu(0))
+    plain = []
+    vm["main"](x)
+    for _ in range(runs):
+        started = time.perf_counter()
+        vm["main"](x)
+        plain.append(time.perf_counter() - started)
+    this_run: dict = {}
+    open_calls: list = []
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        if before_run:
+            open_calls.append(time.perf_counter())
+        else:
+            this_run[symbol] = this_run.get(symbol, 0.0) + time.perf_counter() - open_calls.pop()
+        return VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    calls: dict = {}
+    whole = []
+    vm["main"](x)
+    for _ in range(runs):
+        this_run.clear()
+        started = time.perf_counter()
+        vm["main"](x)
+        whole.append(time.perf_counter() - started)
+        for symbol, seconds in this_run.items():
+            calls.setdefault(symbol, []).append(seconds)
+    return {"calls": calls, "whole": whole, "plain": plain}

@@ -2,6 +2,8 @@
 
     python -m tuning.value train --store stores/lab.sqlite --name tunelab-value
     python -m tuning.value train --store stores/lab.sqlite --holdout 'resnet18*'   # kernels it must not see
+    python -m tuning.value improve --model models:/tunelab-value/1 --store stores/lab.sqlite --network resnet18
+                                   # the paper's Algorithm 2: tuning/value/improve.py
 
 Reads every kernel of the stores with tuning/corpus.py (the loader the pre-trained cost model uses),
 rebuilds each kernel's space for the hardware it was measured on, and trains V (tuning/value/net.py)
@@ -30,59 +32,73 @@ from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tuning.value", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train V on measurement stores and register it")
-    train.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
-    train.add_argument("--name", default="tunelab-value", help="registered model name")
-    train.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
-    train.add_argument("--holdout", nargs="+", default=[], metavar="PATTERN",
+    train_cmd = commands.add_parser("train", help="train V on measurement stores and register it")
+    train_cmd.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
+    train_cmd.add_argument("--name", default="tunelab-value", help="registered model name")
+    train_cmd.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
+    train_cmd.add_argument("--holdout", nargs="+", default=[], metavar="PATTERN",
                        help="kernels (by name, shell patterns) left out of training and reported apart")
-    train.add_argument("--val-fraction", type=float, default=0.2, help="each kernel's configs held out")
-    train.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
-    train.add_argument("--hidden", type=int, default=64)
-    train.add_argument("--layers", type=int, default=1)
-    train.add_argument("--epochs", type=int, default=40)
-    train.add_argument("--lr", type=float, default=3e-3)
-    train.add_argument("--batch", type=int, default=256)
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
-    train.add_argument("--experiment", default="value")
-    improve = commands.add_parser("improve", help="the paper's Algorithm 2: V's own schedules measured, V refit",
-                                  description=improve_doc())
-    improve.add_argument("--model", required=True, help="the V to start from (models:/<name>/<version>)")
-    improve.add_argument("--store", required=True, type=Path, help="the measurement store the rounds measure into")
-    improve.add_argument("--network", nargs="+", required=True, metavar="MODEL",
-                         help="model config names whose kernels are scheduled (resnet18, squeezenet1_0, conv_l8, ...)")
-    improve.add_argument("--rounds", type=int, default=2, help="rounds of Alg. 2 (the paper: 2)")
-    improve.add_argument("--schedules", type=int, default=4,
-                         help="noisy greedy schedules per kernel a round (the paper: 100 per network)")
-    improve.add_argument("--noise", type=float, default=0.1, help="Alg. 2's epsilon (log-normal on V's seconds)")
-    improve.add_argument("--beam", type=int, default=4, help="the beam that completes each prefix")
-    improve.add_argument("--name", default="tunelab-value", help="registered model name of the improved V")
-    improve.add_argument("--out", type=Path, default=Path("outputs") / "value_improve",
-                         help="where the rounds done are kept (the same --out continues a killed loop)")
-    improve.add_argument("--val-fraction", type=float, default=0.2)
-    improve.add_argument("--min-configs", type=int, default=2)
-    improve.add_argument("--epochs", type=int, default=20, help="refit epochs a round, from V's weights")
-    improve.add_argument("--lr", type=float, default=3e-3)
-    improve.add_argument("--batch", type=int, default=256)
-    improve.add_argument("--seed", type=int, default=0)
-    improve.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
-    improve.add_argument("--override", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
-                         help="a Hydra override of the hardware or evaluator (hardware.num_threads=2); repeatable")
+    train_cmd.add_argument("--val-fraction", type=float, default=0.2, help="each kernel's configs held out")
+    train_cmd.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
+    train_cmd.add_argument("--hidden", type=int, default=64)
+    train_cmd.add_argument("--layers", type=int, default=1)
+    train_cmd.add_argument("--epochs", type=int, default=40)
+    train_cmd.add_argument("--lr", type=float, default=3e-3)
+    train_cmd.add_argument("--batch", type=int, default=256)
+    train_cmd.add_argument("--seed", type=int, default=0)
+    train_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    train_cmd.add_argument("--experiment", default="value")
+    improve_cmd = commands.add_parser("improve", help="the paper's Algorithm 2: V's own schedules measured, V refit",
+                                      description=improve_doc())
+    improve_cmd.add_argument("--model", required=True, help="the V to start from (models:/<name>/<version>)")
+    improve_cmd.add_argument("--store", required=True, type=Path, help="the measurement store the rounds measure into")
+    improve_cmd.add_argument("--network", nargs="+", required=True, metavar="MODEL",
+                             help="model config names whose kernels are scheduled (resnet18, squeezenet1_0, conv_l8, ...)")
+    improve_cmd.add_argument("--rounds", type=int, default=2, help="rounds of Alg. 2 (the paper: 2)")
+    improve_cmd.add_argument("--schedules", type=int, default=4,
+                             help="noisy greedy schedules per kernel a round (the paper: 100 per network)")
+    improve_cmd.add_argument("--noise", type=float, default=0.1, help="Alg. 2's epsilon (log-normal on V's seconds)")
+    improve_cmd.add_argument("--beam", type=int, default=4, help="the beam that completes each prefix")
+    improve_cmd.add_argument("--name", default="tunelab-value", help="registered model name of the improved V")
+    improve_cmd.add_argument("--out", type=Path, default=Path("outputs") / "value_improve",
+                             help="where the rounds done are kept (the same --out continues a killed loop)")
+    improve_cmd.add_argument("--val-fraction", type=float, default=0.2)
+    improve_cmd.add_argument("--min-configs", type=int, default=2)
+    improve_cmd.add_argument("--epochs", type=int, default=20, help="refit epochs a round, from V's weights")
+    improve_cmd.add_argument("--lr", type=float, default=3e-3)
+    improve_cmd.add_argument("--batch", type=int, default=256)
+    improve_cmd.add_argument("--seed", type=int, default=0)
+    improve_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    improve_cmd.add_argument("--override", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                             help="a Hydra override of the hardware or evaluator (hardware.num_threads=2); repeatable")
     args = parser.parse_args(argv)
-    if args.command == "improve":
-        return check_improve(parser, args)
-    for store in args.store:
-        if not store.is_file():
-            parser.error(f"--store: {store} is not a file")
+    check(parser, args)
+    return args
+
+
+LOWEST = {"min_configs": 2, "hidden": 1, "layers": 1, "epochs": 1, "batch": 1, "rounds": 1, "schedules": 1, "beam": 1}
+
+
+def check(parser, args) -> None:
+    """Every number in range (NaN and infinities rejected), named as typed."""
+    for key, low in LOWEST.items():
+        if hasattr(args, key) and getattr(args, key) < low:
+            parser.error(f"--{key.replace('_', '-')}: must be >= {low}")
     if not 0.0 <= args.val_fraction < 1.0:
         parser.error(f"--val-fraction: expected in [0, 1), got {args.val_fraction}")
-    for key in ("min_configs", "hidden", "layers", "epochs", "batch"):
-        if getattr(args, key) < (2 if key == "min_configs" else 1):
-            parser.error(f"--{key.replace('_', '-')}: must be >= {2 if key == 'min_configs' else 1}")
     if not (np.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr: expected a positive finite number, got {args.lr}")
-    return args
+    if args.command == "train":
+        for store in args.store:
+            if not store.is_file():
+                parser.error(f"--store: {store} is not a file")
+        return
+    if not (np.isfinite(args.noise) and args.noise >= 0):
+        parser.error(f"--noise: expected a non-negative finite number, got {args.noise}")
+    unknown = [o for o in args.overrides if "=" not in o or o.split("=")[0].lstrip("+~").split(".")[0]
+               not in ("hardware", "evaluator")]
+    if unknown:
+        parser.error(f"--override: only hardware.* and evaluator.* (or hardware=/evaluator=) are used here, got {unknown}")
 
 
 def train(args) -> None:
@@ -138,23 +154,6 @@ def improve_doc() -> str:
     from tuning.value import improve
 
     return improve.__doc__.split("\n\n")[0]
-
-
-def check_improve(parser, args):
-    if not 0.0 <= args.val_fraction < 1.0:
-        parser.error(f"--val-fraction: expected in [0, 1), got {args.val_fraction}")
-    for key in ("rounds", "schedules", "beam", "epochs", "batch", "min_configs"):
-        if getattr(args, key) < (2 if key == "min_configs" else 1):
-            parser.error(f"--{key.replace('_', '-')}: must be >= {2 if key == 'min_configs' else 1}")
-    for key in ("noise", "lr"):
-        value = getattr(args, key)
-        if not (np.isfinite(value) and value >= 0 and (key == "noise" or value > 0)):
-            parser.error(f"--{key}: expected a {'non-negative' if key == 'noise' else 'positive'} finite number, got {value}")
-    unknown = [o for o in args.overrides if "=" not in o or o.split("=")[0].lstrip("+~").split(".")[0]
-               not in ("hardware", "evaluator")]
-    if unknown:
-        parser.error(f"overrides: only hardware.* and evaluator.* (or hardware=/evaluator=) are used here, got {unknown}")
-    return args
 
 
 def main(argv=None) -> None:

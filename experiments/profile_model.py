@@ -1,0 +1,85 @@
+"""Where a tuned whole model's time goes: each VM call timed, tuned kernels against everything else.
+
+    python experiments/profile_model.py outputs/runs/DAY/TIME [--runs 20]
+
+Compiles the run's model with its exported MetaSchedule database (as the end-to-end check does), at
+the run's threads, and runs it `--runs` times under a VM instrument that times every call: the tuned
+kernels (the run's tasks), other compiled functions and the VM's builtins (allocations, reshapes,
+copies). Prints each call's median per model run, grouped, and the sums against the uninstrumented
+latency. The instrument runs Python between calls, long enough for TVM's worker threads to go to
+sleep, so each kernel timed here also pays their wake-up: kernel times are upper bounds, and the
+builtins' times are the direct reading. One process, one sitting: proportions, not a benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+PREPACKED = "_prepacked"  # a kernel compiled with its weights' layout rewritten (hardware.weight_prepack)
+sys.path.insert(0, str(REPO))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a whole-model run folder with database/")
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs: must be >= 1")
+    if not (args.run / "database" / "database_tuning_record.json").is_file():
+        parser.error(f"run: {args.run} has no database/ (a finished whole-model run, or python -m tuning.apply)")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from omegaconf import OmegaConf
+
+    from tuning.config import validate
+    from tuning.run_folder import load_config
+    from tuning.whole_model import is_whole_model
+
+    cfg = load_config(args.run / "config.yaml", "run")
+    validate(cfg)
+    if not is_whole_model(cfg.model):
+        raise SystemExit(f"tunelab: model: {args.run} tunes a single operator; profile a whole-model run")
+    os.environ["TVM_NUM_THREADS"] = str(cfg.hardware.num_threads)  # before TVM's runtime starts
+    from hydra.utils import instantiate
+
+    from tuning.hardware.relax_models import profile_calls
+
+    hardware = instantiate(cfg.hardware)
+    try:
+        model = OmegaConf.to_container(cfg.model, resolve=True)
+        profile = profile_calls(model, cfg.seed, hardware.target, str(args.run / "database"), args.runs,
+                                hardware.weight_prepack)
+    finally:
+        hardware.close()
+    tasks = {t["name"] for t in json.loads((args.run / "tasks.json").read_text())}
+    print(report(profile, tasks, cfg.hardware.num_threads))
+
+
+def report(profile: dict, tasks: set, threads: int) -> str:
+    medians = {symbol: float(np.median(v)) * 1e3 for symbol, v in profile["calls"].items()}
+    kernels = {s: ms for s, ms in medians.items() if s.removesuffix(PREPACKED) in tasks}
+    other = {s: ms for s, ms in medians.items() if s.removesuffix(PREPACKED) not in tasks}
+    plain, whole = float(np.median(profile["plain"])) * 1e3, float(np.median(profile["whole"])) * 1e3
+    lines = [f"{threads} threads, medians over {len(profile['plain'])} runs (ms per model run)",
+             f"  uninstrumented latency {plain:8.3f}", f"  instrumented latency   {whole:8.3f}",
+             f"  tuned kernels          {sum(kernels.values()):8.3f}  ({len(kernels)} functions)",
+             f"  everything else        {sum(other.values()):8.3f}  ({len(other)} functions)",
+             f"  instrument overhead    {whole - sum(medians.values()):8.3f}", "", "calls outside the tuned kernels:"]
+    lines += [f"  {s[:60]:60s} {ms:8.3f}" for s, ms in sorted(other.items(), key=lambda item: -item[1])]
+    lines += ["", "tuned kernels:"]
+    lines += [f"  {s[:60]:60s} {ms:8.3f}" for s, ms in sorted(kernels.items(), key=lambda item: -item[1])]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
