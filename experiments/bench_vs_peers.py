@@ -61,6 +61,11 @@ def parse_args(argv=None):
         parts, _, extra = method.partition(":")
         if len(parts.split("+")) != 3 or any("=" not in o for o in filter(None, extra.split(","))):
             parser.error(f"--methods: expected search+sampler+cost_model[:key=value,...], got {method!r}")
+        try:
+            if trials_of(method, args) < 1:
+                raise ValueError
+        except ValueError:
+            parser.error(f"--methods: {method!r}: budget.trials must be a positive integer")
     for name in args.workloads:
         if not (REPO / "conf" / "model" / f"{name}.yaml").exists():
             parser.error(f"--workloads: no conf/model/{name}.yaml")
@@ -94,6 +99,13 @@ def rows(args) -> list[str]:
     return [*args.methods, *([PEER] if args.peer else [])]
 
 
+def trials_of(method: str, args) -> int:
+    """A row's measurements: --trials, or its own `budget.trials=` override (`sa+greedy+xgb:budget.trials=1000`)."""
+    _, _, extra = method.partition(":")
+    own = [o.split("=", 1)[1] for o in filter(None, extra.split(",")) if o.split("=", 1)[0] == "budget.trials"]
+    return int(own[-1]) if own else args.trials
+
+
 def folder_name(method: str) -> str:
     return method.replace(":", "__").replace("=", "-").replace(",", "_").replace("/", "_")
 
@@ -120,7 +132,7 @@ def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
     if code != 0:
         raise SystemExit(f"{workload} {method} seed {seed} failed (exit {code}); see {folder / 'log.txt'}")
     wall = time.time() - started
-    (folder / "done.json").write_text(json.dumps({"wall_s": wall, "trials": args.trials, "command": command}))
+    (folder / "done.json").write_text(json.dumps({"wall_s": wall, "trials": trials_of(method, args), "command": command}))
     return wall
 
 
@@ -137,10 +149,10 @@ def metaschedule_job(args) -> None:
 
 def tune_all(args) -> None:
     todo = [job for job in jobs(args) if not (job[3] / "done.json").exists()]
-    pace = SECONDS_PER_MEASUREMENT
-    print(f"estimate: {len(todo)} tuning jobs of {args.trials} measurements to run "
-          f"({len(jobs(args)) - len(todo)} done) at ~{pace:.1f} s a measurement = "
-          f"{len(todo) * args.trials * pace / 3600:.1f} h, then re-timing "
+    pace, measurements = SECONDS_PER_MEASUREMENT, sum(trials_of(job[1], args) for job in todo)
+    print(f"estimate: {len(todo)} tuning jobs, {measurements} measurements to run "
+          f"({len(jobs(args)) - len(todo)} jobs done) at ~{pace:.1f} s a measurement = "
+          f"{measurements * pace / 3600:.1f} h, then re-timing "
           f"~{len(args.workloads) * len(args.seeds) * len(rows(args)) * args.passes * 1.5 / 60:.0f} min",
           flush=True)
     if args.estimate_only:
@@ -243,7 +255,8 @@ def wall_minutes(args, workload, method) -> float:
 
 def report(args, seconds: dict) -> str:
     rng = np.random.default_rng(0)
-    lines = [f"{args.trials} measurements a tuning job, seeds {args.seeds}, {args.threads} threads, "
+    lines = [f"{args.trials} measurements a tuning job (a row's own budget.trials= where it names one), "
+             f"seeds {args.seeds}, {args.threads} threads, "
              f"{args.passes} re-timing passes"]
     overall: dict = {}
     overall_torch: dict = {}

@@ -288,7 +288,14 @@ def test_peer_benchmark_pairs_by_seed_and_pass(experiment_script, tmp_path):
     assert "0.50x" in table and "speed relative to metaschedule" in table
 
 
-@pytest.mark.parametrize("method", ["sa+greedy", "sa+greedy+xgb:features"])
+def test_a_peer_benchmark_row_may_have_its_own_budget(experiment_script):
+    bench = experiment_script("bench_vs_peers")
+    args = bench.parse_args(["--trials", "256", "--methods", "sa+greedy+xgb:budget.trials=1000", "sa+greedy+xgb"])
+    assert [bench.trials_of(m, args) for m in args.methods] == [1000, 256]
+
+
+@pytest.mark.parametrize("method", ["sa+greedy", "sa+greedy+xgb:features", "sa+greedy+xgb:budget.trials=0",
+                                    "sa+greedy+xgb:budget.trials=1e3"])
 def test_peer_benchmark_rejects_a_malformed_method(experiment_script, method):
     bench = experiment_script("bench_vs_peers")
     with pytest.raises(SystemExit):
