@@ -70,14 +70,16 @@ def report(profile: dict, tasks: set, threads: int) -> str:
     kernels = {s: ms for s, ms in medians.items() if s.removesuffix(PREPACKED) in tasks}
     other = {s: ms for s, ms in medians.items() if s.removesuffix(PREPACKED) not in tasks}
     plain, whole = float(np.median(profile["plain"])) * 1e3, float(np.median(profile["whole"])) * 1e3
+    counts = profile.get("counts", {})
     lines = [f"{threads} threads, medians over {len(profile['plain'])} runs (ms per model run)",
              f"  uninstrumented latency {plain:8.3f}", f"  instrumented latency   {whole:8.3f}",
              f"  tuned kernels          {sum(kernels.values()):8.3f}  ({len(kernels)} functions)",
              f"  everything else        {sum(other.values()):8.3f}  ({len(other)} functions)",
-             f"  instrument overhead    {whole - sum(medians.values()):8.3f}", "", "calls outside the tuned kernels:"]
-    lines += [f"  {s[:60]:60s} {ms:8.3f}" for s, ms in sorted(other.items(), key=lambda item: -item[1])]
-    lines += ["", "tuned kernels:"]
-    lines += [f"  {s[:60]:60s} {ms:8.3f}" for s, ms in sorted(kernels.items(), key=lambda item: -item[1])]
+             f"  instrument overhead    {whole - sum(medians.values()):8.3f}"]
+    for title, group in (("calls outside the tuned kernels", other), ("tuned kernels", kernels)):
+        lines += ["", f"{title} (ms per model run, calls per model run):"]
+        lines += [f"  {s[:60]:60s} {ms:8.3f}  x{counts.get(s, '?')}"
+                  for s, ms in sorted(group.items(), key=lambda item: -item[1])]
     return "\n".join(lines)
 
 

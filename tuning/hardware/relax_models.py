@@ -227,8 +227,9 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
                   weight_prepack: bool = True) -> dict:
     """Where a tuned model's time goes: the model compiled with the database and run `runs` times
     (after one untimed call) under a VM instrument that times every call the VM makes (kernels, VM
-    builtins such as allocations and reshapes). {"calls": {symbol: [seconds per run]}, "whole":
-    [seconds per run, instrumented], "plain": [seconds per run, no instrument]}."""
+    builtins such as allocations and reshapes). {"calls": {symbol: [seconds per run]}, "counts":
+    {symbol: calls per run}, "whole": [seconds per run, instrumented], "plain": [seconds per run,
+    no instrument]}."""
     import time
 
     import tvm
@@ -245,6 +246,7 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
         vm["main"](x)
         plain.append(time.perf_counter() - started)
     this_run: dict = {}
+    counts: dict = {}
     open_calls: list = []
 
     def instrument(func, symbol, before_run, ret_value, *args):
@@ -252,12 +254,14 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
             open_calls.append(time.perf_counter())
         else:
             this_run[symbol] = this_run.get(symbol, 0.0) + time.perf_counter() - open_calls.pop()
+            counts[symbol] = counts.get(symbol, 0) + 1
         return VMInstrumentReturnKind.NO_OP
 
     vm.set_instrument(instrument)
     calls: dict = {}
     whole = []
     vm["main"](x)
+    counts.clear()
     for _ in range(runs):
         this_run.clear()
         started = time.perf_counter()
@@ -265,4 +269,4 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
         whole.append(time.perf_counter() - started)
         for symbol, seconds in this_run.items():
             calls.setdefault(symbol, []).append(seconds)
-    return {"calls": calls, "whole": whole, "plain": plain}
+    return {"calls": calls, "counts": {s: n // runs for s, n in counts.items()}, "whole": whole, "plain": plain}

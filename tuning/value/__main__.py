@@ -1,7 +1,7 @@
 """Train the value function on measurement stores and register it in MLflow.
 
     python -m tuning.value train --store stores/lab.sqlite --name tunelab-value
-    python -m tuning.value train --store stores/lab.sqlite --holdout 'resnet18*'   # kernels it must not see
+    python -m tuning.value train --store stores/lab.sqlite --holdout 'fused_conv2d1_*'   # kernels it must not see
     python -m tuning.value improve --model models:/tunelab-value/1 --store stores/lab.sqlite --network resnet18
                                    # the paper's Algorithm 2: tuning/value/improve.py
 
@@ -11,7 +11,8 @@ on every prefix of the measured configs of the kernels not held out, except a se
 of each kernel's configs. It reports, on complete schedules, V's R^2 of log10 seconds, its mean
 relative error of seconds and its rank correlation within a kernel: on the training configs, on the
 held-out configs of the same kernels, and on the held-out kernels (those `--holdout` names, by shell
-pattern: what a run on an unseen network can expect). The model is logged to MLflow (experiment
+pattern). A network's kernels are named by their fused operators, not by the network: to hold out a
+whole network, keep each network's measurements in its own store and train on the others' stores. The model is logged to MLflow (experiment
 `value`) and registered as a new version of --name, tagged with the kernels it saw and those numbers.
 """
 from __future__ import annotations
