@@ -198,18 +198,19 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
     from test_transfer import fill_store
 
     repo = Path(__file__).resolve().parents[1]
-    store, hardware = tmp_path / "store.sqlite", CPUHardware(num_threads=2)
-    kernels = [(gemm_task(f"gemm_{n}", n, n, n), 40) for n in (32, 48, 64)]
+    store, other, hardware = tmp_path / "store.sqlite", tmp_path / "other.sqlite", CPUHardware(num_threads=2)
+    kernels = [(gemm_task(f"gemm_{n}", n, n, n), 40) for n in (32, 64)]
 
     def seconds(task, config):
         decisions = hardware.space(task).decisions(config)
         return 1e-4 * (1 + abs(list(decisions.values())[1][-1] - 4))
 
     fill_store(store, hardware, kernels, seconds)
+    fill_store(other, hardware, [(gemm_task("gemm_48", 48, 48, 48), 40)], seconds)  # another "network"
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
     train = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
-                            "--name", "v", "--epochs", "5", "--holdout", "gemm_48"], cwd=repo, capture_output=True,
-                           text=True, timeout=600)
+                            "--name", "v", "--epochs", "5", "--holdout-store", str(other)], cwd=repo,
+                           capture_output=True, text=True, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     assert "trained on 2 kernels" in train.stdout and "heldout kernels: r2_log_seconds" in train.stdout
     assert "registered models:/v/1" in train.stdout

@@ -2,6 +2,8 @@
 
     python -m tuning.value train --store stores/lab.sqlite --name tunelab-value
     python -m tuning.value train --store stores/lab.sqlite --holdout 'fused_conv2d1_*'   # kernels it must not see
+    python -m tuning.value train --store stores/squeezenet.sqlite --holdout-store stores/resnet18.sqlite
+                                   # a network left out: its kernels only evaluated
     python -m tuning.value improve --model models:/tunelab-value/1 --store stores/lab.sqlite --network resnet18
                                    # the paper's Algorithm 2: tuning/value/improve.py
 
@@ -11,8 +13,9 @@ on every prefix of the measured configs of the kernels not held out, except a se
 of each kernel's configs. It reports, on complete schedules, V's R^2 of log10 seconds, its mean
 relative error of seconds and its rank correlation within a kernel: on the training configs, on the
 held-out configs of the same kernels, and on the held-out kernels (those `--holdout` names, by shell
-pattern). A network's kernels are named by their fused operators, not by the network: to hold out a
-whole network, keep each network's measurements in its own store and train on the others' stores. The model is logged to MLflow (experiment
+pattern, or all kernels of a `--holdout-store`). A network's kernels are named by their fused
+operators, not by the network: to hold out a whole network, keep each network's measurements in its
+own store and pass it as --holdout-store. The model is logged to MLflow (experiment
 `value`) and registered as a new version of --name, tagged with the kernels it saw and those numbers.
 """
 from __future__ import annotations
@@ -39,6 +42,9 @@ def parse_args(argv=None):
     train_cmd.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
     train_cmd.add_argument("--holdout", nargs="+", default=[], metavar="PATTERN",
                        help="kernels (by name, shell patterns) left out of training and reported apart")
+    train_cmd.add_argument("--holdout-store", action="append", default=[], type=Path, metavar="STORE",
+                           help="a store whose kernels are only evaluated, never trained on: a network left out "
+                                "(repeatable)")
     train_cmd.add_argument("--val-fraction", type=float, default=0.2, help="each kernel's configs held out")
     train_cmd.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
     train_cmd.add_argument("--hidden", type=int, default=64)
@@ -90,9 +96,10 @@ def check(parser, args) -> None:
     if not (np.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr: expected a positive finite number, got {args.lr}")
     if args.command == "train":
-        for store in args.store:
-            if not store.is_file():
-                parser.error(f"--store: {store} is not a file")
+        for option, stores in (("--store", args.store), ("--holdout-store", args.holdout_store)):
+            for store in stores:
+                if not store.is_file():
+                    parser.error(f"{option}: {store} is not a file")
         return
     if not (np.isfinite(args.noise) and args.noise >= 0):
         parser.error(f"--noise: expected a non-negative finite number, got {args.noise}")
@@ -103,19 +110,27 @@ def check(parser, args) -> None:
 
 
 def train(args) -> None:
-    corpus = load_corpus(args.store, args.hardware, args.min_configs)
+    corpus = load_corpus([*args.store, *args.holdout_store], args.hardware, args.min_configs)
     backend, fingerprint = one_backend(corpus)
     kernels = kernels_of(corpus, backend)
+    origin = [(t.store, t.task_key) for t in corpus.tasks]  # aligned with kernels (kernels_of prunes both)
     for reason in corpus.skipped:
         print(f"tunelab: skipped {reason}", file=sys.stderr)
     unmatched = [p for p in args.holdout if not any(fnmatch.fnmatchcase(k.name, p) for k in kernels)]
     if unmatched:
         raise SystemExit(f"tunelab: --holdout: no kernel matches {', '.join(unmatched)} (kernels: "
                          f"{', '.join(sorted(k.name for k in kernels))})")
-    outside = [k for k in kernels if any(fnmatch.fnmatchcase(k.name, p) for p in args.holdout)]
-    inside = [k for k in kernels if k not in outside]
+    held_stores = {str(p) for p in args.holdout_store}
+    out = [store in held_stores or any(fnmatch.fnmatchcase(k.name, p) for p in args.holdout)
+           for k, (store, _) in zip(kernels, origin)]
+    outside = [k for k, o in zip(kernels, out) if o]
+    inside = [k for k, o in zip(kernels, out) if not o]
     if not inside:
-        raise SystemExit("tunelab: --holdout leaves no kernel to train on")
+        raise SystemExit("tunelab: --holdout/--holdout-store leave no kernel to train on")
+    shared = {key for (_, key), o in zip(origin, out) if o} & {key for (_, key), o in zip(origin, out) if not o}
+    if shared:
+        print(f"tunelab: {len(shared)} held-out kernel(s) are also in the training stores (the same computation "
+              f"in two networks): V has seen their configs", file=sys.stderr)
     seen, held = split(inside, args.val_fraction, np.random.default_rng(args.seed))
     with tqdm(total=args.epochs, desc="training V", unit="epoch") as bar:
         net, losses = fit(seen, args.hidden, args.layers, args.epochs, args.lr, args.batch, args.seed,
@@ -142,6 +157,7 @@ def register_value(net, args, fingerprint, seen, outside, losses, results) -> st
         lambda mlflow: log_value(mlflow, net, args.name),
         args.name, args.registry, args.experiment,
         params={"stores": ",".join(map(str, args.store)), "holdout": ",".join(args.holdout) or "none",
+                "holdout_stores": ",".join(map(str, args.holdout_store)) or "none",
                 "val_fraction": args.val_fraction, "hidden": args.hidden, "layers": args.layers,
                 "epochs": args.epochs, "lr": args.lr, "batch": args.batch, "seed": args.seed,
                 "kernels": len(seen), "hardware": fingerprint},
