@@ -283,3 +283,37 @@ def test_improvement_loop_arguments_are_checked(tmp_path):
     assert bad.returncode == 2 and "--noise" in bad.stderr
     bad = improve(tmp_path, "--override", "search=sa")
     assert bad.returncode == 2 and "--override: only hardware" in bad.stderr
+
+
+def test_a_choice_that_fails_is_not_applied():
+    """budget.trials=0: a kernel whose chosen schedule does not run stays untuned and says why."""
+    from types import SimpleNamespace
+
+    from tuning.evaluator.fixed import FixedEvaluator
+    from tuning.hardware.synthetic import SyntheticHardware
+    from tuning.loop import schedule_without_measuring
+
+    class Chooses:
+        def __init__(self, config):
+            self.config = config
+
+        def best(self, space):
+            return self.config(space), 1e-3
+
+    hardware = SyntheticHardware(invalid_register_tile=2)  # most register tiles fail
+    task = gemm_task("g", 64, 64, 64)
+    space = hardware.space(task)
+    failing = next(c for c in space.enumerate() if not hardware.measure(task, [c], _spec())[0].ok)
+    working = next(c for c in space.enumerate() if hardware.measure(task, [c], _spec())[0].ok)
+    outcomes = schedule_without_measuring(
+        [task, task], lambda i: SimpleNamespace(search=Chooses(lambda s: (failing, working)[i]), hardware=hardware,
+                                                evaluator=FixedEvaluator()))
+    assert outcomes[0].best_config is None and "its choice failed" in outcomes[0].stopped_because
+    assert outcomes[1].best_config == working and outcomes[1].predicted_cost == 1e-3
+    assert outcomes[1].best_cost > 0 and not outcomes[1].records
+
+
+def _spec():
+    from tuning.measure import MeasureSpec
+
+    return MeasureSpec(repeat=1)

@@ -133,7 +133,8 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
 def schedule_without_measuring(tasks, components_for) -> list[TaskOutcome]:
     """budget.trials=0 (search=value): each task's schedule is its search's `best`, chosen with no
     measurement; then timed once by the evaluator's re-measurement, as a tuned task's best is at the
-    end (the result, not a record: nothing was measured to choose it)."""
+    end (the result, not a record: nothing was measured to choose it). A choice that fails to build,
+    run or answer correctly is dropped: the task stays untuned, and says why."""
     outcomes = []
     for index, task in enumerate(tasks):
         parts = components_for(index)
@@ -142,10 +143,12 @@ def schedule_without_measuring(tasks, components_for) -> list[TaskOutcome]:
         outcome = TaskOutcome(task, [], stopped_because="unmeasured")
         outcome.times["search_s"] = time.perf_counter() - started
         if chosen is not None:
-            outcome.best_config, outcome.predicted_cost = tuple(chosen[0]), float(chosen[1])
-            [again] = parts.evaluator.remeasure(parts.hardware, task, [outcome.best_config])
+            [again] = parts.evaluator.remeasure(parts.hardware, task, [tuple(chosen[0])])
             if again.ok:
+                outcome.best_config, outcome.predicted_cost = tuple(chosen[0]), float(chosen[1])
                 outcome.final_costs, outcome.best_cost = list(again.costs), float(np.median(again.costs))
+            else:
+                outcome.stopped_because = f"unmeasured; its choice failed ({again.error})"
         outcomes.append(outcome)
     return outcomes
 
