@@ -47,7 +47,7 @@ def choices(cfg) -> dict:
 # ---- rejection through the CLI -------------------------------------------------------------
 BAD = {
     "unknown group option": (["search=nope"], ["search", "nope", "random", "sa"]),
-    "negative trials": (["budget.trials=-3"], ["budget.trials", ">= 1"]),
+    "negative trials": (["budget.trials=-3"], ["budget.trials", ">= 0"]),
     "trials not a number": (["budget.trials=abc"], ["budget.trials", "abc"]),
     "hyperparameter wrong type": (["search.n_iter=abc"], ["search.n_iter", "int"]),
     "unknown hyperparameter": (["+search.foo=1"], ["search.foo", "n_iter", "parallel_size"]),

@@ -12,12 +12,22 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from value_models import shared_value_model
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = {"sa": 64, "ppo": 64, "random": 64, "csa": 32, "gbfs": 5, "a2c": 6, "evolutionary": 64}
+DEFAULTS = {"sa": 64, "ppo": 64, "random": 64, "csa": 32, "gbfs": 5, "a2c": 6, "evolutionary": 64, "value": 64}
 QUICK = {"ppo": ("search.episodes=4", "search.max_steps=20"), "csa": ("cost_model=rf", "search.n_iter=20"),
          "sa": ("search.n_iter=20",), "random": ("cost_model=none",), "gbfs": (), "a2c": (),
          "evolutionary": ("search.population_size=32",)}
 FIRST_ROUND = {"gbfs": 1}  # G-BFS measures its start state alone first (Algorithm 1, line 2)
+
+
+def quick(search: str) -> tuple:
+    """A short run of `search`; search=value gets a small registered value function."""
+    if search == "value":
+        model, registry = shared_value_model()
+        return ("search.greedy=false", "search.beam=2", f"search.model={model}", f"search.registry={registry}")
+    return QUICK[search]
 
 
 def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -40,7 +50,7 @@ def test_every_search_yaml_has_a_tested_default():
 @pytest.mark.parametrize("search", DEFAULTS)
 def test_null_plan_size_is_the_methods_default(tmp_path, search):
     default = DEFAULTS[search]
-    proc = run(tmp_path, f"search={search}", *QUICK[search], f"budget.trials={default + 4}")
+    proc = run(tmp_path, f"search={search}", *quick(search), f"budget.trials={default + 4}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = FIRST_ROUND.get(search)
     assert round_sizes(tmp_path / "run") == ([first, default, 4 - first] if first else [default, 4])
