@@ -65,7 +65,7 @@ class ValueSearch(Search):
             version = resolve(params["model"], params.get("registry") or default_registry())
         except RegistryError as error:
             return problems + [f"{group}.model: {error} (python -m tuning.value train registers one)"]
-        if version.tags.get("tunelab.kind") != "value":
+        if version.tags.get("tunelab.kind") != "value" or "tunelab.value_net" not in version.tags:
             problems.append(f"{group}.model: {params['model']} is not a value function (its tunelab.kind tag is "
                             f"{version.tags.get('tunelab.kind')!r}); python -m tuning.value train registers one")
         return problems
@@ -95,9 +95,9 @@ class ValueSearch(Search):
 
         def offer(found, limit):
             for _, config in found:
-                key = space.canonical(config)
                 if len(proposals) >= limit:
                     return
+                key = space.canonical(config)
                 if key not in visited and key not in keys and space.is_legitimate(config):
                     proposals.append(config)
                     keys.add(key)

@@ -32,11 +32,12 @@ from tuning.value.encoding import order, prefix_of
 
 def proposals(space, value, schedules: int, noise: float, beam: int, rng) -> tuple[tuple | None, list[tuple]]:
     """(Alg. 1's greedy schedule, every config the round measures for this kernel): the noisy greedy
-    schedules and V's beam completion of each of their prefixes, legitimate ones only, in order."""
+    schedules and V's beam completion of each of their prefixes, legitimate ones only, canonical (as
+    the store keeps them), in order."""
     chosen: dict = {}
 
     def first_legitimate(found):
-        return next((config for _, config in found if space.is_legitimate(config)), None)
+        return next((space.canonical(config) for _, config in found if space.is_legitimate(config)), None)
 
     greedy = first_legitimate(beam_search(space, value, 1))
     for k in range(schedules):
