@@ -226,6 +226,9 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
     assert "outputs match torch" in run.stdout
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
     assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
+    applied = subprocess.run([sys.executable, "-m", "tuning.apply", str(tmp_path / "run")], cwd=repo,
+                             capture_output=True, text=True, timeout=600)
+    assert applied.returncode == 0 and "outputs match torch" in applied.stdout, applied.stderr[-3000:]
     profile = subprocess.run([sys.executable, "experiments/profile_model.py", str(tmp_path / "run"), "--runs", "2"],
                              cwd=repo, capture_output=True, text=True, timeout=600)
     assert profile.returncode == 0, profile.stderr[-3000:]

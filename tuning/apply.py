@@ -6,7 +6,8 @@ does for a finished (or killed) run what the end of `run.py` does for a network
 model: compile with the run's MetaSchedule database (exported again from its
 records if missing), check the output against torch, time tuned / untuned /
 torch eager with the run's thread count, print the per-task table and the
-end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run.
+end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run. A run
+that measured nothing (budget.trials=0, search=value) applies its database/ as written.
 
 For a single operator (gemm, batch_matmul, conv2d) it exports the best record's
 schedule to best_schedules/<task>.py again, compiles that TVMScript file as a user
@@ -35,6 +36,8 @@ def apply_run(run_dir: Path) -> dict:
     records = RecordLog(run_dir / "records.jsonl").load()
     if not is_whole_model(cfg.model):
         return check_operator(cfg, run_dir, records)
+    if cfg.budget.trials == 0:  # chosen without measuring (search=value): database/ holds the choices
+        return apply_unmeasured(cfg, run_dir)
     with instantiate(cfg.hardware) as hardware:
         tasks = hardware.model_tasks(cfg.model, cfg.seed)
         prior = prior_records(cfg, tasks, run_dir, instantiate(cfg.tracking))  # its tuning.database, if any
@@ -55,6 +58,22 @@ def apply_run(run_dir: Path) -> dict:
         finally:
             tracker.end("FINISHED")
     print(task_table(outcomes))
+    print(e2e_line(e2e))
+    return e2e
+
+
+def apply_unmeasured(cfg, run_dir: Path) -> dict:
+    """A budget.trials=0 run measured nothing to export from: its database/ is what it applied."""
+    from hydra.utils import instantiate
+
+    if not (run_dir / "database" / "database_tuning_record.json").is_file():
+        raise SystemExit(f"tunelab: {run_dir} measured nothing (budget.trials=0) and has no database/ to apply")
+    with instantiate(cfg.hardware) as hardware:
+        tracker = tracker_of(cfg, run_dir)
+        try:
+            e2e = evaluate_end_to_end(cfg, hardware, tracker, run_dir)
+        finally:
+            tracker.end("FINISHED")
     print(e2e_line(e2e))
     return e2e
 
