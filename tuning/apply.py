@@ -52,11 +52,7 @@ def apply_run(run_dir: Path) -> dict:
         if missing:
             raise SystemExit(f"tunelab: no valid record for {len(missing)} task(s) of {run_dir}: {', '.join(missing)}")
         hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database")
-        tracker = tracker_of(cfg, run_dir)
-        try:
-            e2e = evaluate_end_to_end(cfg, hardware, tracker, run_dir)
-        finally:
-            tracker.end("FINISHED")
+        e2e = end_to_end(cfg, hardware, run_dir)
     print(task_table(outcomes))
     print(e2e_line(e2e))
     return e2e
@@ -69,13 +65,18 @@ def apply_unmeasured(cfg, run_dir: Path) -> dict:
     if not (run_dir / "database" / "database_tuning_record.json").is_file():
         raise SystemExit(f"tunelab: {run_dir} measured nothing (budget.trials=0) and has no database/ to apply")
     with instantiate(cfg.hardware) as hardware:
-        tracker = tracker_of(cfg, run_dir)
-        try:
-            e2e = evaluate_end_to_end(cfg, hardware, tracker, run_dir)
-        finally:
-            tracker.end("FINISHED")
+        e2e = end_to_end(cfg, hardware, run_dir)
     print(e2e_line(e2e))
     return e2e
+
+
+def end_to_end(cfg, hardware, run_dir: Path) -> dict:
+    """The model compiled with run_dir/database, timed, logged to the run's MLflow run."""
+    tracker = tracker_of(cfg, run_dir)
+    try:
+        return evaluate_end_to_end(cfg, hardware, tracker, run_dir)
+    finally:
+        tracker.end("FINISHED")
 
 
 def check_operator(cfg, run_dir: Path, records) -> dict:

@@ -18,7 +18,7 @@ V stays fixed while the run measures (the paper refits it offline, in its improv
 from __future__ import annotations
 
 from tuning.search.base import Search, fill_with_random
-from tuning.value.beam import beam_search
+from tuning.value.beam import beam_search, first_legitimate
 from tuning.value.encoding import work
 
 NOISY_SEARCHES_PER_PROPOSAL = 4
@@ -84,10 +84,8 @@ class ValueSearch(Search):
 
     def best(self, space):
         """(V's best legitimate completion, its predicted seconds); None when none of them schedules."""
-        for score, config in beam_search(space, self._value(), self.width):
-            if space.is_legitimate(config):
-                return config, float(10.0 ** score * work(space))
-        return None
+        chosen = first_legitimate(space, beam_search(space, self._value(), self.width))
+        return None if chosen is None else (chosen[1], float(10.0 ** chosen[0] * work(space)))
 
     def propose(self, space, cost_model, n, visited, rng):
         value = self._value()

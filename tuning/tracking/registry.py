@@ -70,17 +70,10 @@ def tracking_at(registry_uri: str):
 
 def load_booster(reference: str, registry_uri: str):
     """(xgboost Booster, tags) of a registered model."""
-    return load(reference, registry_uri, "xgboost")
-
-
-def load(reference: str, registry_uri: str, flavour: str):
-    """(the model, its version's tags) of a registered model, through MLflow's `flavour` module."""
     version = resolve(reference, registry_uri)
-    import importlib
-
-    with tracking_at(registry_uri):
-        model = importlib.import_module(f"mlflow.{flavour}").load_model(f"models:/{version.name}/{version.version}")
-    return model, dict(version.tags)
+    with tracking_at(registry_uri) as mlflow:
+        booster = mlflow.xgboost.load_model(f"models:/{version.name}/{version.version}")
+    return booster, dict(version.tags)
 
 
 def register_booster(booster, name: str, registry_uri: str, experiment: str, params: dict, metrics: dict,

@@ -35,3 +35,8 @@ def beam_search(space, value, beam: int = 1, prefix=(), noise: float = 0.0, rng=
         frontier = [candidate for _, candidate in open_[:beam]]
     complete.sort(key=lambda item: item[0])
     return [(score, config_of(space, prefix)) for score, prefix in complete]
+
+
+def first_legitimate(space, found) -> tuple[float, tuple] | None:
+    """The best (value, config) of `beam_search`'s list that schedules (the space's legitimacy check)."""
+    return next(((score, config) for score, config in found if space.is_legitimate(config)), None)

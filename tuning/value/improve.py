@@ -23,11 +23,11 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from tuning.value.beam import beam_search
+from tuning.value.beam import beam_search, first_legitimate
 from tuning.value.encoding import order, prefix_of
+from tuning.value.net import prediction_metrics
 
 
 def proposals(space, value, schedules: int, noise: float, beam: int, rng) -> tuple[tuple | None, list[tuple]]:
@@ -36,17 +36,18 @@ def proposals(space, value, schedules: int, noise: float, beam: int, rng) -> tup
     the store keeps them), in order."""
     chosen: dict = {}
 
-    def first_legitimate(found):
-        return next((space.canonical(config) for _, config in found if space.is_legitimate(config)), None)
+    def canonical_best(found):
+        best = first_legitimate(space, found)
+        return None if best is None else space.canonical(best[1])
 
-    greedy = first_legitimate(beam_search(space, value, 1))
+    greedy = canonical_best(beam_search(space, value, 1))
     for k in range(schedules):
-        schedule = greedy if k == 0 else first_legitimate(beam_search(space, value, 1, noise=noise, rng=rng))
+        schedule = greedy if k == 0 else canonical_best(beam_search(space, value, 1, noise=noise, rng=rng))
         if schedule is None:
             continue
         chosen.setdefault(schedule, None)
         for length in range(1, len(order(space, schedule[0]))):
-            completion = first_legitimate(beam_search(space, value, beam, prefix=prefix_of(space, schedule, length)))
+            completion = canonical_best(beam_search(space, value, beam, prefix=prefix_of(space, schedule, length)))
             if completion is not None:
                 chosen.setdefault(completion, None)
     return greedy, list(chosen)
@@ -54,12 +55,9 @@ def proposals(space, value, schedules: int, noise: float, beam: int, rng) -> tup
 
 def prediction_errors(predicted: list[np.ndarray], measured: list[np.ndarray]) -> dict:
     """V's error on one round's measurements, before it learns from them."""
-    if not predicted:
-        return {}
-    p, m = np.concatenate(predicted), np.concatenate(measured)
-    ranks = [spearmanr(a, b).correlation for a, b in zip(predicted, measured) if len(a) > 2]
-    return {"before_refit/mean_relative_error": float(np.mean(np.abs(p - m) / m)),
-            **({"before_refit/spearman_within_kernel": float(np.nanmean(ranks))} if ranks else {})}
+    metrics = prediction_metrics(predicted, measured)
+    return {f"before_refit/{key}": metrics[key] for key in ("mean_relative_error", "spearman_within_kernel")
+            if key in metrics}
 
 
 def run_round(round_index: int, args, net, hardware, spec, store, networks) -> dict:
@@ -110,11 +108,11 @@ def improve(args) -> None:
     hardware, spec = instantiate(cfgs[0].hardware), full_readings(instantiate(cfgs[0].evaluator).spec)
     store = MeasurementStore(args.store)
     reference = progress["model"]
+    net = load_value(reference, args.registry)
     with hardware:
         networks = [(name, model_tasks(cfg, hardware)) for name, cfg in zip(args.network, cfgs)]
         key, _ = fingerprint(hardware, spec)
         for round_index in range(progress["rounds_done"] + 1, args.rounds + 1):
-            net = load_value(reference, args.registry)
             metrics = run_round(round_index, args, net, hardware, spec, store, networks)
             corpus = load_corpus([args.store], key, args.min_configs)
             seen, held = split(kernels_of(corpus, hardware), args.val_fraction, np.random.default_rng(args.seed))

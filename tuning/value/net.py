@@ -146,18 +146,19 @@ def fit(kernels: list[KernelData], hidden: int = 64, layers: int = 1, epochs: in
 def complete_errors(net: ValueNet, kernels: list[KernelData]) -> dict:
     """How well V predicts measured complete schedules: R^2 of log10 seconds, mean relative error of
     seconds, and the mean over kernels of Spearman's rank correlation within a kernel."""
+    predicted = [net.seconds(k.space, [prefix_of(k.space, c, len(order(k.space, c[0]))) for c in k.configs])
+                 for k in kernels]
+    return prediction_metrics(predicted, [np.asarray(k.seconds, dtype=np.float64) for k in kernels])
+
+
+def prediction_metrics(predicted: list[np.ndarray], measured: list[np.ndarray]) -> dict:
+    """Predicted against measured seconds, one array pair per kernel: R^2 of log10 seconds, mean
+    relative error, configs, and the mean over kernels (of > 2 configs) of Spearman's rank correlation."""
     from scipy.stats import spearmanr
 
-    predicted, measured, ranks = [], [], []
-    for kernel in kernels:
-        prefixes = [prefix_of(kernel.space, c, len(order(kernel.space, c[0]))) for c in kernel.configs]
-        seconds = net.seconds(kernel.space, prefixes)
-        predicted.append(seconds)
-        measured.append(np.asarray(kernel.seconds, dtype=np.float64))
-        if len(seconds) > 2:
-            ranks.append(float(spearmanr(seconds, kernel.seconds).correlation))
     if not predicted:
         return {}
+    ranks = [float(spearmanr(a, b).correlation) for a, b in zip(predicted, measured) if len(a) > 2]
     p, m = np.log10(np.concatenate(predicted)), np.log10(np.concatenate(measured))
     r2 = 1.0 - float(np.sum((p - m) ** 2) / max(np.sum((m - m.mean()) ** 2), 1e-30))
     relative = float(np.mean(np.abs(10 ** p - 10 ** m) / 10 ** m))
@@ -173,7 +174,8 @@ def log_value(mlflow, net: ValueNet, name: str):
 
     mlflow.pytorch.log_state_dict(net.state_dict(), "state_dict")
     quiet = logging.getLogger("mlflow.pytorch")
-    level, _ = quiet.level, quiet.setLevel(logging.ERROR)  # its pickle warning: tunelab loads the weights only
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its pickle warning: tunelab loads the weights only
     try:
         return mlflow.pytorch.log_model(net, name="model", serialization_format="pickle", registered_model_name=name)
     finally:
