@@ -66,9 +66,9 @@ def test_corpus_skips_a_kernel_without_a_workload(tmp_path):
 
 
 # ---- the registry ------------------------------------------------------------------------------------
-def tiny_booster(seed=0):
+def tiny_booster(seed=0, width=4):
     rng = np.random.default_rng(seed)
-    X = rng.uniform(size=(50, 4)).astype(np.float32)
+    X = rng.uniform(size=(50, width)).astype(np.float32)
     return xgb.train({"max_depth": 2, "verbosity": 0, "base_score": 0.0}, xgb.DMatrix(X, label=X[:, 0]), 5)
 
 
@@ -111,7 +111,7 @@ def test_pretrained_scores_before_the_warmup_and_is_fine_tuned_after(tmp_path):
 
 def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    register_booster(tiny_booster(), "pre", registry, "pretrain", {}, {}, {"tunelab.features": "per_store"})
+    register_booster(tiny_booster(width=164), "pre", registry, "pretrain", {}, {}, {"tunelab.features": "per_store"})
     params = {"features": "per_store", "registry": registry}
     [problem] = MetaScheduleXGBoost.check({**params, "pretrained": "models:/nothing/1"}, "cost_model")
     assert problem.startswith("cost_model.pretrained: no registered model") and "tuning.pretrain" in problem

@@ -434,17 +434,18 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
         for task in run.tasks:
             by_task[task["name"]].append(task)
     for name, entries in sorted(by_task.items()):
-        keys = {tuple(t.get("store_key") or ()) for t in entries}
-        paths = {store_override or t.get("store") for t in entries}
+        keys = {_store_entry(t)[1] for t in entries}
+        paths = {store_override or _store_entry(t)[0] for t in entries}
         if len(keys) == 1 and len(paths) == 1 and () not in keys and None not in paths:
             path = paths.pop()
+            named_by = "--store" if store_override else "the runs' tasks.json"
             try:
-                store = stores.setdefault(path, MeasurementStore(path))
                 if not Path(path).is_file():
                     raise StoreError(f"{path}: no such file (--store names where it is now)")
+                store = stores.setdefault(path, MeasurementStore(path, read_only=True))  # only read, never changed
                 by_config = store.truths(*keys.pop())
             except StoreError as error:
-                raise SystemExit(f"tuning.compare: {error}") from None
+                raise SystemExit(f"tuning.compare: {error} (the store {named_by} names)") from None
             if by_config:
                 found[name] = TaskTruth(by_config, min(by_config.values()), f"store {path}")
                 continue
@@ -454,6 +455,16 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
                          "(the minimum of noisy readings is biased low)")
         found[name] = _pooled_truth(runs, entries[0]["key"])
     return found, notes
+
+
+def _store_entry(task: dict) -> tuple[str | None, tuple]:
+    """(the store file a tasks.json entry names, its rows' [hardware, task, space] key), or (None, ())
+    when the entry names none or names it malformed (the artifact is untrusted)."""
+    path, key = task.get("store"), task.get("store_key")
+    if not (isinstance(path, str) and path and isinstance(key, list) and len(key) == 3
+            and all(isinstance(k, str) for k in key)):
+        return None, ()
+    return path, tuple(key)
 
 
 def _pooled_truth(runs: list[LoadedRun], key: str) -> TaskTruth:

@@ -89,7 +89,7 @@ def check_requirements(classes: dict[str, type], names: dict[str, str]) -> list[
 def check_range(key: str, value, low, high, inclusive_low: bool = True) -> list[str]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return [f"{key}: expected a number, got {value!r}"]
-    if not math.isfinite(value):  # the same words as tuning/config.py's walk over every float
+    if isinstance(value, float) and not math.isfinite(value):  # the same words as tuning/config.py's walk over every float
         return [f"{key}: expected a finite number, got {value!r}"]
     too_low = low is not None and (value < low if inclusive_low else value <= low)
     if too_low or (high is not None and value > high):

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
 from tuning.component import Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
@@ -76,6 +76,7 @@ class ObjectiveSchema:
 class TopLevelSchema:
     seed: int = 0
     resume: Optional[str] = None  # output dir of a run to continue
+    reset_state: bool = False  # with resume: tasks whose saved search state is lost restart their search
     output_dir: str = MISSING
     budget: BudgetSchema = field(default_factory=BudgetSchema)
     tuning: TuningSchema = field(default_factory=TuningSchema)
@@ -101,6 +102,10 @@ def register() -> None:
 class ConfigError(ValueError):
     pass
 
+
+# the largest seed every consumer takes: sklearn's random_state (32 bits, the narrowest), xgboost's
+# seed (63), torch.manual_seed and xgb_ms's hashed warm-up (64), numpy (any)
+MAX_SEED = 2**32 - 1
 
 # store: only the configs the measurement store holds (docs/store.md); tiling: the GEMM-tiling paper's
 # space, gemm models only (docs/tvm.md §The tiling space)
@@ -145,8 +150,11 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise ConfigError listing every problem (each naming its key) before any work.
 
     `choices` maps group -> chosen option name (Hydra's runtime choices), for messages."""
+    problems = _shape_problems(cfg)
+    if problems:  # the checks below read these keys as the schema types them
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     problems = _unknown_keys(cfg) + _non_finite_floats(cfg)
-    problems += check_range("seed", cfg.seed, 0, None)
+    problems += check_range("seed", cfg.seed, 0, MAX_SEED)
     if cfg.budget.trials is not None:
         problems += check_range("budget.trials", cfg.budget.trials, 0, None)
     if cfg.budget.time_limit_s is not None:
@@ -180,6 +188,23 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")
     if problems:  # a NaN in a ranged key is found by the walk and by its range check: say it once
         raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(problems)))
+
+
+def _shape_problems(cfg) -> list[str]:
+    """A config read back from a run folder may lack a key, or hold a value of another kind than the
+    schema's (a list where a number goes, a bool for a group): said here, by key, before any check
+    reads it. Unknown keys are left to _unknown_keys, which lists what is allowed."""
+    names = [f.name for f in fields(TopLevelSchema)]
+    problems = [f"{name}: missing" for name in names if name not in cfg]
+    problems += [f"{group}: expected a mapping, got {OmegaConf.to_yaml(cfg[group]).strip()[:60]!r}"
+                 for group in ("model", *COMPONENT_GROUPS) if group in cfg and not isinstance(cfg[group], DictConfig)]
+    if problems or _unknown_keys(cfg):
+        return problems
+    try:
+        OmegaConf.merge(OmegaConf.structured(TopLevelSchema), OmegaConf.masked_copy(cfg, names))
+    except OmegaConfBaseException as error:
+        return [f"{getattr(error, 'full_key', None) or 'config'}: {str(getattr(error, 'msg', None) or error).splitlines()[0]}"]
+    return []
 
 
 def _unknown_keys(cfg) -> list[str]:

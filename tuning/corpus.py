@@ -9,6 +9,8 @@ cannot parse are skipped by the store; a task without a rebuildable workload, a 
 longer generates (another version's knobs), or fewer than `min_configs` working configs is left
 out and named in `skipped`.
 
+The stores are opened read-only: training never creates, migrates or writes one.
+
 A config's label is the median of all its readings (seconds); a kernel's throughput ratio is its
 best config's seconds over each config's (1 for the best, MetaSchedule's min cost / cost), the scale
 on which kernels of different sizes can be learned together.
@@ -56,7 +58,7 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
     that ran; `hardware` keeps one fingerprint (a prefix is enough)."""
     corpus = Corpus()
     for path in map(Path, paths):
-        store = MeasurementStore(path)
+        store = MeasurementStore(path, read_only=True)
         try:
             for fingerprint, task_key, space in sorted(store.keys()):
                 if hardware and not fingerprint.startswith(hardware):
@@ -133,7 +135,7 @@ def backend_for(store_path: Path, fingerprint: str):
     from tuning.hardware.cpu import CPUHardware
     from tuning.store import MeasurementStore
 
-    store = MeasurementStore(store_path)
+    store = MeasurementStore(store_path, read_only=True)
     try:
         description = store.hardware_info(fingerprint)
     finally:

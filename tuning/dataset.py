@@ -12,22 +12,33 @@ when it has at most --exhaustive-limit configs), with the hardware and evaluator
 how long it expects to take before starting, writes every result as it arrives, and skips what the
 store already holds: running the same command again resumes a killed build.
 `import` adds the records of earlier runs (single operators and whole models) whose saved config
-names the same hardware and evaluator settings as a composition with the given overrides.
+names the same hardware and evaluator settings as a composition with the given overrides; a saved
+config is untrusted (tuning/run_folder.py `load_config`): one naming a class the lab does not
+register is skipped, nothing in it instantiated.
+
+One builder per store: `build` holds an OS lock on `<store>.build.lock` from before it plans until
+it ends, and a second build on the same store is refused at once (naming the holder's pid), since
+each plans from what the store held at its start and both would measure the same configs. `stats`,
+`export` and `build --dry-run` only read the store (they never create or change it); `build` and
+`import` are refused before any work when the store cannot be written.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
+import os
 import statistics
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from tuning.store import MeasurementStore, StoreError, TaskRows
+from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
@@ -71,10 +82,22 @@ def seconds_per_measurement(store, key: str) -> float:
 
 
 def build(args) -> None:
+    cfgs = [compose([f"model={name}", *args.overrides]) for name in args.model]
+    if args.dry_run:
+        exists = Path(args.store).expanduser().is_file()
+        plan_build(args, cfgs, open_store(args.store, "--store", read_only=True) if exists else None)
+        return
+    store = open_store(args.store, "--store")
+    with sole_builder(store.path):
+        plan_build(args, cfgs, store)
+    print(f"store: {store.path} ({store.count():,} rows)")
+
+
+def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
+    """Plan what the store lacks, say how long it takes, and (unless a dry run) measure it. A dry
+    run reads the store, if there is one, and writes nothing."""
     from hydra.utils import instantiate
 
-    store = MeasurementStore(args.store)
-    cfgs = [compose([f"model={name}", *args.overrides]) for name in args.model]
     hardware, evaluator = instantiate(cfgs[0].hardware), instantiate(cfgs[0].evaluator)
     spec = full_readings(evaluator.spec)
     with hardware:
@@ -82,15 +105,16 @@ def build(args) -> None:
         for cfg in cfgs:
             for task in model_tasks(cfg, hardware):
                 table = TaskRows(store, hardware, spec, task, hardware.space(task))
-                table.register()
-                have = set(table.configs())
+                if not args.dry_run:
+                    table.register()
+                have = set(table.configs()) if store else set()
                 todo = [c for c in plan(table.space, args.configs, args.exhaustive_limit, args.seed) if c not in have]
                 jobs.append((table, todo))
                 print(f"{task.name}: space {table.space.size:,} configs, {len(have):,} stored, {len(todo):,} to measure")
         total = sum(len(todo) for _, todo in jobs)
-        per = seconds_per_measurement(store, jobs[0][0].hardware_key) if jobs else DEFAULT_SECONDS
+        per = seconds_per_measurement(store, jobs[0][0].hardware_key) if jobs and store else DEFAULT_SECONDS
         print(f"about {total:,} measurements x {per:.2f} s = {_duration(total * per)} on this host "
-              f"(store: {store.path})", flush=True)
+              f"(store: {Path(args.store).expanduser()}{'' if store else ', not created by a dry run'})", flush=True)
         if args.dry_run:
             return
         with tqdm(total=total, unit="config", dynamic_ncols=True) as bar:
@@ -98,7 +122,37 @@ def build(args) -> None:
                 bar.set_description(table.task.name)
                 for start in range(0, len(todo), args.batch):
                     measure_into(table, hardware, spec, todo[start:start + args.batch], on_row=lambda: bar.update(1))
-    print(f"store: {store.path} ({store.count():,} rows)")
+
+
+def build_lock(store_path: Path) -> Path:
+    return store_path.with_name(store_path.name + ".build.lock")
+
+
+@contextmanager
+def sole_builder(store_path: Path):
+    """Hold the store's build lock (an OS lock, dropped when the process ends however it ends);
+    refused at once, naming the holder's pid, while another build holds it."""
+    lock = build_lock(store_path)
+    try:  # not through a link: the pid is written into the file
+        handle = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
+    except OSError as error:
+        raise StoreError(f"--store: cannot use the build lock {lock} ({error.strerror})") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise StoreError(f"--store: {store_path} is being filled by another build (pid {owner}); wait for it "
+                         "to end (running the same build again then measures only what it did not)") from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing the file drops the lock; the file stays (removing it would race a new build)
 
 
 def model_tasks(cfg, hardware) -> list:
@@ -140,7 +194,7 @@ def import_records(args) -> None:
     from tuning.records import RecordLog
     from tuning.task import build_tasks
 
-    store = MeasurementStore(args.store)
+    store = open_store(args.store, "--store")
     added = 0
     for path in map(Path, args.records):
         run_dir = path.parent if path.is_file() else path
@@ -176,14 +230,16 @@ def import_records(args) -> None:
 
 
 def saved_config(path: Path, overrides: list[str]):
-    """A run folder's config.yaml (untrusted: validated like a new run's) with dotlist overrides."""
+    """A run folder's config.yaml (untrusted: only registered classes, no interpolations, validated
+    like a new run's) with dotlist overrides."""
     from omegaconf import OmegaConf
 
-    from tuning.config import validate
+    from tuning.config import ConfigError, validate
+    from tuning.run_folder import load_config
 
-    cfg = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    cfg = OmegaConf.merge(load_config(path, "import"), OmegaConf.from_dotlist(list(overrides)))
     if not all(key in cfg for key in ("model", "hardware", "evaluator", "seed")):
-        raise ValueError(f"{path}: not a tunelab run config (no model, hardware or evaluator)")
+        raise ConfigError(f"import: {path}: not a tunelab run config (no model, hardware, evaluator or seed)")
     validate(cfg)
     return cfg
 
@@ -201,7 +257,7 @@ def task_table(store, hardware: str, task_key: str, space: str) -> dict:
 
 def stats(args) -> None:
     """Per (hardware, task): configs, rows, errors, best and median, coverage of the space, drift."""
-    store = MeasurementStore(args.store)
+    store = open_store(args.store, "--store", read_only=True)
     print(f"store: {store.path}  {store.count():,} rows  ({store.path.stat().st_size / 2**20:.1f} MiB"
           f"{f', {store.unreadable()} unreadable rows skipped' if store.unreadable() else ''})")
     for hardware in sorted({h for h, _, _ in store.keys()}):
@@ -236,7 +292,7 @@ def export(args) -> None:
     knobs' choice indices, times in milliseconds (Kernel Tuner's unit)."""
     from datetime import datetime, timezone
 
-    store = MeasurementStore(args.store)
+    store = open_store(args.store, "--store", read_only=True)
     matches = [k for k in store.keys() if (store.task_info(k[1]) or {}).get("name") == args.task or k[1] == args.task]
     if args.hardware:
         matches = [k for k in matches if k[0].startswith(args.hardware)]
@@ -344,7 +400,8 @@ def main(argv=None) -> None:
     try:
         {"build": build, "import": import_records, "stats": stats, "export": export}[args.command](args)
     except StoreError as error:
-        raise SystemExit(f"tunelab: {error}") from error
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -8,21 +8,24 @@ model) into `<run>/export/<task>.so`, loads it back, checks its answer on random
 product, torch's conv2d; a network's kernel against its untuned build), times it beside the untuned
 kernel and torch with the run's thread count, and writes `<run>/export/run_<task>.py`: a short
 script that loads the library, calls it, checks it and times it. That script is then run once, as
-a user would run it. Exit status 1 when an answer is wrong or the script fails. The library and
-the script are added to the run's MLflow run (artifacts under export/).
+a user would run it, isolated from the run folder (`python -I` from an empty temporary folder: a
+module planted beside the script is never imported). Exit status 1 when an answer is wrong or the
+script fails. The library and the script are added to the run's MLflow run (artifacts under export/).
+Nothing is written through a symlink in the run folder (tuning/run_folder.py `inside`).
 """
 from __future__ import annotations
 
 import argparse
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tuning.config import ConfigError, validate
 from tuning.outcome import TaskOutcome, best_from_records
 from tuning.records import RecordLog
 from tuning.resume import prior_records
-from tuning.run_folder import load_config, on_run_folder
+from tuning.run_folder import inside, load_config, on_run_folder
 from tuning.whole_model import is_whole_model
 
 
@@ -37,6 +40,8 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     with instantiate(cfg.hardware) as hardware:
         outcome = best_in_run(cfg, hardware, run_dir, task_name)
         task = outcome.task
+        for name in (f"{task.name}.so", f"run_{task.name}.py"):  # refused before anything is built
+            inside(run_dir, Path("export") / name)
         try:
             result = hardware.export_library(task, outcome.best_config, run_dir / "export")
         except NotImplementedError as error:  # synthetic hardware (also behind a replay) builds no kernel
@@ -82,12 +87,16 @@ def _pick(tasks, name: str | None, run_dir: Path):
 
 
 def _run_snippet(script: Path) -> tuple[str, bool]:
-    """The written script, run once in a fresh interpreter from its own folder, as a user would."""
-    try:
-        done = subprocess.run([sys.executable, script.name], cwd=script.parent, capture_output=True, text=True,
-                              timeout=600)
-    except subprocess.TimeoutExpired:
-        return "no answer within 600 s", False
+    """The written script, run once in a fresh interpreter, as a user would. Isolated (-I: neither
+    the script's folder nor PYTHON* variables on the path, no user site) from an empty working folder:
+    a numpy.py or sitecustomize.py left in a shared run folder is never imported. The script finds
+    its library beside its own __file__."""
+    with tempfile.TemporaryDirectory(prefix="tunelab-export-") as clean:
+        try:
+            done = subprocess.run([sys.executable, "-I", str(script.resolve())], cwd=clean, capture_output=True,
+                                  text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return "no answer within 600 s", False
     return (done.stdout + done.stderr).strip(), done.returncode == 0
 
 

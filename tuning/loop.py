@@ -31,6 +31,7 @@ from tuning.cost_model.base import CostModel, model_input
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
 from tuning.outcome import TaskOutcome, best_from_records
+from tuning.plausible import bounds_of
 from tuning.records import Record, RecordLog
 from tuning.resume import restore_state, save_state
 from tuning.sampler.base import Sampler, random_unvisited, take_unvisited
@@ -158,7 +159,7 @@ class TaskTuner:
     `tune_round` runs one propose -> select -> measure -> fit round.
 
     A space that fits in one round (or in the per-task minimum) is measured config by
-    config instead of searched: an elementwise kernel has a handful of schedules."""
+    config, in a seeded order, instead of searched: an elementwise kernel has a handful of schedules."""
 
     def __init__(self, task, task_index: int, parts: Components, run: RunInfo, callbacks=(), prior=(), own=()):
         """`prior`: records reused from tuning.database; `own`: this run's records of the task (resume)."""
@@ -171,7 +172,7 @@ class TaskTuner:
                                                       parts.cost_model)
         self.times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0, "wall_s": 0.0}
         self.outcome = TaskOutcome(task, self.records, times=self.times, reused=len(prior))
-        self.enumerated = (list(self.space.enumerate())
+        self.enumerated = (enumeration_order(self.space, task, run.seed)
                            if self.space.size <= max(run.plan_size, run.min_trials_per_task) else None)
         self.common = (common_random_configs(self.space, task, run.seed, run.init_random)
                        if run.init_random and self.enumerated is None else [])
@@ -234,8 +235,10 @@ class TaskTuner:
         for callback in self.callbacks:
             callback.before_measure(self, batch)
         round_index, first_index = self.round_index, len(self.records) - self.outcome.reused
+        limits = bounds_of(task, parts.hardware)
 
         def write(i, result):
+            result = result.within(limits)
             config = tuple(batch[i])
             stamp = time.time()
             if parts.hardware.simulated_clock:
@@ -249,7 +252,7 @@ class TaskTuner:
             for callback in self.callbacks:
                 callback.on_result(self, record)
 
-        results = parts.evaluator.measure(parts.hardware, task, batch, on_result=write)
+        results = [r.within(limits) for r in parts.evaluator.measure(parts.hardware, task, batch, on_result=write)]
         self.times["build_s"] += sum(r.build_s for r in results)
         self.times["run_s"] += sum(r.run_s for r in results)
         _fit(parts.cost_model, self.space, task, self.records, self.times)
@@ -284,6 +287,16 @@ def common_random_configs(space, task, seed: int, n: int) -> list[tuple]:
             break
         configs.append(config)
     return configs
+
+
+def enumeration_order(space, task, seed: int) -> list[tuple]:
+    """A space small enough to measure config by config, in an order drawn from the seed and the task
+    alone (the same on resume): a budget that ends before the space does measures a uniform sample
+    of it, not its lexicographically first configs (one sketch, the smallest tiles)."""
+    configs = list(space.enumerate())
+    key = int.from_bytes(hashlib.sha256(task.key.encode()).digest()[:8], "little")
+    order = np.random.default_rng([seed, key, len(configs)]).permutation(len(configs))
+    return [configs[i] for i in order]
 
 
 def _out_of_time(run: RunInfo) -> bool:
@@ -322,7 +335,8 @@ def _finish(tuner: TaskTuner) -> None:
     outcome.tuning_best_cost = ok[0].result.cost
     finalists = ok[:parts.evaluator.final_candidates]
     configs = [tuple(r.config) for r in finalists]
-    again = parts.evaluator.remeasure(parts.hardware, task, configs)
+    limits = bounds_of(task, parts.hardware)
+    again = [a.within(limits) for a in parts.evaluator.remeasure(parts.hardware, task, configs)]
     for callback in tuner.callbacks:
         callback.after_remeasure(tuner, configs, again)
     measured = [(a.costs, r) for a, r in zip(again, finalists) if a.ok] or [(ok[0].result.costs, ok[0])]

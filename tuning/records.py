@@ -6,6 +6,12 @@ flushed one by one as candidates are measured, so a killed run loses
 nothing it measured and can resume from the file. A file is untrusted input
 (`tuning.database` may name any file): every line is checked field by field,
 and a line that is not a record raises RecordError naming the file and line.
+A cost must be a plausible reading (tuning/plausible.py): a record carries
+neither the task's FLOPs nor the device, so it is held to the bounds that need
+neither (positive, 1 ns to an hour); a corrupt cost is refused like any
+corrupt line, since compare, resume and tuning.database would otherwise rank
+by it. A measured result outside its task's bounds becomes an `implausible`
+error in its place (`MeasureResult.within`).
 """
 from __future__ import annotations
 
@@ -13,10 +19,12 @@ import json
 import math
 import os
 import statistics
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store")
+from tuning import plausible
+
+ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store", "implausible")
 
 
 class RecordError(ValueError):
@@ -47,6 +55,14 @@ class MeasureResult:
 
     def gflops(self, flops: float) -> float:
         return flops / self.cost / 1e9 if self.ok else 0.0
+
+    def within(self, limits: plausible.Bounds) -> "MeasureResult":
+        """This result, or an `implausible` error in its place when a cost lies outside `limits`:
+        a clock glitch is not a reading to rank configs or train models by."""
+        problem = next(filter(None, map(limits.problem, self.costs)), None)
+        if problem is None:
+            return self
+        return replace(self, costs=[], error="implausible", message=f"{problem}; readings {self.costs}"[:2000])
 
     @classmethod
     def failed(cls, error: str, message: str, **timings) -> "MeasureResult":
@@ -80,6 +96,7 @@ class Record:
         data = json.loads(line)
         problem = _shape_problem(data, Record, RECORD_FIELDS, "")
         problem = problem or _shape_problem(data["result"], MeasureResult, RESULT_FIELDS, "result.")
+        problem = problem or _costs_problem(data["result"].get("costs", []))
         if problem:
             raise ValueError(problem)
         result = data.pop("result")
@@ -125,6 +142,15 @@ RESULT_FIELDS = {
     "reused": ("a boolean", lambda v: isinstance(v, bool)),
     "gauge_s": ("null or a finite number", lambda v: v is None or _is_finite(v)),
 }
+
+
+def _costs_problem(costs: list) -> str | None:
+    """Why a record's costs are not plausible readings (positive, 1 ns to an hour), or None."""
+    for number, cost in enumerate(costs, start=1):
+        problem = plausible.ABSOLUTE.problem(cost)
+        if problem:
+            return f"result.costs: reading {number} of {len(costs)}: {problem}"
+    return None
 
 
 def _shape_problem(data, schema, checks: dict, prefix: str) -> str | None:

@@ -2,12 +2,24 @@
 
     resolve_resume(cfg, hydra)   the run's config and folder, claimed (tuning/run_folder.py); with
                                  `resume=DIR` the saved config (budget.*, tracking.uri may change)
+    check_records / check_budget / check_states
+                                 before any work on a resumed run: its records are readable and
+                                 each measurement is there once, the budget is not below them, and
+                                 every task's saved state is readable and not older than its records
     prior_records(cfg, tasks, ...)  `tuning.database`: an earlier run's records for these tasks
     restore_state / save_state   one task's search, rng and round counter, written after every
                                  round (atomically), so a killed run continues where it stopped
 
 Everything read back from disk is untrusted input: a folder that is not a tunelab run is a
 ConfigError naming the key that pointed at it.
+
+A task's state is saved after each of its rounds, so a run killed in a task's first round has
+records of that task (round 0) and no state for it: that is resumed as if never stopped. A state
+that is missing past round 0, unreadable, or older than the records cannot be: the resume is
+refused, naming the file, unless `reset_state=true` is given; then those tasks continue from their
+records with a fresh search state and random stream (their records are kept and the cost model
+refits from them; what the search had learnt beyond the records, e.g. SA's walkers or PPO's
+agent, is lost, and the rest of the run differs from one never stopped).
 """
 from __future__ import annotations
 
@@ -30,8 +42,11 @@ def resolve_resume(cfg, hydra: dict):
     """The run's config and folder, the folder claimed for this process (tuning/run_folder.py).
 
     A new run needs a folder that holds no run. A resumed run continues in its old folder with
-    its saved config, read as untrusted input; budget.* and tracking.uri overrides apply."""
+    its saved config, read as untrusted input; budget.* and tracking.uri overrides apply, and
+    this command's reset_state."""
     if not cfg.resume:
+        if cfg.get("reset_state"):
+            raise ConfigError("reset_state: only a resumed run (resume=DIR) has a saved state to reset")
         out_dir = Path(cfg.output_dir).resolve()
         claim(out_dir, resuming=False)
         return cfg, out_dir
@@ -44,11 +59,12 @@ def resolve_resume(cfg, hydra: dict):
     hydra["choices"] = _saved_choices(out_dir, hydra)
     overrides = hydra.get("overrides", [])
     kept = [o for o in overrides if o.startswith(RESUME_OVERRIDES)]
-    ignored = [o for o in overrides if not o.startswith((*RESUME_OVERRIDES, "resume=", "hydra."))]
+    ignored = [o for o in overrides if not o.startswith((*RESUME_OVERRIDES, *RESUME_SWITCHES, "resume=", "hydra."))]
     if ignored:
         print(f"tunelab: resuming {out_dir} with its saved config; ignoring {' '.join(ignored)} "
-              "(only budget.* and tracking.uri may change on resume)", file=sys.stderr)
+              "(only budget.*, tracking.uri and reset_state may change on resume)", file=sys.stderr)
     old.merge_with(OmegaConf.from_dotlist(kept))
+    old.reset_state = bool(cfg.get("reset_state", False))  # this command's switch, never the saved run's
     old.resume = str(out_dir)
     old.output_dir = str(out_dir)
     _check_tracking_store(old)
@@ -56,6 +72,7 @@ def resolve_resume(cfg, hydra: dict):
 
 
 RESUME_OVERRIDES = ("budget.", "tracking.uri=")
+RESUME_SWITCHES = ("reset_state=",)  # read from this command's config, not merged into the saved one
 
 
 def _saved_choices(out_dir: Path, hydra: dict) -> dict:
@@ -77,6 +94,91 @@ def _check_tracking_store(cfg) -> None:
     if db is not None and not db.exists():
         raise ConfigError(f"tracking.uri: the run's MLflow store {uri} does not exist (was the folder moved?); "
                           "point at it with tracking.uri=sqlite:////path/to/mlflow.db")
+
+
+# ---- a resumed folder, checked before any work ----------------------------------------------------
+def check_records(out_dir: Path) -> list:
+    """The folder's records. A line that is not a record, or two lines that are one measurement
+    (the same task and index, or the same task and config: a run measures a config once), is a
+    ConfigError naming the file and lines."""
+    log = RecordLog(out_dir / "records.jsonl")
+    try:
+        records = log.load()
+    except RecordError as error:
+        raise ConfigError(f"resume: {error}; repair or remove that line, then resume again") from None
+    _check_once(log.path, records)
+    return records
+
+
+def _check_once(path: Path, records) -> None:
+    first_line: dict = {}
+    for line, record in enumerate(records, start=1):  # load() skips only a torn last line
+        for identity, what in (((record.workload_key, "index", record.index), f"measurement #{record.index}"),
+                               ((record.workload_key, "config", tuple(record.config)), f"config {record.config}")):
+            first = first_line.setdefault(identity, line)
+            if first != line:
+                raise ConfigError(f"resume: {path}:{first} and {path}:{line} are the same measurement ({what} of "
+                                  f"{record.task}), which would count twice toward the budget; remove line "
+                                  f"{line}, then resume again")
+
+
+def check_budget(cfg, out_dir: Path, records) -> None:
+    """A resumed run only adds measurements: a budget below what the records hold would leave
+    config.yaml disagreeing with them."""
+    trials = cfg.budget.trials
+    if trials is None or trials >= len(records):
+        return
+    per_task = cfg.budget.get("trials_per_task")
+    given = (f"budget.trials_per_task: {per_task} per task gives budget.trials={trials}" if per_task is not None
+             else f"budget.trials: {trials}")
+    raise ConfigError(f"{given}, but {out_dir / 'records.jsonl'} already holds {len(records)} measurements; a "
+                      f"resumed run only adds to them (budget.trials={len(records)} or more)")
+
+
+def check_states(cfg, out_dir: Path, tasks, records, fresh_parts) -> None:
+    """Every task's saved state is readable (it is loaded into a fresh search and cost model,
+    `fresh_parts(task index)`) and not older than the task's records; a state is missing only where
+    the task never finished a round. Otherwise a ConfigError naming the files, or with
+    `reset_state=true`, those tasks' states are replaced by fresh ones (module docstring)."""
+    last_round: dict = {}
+    for record in records:
+        last_round[record.workload_key] = max(last_round.get(record.workload_key, 0), record.round)
+    damaged = []
+    for index, task in enumerate(tasks):
+        problem = _state_problem(_state_path(out_dir, task), task, last_round.get(task.key),
+                                 lambda state: _load_state(state, *fresh_parts(index), cfg.seed, index))
+        if problem:
+            damaged.append((index, task, problem))
+    if not damaged:
+        return
+    if not cfg.get("reset_state"):
+        raise ConfigError("resume: " + "\n  ".join(problem for _, _, problem in damaged) + "\n  without it the run "
+                          "cannot continue as if never stopped: restore it, or resume with reset_state=true (the "
+                          "task restarts its search from its records with a fresh state; no record is lost)")
+    for index, task, problem in damaged:
+        search, cost_model = fresh_parts(index)
+        next_round = last_round.get(task.key, -1) + 1
+        save_state(out_dir, task, search, _fresh_rng(cfg.seed, index), next_round, cost_model)
+        print(f"tunelab: reset_state: {problem}; {task.name} continues at round {next_round} with a fresh search "
+              "state and random stream (its records are kept; the rest of the run differs from one never stopped)",
+              file=sys.stderr)
+
+
+def _state_problem(path: Path, task, last_round: int | None, load) -> str | None:
+    records = path.parent.parent / "records.jsonl"
+    if not path.exists():
+        if last_round:
+            return f"{path} is missing, though {records} holds round {last_round} of {task.name}"
+        return None  # never saved: the task has no record, or was stopped in its first round
+    try:
+        state = _read_state(path)
+        load(state)
+    except Exception as error:  # noqa: BLE001 - a search's load_state_dict may fail in any way on a damaged file
+        return f"{path} is not a tunelab search state ({type(error).__name__}: {error})"
+    if last_round is not None and state["round"] < last_round:
+        return (f"{path} is older than the records: it continues at round {state['round']}, {records} holds "
+                f"round {last_round} of {task.name}")
+    return None
 
 
 def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
@@ -122,17 +224,43 @@ def _state_path(out_dir: Path, task) -> Path:
 
 def restore_state(out_dir: Path, task, search, seed: int, task_index: int, cost_model=None):
     """(rng, next round index) of a task: fresh from (seed, task index), or as saved by save_state
-    (the search's own state is loaded into `search`, the cost model's into `cost_model`)."""
-    rng = np.random.default_rng([seed, task_index])
+    (the search's own state is loaded into `search`, the cost model's into `cost_model`). A resumed
+    run's states were checked before any work (check_states)."""
     path = _state_path(out_dir, task)
     if not path.exists():
-        return rng, 0
+        return _fresh_rng(seed, task_index), 0
+    state = _read_state(path)
+    return _load_state(state, search, cost_model, seed, task_index), state["round"]
+
+
+def _fresh_rng(seed: int, task_index: int):
+    return np.random.default_rng([seed, task_index])
+
+
+def _read_state(path: Path) -> dict:
+    """The saved state, its shape checked (ValueError saying why not)."""
     state = json.loads(path.read_text())
+    if not isinstance(state, dict):
+        raise ValueError(f"expected a JSON object, got {type(state).__name__}")
+    round_index = state.get("round")
+    if not isinstance(round_index, int) or isinstance(round_index, bool) or round_index < 0:
+        raise ValueError(f"round: expected an int >= 0, got {json.dumps(round_index)[:40]}")
+    for key in ("rng", "search"):
+        if not isinstance(state.get(key), dict):
+            raise ValueError(f"{key}: expected an object, got {json.dumps(state.get(key))[:40]}")
+    if not isinstance(state.get("cost_model") or {}, dict):  # absent in states saved before it existed
+        raise ValueError(f"cost_model: expected an object, got {json.dumps(state['cost_model'])[:40]}")
+    return state
+
+
+def _load_state(state: dict, search, cost_model, seed: int, task_index: int):
+    """The saved rng; the search's and cost model's states loaded into them."""
+    rng = _fresh_rng(seed, task_index)
     rng.bit_generator.state = state["rng"]
     search.load_state_dict(state["search"])
     if cost_model is not None:
-        cost_model.load_state_dict(state.get("cost_model") or {})  # absent in states saved before it existed
-    return rng, state["round"]
+        cost_model.load_state_dict(state.get("cost_model") or {})
+    return rng
 
 
 def save_state(out_dir: Path, task, search, rng, round_index: int, cost_model=None) -> None:

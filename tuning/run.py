@@ -26,15 +26,15 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
-from tuning.hardware.replay import ReplayHardware, store_path, with_store
+from tuning.hardware.replay import ReplayHardware, store_path, with_store, writes_store
 from tuning import naming
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
 from tuning.records import RecordError, RecordLog
-from tuning.resume import prior_records, resolve_resume
+from tuning.resume import check_budget, check_records, check_states, prior_records, resolve_resume
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
-from tuning.store import MeasurementStore, StoreError
+from tuning.store import StoreError, open_store
 from tuning.sweep import Pruning, trial_tags
 from tuning.sync import SPOOL_FILE, backfill, history, save_final_metrics, save_tasks
 from tuning.task import build_tasks
@@ -70,18 +70,21 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         problem = parts.tracker.unreachable()
         if problem:
             raise ConfigError(problem)
-        if cfg.resume:
-            _check_records(out_dir)
+        records = check_records(out_dir) if cfg.resume else []
         store_writer = _with_store(cfg, parts)
         tasks = _tasks(cfg, parts.hardware)
         _check_store_space(cfg, tasks, parts.hardware)
         prior = prior_records(cfg, tasks, out_dir, parts.tracker)
+        if cfg.resume:
+            check_budget(cfg, out_dir, records)
+            check_states(cfg, out_dir, tasks, records, lambda _: (instantiate(cfg.search), instantiate(cfg.cost_model)))
     except (ConfigError, StoreError) as error:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
     if cfg.budget.plan_size is None:
         cfg.budget.plan_size = parts.search.default_plan_size
+    _fit_plan_size(cfg, tasks, parts.hardware)
     # written once the budget is resolved, so config.yaml and the tracked params hold the numbers used
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
@@ -131,6 +134,10 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         print(f"\ntunelab: interrupted ({interrupt or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
+    except StoreError as error:  # the store's disk filled up, or its file was taken away, mid-run
+        print(f"\ntunelab: hardware.store: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
+              f"once that is mended continue with: python run.py resume={out_dir}", file=sys.stderr)
+        raise SystemExit(1) from None
     finally:
         mark_status(out_dir, status)
         if status != "FINISHED":  # the round it stopped in has no curve point yet
@@ -175,13 +182,6 @@ def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:
         pass
 
 
-def _check_records(out_dir: Path) -> None:
-    try:
-        RecordLog(out_dir / "records.jsonl").load()
-    except RecordError as error:
-        raise ConfigError(f"resume: {error}; repair or remove that line, then resume again") from None
-
-
 def _with_store(cfg, parts) -> StoreWriter | None:
     """hardware.store: every reading goes to the measurement store (a StoreWriter callback); with
     hardware.reuse (or model.space=store) the hardware answers stored configs from it."""
@@ -197,7 +197,8 @@ def _with_store(cfg, parts) -> StoreWriter | None:
     parts.hardware = with_store(parts.hardware)
     if space == "store":
         parts.hardware.restrict_to_store(parts.evaluator.spec)
-    return StoreWriter(MeasurementStore(path), parts.hardware, parts.evaluator.spec)
+    return StoreWriter(open_store(path, "hardware.store", read_only=not writes_store(parts.hardware)), parts.hardware,
+                       parts.evaluator.spec)
 
 
 def _check_store_space(cfg, tasks, hardware) -> None:
@@ -207,6 +208,20 @@ def _check_store_space(cfg, tasks, hardware) -> None:
         if hardware.space(task).size == 0:
             raise ConfigError(f"model.space: the store {hardware.store} holds no reading of {task.name} for this "
                               "hardware and evaluator (python -m tuning.dataset stats lists what it holds)")
+
+
+def _fit_plan_size(cfg, tasks, hardware) -> None:
+    """A single operator's rounds cannot measure more than its whole space: budget.plan_size is cut
+    to it, with a notice, so config.yaml and the tracked params hold the number used. (A whole
+    model's plan size is shared by kernels of every size; the loop measures a small one's space
+    config by config.)"""
+    if len(tasks) != 1:
+        return
+    size = hardware.space(tasks[0]).size
+    if 0 < size < cfg.budget.plan_size:
+        log.info(f"budget.plan_size={cfg.budget.plan_size} is more than {tasks[0].name}'s whole space "
+                 f"({size} configs); rounds measure at most {size}")
+        cfg.budget.plan_size = size
 
 
 def _tasks(cfg, hardware) -> list:

@@ -11,6 +11,8 @@
     terminated_by_signals()       SIGTERM and SIGHUP end the run like Ctrl-C: its records are kept,
                                   its MLflow run ends KILLED (kill -9 cannot be caught: resume or
                                   `python -m tuning.sync` repair what it leaves)
+    inside(run_dir, path)         a path about to be written: refused if any part of it below run_dir
+                                  is a symlink or it leaves run_dir (write_inside also writes it)
 
 A folder's config.yaml is also an MLflow artifact, so whoever shares a run delivers it: a `_target_`
 naming any importable callable would run on `instantiate()` (Hydra's blocklist is not a security
@@ -26,6 +28,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
@@ -33,6 +36,7 @@ from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from tuning.config import ConfigError
 
@@ -53,7 +57,7 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if out_dir in _held:
         return
-    handle = open(out_dir / LOCK_FILE, "a+")
+    handle = open(inside(out_dir, LOCK_FILE, key), "a+")  # a shared folder's lock file may be a link
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -150,9 +154,9 @@ def saved_choices(out_dir: Path) -> dict:
 
 def mark_status(out_dir: Path, status: str) -> None:
     try:
-        (out_dir / STATUS_FILE).write_text(status + "\n")
-    except OSError:
-        pass  # a full disk: the error that stopped the run matters more than its status file
+        write_inside(out_dir, STATUS_FILE, status + "\n")
+    except (OSError, ConfigError):
+        pass  # a full disk or a link: the error that stopped the run matters more than its status file
 
 
 def read_status(out_dir: Path) -> str | None:
@@ -166,15 +170,51 @@ def load_config(path: Path, key: str) -> DictConfig:
     """config.yaml of a run folder, refused (ConfigError naming `key`) unless every `_target_` is
     a class the lab registers and nothing in it is an interpolation."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise ConfigError(f"{key}: cannot read {path} as a tunelab config ({type(error).__name__})") from None
+        data = _safe_yaml(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as error:
+        reason = str(error) if isinstance(error, UnsafeYaml) else type(error).__name__
+        raise ConfigError(f"{key}: cannot read {path} as a tunelab config ({reason})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{key}: {path} is not a tunelab config (expected a mapping)")
     problems = list(_untrusted(data, ""))
     if problems:
         raise ConfigError(f"{key}: {path} is refused, nothing was run:\n  " + "\n  ".join(problems))
-    return OmegaConf.create(data)
+    return _with_defaults(data, path, key)
+
+
+def _with_defaults(data: dict, path: Path, key: str) -> DictConfig:
+    """The saved config on the top-level schema: a key added to the schema after the run was saved
+    takes its default, and a value of the wrong type is refused naming its key."""
+    from tuning.config import TopLevelSchema
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TopLevelSchema), data)
+        return OmegaConf.create(OmegaConf.to_container(merged))  # plain again: resume merges overrides in
+    except OmegaConfBaseException as error:
+        where = getattr(error, "full_key", None) or "config"
+        raise ConfigError(f"{key}: {path} is not a tunelab config ({where}: "
+                          f"{str(getattr(error, 'msg', None) or type(error).__name__).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{key}: {path} is not a tunelab config (nested too deeply)") from None
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a saved config is a few KiB; a bigger one is not the lab's
+
+
+class UnsafeYaml(yaml.YAMLError):
+    pass
+
+
+def _safe_yaml(path: Path):
+    """YAML without aliases: the lab writes none, and an alias bomb expands a few hundred bytes into
+    millions of nodes before any check could look at them."""
+    with path.open("rb") as f:
+        text = f.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
+    if len(text) > MAX_CONFIG_BYTES:
+        raise UnsafeYaml(f"larger than {MAX_CONFIG_BYTES} bytes")
+    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+        raise UnsafeYaml("YAML aliases are not accepted in a saved config")
+    return yaml.safe_load(text)
 
 
 def _untrusted(node, where: str):
@@ -217,3 +257,47 @@ def conf_targets() -> frozenset:
     for path in CONF_DIR.rglob("*.yaml"):
         found.update(re.findall(r"^\s*_target_:\s*([\w.]+)\s*$", path.read_text(), flags=re.M))
     return frozenset(found)
+
+
+# ---- writing into a run folder, untrusted ------------------------------------------------------
+# A shared run folder may hold symlinks (best_schedules/gemm.py -> ~/.bashrc): whatever the lab
+# writes into one goes through `inside`, so a write never lands outside the folder.
+def inside(run_dir: Path, relative, key: str = "run") -> Path:
+    """run_dir/relative, checked before it is written: refused (ConfigError naming the path) when
+    any existing part of it below run_dir is a symlink, the file is a hard link (it shares its bytes
+    with a file elsewhere), or it resolves outside run_dir. Missing folders on the way are made; the
+    file itself is not created."""
+    run_dir = Path(run_dir)
+    parts = Path(relative).parts
+    if not parts or Path(relative).is_absolute() or ".." in parts:
+        raise ConfigError(f"{key}: {relative!s} is not a path inside {run_dir}")
+    path = run_dir
+    for depth, part in enumerate(parts, start=1):
+        path = path / part
+        if path.is_symlink():
+            raise ConfigError(f"{key}: {path} is a symlink (to {os.readlink(path)}); the lab does not write "
+                              f"through links in a run folder: remove it, then run again")
+        if depth < len(parts) and not path.exists():
+            path.mkdir()
+    if path.is_file() and path.stat().st_nlink > 1:
+        raise ConfigError(f"{key}: {path} is a hard link (its bytes are shared with another file); the lab does "
+                          "not write through links in a run folder: remove it, then run again")
+    if not path.resolve().is_relative_to(run_dir.resolve()):
+        raise ConfigError(f"{key}: {path} resolves outside {run_dir}; the lab does not write there")
+    return path
+
+
+def write_inside(run_dir: Path, relative, text: str, key: str = "run") -> Path:
+    """`text` written to run_dir/relative (checked by `inside`) as a new file moved into place: a
+    link that appears there after the check is replaced, never written through."""
+    path = inside(run_dir, relative, key)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path

@@ -19,11 +19,24 @@ Measure once, compare many (docs/store.md). A row is one measurement of one conf
 sqlite in WAL mode: readers never block the writer; writers from several processes (sweep trials,
 joblib workers) queue on the lock (busy timeout) and each row is one transaction, so a killed
 writer loses at most the row it was writing and leaves the file readable. WAL needs a local disk
-(not NFS). Everything read back is untrusted: a row whose costs are not finite positive seconds
-is skipped and counted in `stats`.
+(not NFS). Everything read back is untrusted: a row whose costs are not plausible seconds (finite,
+within the physical bounds of tuning/plausible.py for its task and hardware) is skipped and counted
+in `stats`.
+
+Opening is explicit about writing. A writer (`read_only=False`: runs, builds, imports) creates the
+file and its schema, and is refused (StoreError) when the file or its folder cannot be written
+("cannot be written: read-only file system"), when the disk is full ("disk full"), or when the file
+is another program's database. A reader (`read_only=True`: compare, `dataset stats`/`export`,
+`dataset build --dry-run`, replay with on_miss=error, the training corpus) never creates, migrates
+or writes the file: sqlite's `mode=ro` (which, on a WAL store in a writable folder, may still add
+the `-wal`/`-shm` files beside it); in a folder that cannot be written (read-only media), where no
+sqlite writer can work either, `immutable=1`, which needs no `-shm` file. A file without the meta
+table and format row is "not a tunelab measurement store". `open_store(path, key)` opens at once,
+so a command refuses a bad store before any work, naming its option (`hardware.store`, `--store`).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -31,8 +44,11 @@ import os
 import sqlite3
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tuning import plausible
 
 FORMAT = 1
 SOURCES = ("run", "remeasure", "dataset", "import", "value")  # value: the value function's improvement loop
@@ -53,8 +69,19 @@ CREATE INDEX IF NOT EXISTS readings_key ON readings(hardware, task, space, confi
 """
 
 
+COLUMNS = {  # what the lab reads of each table
+    "meta": {"key", "value"},
+    "hardware": {"hash", "description"},
+    "tasks": {"key", "name", "flops", "workload"},
+    "spaces": {"key", "size"},
+    "readings": {"id", "hardware", "task", "space", "config", "decisions", "costs", "error", "message", "build_s",
+                 "run_s", "gauge_s", "measured_at", "source"},
+}
+OWN_TABLES = set(COLUMNS)
+
+
 class StoreError(ValueError):
-    """The file is not a measurement store this version can read."""
+    """The file is not a measurement store this version can read, or it cannot be written."""
 
 
 def digest(value) -> str:
@@ -101,11 +128,13 @@ class Row:
 
 
 class MeasurementStore:
-    """One sqlite file; a connection per process, opened on first use (safe to pass to workers)."""
+    """One sqlite file; a connection per process, opened on first use (safe to pass to workers).
+    `read_only` never creates, migrates or writes the file (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 120.0):
+    def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 120.0, read_only: bool = False):
         self.path = Path(path).expanduser()
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
 
@@ -113,24 +142,143 @@ class MeasurementStore:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
-                self._check_format(conn)
-            except sqlite3.DatabaseError as error:
-                conn.close()
-                raise StoreError(f"{self.path}: not a tunelab measurement store ({error})") from error
-            self._conn, self._pid = conn, os.getpid()
+            self._conn = self._open_for_reading() if self.read_only else self._open_for_writing()
+            self._pid = os.getpid()
         return self._conn
 
-    def _check_format(self, conn) -> None:
-        conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(FORMAT),))
-        found = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0]
+    def _open_for_writing(self) -> sqlite3.Connection:
+        reason = unwritable(self.path)
+        if reason:
+            raise StoreError(f"{self.path} cannot be written: {reason}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise self._failure(error) from None
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        try:
+            self._refuse_foreign(conn)  # before WAL: another program's database is left as it is
+            self._use_wal(conn)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._create_or_check(conn)
+        except (sqlite3.Error, StoreError) as error:
+            conn.close()
+            raise (error if isinstance(error, StoreError) else self._failure(error)) from None
+        return conn
+
+    def _refuse_foreign(self, conn) -> None:
+        """A file holding tables of its own and no format row is another program's database; a
+        trigger (tunelab makes none) would run on the lab's writes."""
+        if self._format(conn) is None and _tables(conn) - OWN_TABLES:
+            raise StoreError(f"{self.path}: not a tunelab measurement store (a database without tunelab's "
+                             "format row); nothing was written to it")
+        self._refuse_triggers(conn)
+
+    def _refuse_triggers(self, conn) -> None:
+        triggers = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
+        if triggers:
+            raise StoreError(f"{self.path}: not a tunelab measurement store (it holds triggers, which tunelab "
+                             f"never makes: {', '.join(map(str, triggers))}); nothing was written to it")
+
+    def _use_wal(self, conn) -> None:
+        """Switch a new file to WAL. Writers that open a new file at once race for it, and sqlite
+        answers the losers "locked" at once rather than through the busy timeout: they try again."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if getattr(error, "sqlite_errorname", "") != "SQLITE_BUSY" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _create_or_check(self, conn) -> None:
+        """The schema and format row of a new (empty) file, in one transaction so that a second
+        writer opening the file meanwhile never sees half a store."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                conn.execute(statement)
+            if self._format(conn) is None:
+                conn.execute("INSERT INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            self._check_store(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:  # sqlite may have rolled back already (a full disk)
+                conn.execute("ROLLBACK")
+            raise
+
+    def _open_for_reading(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise StoreError(f"{self.path}: no such file")
+        try:
+            return self._connect_read_only(immutable=False)
+        except sqlite3.Error as error:
+            if unwritable(self.path) is None:
+                raise self._failure(error) from None
+        try:  # read-only media: no -shm file can be made, and nothing can write the file either
+            return self._connect_read_only(immutable=True)
+        except sqlite3.Error as error:
+            raise self._failure(error) from None
+
+    def _connect_read_only(self, immutable: bool) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+        conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
+        try:
+            self._check_store(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _format(self, conn) -> str | None:
+        if "meta" not in _tables(conn):
+            return None
+        found = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        return None if found is None else str(found[0])
+
+    def _check_store(self, conn) -> None:
+        """The format row, every table with the columns the lab reads, and no trigger (the file is
+        untrusted)."""
+        self._refuse_triggers(conn)
+        found = self._format(conn)
+        if found is None:
+            raise StoreError(f"{self.path}: not a tunelab measurement store (no format row)")
         if found != str(FORMAT):
             raise StoreError(f"{self.path}: store format {found}, this tunelab reads format {FORMAT}")
+        tables = _tables(conn)
+        for table, columns in COLUMNS.items():
+            missing = (columns - {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                       if table in tables else {"the table itself"})
+            if missing:
+                raise StoreError(f"{self.path}: not a tunelab measurement store (table {table} lacks "
+                                 f"{', '.join(sorted(missing))})")
+
+    def _failure(self, error: Exception) -> StoreError:
+        """What went wrong with the file, in words: a full disk or a file that cannot be written is
+        not "not a store"."""
+        name = getattr(error, "sqlite_errorname", "") or ""
+        if (name == "SQLITE_FULL" or getattr(error, "errno", None) == errno.ENOSPC
+                or (name.startswith("SQLITE_IOERR") and _disk_full(self.path))):
+            return StoreError(f"{self.path}: disk full ({error})")
+        reason = unwritable(self.path)
+        if reason and (not self.read_only or name.startswith("SQLITE_READONLY")):
+            return StoreError(f"{self.path} cannot be written: {reason}")
+        if isinstance(error, OSError) or name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_PERM")):
+            return StoreError(f"{self.path}: cannot open the store ({error})")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return StoreError(f"{self.path}: locked by another process for longer than {self.busy_timeout_s:g} s")
+        return StoreError(f"{self.path}: not a tunelab measurement store ({error})")
+
+    @contextmanager
+    def _transaction(self):
+        """One write transaction; a disk that fills up or a file that becomes read-only meanwhile is a
+        StoreError in words, not sqlite's."""
+        try:
+            with self.conn:
+                yield
+        except sqlite3.Error as error:
+            raise self._failure(error) from None
 
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
@@ -143,7 +291,7 @@ class MeasurementStore:
     # ---- writing ------------------------------------------------------------------------------
     def register(self, hardware: str, description: dict, task_key: str, task, space: str | None = None,
                  space_size: float | None = None) -> None:
-        with self.conn:
+        with self._transaction():
             if space is not None and space_size is not None:
                 self.conn.execute("INSERT OR IGNORE INTO spaces VALUES (?, ?)", (space, float(space_size)))
             self.conn.execute("INSERT OR IGNORE INTO hardware VALUES (?, ?)",
@@ -163,11 +311,18 @@ class MeasurementStore:
                json.dumps([float(c) for c in result.costs]), result.error, result.message or "",
                float(result.build_s), float(result.run_s), result.gauge_s,
                time.time() if measured_at is None else measured_at, source)
-        with self.conn:
+        with self._transaction():
             self.conn.execute("INSERT INTO readings(hardware, task, space, config, decisions, costs, error, message,"
                               " build_s, run_s, gauge_s, measured_at, source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
 
     # ---- reading ------------------------------------------------------------------------------
+    def _fetch(self, query: str, args=()) -> list:
+        """Every row of a query; a damaged file (a corrupt page, a changed table) is a StoreError."""
+        try:
+            return self.conn.execute(query, args).fetchall()
+        except sqlite3.Error as error:
+            raise self._failure(error) from None
+
     def rows(self, hardware: str, task_key: str, space: str, config=None) -> list[Row]:
         """Rows in the order they were written (one config's, or the whole task's)."""
         query = ("SELECT config, costs, error, message, build_s, run_s, gauge_s, measured_at, source FROM readings "
@@ -176,7 +331,18 @@ class MeasurementStore:
         if config is not None:
             query += " AND config = ?"
             args.append(_config_text(config))
-        return [row for row in map(_parse_row, self.conn.execute(query + " ORDER BY id", args)) if row is not None]
+        limits = self.bounds(hardware, task_key)
+        return [row for row in (_parse_row(raw, limits) for raw in self._fetch(query + " ORDER BY id", args))
+                if row is not None]
+
+    def bounds(self, hardware: str, task_key: str) -> plausible.Bounds:
+        """The plausible costs of the task's readings on this hardware (tuning/plausible.py)."""
+        flops = next(iter(self._fetch("SELECT flops FROM tasks WHERE key = ?", (task_key,))), None)
+        try:
+            description = self.hardware_info(hardware)
+        except (TypeError, ValueError):
+            description = {}
+        return plausible.bounds(flops[0] if flops else None, description if isinstance(description, dict) else {})
 
     def first(self, hardware: str, task_key: str, space: str, config) -> Row | None:
         """The earliest row of a config: what a replay answers, whatever was added since."""
@@ -186,7 +352,7 @@ class MeasurementStore:
     def configs(self, hardware: str, task_key: str, space: str) -> list[tuple]:
         """Every config with a row, in first-measured order."""
         seen: dict = {}
-        for (text,) in self.conn.execute("SELECT config FROM readings WHERE hardware = ? AND task = ? AND space = ? "
+        for (text,) in self._fetch("SELECT config FROM readings WHERE hardware = ? AND task = ? AND space = ? "
                                          "ORDER BY id", (hardware, task_key, space)):
             config = _parse_config(text)
             if config is not None:
@@ -209,13 +375,13 @@ class MeasurementStore:
     def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
         """Each config's stored decisions (rows whose config or decisions do not parse are left out)."""
         found: dict = {}
-        for config_text, decisions_text in self.conn.execute(
+        for config_text, decisions_text in self._fetch(
                 "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ?",
                 (hardware, task_key, space)):
             config = _parse_config(config_text)
             try:
                 decisions = json.loads(decisions_text)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 continue
             if config is not None and isinstance(decisions, dict):
                 found.setdefault(config, decisions)
@@ -227,38 +393,96 @@ class MeasurementStore:
 
     def keys(self) -> list[tuple[str, str, str]]:
         """(hardware, task, space) triples that have rows."""
-        return list(self.conn.execute("SELECT DISTINCT hardware, task, space FROM readings"))
+        return [tuple(map(str, key)) for key in self._fetch("SELECT DISTINCT hardware, task, space FROM readings")]
 
     def task_info(self, task_key: str) -> dict | None:
-        row = self.conn.execute("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,)).fetchone()
-        if row is None:
+        found = self._fetch("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,))
+        if not found:
             return None
+        row = found[0]
         try:
             workload = json.loads(row[2])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # RecursionError: a nesting bomb
             workload = {}
-        return {"name": str(row[0]), "flops": row[1] if isinstance(row[1], (int, float)) else 0.0,
+        flops = row[1] if isinstance(row[1], (int, float)) and math.isfinite(row[1]) and row[1] >= 0 else 0.0
+        return {"name": str(row[0]), "flops": flops,
                 "workload": workload if isinstance(workload, dict) else {}}
 
     def space_size(self, space: str) -> float | None:
-        row = self.conn.execute("SELECT size FROM spaces WHERE key = ?", (space,)).fetchone()
+        row = next(iter(self._fetch("SELECT size FROM spaces WHERE key = ?", (space,))), None)
         return row[0] if row and isinstance(row[0], (int, float)) and row[0] > 0 else None
 
     def gauge_readings(self, hardware: str) -> list[float]:
-        return [v for (v,) in self.conn.execute("SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0",
+        return [v for (v,) in self._fetch("SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0",
                                                 (hardware,)) if isinstance(v, float) and math.isfinite(v)]
 
     def hardware_info(self, hardware: str) -> dict:
-        row = self.conn.execute("SELECT description FROM hardware WHERE hash = ?", (hardware,)).fetchone()
-        return json.loads(row[0]) if row else {}
+        """The hardware's stored description ({} when absent or not a JSON object)."""
+        row = self._fetch("SELECT description FROM hardware WHERE hash = ?", (hardware,))
+        try:
+            description = json.loads(row[0][0]) if row else {}
+        except (TypeError, ValueError, RecursionError):
+            return {}
+        return description if isinstance(description, dict) else {}
 
     def count(self) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM readings").fetchone()[0]
+        return self._fetch("SELECT COUNT(*) FROM readings")[0][0]
 
     def unreadable(self) -> int:
-        """Rows skipped because their values are not valid."""
-        return sum(_parse_row(r) is None for r in self.conn.execute(
-            "SELECT config, costs, error, message, build_s, run_s, gauge_s, measured_at, source FROM readings"))
+        """Rows skipped because their values are not valid or their costs not plausible."""
+        limits: dict = {}
+        skipped = 0
+        for hardware, task_key, *raw in self._fetch(
+                "SELECT hardware, task, config, costs, error, message, build_s, run_s, gauge_s, measured_at, source "
+                "FROM readings"):
+            if (hardware, task_key) not in limits:
+                limits[hardware, task_key] = self.bounds(hardware, task_key)
+            skipped += _parse_row(raw, limits[hardware, task_key]) is None
+        return skipped
+
+
+def open_store(path, key: str, read_only: bool = False) -> MeasurementStore:
+    """The store at `path`, opened now: a file that cannot be read (or, for a writer, written) is
+    refused before any work, by a StoreError naming the option `key` it came from."""
+    store = MeasurementStore(path, read_only=read_only)
+    try:
+        store.conn
+    except StoreError as error:
+        raise StoreError(f"{key}: {error}") from None
+    return store
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a store at `path` cannot be written (its folder is needed too, for sqlite's -wal and
+    -shm files), or None. Root passes every permission check but not a read-only file system."""
+    folder = _existing_folder(path)
+    if os.access(folder, os.W_OK) and (not path.exists() or os.access(path, os.W_OK)):
+        return None
+    try:
+        read_only_media = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only_media = False
+    return "read-only file system" if read_only_media else "permission denied"
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return os.statvfs(_existing_folder(path)).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _existing_folder(path: Path) -> Path:
+    """The store's folder, or its nearest ancestor that exists (a writer makes the rest)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _tables(conn) -> set[str]:
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if not name.startswith("sqlite_")}
 
 
 class TaskRows:
@@ -312,7 +536,7 @@ def _config_text(config) -> str:
 def _parse_config(text) -> tuple | None:
     try:
         value = json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: a nesting bomb
         return None
     if not isinstance(value, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
                                               for c in value):
@@ -320,16 +544,17 @@ def _parse_config(text) -> tuple | None:
     return tuple(value)
 
 
-def _parse_row(raw) -> Row | None:
+def _parse_row(raw, limits: plausible.Bounds = plausible.ABSOLUTE) -> Row | None:
+    """The row, or None when a value is not valid or a cost is outside `limits`."""
     config_text, costs_text, error, message, build_s, run_s, gauge_s, measured_at, source = raw
     config = _parse_config(config_text)
     try:
         costs = json.loads(costs_text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
     finite = [build_s, run_s, measured_at] + ([gauge_s] if gauge_s is not None else [])
     if (config is None or not isinstance(costs, list)
-            or not all(isinstance(c, (int, float)) and math.isfinite(c) and c > 0 for c in costs)
+            or not all(map(limits.accepts, costs))
             or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in finite)
             or (error is None and not costs)):
         return None

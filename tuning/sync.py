@@ -9,11 +9,18 @@ of the tuning curve the run still lacks (rebuilt from the records: `history`), t
 the folder's files as artifacts, and sets the run's status from
 the folder (a run whose process died is KILLED). A run that is still going is left alone: its
 folder is locked. A resumed run calls `backfill` itself, so its curve has no hole either.
+
+Syncing is idempotent, in the run's own store and in any other: a copy in another store is tagged
+with what it is a copy of (`tunelab.copy_of`: the folder's run id, or its path's hash where the run
+never reached its store) and found again by that tag, so a second sync completes the same copy;
+curve points and final metrics already there are not logged again.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +34,7 @@ TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve n
 FINAL_METRICS_FILE = "final_metrics.json"
 SPOOL_FILE = "mlflow_pending.jsonl"  # metrics the store did not take during the run (the tracker's spool)
 CURVE_KEY = "tuning/best_gflops"
+COPY_TAG = "tunelab.copy_of"  # on a copy in another store: the source run (see the module docstring)
 
 
 def history(tasks, prior: dict, records) -> list[tuple[int, dict]]:
@@ -121,7 +129,7 @@ def load_tasks(out_dir: Path, cfg) -> list:
     try:
         rows = json.loads(path.read_text())
         return [SavedTask(str(r["name"]), str(r["key"]), float(r["flops"]), int(r["weight"])) for r in rows]
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
         raise ConfigError(f"run: {path} is not a tunelab task list ({type(error).__name__}: {error})") from None
 
 
@@ -184,7 +192,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         replayed = replay_spool(tracker, out_dir)  # before the curve, which only fills steps still missing
         added = backfill(tracker, history(tasks, prior, records))
         step, metrics = final_metrics(out_dir)
-        metrics = {k: v for k, v in metrics.items() if k not in replayed}
+        metrics = {k: v for k, v in metrics.items() if k not in replayed and step not in tracker.logged_steps(k)}
         if metrics:
             tracker.log_metrics(metrics, step=step)
         for path, folder in run_files(out_dir):
@@ -206,12 +214,39 @@ def _open(tracker, out_dir: Path, cfg, params: dict, tags: dict, choices: dict, 
     run_id_file = out_dir / "mlflow_run_id"
     known = run_id_file.read_text().strip() if run_id_file.exists() else None
     name = run_name(cfg, choices)
+    if not own_store:
+        is_id = known is not None and re.fullmatch(r"[0-9a-f]{32}", known)  # the file is untrusted: it goes in a filter
+        source = known if is_id else hashlib.sha256(str(out_dir).encode()).hexdigest()[:32]
+        tags = {**tags, COPY_TAG: source, "tunelab.copied_from": str(out_dir)}
+        known = _earlier_copy(tracker, source)
     run_id = tracker.start(name, params, tags, resume_run_id=known)
     if not run_id:
         raise ConfigError(f"tracking.uri: {tracker.offline}")
     if own_store:
         run_id_file.write_text(run_id)
     return run_id
+
+
+def _earlier_copy(tracker, source: str) -> str | None:
+    """The run an earlier sync copied `source` into, in the tracker's store and experiment."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from tuning.tracking.mlflow_tracker import sqlite_path
+
+    uri = getattr(tracker, "uri", None)
+    db = sqlite_path(uri)
+    if uri is None or (db is not None and not db.exists()):
+        return None  # a store not made yet holds no copy (and is made by the tracker, under its lock)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(tracker.experiment)
+        if experiment is None:
+            return None
+        found = client.search_runs([experiment.experiment_id], f"tags.`{COPY_TAG}` = '{source}'", max_results=1)
+    except MlflowException as error:
+        raise ConfigError(f"tracking.uri: cannot look for an earlier copy of this run in {uri}: {error}") from None
+    return found[0].info.run_id if found else None
 
 
 def main(argv=None) -> None:

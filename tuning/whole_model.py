@@ -3,13 +3,17 @@
 `evaluate_end_to_end` asks the hardware to compile the model with the run's exported MetaSchedule
 database, check its output and time it against the untuned build and torch; the result goes to
 e2e.json and the run's `e2e/*` metrics. Used at the end of run.py and by `python -m tuning.apply`.
+Its files are checked before the model is compiled: none is written through a symlink in the run folder.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from tuning.run_folder import inside, write_inside
+
 WHOLE_MODEL_KINDS = ("network", "onnx")
+E2E_FILES = ("e2e.json", "e2e_input.npy", "e2e_output.npy")  # the last two written by the hardware
 
 
 def is_whole_model(model_cfg) -> bool:
@@ -45,9 +49,10 @@ def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
 
     timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s")}
     model = OmegaConf.to_container(cfg.model, resolve=True)
+    for name in E2E_FILES:
+        inside(out_dir, name)
     e2e = hardware.evaluate_model(model, cfg.seed, out_dir / "database", out_dir, timing)
-    path = out_dir / "e2e.json"
-    path.write_text(json.dumps(e2e, indent=1))
+    path = write_inside(out_dir, "e2e.json", json.dumps(e2e, indent=1))
     tracker.log_metrics(e2e_metrics(e2e), step=0)
     tracker.set_tags({"e2e_match": str(e2e["match"])})
     tracker.log_artifact(str(path))

@@ -24,7 +24,8 @@ Transfer (`pretrained: models:/<name>/<version>`, from `python -m tuning.pretrai
 on the measurement store's kernels scores the programs until the warm-up is over, in place of the
 random scores, and every fit after it continues boosting from that booster on the run's own records
 (fine-tuning; TenSet's and TLP's use of a pre-trained model). Loaded on first use from `registry`
-(default: the embedded MLflow store under outputs/).
+(default: the embedded MLflow store under outputs/), from the saved booster's bytes only; before any
+work it is read once to check it is a booster with the features' row width (per_store: 164).
 """
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ import hashlib
 import numpy as np
 import xgboost as xgb
 
+from tuning.config import ConfigError
 from tuning.cost_model.base import CostModel
+
+PER_STORE_WIDTH = 164  # numbers in a row of TVM's PerStoreFeature (tuning/hardware/tvm_space.py)
 
 
 class MetaScheduleXGBoost(CostModel):
@@ -81,27 +85,40 @@ class MetaScheduleXGBoost(CostModel):
 
     @classmethod
     def check(cls, params, group):
-        """A pretrained model must exist and read the same features (looked up before any work)."""
+        """A pretrained model must exist, read the same features and be a readable booster of their
+        row width (looked up and read before any work)."""
         if params.get("pretrained") is None:
             return [f"{group}.registry: set, but there is no {group}.pretrained to load from it"] \
                 if params.get("registry") is not None else []
-        from tuning.tracking.registry import RegistryError, default_registry, resolve
+        from tuning.tracking.registry import RegistryError, default_registry, load_booster, resolve
 
+        registry = params.get("registry") or default_registry()
         try:
-            version = resolve(params["pretrained"], params.get("registry") or default_registry())
+            version = resolve(params["pretrained"], registry)
         except RegistryError as error:
             return [f"{group}.pretrained: {error} (python -m tuning.pretrain registers one)"]
         trained_on = version.tags.get("tunelab.features")
         if trained_on != params["features"]:
             return [f"{group}.pretrained: {params['pretrained']} reads features {trained_on}, not "
                     f"{group}.features={params['features']}"]
-        return []
+        try:
+            booster, _ = load_booster(params["pretrained"], registry)
+        except RegistryError as error:
+            return [f"{group}.pretrained: {error}"]
+        if params["features"] == "per_store" and booster.num_features() != PER_STORE_WIDTH:
+            return [f"{group}.pretrained: {params['pretrained']} reads rows of {booster.num_features()} features, "
+                    f"not TVM's {PER_STORE_WIDTH} per-store features (python -m tuning.pretrain registers one)"]
+        return []  # knob rows have another width in every task's space: checked on first use
 
-    def _pretrained(self) -> xgb.Booster | None:
+    def _pretrained(self, width: int) -> xgb.Booster | None:
+        """The pretrained booster (None without one), refused unless it reads rows of `width`."""
         if self.pretrained is not None and self.base is None:
             from tuning.tracking.registry import default_registry, load_booster
 
             self.base, _ = load_booster(self.pretrained, self.registry or default_registry())
+        if self.base is not None and self.base.num_features() != width:
+            raise ConfigError(f"cost_model.pretrained: {self.pretrained} reads rows of {self.base.num_features()} "
+                              f"features; this task's {self.features} rows have {width}")
         return self.base
 
     def _params(self) -> dict:
@@ -151,14 +168,14 @@ class MetaScheduleXGBoost(CostModel):
 
     def _boost(self, rows, ids, labels) -> None:
         """Train on packed rows, continuing from the pretrained booster when there is one."""
-        base = self._pretrained()
+        base = self._pretrained(rows.shape[1])
         self.booster = train_pack_sum(self._params(), rows, ids, labels, self.num_boost_round,
                                       self.early_stopping_rounds, start=None if base is None else base.copy())
 
     def predict(self, X):
         rows, ids = pack(X)
         n = len(np.asarray(X))
-        booster = self.booster or self._pretrained()
+        booster = self.booster or self._pretrained(rows.shape[1])
         if booster is None:
             return warmup_scores(X, self.seed)
         if len(rows) == 0:

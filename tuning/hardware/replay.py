@@ -3,7 +3,8 @@
 Wraps the backend that made the readings (`backend`, by default hardware=cpu), which gives spaces,
 exports and the fingerprint, and measures what the store lacks when `on_miss: measure` (the
 run's StoreWriter callback adds those rows). With `on_miss: error` a miss is a record with error
-kind `not_in_store` and the run goes on.
+kind `not_in_store` and the run goes on; such a replay only reads the store (opened read-only, so it
+works from read-only media), while one that may measure needs the store writable.
 
 A hit answers with the config's earliest row (so rows added later never change a replay): the
 first `repeat` readings, or, for an early-stop evaluator, the readings up to where its rule stops
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from tuning.hardware.base import Hardware
 from tuning.records import MeasureResult
-from tuning.store import MeasurementStore, TaskRows, reading_settings
+from tuning.store import MeasurementStore, TaskRows, reading_settings, unwritable
 
 ON_MISS = ("measure", "error")
 
@@ -71,6 +72,10 @@ class ReplayHardware(Hardware):
         if not params["create"] and not Path(str(params["store"])).expanduser().is_file():
             return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.dataset build; "
                     f"or start one with {group}.create=true)"]
+        reason = unwritable(Path(str(params["store"])).expanduser())
+        if reason and params["on_miss"] == "measure":
+            return [f"{group}.store: {params['store']} cannot be written: {reason} (a replay that only reads the "
+                    f"store: {group}.on_miss=error)"]
         backend = params["backend"]
         if not isinstance(backend, dict) or "_target_" not in backend:
             return [f"{group}.backend: expected a hardware config node with _target_, got {backend!r}"]
@@ -79,7 +84,7 @@ class ReplayHardware(Hardware):
     @property
     def readings(self) -> MeasurementStore:
         if self._store is None:
-            self._store = MeasurementStore(self.store)
+            self._store = MeasurementStore(self.store, read_only=not writes_store(self))
         return self._store
 
     def restrict_to_store(self, spec) -> None:
@@ -247,3 +252,9 @@ def with_store(hardware: Hardware) -> Hardware:
 def store_path(hardware: Hardware) -> str | None:
     """The store a run writes its measurements to, if any."""
     return getattr(hardware, "store", None) or None
+
+
+def writes_store(hardware: Hardware) -> bool:
+    """Whether a run on `hardware` may add rows to its store: all but a replay with on_miss=error,
+    which only reads it (and so works from a store on read-only media)."""
+    return not (isinstance(hardware, ReplayHardware) and hardware.on_miss == "error")

@@ -114,9 +114,12 @@ class TVMHardware(Hardware):
     # ---- whole models ---------------------------------------------------------------------------
     def model_tasks(self, model_cfg, seed):
         from tuning.hardware.relax_models import as_tuning_tasks, extract_tasks, load_model
+        from tuning.hardware.tvm_space import interrupts_noticed
 
-        mod = load_model(model_cfg, seed, self.target).mod
-        return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
+        with interrupts_noticed():  # FoldConstant, in both steps, would swallow a Ctrl-C
+            mod = load_model(model_cfg, seed, self.target).mod
+        with interrupts_noticed():
+            return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
 
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
         from tuning.hardware.e2e import evaluate_model
@@ -125,13 +128,13 @@ class TVMHardware(Hardware):
                               device=self.device, env=self.worker_env(), num_threads=self.num_threads,
                               weight_prepack=self.weight_prepack)
 
-    # ---- outputs --------------------------------------------------------------------------------
+    # ---- outputs: out_dir is a run folder's best_schedules/, export/ or database/ ---------------------
     def export(self, task, config, out_dir):
+        from tuning.run_folder import write_inside
+
         sch, _ = self.schedules(task).schedule(tuple(config))
-        path = Path(out_dir) / f"{task.name}.py"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(sch.mod.script())
-        return [str(path)]
+        out_dir = Path(out_dir)
+        return [str(write_inside(out_dir.parent, Path(out_dir.name) / f"{task.name}.py", sch.mod.script()))]
 
     def check_export(self, task, script_path) -> dict:
         """Compile an exported best schedule, check its answer and time it (tuning.apply on a single
@@ -149,18 +152,24 @@ class TVMHardware(Hardware):
         import os
 
         from tuning.hardware.tvm_export import export_library, snippet
+        from tuning.run_folder import inside, write_inside
 
+        run_dir, script = Path(out_dir).parent, Path(Path(out_dir).name) / f"run_{task.name}.py"
+        library = inside(run_dir, script.with_name(f"{task.name}.so"))
+        inside(run_dir, script)  # both refused before anything is built
         os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
         sch, _ = self.schedules(task).schedule(tuple(config))
-        library = Path(out_dir) / f"{task.name}.so"
         result = export_library(task.workload, self.target, sch.mod, library, self.device, self.num_threads)
-        script = library.with_name(f"run_{task.name}.py")
-        script.write_text(snippet(task.workload, library, result["args"]))
-        return {**result, "snippet": str(script)}
+        written = write_inside(run_dir, script, snippet(task.workload, library, result["args"]))
+        return {**result, "snippet": str(written)}
 
     def export_database(self, records_by_task, out_dir, unmeasured=()):
         from tuning.hardware.tvm_database import write_database
+        from tuning.run_folder import inside
 
+        out_dir = Path(out_dir)
+        for name in ("database_workload.json", "database_tuning_record.json"):  # what JSONDatabase writes
+            inside(out_dir.parent, Path(out_dir.name) / name)
         return write_database(self, records_by_task, out_dir, unmeasured)
 
     def describe(self) -> dict:

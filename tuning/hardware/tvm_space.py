@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import types
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -77,6 +79,45 @@ def interrupts_kept():
         if stopped:
             raise stopped[0] from None
         raise
+
+
+@contextmanager
+def interrupts_noticed():
+    """Ctrl-C (or SIGTERM/SIGHUP, which the run turns into Terminated) during a long TVM call is
+    raised inside whichever Python callback TVM runs next, and some passes catch what their callbacks
+    raise: relax's FoldConstant treats a failed build of a constant (the Python `tirx.build`) as "do
+    not fold" and goes on, so the interrupt is lost. The run's handlers are wrapped to note what they
+    raise; it is raised again when the block ends, however TVM treated it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopped: list[BaseException] = []
+
+    def noting(handler):
+        def noted(signum, frame):
+            try:
+                handler(signum, frame)
+            except BaseException as stop:
+                stopped.append(stop)
+                raise
+        return noted
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for sig, handler in handlers.items():
+        if callable(handler):
+            signal.signal(sig, noting(handler))
+    try:
+        yield
+    except Exception:
+        if stopped:
+            raise stopped[0] from None
+        raise
+    finally:
+        for sig, handler in handlers.items():
+            if callable(handler):
+                signal.signal(sig, handler)
+    if stopped:
+        raise stopped[0]
 
 
 def register_pool_fallbacks(target_key: str = "cpu") -> None:

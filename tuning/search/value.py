@@ -68,6 +68,13 @@ class ValueSearch(Search):
         if version.tags.get("tunelab.kind") != "value" or "tunelab.value_net" not in version.tags:
             problems.append(f"{group}.model: {params['model']} is not a value function (its tunelab.kind tag is "
                             f"{version.tags.get('tunelab.kind')!r}); python -m tuning.value train registers one")
+            return problems
+        from tuning.value.net import load_value
+
+        try:  # its weights read now (weights only, then cached): an unreadable file is refused before any work
+            load_value(params["model"], params.get("registry") or default_registry())
+        except RegistryError as error:
+            problems.append(f"{group}.model: {error}")
         return problems
 
     @property

@@ -9,6 +9,9 @@ a restarting server); after that the tracker goes `offline` for the rest of the
 job, says so once, and the run finishes with everything on disk: the metrics the
 store did not take go to the run folder's spool (`spool_to`), from which
 `python -m tuning.sync <run dir>` replays them when it rebuilds the MLflow run.
+
+What the retries cannot mend is refused before any work instead (`check`, called by the config
+validation): a tracking URI MLflow keeps no runs in, an experiment name it would refuse.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from tuning.tracking.base import Tracker
 
 # MLflow's limits (mlflow.utils.validation): longer values are rejected, not cut.
 MAX_KEY_CHARS = 250
+MAX_EXPERIMENT_CHARS = 500
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 8000
 PARAMS_PER_BATCH = 100
@@ -41,6 +45,13 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 # "Creating initial MLflow database tables...", alembic's migrations, "Started monitoring system metrics"
 QUIET_LOGGERS = ("mlflow.store.db.utils", "alembic", "mlflow.system_metrics")
 
+# the stores MLflow's server keeps runs in (mlflow.store.db.db_types), as URI schemes; a
+# `+driver` suffix (postgresql+psycopg2://) names the SQLAlchemy driver
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+SERVER_SCHEMES = ("http", "https")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_HINT = "tracking.uri=sqlite:////abs/path/mlflow.db"
+
 PARENT_ID_FILE = ".mlflow_parent_run_id"
 PARENT_LOCK_FILE = ".mlflow_parent.lock"
 
@@ -50,8 +61,13 @@ class MlflowTracker(Tracker):
 
     uri: `sqlite:////abs/outputs/mlflow.db` (embedded store, no server; its
         parent folder is created, artifacts go to `mlartifacts/` beside it)
-        or any MLflow tracking URI (http://host:5000).
-    experiment: experiment name, created if missing.
+        or another database MLflow's server keeps runs in (postgresql://, mysql://,
+        mssql://, with its driver installed), or a server (http://host:5000).
+        Checked before any work (`uri_problems`): a folder or `file:` URI (MLflow 3's
+        file store, in maintenance mode) is refused, as is a sqlite path that is a
+        folder or a file that is not a sqlite database.
+    experiment: experiment name, created if missing; 1 to 500 characters (MLflow's
+        limit), no control characters.
     flush_every: buffered metrics that trigger a write (one sqlite
         log_metric costs ~8 ms; a batch of 1000 costs about the same);
         the loop also flushes after every round.
@@ -64,6 +80,11 @@ class MlflowTracker(Tracker):
         the first suspect when a reading looks wrong.
     """
     ranges = {"flush_every": (1, None), "retry_s": (0, 3600), "system_metrics_s": (0, 3600)}
+
+    @classmethod
+    def check(cls, params: dict, group: str) -> list[str]:
+        return (uri_problems(f"{group}.uri", params.get("uri"))
+                + experiment_problems(f"{group}.experiment", params.get("experiment")))
 
     def __init__(self, uri: str, experiment: str, flush_every: int = 200, retry_s: float = 30.0,
                  system_metrics_s: float = 10.0):
@@ -231,24 +252,28 @@ class MlflowTracker(Tracker):
                               + "\n" for m in metrics)
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
-        self._require_run()
+        if not self._require_run():
+            return
         self._call(f"log {Path(path).name}", self._client.log_artifact, self._run_id, path, artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._require_run()
+        if not self._require_run():
+            return
         self._call(f"log {artifact_file}", self._client.log_text, self._run_id, text, artifact_file)
 
     def set_tags(self, tags: dict) -> None:
         from mlflow.entities import RunTag
 
-        self._require_run()
+        if not self._require_run():
+            return
         run_tags = [RunTag(_key(k), _cut(v, MAX_TAG_CHARS)) for k, v in tags.items()]
         for i in range(0, len(run_tags), PARAMS_PER_BATCH):
             self._call("set tags", self._client.log_batch, self._run_id, tags=run_tags[i:i + PARAMS_PER_BATCH],
                        synchronous=True)
 
     def logged_steps(self, key: str) -> set[int]:
-        self._require_run()
+        if not self._require_run():
+            return set()
         history = self._call(f"read {key}", self._client.get_metric_history, self._run_id, _key(key))
         return {m.step for m in history or ()}
 
@@ -391,6 +416,76 @@ def get_or_create_experiment(client, name: str, db: Path | None) -> str:
         if key not in found.tags:
             client.set_experiment_tag(found.experiment_id, key, value)
     return found.experiment_id
+
+
+def uri_problems(key: str, uri) -> list[str]:
+    """What is wrong with a tracking URI, before any work: a store other than a database or a
+    server (MLflow 3's file store, `file:` or a bare path, is in maintenance mode and refuses to
+    open by default), a sqlite path that is a folder or a file that is not a database, a database
+    driver that is not installed."""
+    if not isinstance(uri, str) or not uri.strip():
+        return [f"{key}: expected an MLflow tracking URI ({SQLITE_HINT} or http://host:5000), got {uri!r}"]
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme in SERVER_SCHEMES:
+        return []
+    if scheme not in DATABASE_SCHEMES:
+        what = "a path (MLflow 3 no longer keeps runs in folders)" if scheme in ("", "file") else f"a {scheme}: URI"
+        return [f"{key}: {uri} is {what}; tunelab tracks to a database or a server "
+                f"({', '.join(f'{s}://' for s in (*DATABASE_SCHEMES, *SERVER_SCHEMES))}): use {SQLITE_HINT}, "
+                "or http://host:5000, or tracking=none"]
+    if scheme != "sqlite":
+        return _driver_problems(key, uri)
+    return _sqlite_problems(key, uri)
+
+
+def _sqlite_problems(key: str, uri: str) -> list[str]:
+    if not uri.startswith("sqlite:///") and uri.split("?", 1)[0] != "sqlite://":
+        return [f"{key}: {uri} names no file; a sqlite URI has three slashes before the path ({SQLITE_HINT})"]
+    db = sqlite_path(uri)
+    if db is None:  # in memory
+        return []
+    if db.is_dir():
+        return [f"{key}: {db} is a folder, not a sqlite database file (e.g. tracking.uri=sqlite:///{db}/mlflow.db)"]
+    if db.is_file():
+        try:
+            with db.open("rb") as handle:
+                head = handle.read(len(SQLITE_MAGIC))
+        except OSError as error:
+            return [f"{key}: cannot read {db} ({error.strerror})"]
+        if head and head != SQLITE_MAGIC:
+            return [f"{key}: {db} is not a sqlite database (it does not start with {SQLITE_MAGIC[:-1].decode()!r}); "
+                    "point at a database file or a new path"]
+        return []
+    blocker = next((p for p in db.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return [f"{key}: {db} cannot be created: {blocker} is a file, not a folder"]
+    return []
+
+
+def _driver_problems(key: str, uri: str) -> list[str]:
+    """A server database's SQLAlchemy driver, imported now rather than failing every call later."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError, ValueError) as error:
+        return [f"{key}: not a database URL SQLAlchemy reads ({error})"]
+    except ImportError as error:
+        return [f"{key}: {uri.split(':', 1)[0]} needs its Python driver, which is not installed ({error})"]
+    return []
+
+
+def experiment_problems(key: str, name) -> list[str]:
+    """MLflow's rules for an experiment name (non-empty, at most 500 characters), plus no control
+    characters: the name is typed on command lines and shown in the UI."""
+    if not isinstance(name, str) or not name.strip():
+        return [f"{key}: expected a non-empty experiment name, got {name!r}"]
+    if len(name) > MAX_EXPERIMENT_CHARS:
+        return [f"{key}: at most {MAX_EXPERIMENT_CHARS} characters (MLflow's limit), got {len(name)}"]
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return [f"{key}: control characters (newlines, tabs, ...) are not allowed, got {name!r}"]
+    return []
 
 
 def sqlite_path(uri: str | None) -> Path | None:

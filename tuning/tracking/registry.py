@@ -4,6 +4,10 @@ A registered model is named `name`; each registration is a new version. Its tags
 trained on (`tunelab.tasks`, JSON), which features it reads (`tunelab.features`) and how well it
 did on kernels it did not see (`tunelab.heldout_spearman`). A run refers to one as
 `models:/<name>/<version>` (or `<name>/<version>`, or `<name>` for the latest version).
+
+A registry entry is untrusted data: a booster is read back from its saved bytes alone (model.ubj,
+model.json or model.xgb), never through MLflow's flavour loader, which imports the `code:` folder and
+the `model_class` an entry's MLmodel file names.
 """
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ import contextlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
+BOOSTER_FILES = ("model.ubj", "model.json", "model.xgb")  # mlflow.xgboost.log_model's, by model_format
 REFERENCE = re.compile(r"^(?:models:/)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:/(?P<version>[0-9]+))?$")
 
 
@@ -69,17 +75,53 @@ def tracking_at(registry_uri: str):
 
 
 def load_booster(reference: str, registry_uri: str):
-    """(xgboost Booster, tags) of a registered model."""
+    """(xgboost Booster, tags) of a registered model, read from the saved booster's bytes only;
+    RegistryError when the entry holds no readable booster."""
+    import xgboost as xgb
+
     version = resolve(reference, registry_uri)
-    with tracking_at(registry_uri) as mlflow:
-        booster = mlflow.xgboost.load_model(f"models:/{version.name}/{version.version}")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file, no bar
+    with tempfile.TemporaryDirectory(prefix="tunelab-booster-") as folder:
+        path = _download_booster(reference, version, registry_uri, Path(folder))
+        booster = xgb.Booster()
+        try:
+            booster.load_model(str(path))
+        except xgb.core.XGBoostError as error:
+            reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+            raise RegistryError(f"{reference}: its {path.name} is not a readable xgboost booster ({reason})") from None
     return booster, dict(version.tags)
+
+
+def _download_booster(reference: str, version, registry_uri: str, folder: Path) -> Path:
+    """The one booster file of a model version, downloaded into `folder` (nothing else of the entry)."""
+    from mlflow import MlflowClient
+
+    try:
+        with tracking_at(registry_uri) as mlflow:
+            root = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri) \
+                .get_model_version_download_uri(version.name, version.version)
+            present = {info.path.rsplit("/", 1)[-1] for info in mlflow.artifacts.list_artifacts(artifact_uri=root)
+                       if not info.is_dir}
+            found = [name for name in BOOSTER_FILES if name in present]
+            if not found:
+                raise RegistryError(f"{reference} holds no saved xgboost booster ({', '.join(BOOSTER_FILES)}); "
+                                    "python -m tuning.pretrain registers one")
+            return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{root.rstrip('/')}/{found[0]}",
+                                                            dst_path=str(folder)))
+    except RegistryError:
+        raise
+    except Exception as error:  # noqa: BLE001 - an entry whose files cannot be fetched: said as a config problem
+        raise RegistryError(f"{reference}: cannot fetch its files ({type(error).__name__}: {error})") from None
 
 
 def register_booster(booster, name: str, registry_uri: str, experiment: str, params: dict, metrics: dict,
                      tags: dict) -> str:
     """Log an xgboost booster in a new run of `experiment` and register it; returns models:/name/version."""
-    return register(lambda mlflow: mlflow.xgboost.log_model(booster, name="model", registered_model_name=name),
+    import xgboost as xgb
+
+    requirements = [f"xgboost=={xgb.__version__}"]  # named: inferring them loads the model in a subprocess (seconds)
+    return register(lambda mlflow: mlflow.xgboost.log_model(booster, name="model", registered_model_name=name,
+                                                            pip_requirements=requirements),
                     name, registry_uri, experiment, params, metrics, tags)
 
 

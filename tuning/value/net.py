@@ -19,6 +19,8 @@ from torch import nn
 
 from tuning.value.encoding import WIDTH, encode, order, prefix_of, work
 
+STATE_DICT_FILE = "state_dict.pth"  # the file mlflow.pytorch.log_state_dict writes
+
 
 class ValueNet(nn.Module):
     def __init__(self, hidden: int = 64, layers: int = 1):
@@ -177,7 +179,8 @@ def log_value(mlflow, net: ValueNet, name: str):
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # its pickle warning: tunelab loads the weights only
     try:
-        return mlflow.pytorch.log_model(net, name="model", serialization_format="pickle", registered_model_name=name)
+        return mlflow.pytorch.log_model(net, name="model", serialization_format="pickle", registered_model_name=name,
+                                        pip_requirements=[f"torch=={torch.__version__}"])  # inferring: seconds
     finally:
         quiet.setLevel(level)
 
@@ -186,13 +189,35 @@ def shape_tag(net: ValueNet) -> dict:
     return {"tunelab.kind": "value", "tunelab.value_net": json.dumps({"hidden": net.hidden, "layers": net.layers})}
 
 
+def _weights(reference: str, run_id: str, registry_uri: str) -> dict:
+    """The state dict a V's run logged (state_dict/state_dict.pth), read by torch's weights-only loader
+    alone; anything else in the file is refused (RegistryError), never loaded another way."""
+    import tempfile
+
+    from tuning.tracking.registry import RegistryError, tracking_at
+
+    with tracking_at(registry_uri) as mlflow, tempfile.TemporaryDirectory(prefix="tunelab-value-") as folder:
+        try:
+            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"state_dict/{STATE_DICT_FILE}",
+                                                       dst_path=folder)
+        except Exception as error:  # noqa: BLE001 - a run whose files cannot be fetched: said as a config problem
+            raise RegistryError(f"{reference}: cannot fetch its weights state_dict/{STATE_DICT_FILE} "
+                                f"({type(error).__name__})") from None
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - torch's message advises an unsafe full load: not repeated
+            raise RegistryError(f"{reference}: its weights (state_dict/{STATE_DICT_FILE}) are not readable as plain "
+                                f"tensors ({type(error).__name__}); the entry is refused and nothing in it was run") \
+                from None
+
+
 @functools.lru_cache(maxsize=4)  # a whole model's tasks each have a search: one download
 def load_value(reference: str, registry_uri: str) -> ValueNet:
     """A registered V: its architecture from the version's tags, its weights with torch's weights-only
     loader (a registry's files are read as untrusted data)."""
     import os
 
-    from tuning.tracking.registry import RegistryError, resolve, tracking_at
+    from tuning.tracking.registry import RegistryError, resolve
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one tiny file, no bar
 
@@ -203,8 +228,7 @@ def load_value(reference: str, registry_uri: str) -> ValueNet:
     except (KeyError, ValueError, TypeError) as error:
         raise RegistryError(f"{reference} has no readable tunelab.value_net tag ({error!r}); "
                             "python -m tuning.value train registers value functions") from None
-    with tracking_at(registry_uri) as mlflow:
-        state = mlflow.pytorch.load_state_dict(f"runs:/{version.run_id}/state_dict", weights_only=True)
+    state = _weights(reference, version.run_id, registry_uri)
     try:
         net.load_state_dict(state)
     except (RuntimeError, TypeError) as error:

@@ -1,0 +1,110 @@
+"""Physical bounds on a reading: which costs (seconds of one kernel run) the lab accepts.
+
+A cost is plausible when it lies within [floor, ceiling]:
+
+    floor    the task's FLOPs at PEAK_MULTIPLE (4) times the device's peak FLOP rate, and never
+             under MIN_SECONDS (1 ns): nothing runs faster than the hardware can compute
+    ceiling  CEILING_S (3600 s): one run of one kernel taking an hour is a broken clock, not a
+             measurement (the evaluators' timeouts are seconds; they are not kept with a reading)
+
+The peak FLOP rate comes from the device description (the hardware fingerprint a store keeps in
+its `hardware` table):
+
+    synthetic   its stated `peak_gflops`, divided by (1 - noise): its landscape runs at most at
+                that peak and its jitter shortens a reading by at most that fraction, so every
+                config it answers stays plausible
+    cpu         cores x SIMD lanes x FMA units x 2 x clock, with the cores from the target's
+                num-cores (the threads that measure) and the widest CPU values known: 16 float32
+                lanes (512-bit AVX-512 / SVE), 2 FMA units, 6.2 GHz (the fastest shipped boost clock)
+    otherwise   FALLBACK_PEAK_FLOPS (1 PFLOP/s), so only absurd readings are refused
+
+PEAK_MULTIPLE is the margin for what the description does not say: dot-product instructions (VNNI)
+doing four multiply-adds per lane, and FLOP counts of padded or fused kernels that count work the
+compiled code skips. A reading beyond it is a clock glitch or a corrupt file, not a fast kernel.
+
+A cost that is not a finite positive number is never plausible. Store rows outside the bounds
+are skipped and counted as unreadable (tuning/store.py); records files carry neither FLOPs nor a
+device description, so a record is held to the bounds that need neither (records.py). A result a
+backend hands back outside its task's bounds becomes an `implausible` error record in the loop
+(`MeasureResult.within`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+PEAK_MULTIPLE = 4.0
+MIN_SECONDS = 1e-9  # a few clock cycles: no kernel call returns sooner
+CEILING_S = 3600.0
+FALLBACK_PEAK_FLOPS = 1e15
+
+CPU_SIMD_LANES = 16
+CPU_FMA_UNITS = 2
+CPU_CLOCK_HZ = 6.2e9
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The plausible costs of one task on one device, in seconds."""
+
+    floor_s: float = MIN_SECONDS
+    ceiling_s: float = CEILING_S
+
+    def accepts(self, cost) -> bool:
+        return (isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost)
+                and self.floor_s <= cost <= self.ceiling_s)
+
+    def problem(self, cost) -> str | None:
+        """Why `cost` is not a plausible reading, or None."""
+        if self.accepts(cost):
+            return None
+        if not (isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost)):
+            return f"cost {cost!r} is not a finite number of seconds"
+        if cost <= 0:
+            return f"cost {cost:g} s is not positive"
+        if cost < self.floor_s:
+            return f"cost {cost:g} s is faster than the hardware can run it (floor {self.floor_s:.3g} s)"
+        return f"cost {cost:g} s is slower than any measurement takes (ceiling {self.ceiling_s:g} s)"
+
+
+ABSOLUTE = Bounds()  # for readings whose task and device are unknown (a records file)
+
+
+def peak_flops(description: dict) -> float:
+    """The device's peak FLOP rate (FLOP/s) from its description, or FALLBACK_PEAK_FLOPS."""
+    stated, noise = description.get("peak_gflops"), description.get("noise", 0.0)
+    if _positive(stated):
+        return float(stated) * 1e9 / (1.0 - noise if _fraction(noise) else 1.0)
+    if description.get("device") == "cpu":
+        cores = _cores(description)
+        if _positive(cores):
+            return float(cores) * CPU_SIMD_LANES * CPU_FMA_UNITS * 2 * CPU_CLOCK_HZ
+    return FALLBACK_PEAK_FLOPS
+
+
+def bounds(flops, description: dict) -> Bounds:
+    """The plausible costs of a task of `flops` FLOPs on the described device."""
+    if not _positive(flops):
+        return ABSOLUTE
+    return Bounds(max(MIN_SECONDS, float(flops) / (PEAK_MULTIPLE * peak_flops(description))), CEILING_S)
+
+
+def bounds_of(task, hardware) -> Bounds:
+    """The plausible costs of a task measured on a hardware backend (its fingerprint describes it)."""
+    return bounds(task.flops, hardware.fingerprint())
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _fraction(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0
+
+
+def _cores(description: dict):
+    """The target's num-cores (a backend describes its target as the text of a dict, a TVM target
+    string writes -num-cores=N), else the description's num_threads."""
+    found = re.search(r"num-cores['\"]?\s*[:=]\s*(\d{1,6})\b", str(description.get("target", ""))[:2000])
+    return int(found.group(1)) if found else description.get("num_threads")
