@@ -25,7 +25,6 @@ each plans from what the store held at its start and both would measure the same
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import math
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from tuning.run_folder import lock_or_holder, write_holder
 from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -137,19 +137,12 @@ def sole_builder(store_path: Path):
         handle = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
     except OSError as error:
         raise StoreError(f"--store: cannot use the build lock {lock} ({error.strerror})") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        owner = handle.read().strip() or "unknown"
-        handle.close()
+    owner = lock_or_holder(handle)
+    if owner is not None:
         raise StoreError(f"--store: {store_path} is being filled by another build (pid {owner}); wait for it "
-                         "to end (running the same build again then measures only what it did not)") from None
+                         "to end (running the same build again then measures only what it did not)")
     try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+        write_holder(handle)
         yield
     finally:
         handle.close()  # closing the file drops the lock; the file stays (removing it would race a new build)

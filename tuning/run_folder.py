@@ -58,24 +58,38 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     if out_dir in _held:
         return
     handle = open(inside(out_dir, LOCK_FILE, key), "a+")  # a shared folder's lock file may be a link
+    owner = lock_or_holder(handle)
+    if owner is not None:
+        raise ConfigError(f"{key}: {out_dir} is being written by another tunelab process (pid {owner}); "
+                          "wait for it to end, or use another folder")
+    if not resuming and holds_run(out_dir):
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+        raise ConfigError(f"{key}: {out_dir} already holds a run; continue it with resume={out_dir}, "
+                          "or give this run another folder (hydra.run.dir=...)")
+    write_holder(handle)
+    _held[out_dir] = handle
+
+
+def lock_or_holder(handle) -> str | None:
+    """Take an exclusive OS lock on an open lock file without waiting: None when taken, else the
+    holder's pid as it wrote it (and `handle` is closed)."""
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
         owner = handle.read().strip() or "unknown"
         handle.close()
-        raise ConfigError(f"{key}: {out_dir} is being written by another tunelab process (pid {owner}); "
-                          "wait for it to end, or use another folder") from None
-    if not resuming and holds_run(out_dir):
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-        raise ConfigError(f"{key}: {out_dir} already holds a run; continue it with resume={out_dir}, "
-                          "or give this run another folder (hydra.run.dir=...)")
+        return owner
+    return None
+
+
+def write_holder(handle) -> None:
+    """This process's pid in the lock file it holds, for the message of whoever is refused."""
     handle.seek(0)
     handle.truncate()
     handle.write(str(os.getpid()))
     handle.flush()
-    _held[out_dir] = handle
 
 
 def release(out_dir: Path) -> None:
@@ -198,7 +212,8 @@ def _with_defaults(data: dict, path: Path, key: str) -> DictConfig:
         raise ConfigError(f"{key}: {path} is not a tunelab config (nested too deeply)") from None
 
 
-MAX_CONFIG_BYTES = 1 << 20  # a saved config is a few KiB; a bigger one is not the lab's
+MAX_CONFIG_BYTES = 1 << 20  # a saved config is a few KiB and a few levels deep: more is not the lab's
+MAX_CONFIG_DEPTH = 32
 
 
 class UnsafeYaml(yaml.YAMLError):
@@ -206,14 +221,20 @@ class UnsafeYaml(yaml.YAMLError):
 
 
 def _safe_yaml(path: Path):
-    """YAML without aliases: the lab writes none, and an alias bomb expands a few hundred bytes into
-    millions of nodes before any check could look at them."""
+    """YAML without aliases and no deeper than MAX_CONFIG_DEPTH: the lab writes neither, an alias bomb
+    expands a few hundred bytes into millions of nodes, and a nesting bomb takes PyYAML's recursive
+    loader seconds to fail, before any check could look at them."""
     with path.open("rb") as f:
         text = f.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
     if len(text) > MAX_CONFIG_BYTES:
         raise UnsafeYaml(f"larger than {MAX_CONFIG_BYTES} bytes")
-    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-        raise UnsafeYaml("YAML aliases are not accepted in a saved config")
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise UnsafeYaml("YAML aliases are not accepted in a saved config")
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_CONFIG_DEPTH:
+            raise UnsafeYaml(f"nested more than {MAX_CONFIG_DEPTH} levels deep")
     return yaml.safe_load(text)
 
 
