@@ -404,6 +404,21 @@ def test_dataset_import_adds_an_earlier_runs_records(tmp_path, monkeypatch):
     [(hardware, task, space)] = store.keys()
     assert sorted(row.config for row in store.rows(hardware, task, space)) == sorted(tuple(r["config"]) for r in records)
     assert fingerprint(SyntheticHardware(noise=0.2), SPEC)[0] == hardware  # the key a replay of that run looks up
+    dataset.main(["import", "--store", str(path), str(tmp_path / "run")])  # again: nothing counts twice
+    assert MeasurementStore(path).count() == len(records)
+
+
+def test_dataset_import_of_a_run_that_wrote_the_store_adds_nothing(tmp_path, monkeypatch):
+    from tuning import dataset
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    path = tmp_path / "store.sqlite"
+    finish(run_py("model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random", "cost_model=none",
+                  "budget.trials=16", "tracking=none", f"hardware.store={path}", f"hydra.run.dir={tmp_path}/run",
+                  tmp=tmp_path))
+    before = MeasurementStore(path).count()
+    dataset.main(["import", "--store", str(path), str(tmp_path / "run")])
+    assert MeasurementStore(path).count() == before
 
 
 def test_dataset_rejects_bad_arguments_before_work(tmp_path):

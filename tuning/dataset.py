@@ -179,7 +179,18 @@ def _duration(seconds: float) -> str:
 # ---- import ------------------------------------------------------------------------------------
 def import_records(args) -> None:
     """Rows from earlier runs' records.jsonl; a run whose hardware or evaluator settings differ from
-    the composition's is skipped with a message (its readings mean something else)."""
+    the composition's is skipped with a message (its readings mean something else). Imports and
+    builds into one store take turns (its build lock)."""
+    store = open_store(args.store, "--store")
+    with sole_builder(store.path):
+        added = sum(_import_run(store, Path(path), args.overrides) for path in args.records)
+    print(f"added {added:,} rows; store: {store.path} ({store.count():,} rows)")
+
+
+def _import_run(store, path: Path, overrides: list[str]) -> int:
+    """One run folder's (or records.jsonl's) records into the store; returns the rows added. A
+    record the store already holds (the run wrote it there, or it was imported before) is not
+    added again: its readings would count twice in every median."""
     from hydra.utils import instantiate
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
@@ -187,39 +198,36 @@ def import_records(args) -> None:
     from tuning.records import RecordLog
     from tuning.task import build_tasks
 
-    store = open_store(args.store, "--store")
+    run_dir = path.parent if path.is_file() else path
+    log, saved = RecordLog(run_dir / "records.jsonl"), run_dir / "config.yaml"
+    if not log.path.is_file() or not saved.is_file():
+        print(f"skip {run_dir}: no records.jsonl and config.yaml")
+        return 0
+    try:
+        cfg = saved_config(saved, overrides)
+        records = log.load()
+    except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
+        print(f"skip {run_dir}: {error}")
+        return 0
     added = 0
-    for path in map(Path, args.records):
-        run_dir = path.parent if path.is_file() else path
-        log = RecordLog(run_dir / "records.jsonl")
-        saved = run_dir / "config.yaml"
-        if not log.path.is_file() or not saved.is_file():
-            print(f"skip {run_dir}: no records.jsonl and config.yaml")
-            continue
-        try:
-            cfg = saved_config(saved, args.overrides)
-            records = log.load()
-        except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
-            print(f"skip {run_dir}: {error}")
-            continue
-        with instantiate(cfg.hardware) as hardware:
-            evaluator = instantiate(cfg.evaluator)
-            tasks = (build_tasks(cfg.model) if cfg.model.kind in ("gemm", "batch_matmul", "conv2d")
-                     else hardware.model_tasks(cfg.model, cfg.seed))
-            by_key, tables = {task.key: task for task in tasks}, {}
-            for record in records:
-                task = by_key.get(record.workload_key)
-                if task is None or record.result.reused:
-                    continue
-                if task.key not in tables:
-                    tables[task.key] = TaskRows(store, hardware, evaluator.spec, task, hardware.space(task))
-                config = tuple(record.config)
-                if not tables[task.key].space.is_valid(config):
-                    continue
-                tables[task.key].add(config, record.result, "import", measured_at=record.time)
-                added += 1
-        print(f"{run_dir}: {len(records)} records read")
-    print(f"added {added:,} rows; store: {store.path} ({store.count():,} rows)")
+    with instantiate(cfg.hardware) as hardware:
+        evaluator = instantiate(cfg.evaluator)
+        tasks = (build_tasks(cfg.model) if cfg.model.kind in ("gemm", "batch_matmul", "conv2d")
+                 else hardware.model_tasks(cfg.model, cfg.seed))
+        by_key, tables = {task.key: task for task in tasks}, {}
+        for record in records:
+            task = by_key.get(record.workload_key)
+            if task is None or record.result.reused:
+                continue
+            if task.key not in tables:
+                tables[task.key] = TaskRows(store, hardware, evaluator.spec, task, hardware.space(task))
+            config = tuple(record.config)
+            if not tables[task.key].space.is_valid(config) or tables[task.key].holds(config, record.result):
+                continue
+            tables[task.key].add(config, record.result, "import", measured_at=record.time)
+            added += 1
+    print(f"{run_dir}: {len(records)} records read, {added} added")
+    return added
 
 
 def saved_config(path: Path, overrides: list[str]):

@@ -134,8 +134,8 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         print(f"\ntunelab: interrupted ({interrupt or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
-    except StoreError as error:  # the store's disk filled up, or its file was taken away, mid-run
-        print(f"\ntunelab: hardware.store: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
+    except (StoreError, ConfigError) as error:  # the store's disk filled up, a link where the run writes
+        print(f"\ntunelab: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
               f"once that is mended continue with: python run.py resume={out_dir}", file=sys.stderr)
         raise SystemExit(1) from None
     finally:

@@ -519,6 +519,12 @@ class TaskRows:
     def truth(self, config) -> float | None:
         return self.store.truth(*self.key, config)
 
+    def holds(self, config, result) -> bool:
+        """Whether this reading of `config` is stored already: the same costs, error and message (a
+        run writes its rows with the store's clock, not its records', so the time cannot tell)."""
+        return any(row.costs == list(result.costs) and row.error == result.error
+                   and row.message == (result.message or "") for row in self.store.rows(*self.key, tuple(config)))
+
 
 def jsonable(value):
     """Decisions (tuples inside dicts) as JSON-ready lists."""
