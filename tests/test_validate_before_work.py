@@ -93,6 +93,12 @@ def test_a_seed_some_consumer_cannot_take_is_refused(compose_cfg, seed):
     assert f"\n  seed: must be >= 0 and <= {2**32 - 1}, got {seed}" in refused(compose_cfg(f"seed={seed}"))
 
 
+@pytest.mark.parametrize("cost_model", ["xgb", "xgb_ms", "rf"])
+def test_a_cost_model_seed_its_library_cannot_take_is_refused(compose_cfg, cost_model):
+    problems = refused(compose_cfg(f"cost_model={cost_model}", f"cost_model.seed={2**64}"))
+    assert f"cost_model.seed: must be >= 0 and <= {2**32 - 1}, got {2**64}" in problems
+
+
 def test_the_largest_seed_every_consumer_takes_is_accepted(compose_cfg):
     validate(compose_cfg(f"seed={2**32 - 1}", "cost_model=rf"))  # sklearn's random_state: 32 bits
 

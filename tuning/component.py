@@ -86,6 +86,11 @@ def check_requirements(classes: dict[str, type], names: dict[str, str]) -> list[
     return problems
 
 
+# the largest seed every consumer takes: sklearn's random_state (32 bits, the narrowest), xgboost's
+# seed (63), torch.manual_seed and xgb_ms's hashed warm-up (64), numpy (any)
+MAX_SEED = 2**32 - 1
+
+
 def check_range(key: str, value, low, high, inclusive_low: bool = True) -> list[str]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return [f"{key}: expected a number, got {value!r}"]

@@ -23,7 +23,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from tuning.component import Component, check_range, check_requirements
+from tuning.component import MAX_SEED, Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.task import conv2d_output_shape
 
@@ -103,9 +103,6 @@ class ConfigError(ValueError):
     pass
 
 
-# the largest seed every consumer takes: sklearn's random_state (32 bits, the narrowest), xgboost's
-# seed (63), torch.manual_seed and xgb_ms's hashed warm-up (64), numpy (any)
-MAX_SEED = 2**32 - 1
 
 # store: only the configs the measurement store holds (docs/store.md); tiling: the GEMM-tiling paper's
 # space, gemm models only (docs/tvm.md §The tiling space)

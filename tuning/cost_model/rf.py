@@ -22,6 +22,7 @@ import numpy as np
 from scipy.stats import norm
 from sklearn.ensemble import RandomForestRegressor
 
+from tuning.component import MAX_SEED
 from tuning.cost_model.base import CostModel, flat
 
 
@@ -47,7 +48,7 @@ class RandomForestCostModel(CostModel):
     """
 
     has_uncertainty = True
-    ranges = {"n_estimators": (1, None), "max_features": (1, None), "seed": (0, None), "n_jobs": (1, None)}
+    ranges = {"n_estimators": (1, None), "max_features": (1, None), "seed": (0, MAX_SEED), "n_jobs": (1, None)}
     options = {**CostModel.options, "acquisition": ("ei", "mean")}
 
     def __init__(self, n_estimators: int = 10, max_features: int = 10, acquisition: str = "ei", seed: int = 0,

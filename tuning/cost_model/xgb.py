@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import xgboost as xgb
 
+from tuning.component import MAX_SEED
 from tuning.cost_model.base import CostModel, flat
 
 OBJECTIVES = ("reg:squarederror", "rank:pairwise")
@@ -48,7 +49,7 @@ class XGBoostCostModel(CostModel):
 
     ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "subsample": (1e-6, 1.0),
               "eta": (1e-6, 1.0), "reg_lambda": (0.0, None), "alpha": (0.0, None), "num_boost_round": (1, None),
-              "early_stopping_rounds": (1, None), "recall_at": (1, None), "seed": (0, None), "nthread": (1, None)}
+              "early_stopping_rounds": (1, None), "recall_at": (1, None), "seed": (0, MAX_SEED), "nthread": (1, None)}
     options = {**CostModel.options, "objective": OBJECTIVES}
 
     def __init__(self, max_depth: int = 3, gamma: float = 0.0001, min_child_weight: float = 1,

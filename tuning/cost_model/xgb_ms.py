@@ -34,6 +34,7 @@ import hashlib
 import numpy as np
 import xgboost as xgb
 
+from tuning.component import MAX_SEED
 from tuning.config import ConfigError
 from tuning.cost_model.base import CostModel
 
@@ -58,7 +59,7 @@ class MetaScheduleXGBoost(CostModel):
 
     ranges = {"max_depth": (1, 64), "gamma": (0.0, None), "min_child_weight": (0.0, None), "eta": (1e-6, 1.0),
               "num_boost_round": (1, None), "early_stopping_rounds": (1, None), "num_warmup_samples": (0, None),
-              "seed": (0, None), "nthread": (1, None)}
+              "seed": (0, MAX_SEED), "nthread": (1, None)}
 
     def __init__(self, max_depth: int = 10, gamma: float = 0.001, min_child_weight: float = 0.0, eta: float = 0.2,
                  num_boost_round: int = 10000, early_stopping_rounds: int = 50, num_warmup_samples: int = 100,
