@@ -186,16 +186,56 @@ def test_inside_refuses_links_and_paths_that_leave_the_folder(tmp_path):
     (run / "best_schedules" / "gemm.py").symlink_to(outside / "bashrc")
     (run / "export").symlink_to(outside)
     os.link(outside / "bashrc", run / "e2e.json")
+    (run / "summary.txt").mkdir()
+    (run / "tasks.json").write_text("[]")
     for relative, message in [("best_schedules/gemm.py", "best_schedules/gemm.py is a symlink"),
-                              ("export/run_gemm.py", "export is a symlink"), ("e2e.json", "e2e.json is a hard link"),
+                              ("export/run_gemm.py", "export is a symlink"), ("summary.txt", "summary.txt is not a file"),
+                              ("tasks.json/x", "tasks.json is not a folder"),
                               ("../x", "is not a path inside"), ("/etc/x", "is not a path inside")]:
         with pytest.raises(ConfigError, match=f"^run: .*{message}"):
             write_inside(run, relative, "overwritten")
+    assert write_inside(run, "e2e.json", "new").read_text() == "new"  # a hard link is replaced, not written through
     assert (outside / "bashrc").read_text() == "mine" and sorted(os.listdir(outside)) == ["bashrc"]
     assert inside(run, "database/database_workload.json") == run / "database" / "database_workload.json"
     assert (run / "database").is_dir()  # folders on the way are made
     assert write_inside(run, "status", "FINISHED\n").read_text() == "FINISHED\n"
-    assert sorted(os.listdir(run)) == ["best_schedules", "database", "e2e.json", "export", "status"]
+    assert sorted(os.listdir(run)) == ["best_schedules", "database", "e2e.json", "export", "status", "summary.txt",
+                                       "tasks.json"]
+
+
+@pytest.mark.parametrize("plant, message", [
+    (lambda run, victim: (run / "summary.txt").symlink_to(victim), "summary.txt is a symlink"),
+    (lambda run, victim: (run / "state").symlink_to(victim.parent), "state is a symlink"),
+    (lambda run, victim: os.mkfifo(run / "mlflow_run_id"), "mlflow_run_id is neither a file nor a folder"),
+    (lambda run, victim: (run / "records.jsonl").unlink() or os.link(victim, run / "records.jsonl"),
+     "records.jsonl is a hard link"),
+])
+def test_a_folder_with_a_link_anywhere_is_refused_before_a_command_reads_or_writes_it(tmp_path, compose_cfg,
+                                                                                      plant, message):
+    from tuning.run_folder import claim, on_run_folder, release
+
+    run, victim = saved_run(tmp_path, compose_cfg), tmp_path / "victim"
+    victim.write_text("secret")
+    plant(run, victim)
+    with pytest.raises(ConfigError, match=f"^resume: .*{message}"):
+        claim(run, resuming=True, key="resume")
+    release(run)
+    with pytest.raises(SystemExit):
+        on_run_folder(run, lambda folder: pytest.fail("the command ran"))
+    assert victim.read_text() == "secret"
+
+
+def test_a_copy_made_with_hard_links_gets_a_lock_of_its_own(tmp_path):
+    from tuning.run_folder import LOCK_FILE, claim, release
+
+    original, copy = tmp_path / "run", tmp_path / "copy"
+    original.mkdir()
+    copy.mkdir()
+    (original / LOCK_FILE).write_text("1")
+    os.link(original / LOCK_FILE, copy / LOCK_FILE)
+    claim(copy, resuming=True)
+    release(copy)
+    assert (original / LOCK_FILE).read_text() == "1"
 
 
 def saved_run(tmp_path, compose_cfg, *overrides) -> Path:

@@ -244,6 +244,16 @@ def test_a_build_or_import_into_read_only_media_is_refused_before_work(read_only
         assert "to measure" not in output
 
 
+def test_a_store_path_that_is_a_folder_is_refused_naming_the_option(tmp_path):
+    from tuning.run import _with_store
+
+    parts = SimpleNamespace(hardware=SyntheticHardware(store=str(tmp_path)), evaluator=SimpleNamespace(spec=SPEC))
+    with pytest.raises(StoreError, match=r"^hardware.store: .* is a folder, not a store file"):
+        _with_store(OmegaConf.create({"model": {}}), parts)
+    with pytest.raises(StoreError, match="a folder, not a store file"):
+        MeasurementStore(tmp_path, read_only=True).conn
+
+
 # ---- a full disk -----------------------------------------------------------------------------
 def test_a_full_disk_is_reported_as_a_full_disk(full_disk, tmp_path):
     filled(tmp_path / "old.sqlite", count=1)

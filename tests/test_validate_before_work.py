@@ -174,3 +174,17 @@ def test_a_plan_size_larger_than_the_space_is_cut_to_it(compose_cfg, monkeypatch
     assert len(configs) == 8 and len(set(configs)) == 8
     assert configs != first  # a seeded sample of the space, not its lexicographic corner
     assert len({c[0] for c in configs}) > 1 or space.num_sketches == 1
+
+
+def test_ctrl_c_before_the_first_measurement_says_nothing_was_measured(compose_cfg, monkeypatch, tmp_path, capsys):
+    from tuning import run
+
+    def interrupted(cfg, hardware):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "_tasks", interrupted)  # e.g. a whole model's import
+    with pytest.raises(KeyboardInterrupt):
+        run_job(compose_cfg, monkeypatch, "tracking=none")
+    err = capsys.readouterr().err
+    assert "interrupted (SIGINT) before the first measurement; nothing was measured; run the same command again" in err
+    assert not (tmp_path / "run" / "config.yaml").exists()

@@ -82,6 +82,12 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         parts.hardware.close()
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as interrupt:  # e.g. during a whole model's import: nothing measured yet
+        parts.hardware.close()
+        again = f"python run.py resume={out_dir}" if cfg.resume else "the same command"
+        print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}) before the first measurement; nothing was "
+              f"measured; run {again} again", file=sys.stderr)
+        raise
     if cfg.budget.plan_size is None:
         cfg.budget.plan_size = parts.search.default_plan_size
     _fit_plan_size(cfg, tasks, parts.hardware)
@@ -131,7 +137,7 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         status = "KILLED"
         again = ("re-running the sweep runs this trial again" if trial is not None
                  else f"continue with: python run.py resume={out_dir}")
-        print(f"\ntunelab: interrupted ({interrupt or 'SIGINT'}); every measurement so far is in "
+        print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
     except (StoreError, ConfigError) as error:  # the store's disk filled up, a link where the run writes

@@ -57,7 +57,12 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if out_dir in _held:
         return
-    handle = open(inside(out_dir, LOCK_FILE, key), "a+")  # a shared folder's lock file may be a link
+    if resuming:
+        refuse_links(out_dir, key)
+    lock = inside(out_dir, LOCK_FILE, key)
+    if lock.is_file() and lock.stat().st_nlink > 1:  # a copy made with `cp -l`: its own lock, not the original's
+        lock.unlink()
+    handle = open(lock, "a+")
     owner = lock_or_holder(handle)
     if owner is not None:
         raise ConfigError(f"{key}: {out_dir} is being written by another tunelab process (pid {owner}); "
@@ -107,6 +112,7 @@ def on_run_folder(path: Path, work, claim_folder: bool = True):
     try:
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
+        refuse_links(run_dir)
         if claim_folder:
             claim(run_dir, resuming=True, key="run")
         return work(run_dir)
@@ -281,13 +287,33 @@ def conf_targets() -> frozenset:
 
 
 # ---- writing into a run folder, untrusted ------------------------------------------------------
-# A shared run folder may hold symlinks (best_schedules/gemm.py -> ~/.bashrc): whatever the lab
-# writes into one goes through `inside`, so a write never lands outside the folder.
+# A shared run folder may hold links (best_schedules/gemm.py -> ~/.bashrc, summary.txt -> a secret
+# that tuning.sync would upload): a folder is checked whole before a command works on it
+# (`refuse_links`), and whatever the lab writes into one goes through `inside`.
+APPENDED_FILES = ("records.jsonl", "mlflow_pending.jsonl")  # written in place: a hard link would be written through
+
+
+def refuse_links(run_dir: Path, key: str = "run") -> None:
+    """Refused (ConfigError naming the path) when anything in the folder is a symlink or not a plain
+    file or folder (a FIFO would hang a reader), or a file the lab appends to is a hard link."""
+    for folder, folders, files in os.walk(run_dir):
+        for name in folders + files:
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise ConfigError(f"{key}: {path} is a symlink (to {os.readlink(path)}); a run folder holds no "
+                                  "links (the lab would read or write through it): remove it, then run again")
+            if not (path.is_dir() or path.is_file()):
+                raise ConfigError(f"{key}: {path} is neither a file nor a folder; remove it, then run again")
+            if name in APPENDED_FILES and Path(folder) == run_dir and path.stat().st_nlink > 1:
+                raise ConfigError(f"{key}: {path} is a hard link (its bytes are shared with another file, which "
+                                  "appending would change too): copy the folder with `cp -a`, not `cp -l`")
+
+
 def inside(run_dir: Path, relative, key: str = "run") -> Path:
     """run_dir/relative, checked before it is written: refused (ConfigError naming the path) when
-    any existing part of it below run_dir is a symlink, the file is a hard link (it shares its bytes
-    with a file elsewhere), or it resolves outside run_dir. Missing folders on the way are made; the
-    file itself is not created."""
+    any existing part of it below run_dir is a symlink, a folder on the way is not a folder, the
+    file is not a plain file, or it resolves outside run_dir. Missing folders on the way are made;
+    the file itself is not created."""
     run_dir = Path(run_dir)
     parts = Path(relative).parts
     if not parts or Path(relative).is_absolute() or ".." in parts:
@@ -298,11 +324,11 @@ def inside(run_dir: Path, relative, key: str = "run") -> Path:
         if path.is_symlink():
             raise ConfigError(f"{key}: {path} is a symlink (to {os.readlink(path)}); the lab does not write "
                               f"through links in a run folder: remove it, then run again")
-        if depth < len(parts) and not path.exists():
+        last = depth == len(parts)
+        if path.exists() and not (path.is_file() if last else path.is_dir()):
+            raise ConfigError(f"{key}: {path} is not a {'file' if last else 'folder'}; remove it, then run again")
+        if not last and not path.exists():
             path.mkdir()
-    if path.is_file() and path.stat().st_nlink > 1:
-        raise ConfigError(f"{key}: {path} is a hard link (its bytes are shared with another file); the lab does "
-                          "not write through links in a run folder: remove it, then run again")
     if not path.resolve().is_relative_to(run_dir.resolve()):
         raise ConfigError(f"{key}: {path} resolves outside {run_dir}; the lab does not write there")
     return path

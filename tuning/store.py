@@ -150,11 +150,13 @@ class MeasurementStore:
         reason = unwritable(self.path)
         if reason:
             raise StoreError(f"{self.path} cannot be written: {reason}")
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a folder, not a store file (e.g. {self.path / 'store.sqlite'})")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        except (OSError, sqlite3.Error) as error:
             raise self._failure(error) from None
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
         try:
             self._refuse_foreign(conn)  # before WAL: another program's database is left as it is
             self._use_wal(conn)
@@ -210,7 +212,7 @@ class MeasurementStore:
 
     def _open_for_reading(self) -> sqlite3.Connection:
         if not self.path.is_file():
-            raise StoreError(f"{self.path}: no such file")
+            raise StoreError(f"{self.path}: {'a folder, not a store file' if self.path.is_dir() else 'no such file'}")
         try:
             return self._connect_read_only(immutable=False)
         except sqlite3.Error as error:
