@@ -103,7 +103,6 @@ class ConfigError(ValueError):
     pass
 
 
-
 # store: only the configs the measurement store holds (docs/store.md); tiling: the GEMM-tiling paper's
 # space, gemm models only (docs/tvm.md §The tiling space)
 MODEL_SPACES = ("full", "store", "tiling")

@@ -16,9 +16,10 @@ names the same hardware and evaluator settings as a composition with the given o
 config is untrusted (tuning/run_folder.py `load_config`): one naming a class the lab does not
 register is skipped, nothing in it instantiated.
 
-One builder per store: `build` holds an OS lock on `<store>.build.lock` from before it plans until
-it ends, and a second build on the same store is refused at once (naming the holder's pid), since
-each plans from what the store held at its start and both would measure the same configs. `stats`,
+One builder per store: `build` and `import` hold an OS lock on `<store>.build.lock` from before they
+plan until they end, and a second one on the same store is refused at once (naming the holder's pid),
+since each plans from what the store held at its start and both would add the same configs. `import`
+adds no reading the store already holds (a run made with that store wrote its rows itself). `stats`,
 `export` and `build --dry-run` only read the store (they never create or change it); `build` and
 `import` are refused before any work when the store cannot be written.
 """

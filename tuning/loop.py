@@ -279,7 +279,7 @@ class TaskTuner:
 def common_random_configs(space, task, seed: int, n: int) -> list[tuple]:
     """budget.init_random: n distinct canonical configs drawn from the seed and the task alone, so
     every method measures the same ones first at that seed (fewer when the space runs out)."""
-    rng = np.random.default_rng([seed, int.from_bytes(hashlib.sha256(task.key.encode()).digest()[:8], "little")])
+    rng = np.random.default_rng([seed, _task_stream(task)])
     configs: list = []
     while len(configs) < n:
         config = random_unvisited(space, set(), configs, rng)
@@ -294,9 +294,13 @@ def enumeration_order(space, task, seed: int) -> list[tuple]:
     alone (the same on resume): a budget that ends before the space does measures a uniform sample
     of it, not its lexicographically first configs (one sketch, the smallest tiles)."""
     configs = list(space.enumerate())
-    key = int.from_bytes(hashlib.sha256(task.key.encode()).digest()[:8], "little")
-    order = np.random.default_rng([seed, key, len(configs)]).permutation(len(configs))
+    order = np.random.default_rng([seed, _task_stream(task), len(configs)]).permutation(len(configs))
     return [configs[i] for i in order]
+
+
+def _task_stream(task) -> int:
+    """A task's own random stream key (its workload key hashed): the same in every process."""
+    return int.from_bytes(hashlib.sha256(task.key.encode()).digest()[:8], "little")
 
 
 def _out_of_time(run: RunInfo) -> bool:

@@ -52,14 +52,13 @@ class Bounds:
     ceiling_s: float = CEILING_S
 
     def accepts(self, cost) -> bool:
-        return (isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost)
-                and self.floor_s <= cost <= self.ceiling_s)
+        return _number(cost) and self.floor_s <= cost <= self.ceiling_s
 
     def problem(self, cost) -> str | None:
         """Why `cost` is not a plausible reading, or None."""
         if self.accepts(cost):
             return None
-        if not (isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost)):
+        if not _number(cost):
             return f"cost {cost!r} is not a finite number of seconds"
         if cost <= 0:
             return f"cost {cost:g} s is not positive"
@@ -95,12 +94,16 @@ def bounds_of(task, hardware) -> Bounds:
     return bounds(task.flops, hardware.fingerprint())
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return _number(value) and value > 0
 
 
 def _fraction(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0
+    return _number(value) and 0.0 <= value < 1.0
 
 
 def _cores(description: dict):
