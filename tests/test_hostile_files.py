@@ -225,6 +225,18 @@ def test_a_folder_with_a_link_anywhere_is_refused_before_a_command_reads_or_writ
     assert victim.read_text() == "secret"
 
 
+def test_a_new_run_into_a_folder_with_a_planted_link_is_refused(tmp_path):
+    from tuning.run_folder import claim
+
+    run, victim = tmp_path / "run", tmp_path / "victim"
+    run.mkdir()
+    victim.write_text("secret")
+    (run / "summary.txt").symlink_to(victim)
+    with pytest.raises(ConfigError, match="^output_dir: .*summary.txt is a symlink"):
+        claim(run, resuming=False)
+    assert victim.read_text() == "secret"
+
+
 def test_a_copy_made_with_hard_links_gets_a_lock_of_its_own(tmp_path):
     from tuning.run_folder import LOCK_FILE, claim, release
 

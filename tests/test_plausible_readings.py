@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.hardware.synthetic import SyntheticHardware
+from tuning.plausible import bounds_of
 from tuning.records import MeasureResult, Record, RecordError, RecordLog
 
 from test_store import SPEC, TASK, filled, replay, sample, tune
@@ -109,6 +110,23 @@ def test_resume_and_tuning_database_refuse_a_negative_cost(tmp_path):
     cfg = OmegaConf.create({"tuning": {"database": str(run_dir)}})
     with pytest.raises(ConfigError, match=rf"^tuning.database: {path}:3: .*not positive"):
         prior_records(cfg, [TASK], tmp_path / "new", tracker=None)
+
+
+def test_a_records_reading_faster_than_the_device_allows_is_refused_once_the_task_is_known(tmp_path):
+    from tuning.config import ConfigError
+    from tuning.resume import check_plausible, check_records, prior_records
+
+    hardware = SyntheticHardware()
+    floor = bounds_of(TASK, hardware).floor_s
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = _records_file(run_dir / "records.jsonl", [[1e-3], [floor / 2]])  # above 1 ns, below the floor
+    records = check_records(run_dir)  # the absolute bounds hold
+    with pytest.raises(ConfigError, match=rf"^resume: {path}:2: not a plausible reading .*faster than the hardware"):
+        check_plausible(path, records, [TASK], hardware)
+    cfg = OmegaConf.create({"tuning": {"database": str(run_dir)}})
+    with pytest.raises(ConfigError, match=rf"^tuning.database: {path}:2: not a plausible reading"):
+        prior_records(cfg, [TASK], tmp_path / "new", tracker=None, hardware=hardware)
 
 
 class GlitchingClock(SyntheticHardware):

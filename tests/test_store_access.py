@@ -43,9 +43,10 @@ def filled(path: Path, count: int = 8) -> list[tuple]:
     return configs
 
 
-def foreign_database(path: Path) -> Path:
-    """Another program's sqlite file (rollback journal, a table of its own)."""
+def foreign_database(path: Path, journal: str = "DELETE") -> Path:
+    """Another program's sqlite file (a rollback journal or WAL, a table of its own)."""
     conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA journal_mode={journal}")
     conn.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT)")
     conn.execute("INSERT INTO notes(text) VALUES ('mine')")
     conn.commit()
@@ -122,8 +123,9 @@ def dataset_main(argv, capsys) -> tuple[int, str]:
 
 
 # ---- reading never changes a file -----------------------------------------------------------
-def test_a_read_only_open_of_another_programs_database_refuses_and_changes_nothing(tmp_path):
-    path = foreign_database(tmp_path / "other.sqlite")
+@pytest.mark.parametrize("journal", ["DELETE", "WAL"])
+def test_a_read_only_open_of_another_programs_database_refuses_and_changes_nothing(tmp_path, journal):
+    path = foreign_database(tmp_path / "other.sqlite", journal)  # WAL: sqlite's mode=ro would add -wal/-shm
     before = snapshot(path)
     with pytest.raises(StoreError, match="not a tunelab measurement store"):
         MeasurementStore(path, read_only=True).count()
@@ -282,6 +284,16 @@ def test_a_second_build_on_one_store_is_refused_at_once(tmp_path, capsys):
     status, output = dataset_main(["build", "--store", str(path), *BUILD], capsys)
     assert status == 0, output
     assert MeasurementStore(path, read_only=True).count() == 6
+
+
+def test_a_build_through_a_link_to_the_store_takes_the_stores_own_lock(tmp_path, capsys):
+    path, alias = tmp_path / "store.sqlite", tmp_path / "alias" / "store.sqlite"
+    alias.parent.mkdir()
+    alias.symlink_to(path)
+    with open(tmp_path / "store.sqlite.build.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        status, output = dataset_main(["build", "--store", str(alias), *BUILD], capsys)
+        assert status == 2 and "another build" in output, output
 
 
 # ---- import: a saved config is untrusted ----------------------------------------------------

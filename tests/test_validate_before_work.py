@@ -50,6 +50,7 @@ BAD_URIS = {  # tmp_path -> a tracking.uri
     "a file: URI": lambda tmp_path: (tmp_path / "mlruns").as_uri(),
     "a relative path": lambda tmp_path: "mlruns",
     "sqlite with two slashes": lambda tmp_path: "sqlite://mlflow.db",
+    "sqlite in memory": lambda tmp_path: "sqlite://",
     "an unknown scheme": lambda tmp_path: "s3://bucket/mlflow",
 }
 
@@ -188,3 +189,9 @@ def test_ctrl_c_before_the_first_measurement_says_nothing_was_measured(compose_c
     err = capsys.readouterr().err
     assert "interrupted (SIGINT) before the first measurement; nothing was measured; run the same command again" in err
     assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_a_refused_job_leaves_no_folder_behind(compose_cfg, monkeypatch, tmp_path):
+    with pytest.raises(SystemExit):
+        run_job(compose_cfg, monkeypatch, "seed=-1", "tracking=none")
+    assert not (tmp_path / "run").exists()

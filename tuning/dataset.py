@@ -126,6 +126,8 @@ def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
 
 
 def build_lock(store_path: Path) -> Path:
+    """Beside the store file itself: two paths to one store (a link) share one lock."""
+    store_path = Path(store_path).resolve()
     return store_path.with_name(store_path.name + ".build.lock")
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
+from tuning.plausible import bounds_of
 from tuning.records import RecordError, RecordLog
 from tuning.run_folder import claim, load_config, saved_choices
 from tuning.tracking.mlflow_tracker import sqlite_path
@@ -122,6 +123,19 @@ def _check_once(path: Path, records) -> None:
                                   f"{line}, then resume again")
 
 
+def check_plausible(path: Path, records, tasks, hardware, key: str = "resume") -> None:
+    """A records file carries no FLOPs and no device, so RecordLog holds it to the bounds that need
+    neither; once the tasks and the hardware are known, each reading is held to its task's bounds
+    (tuning/plausible.py): one the device could not have produced is refused naming file and line."""
+    limits = {task.key: bounds_of(task, hardware) for task in tasks}
+    for line, record in enumerate(records, start=1):  # load() skips only a torn last line
+        bounds = limits.get(record.workload_key)
+        problem = next(filter(None, map(bounds.problem, record.result.costs)), None) if bounds else None
+        if problem:
+            raise ConfigError(f"{key}: {path}:{line}: not a plausible reading of {record.task} on this hardware "
+                              f"({problem}); repair or remove that line")
+
+
 def check_budget(cfg, out_dir: Path, records) -> None:
     """A resumed run only adds measurements: a budget below what the records hold would leave
     config.yaml disagreeing with them."""
@@ -181,9 +195,10 @@ def _state_problem(path: Path, task, last_round: int | None, load) -> str | None
     return None
 
 
-def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
+def prior_records(cfg, tasks, out_dir: Path, tracker, hardware=None) -> dict:
     """tuning.database: records of an earlier run (its folder, its records.jsonl, or its MLflow
-    run id in this run's tracking store) for these tasks, by workload key."""
+    run id in this run's tracking store) for these tasks, by workload key; with `hardware`, their
+    readings are held to its physical bounds (check_plausible)."""
     if not cfg.tuning.database:
         return {}
     records_file = _records_file(str(cfg.tuning.database), out_dir, tracker)
@@ -191,6 +206,8 @@ def prior_records(cfg, tasks, out_dir: Path, tracker) -> dict:
         records = RecordLog(records_file).load()
     except RecordError as error:
         raise ConfigError(f"tuning.database: {error}") from error
+    if hardware is not None:
+        check_plausible(records_file, records, tasks, hardware, "tuning.database")
     keys = {t.key for t in tasks}
     prior: dict = {}
     for record in records:

@@ -32,7 +32,8 @@ from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_ta
 from tuning.objective import objective_values
 from tuning.outcome import best_so_far, summary, weighted_latency_ms
 from tuning.records import RecordError, RecordLog
-from tuning.resume import check_budget, check_records, check_states, prior_records, resolve_resume
+from tuning.resume import (check_budget, check_plausible, check_records, check_states, prior_records,
+                           resolve_resume)
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import StoreError, open_store
 from tuning.sweep import Pruning, trial_tags
@@ -54,6 +55,8 @@ def main(cfg: DictConfig) -> float:
             _continue_log_in(out_dir, hydra.get("output_dir"))
     except ConfigError as error:
         print(f"tunelab: {error}", file=sys.stderr)
+        if not cfg.get("resume"):
+            _discard_untouched(hydra.get("output_dir"))
         sys.exit(2)
     try:
         with terminated_by_signals():
@@ -74,8 +77,9 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         store_writer = _with_store(cfg, parts)
         tasks = _tasks(cfg, parts.hardware)
         _check_store_space(cfg, tasks, parts.hardware)
-        prior = prior_records(cfg, tasks, out_dir, parts.tracker)
+        prior = prior_records(cfg, tasks, out_dir, parts.tracker, parts.hardware)
         if cfg.resume:
+            check_plausible(out_dir / "records.jsonl", records, tasks, parts.hardware)
             check_budget(cfg, out_dir, records)
             check_states(cfg, out_dir, tasks, records, lambda _: (instantiate(cfg.search), instantiate(cfg.cost_model)))
     except (ConfigError, StoreError) as error:
@@ -161,6 +165,18 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
     return objective_values(cfg.objective, outcomes, tuning_s, started_at)
+
+
+def _discard_untouched(job_dir: str | None) -> None:
+    """A new job refused before any work leaves no folder behind: the one Hydra made for it is
+    removed while it holds nothing but Hydra's files, an empty run.log and the lock."""
+    out_dir = Path(job_dir).resolve() if job_dir else None
+    if out_dir is None or not out_dir.is_dir():
+        return
+    release(out_dir)
+    made_here = {".hydra", "run.log", ".tunelab.lock"}
+    if all(p.name in made_here and not (p.name == "run.log" and p.stat().st_size) for p in out_dir.iterdir()):
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def _continue_log_in(out_dir: Path, job_dir: str | None) -> None:

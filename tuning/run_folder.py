@@ -57,8 +57,7 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if out_dir in _held:
         return
-    if resuming:
-        refuse_links(out_dir, key)
+    refuse_links(out_dir, key)  # a new run's folder too: it may hold a planted summary.txt link
     lock = inside(out_dir, LOCK_FILE, key)
     if lock.is_file() and lock.stat().st_nlink > 1:  # a copy made with `cp -l`: its own lock, not the original's
         lock.unlink()

@@ -212,7 +212,11 @@ class MeasurementStore:
 
     def _open_for_reading(self) -> sqlite3.Connection:
         if not self.path.is_file():
-            raise StoreError(f"{self.path}: {'a folder, not a store file' if self.path.is_dir() else 'no such file'}")
+            what = ("a folder, not a store file" if self.path.is_dir() else
+                    "not a regular file" if self.path.exists() else "no such file")
+            raise StoreError(f"{self.path}: {what}")
+        if not Path(f"{self.path}-wal").exists():
+            self._check_untouched()
         try:
             return self._connect_read_only(immutable=False)
         except sqlite3.Error as error:
@@ -220,6 +224,15 @@ class MeasurementStore:
                 raise self._failure(error) from None
         try:  # read-only media: no -shm file can be made, and nothing can write the file either
             return self._connect_read_only(immutable=True)
+        except sqlite3.Error as error:
+            raise self._failure(error) from None
+
+    def _check_untouched(self) -> None:
+        """A file that no sqlite connection has open (no -wal beside it) is checked without adding
+        anything beside it: `mode=ro` on another program's WAL database would create its -wal and
+        -shm files before the check could refuse it."""
+        try:
+            self._connect_read_only(immutable=True).close()
         except sqlite3.Error as error:
             raise self._failure(error) from None
 

@@ -442,8 +442,9 @@ def _sqlite_problems(key: str, uri: str) -> list[str]:
     if not uri.startswith("sqlite:///") and uri.split("?", 1)[0] != "sqlite://":
         return [f"{key}: {uri} names no file; a sqlite URI has three slashes before the path ({SQLITE_HINT})"]
     db = sqlite_path(uri)
-    if db is None:  # in memory
-        return []
+    if db is None:
+        return [f"{key}: {uri} is an in-memory database: the run's history would vanish with the process "
+                f"({SQLITE_HINT})"]
     if db.is_dir():
         return [f"{key}: {db} is a folder, not a sqlite database file (e.g. tracking.uri=sqlite:///{db}/mlflow.db)"]
     if db.is_file():
