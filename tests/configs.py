@@ -35,3 +35,20 @@ def load_option(path):
     node = OmegaConf.load(path)
     node.pop("defaults", None)
     return node
+
+
+def as_job(cfg, monkeypatch):
+    """A composed config (with its Hydra node) as run.py's @hydra.main would hand it to
+    tuning.run.main, that run's Hydra context patched in and its convergence plot skipped
+    (matplotlib: 0.3 s a run)."""
+    from omegaconf import open_dict, read_write
+
+    from tuning import run
+
+    info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
+            "output_dir": cfg.output_dir}
+    monkeypatch.setattr(run, "_hydra_info", lambda: info)
+    monkeypatch.setattr(run, "convergence_png", lambda curves, path, **_: path)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    return cfg

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import open_dict, read_write
 
+from configs import as_job
 from tuning import run as tunelab_run
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -26,14 +26,7 @@ NEW = ("hardware=synthetic", "model=gemm_64", "tracking=none", "search=random", 
 
 def job(compose_cfg, monkeypatch, *overrides: str):
     """The config run.py's @hydra.main would hand to tuning.run.main, with its Hydra context."""
-    cfg = compose_cfg(*overrides)
-    info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
-            "output_dir": cfg.output_dir}
-    monkeypatch.setattr(tunelab_run, "_hydra_info", lambda: info)
-    monkeypatch.setattr(tunelab_run, "convergence_png", lambda curves, path, **_: path)  # matplotlib: 0.3 s a run
-    with read_write(cfg), open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return as_job(compose_cfg(*overrides), monkeypatch)
 
 
 @pytest.fixture(scope="module")

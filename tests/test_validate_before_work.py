@@ -10,7 +10,7 @@ import sqlite3
 import time
 
 import pytest
-from omegaconf import OmegaConf, open_dict, read_write
+from omegaconf import OmegaConf
 
 from tuning.config import ConfigError, validate
 from tuning.tracking.mlflow_tracker import MlflowTracker
@@ -107,16 +107,11 @@ def test_the_largest_seed_every_consumer_takes_is_accepted(compose_cfg):
 # ---- a whole job, in process -------------------------------------------------------------------
 def run_job(compose_cfg, monkeypatch, *overrides):
     """tuning.run.main on the config run.py's @hydra.main would hand it, with its Hydra context."""
+    from configs import as_job
     from tuning import run
 
-    cfg = compose_cfg("model=gemm_64", "hardware=synthetic", "budget.trials=8", *overrides)
-    info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
-            "output_dir": cfg.output_dir}
-    monkeypatch.setattr(run, "_hydra_info", lambda: info)
-    monkeypatch.setattr(run, "convergence_png", lambda curves, path, **_: path)  # matplotlib: 0.3 s a run
-    with read_write(cfg), open_dict(cfg):
-        del cfg["hydra"]
-    return run.main(cfg)
+    return run.main(as_job(compose_cfg("model=gemm_64", "hardware=synthetic", "budget.trials=8", *overrides),
+                           monkeypatch))
 
 
 JOB_REFUSED = {
