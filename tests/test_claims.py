@@ -9,11 +9,12 @@ import pytest
 
 from tuning.compare import Curve, TaskTruth, compare, error_counts
 from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
+from tuning.dataset import full_readings
 from tuning.records import MeasureResult, Record
 from tuning.sampler.kmeans import KMeansSampler
 
 from test_chameleon import grid_space
-from test_loop import finish, run_py
+from test_loop import component, finish, run_py
 from test_store import SYNTHETIC_BACKEND, filled
 
 
@@ -250,7 +251,8 @@ def test_a_cell_keeps_an_open_ended_interval(experiment_script):
 def test_the_chameleon_command_replays_its_grid_and_prints_verdicts(tmp_path, experiment_script):
     """experiments/claims.py chameleon end to end on a synthetic store: the grid, the plan-size
     control at SA+AS's mean k, the table."""
-    store, _ = filled(tmp_path / "store.sqlite", count=200)
+    spec = component("evaluator", "adatune_de").spec  # chameleon_replay's evaluator: the readings' key
+    store, _ = filled(tmp_path / "store.sqlite", count=200, spec=full_readings(spec))
     claims = experiment_script("claims")
     rows = claims.main(["chameleon", "--store", str(store.path), "--models", "gemm_64", "--seeds", "2",
                         "--uri", f"sqlite:///{tmp_path}/mlflow.db", "--out", str(tmp_path / "out"),
