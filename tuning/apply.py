@@ -12,8 +12,8 @@ that measured nothing (budget.trials=0, search=value) applies its database/ as w
 For a single operator (gemm, batch_matmul, conv2d) it exports the best record's
 schedule to best_schedules/<task>.py again, compiles that TVMScript file as a user
 would, checks its output (numpy's product for the matmuls, torch's conv2d for a
-conv) and times it; exit status 1 when the answer is wrong. Every file it writes is checked first
-(tuning/run_folder.py `inside`): a symlink in the run folder is refused, never written through.
+conv) and times it; exit status 1 when the answer is wrong. A run folder holding a link is refused
+before any work (tuning/run_folder.py `refuse_links`); nothing is written through one.
 """
 from __future__ import annotations
 
@@ -24,10 +24,8 @@ from tuning.config import validate
 from tuning.outcome import TaskOutcome, best_from_records, task_table
 from tuning.records import RecordLog
 from tuning.resume import prior_records
-from tuning.run_folder import inside, load_config, on_run_folder
-from tuning.whole_model import E2E_FILES, e2e_line, evaluate_end_to_end, is_whole_model
-
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # MetaSchedule's JSONDatabase
+from tuning.run_folder import load_config, on_run_folder
+from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
 def apply_run(run_dir: Path) -> dict:
@@ -39,9 +37,6 @@ def apply_run(run_dir: Path) -> dict:
     records = RecordLog(run_dir / "records.jsonl").load()
     if not is_whole_model(cfg.model):
         return check_operator(cfg, run_dir, records)
-    database = [] if cfg.budget.trials == 0 else [Path("database") / name for name in DATABASE_FILES]
-    for path in [*database, *E2E_FILES]:  # refused before anything is built
-        inside(run_dir, path)
     if cfg.budget.trials == 0:  # chosen without measuring (search=value): database/ holds the choices
         return apply_unmeasured(cfg, run_dir)
     with instantiate(cfg.hardware) as hardware:
@@ -96,7 +91,6 @@ def check_operator(cfg, run_dir: Path, records) -> dict:
     best_from_records(outcome)
     if outcome.best_config is None:
         raise SystemExit(f"tunelab: no valid record of {task.name} in {run_dir}")
-    inside(run_dir, Path("best_schedules") / f"{task.name}.py")
     with instantiate(cfg.hardware) as hardware:
         [script] = hardware.export(task, outcome.best_config, run_dir / "best_schedules")
         checked = hardware.check_export(task, script)

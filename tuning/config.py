@@ -197,10 +197,21 @@ def _shape_problems(cfg) -> list[str]:
     if problems or _unknown_keys(cfg):
         return problems
     try:
-        OmegaConf.merge(OmegaConf.structured(TopLevelSchema), OmegaConf.masked_copy(cfg, names))
-    except OmegaConfBaseException as error:
-        return [f"{getattr(error, 'full_key', None) or 'config'}: {str(getattr(error, 'msg', None) or error).splitlines()[0]}"]
+        on_schema(OmegaConf.masked_copy(cfg, names))
+    except ConfigError as error:
+        return [str(error)]
     return []
+
+
+def on_schema(data) -> DictConfig:
+    """`data` (top-level keys) on the typed schema, as a plain config: a key it lacks takes the
+    schema's default; a value of another type is a ConfigError naming its key."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TopLevelSchema), data)
+    except OmegaConfBaseException as error:
+        reason = str(getattr(error, "msg", None) or type(error).__name__).splitlines()[0]
+        raise ConfigError(f"{getattr(error, 'full_key', None) or 'config'}: {reason}") from None
+    return OmegaConf.create(OmegaConf.to_container(merged))  # plain again: resume merges overrides in
 
 
 def _unknown_keys(cfg) -> list[str]:

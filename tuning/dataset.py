@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tuning.run_folder import lock_or_holder, write_holder
+from tuning.run_folder import take_lock, write_holder
 from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -136,11 +135,10 @@ def sole_builder(store_path: Path):
     """Hold the store's build lock (an OS lock, dropped when the process ends however it ends);
     refused at once, naming the holder's pid, while another build holds it."""
     lock = build_lock(store_path)
-    try:  # not through a link: the pid is written into the file
-        handle = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
+    try:
+        handle, owner = take_lock(lock)
     except OSError as error:
         raise StoreError(f"--store: cannot use the build lock {lock} ({error.strerror})") from None
-    owner = lock_or_holder(handle)
     if owner is not None:
         raise StoreError(f"--store: {store_path} is being filled by another build (pid {owner}); wait for it "
                          "to end (running the same build again then measures only what it did not)")
@@ -262,8 +260,9 @@ def task_table(store, hardware: str, task_key: str, space: str) -> dict:
 def stats(args) -> None:
     """Per (hardware, task): configs, rows, errors, best and median, coverage of the space, drift."""
     store = open_store(args.store, "--store", read_only=True)
+    unreadable = store.unreadable()  # every row parsed: once
     print(f"store: {store.path}  {store.count():,} rows  ({store.path.stat().st_size / 2**20:.1f} MiB"
-          f"{f', {store.unreadable()} unreadable rows skipped' if store.unreadable() else ''})")
+          f"{f', {unreadable} unreadable rows skipped' if unreadable else ''})")
     for hardware in sorted({h for h, _, _ in store.keys()}):
         info = store.hardware_info(hardware)
         gauges = store.gauge_readings(hardware)

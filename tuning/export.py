@@ -11,7 +11,7 @@ script that loads the library, calls it, checks it and times it. That script is 
 a user would run it, isolated from the run folder (`python -I` from an empty temporary folder: a
 module planted beside the script is never imported). Exit status 1 when an answer is wrong or the
 script fails. The library and the script are added to the run's MLflow run (artifacts under export/).
-Nothing is written through a symlink in the run folder (tuning/run_folder.py `inside`).
+A run folder holding a link is refused before any work (tuning/run_folder.py `refuse_links`).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tuning.config import ConfigError, validate
 from tuning.outcome import TaskOutcome, best_from_records
 from tuning.records import RecordLog
 from tuning.resume import prior_records
-from tuning.run_folder import inside, load_config, on_run_folder
+from tuning.run_folder import load_config, on_run_folder
 from tuning.whole_model import is_whole_model
 
 
@@ -40,8 +40,6 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     with instantiate(cfg.hardware) as hardware:
         outcome = best_in_run(cfg, hardware, run_dir, task_name)
         task = outcome.task
-        for name in (f"{task.name}.so", f"run_{task.name}.py"):  # refused before anything is built
-            inside(run_dir, Path("export") / name)
         try:
             result = hardware.export_library(task, outcome.best_config, run_dir / "export")
         except NotImplementedError as error:  # synthetic hardware (also behind a replay) builds no kernel

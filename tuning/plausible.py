@@ -67,6 +67,14 @@ class Bounds:
             return f"cost {cost:g} s is faster than the hardware can run it (floor {self.floor_s:.3g} s)"
         return f"cost {cost:g} s is slower than any measurement takes (ceiling {self.ceiling_s:g} s)"
 
+    def first_problem(self, costs) -> str | None:
+        """Why the first implausible one of `costs` is not a reading ("reading i of n: ..."), or None."""
+        for number, cost in enumerate(costs, start=1):
+            problem = self.problem(cost)
+            if problem:
+                return f"reading {number} of {len(costs)}: {problem}"
+        return None
+
 
 ABSOLUTE = Bounds()  # for readings whose task and device are unknown (a records file)
 

@@ -59,7 +59,7 @@ class MeasureResult:
     def within(self, limits: plausible.Bounds) -> "MeasureResult":
         """This result, or an `implausible` error in its place when a cost lies outside `limits`:
         a clock glitch is not a reading to rank configs or train models by."""
-        problem = next(filter(None, map(limits.problem, self.costs)), None)
+        problem = limits.first_problem(self.costs)
         if problem is None:
             return self
         return replace(self, costs=[], error="implausible", message=f"{problem}; readings {self.costs}"[:2000])
@@ -146,11 +146,8 @@ RESULT_FIELDS = {
 
 def _costs_problem(costs: list) -> str | None:
     """Why a record's costs are not plausible readings (positive, 1 ns to an hour), or None."""
-    for number, cost in enumerate(costs, start=1):
-        problem = plausible.ABSOLUTE.problem(cost)
-        if problem:
-            return f"result.costs: reading {number} of {len(costs)}: {problem}"
-    return None
+    problem = plausible.ABSOLUTE.first_problem(costs)
+    return f"result.costs: {problem}" if problem else None
 
 
 def _shape_problem(data, schema, checks: dict, prefix: str) -> str | None:

@@ -130,7 +130,7 @@ def check_plausible(path: Path, records, tasks, hardware, key: str = "resume") -
     limits = {task.key: bounds_of(task, hardware) for task in tasks}
     for line, record in enumerate(records, start=1):  # load() skips only a torn last line
         bounds = limits.get(record.workload_key)
-        problem = next(filter(None, map(bounds.problem, record.result.costs)), None) if bounds else None
+        problem = bounds.first_problem(record.result.costs) if bounds else None
         if problem:
             raise ConfigError(f"{key}: {path}:{line}: not a plausible reading of {record.task} on this hardware "
                               f"({problem}); repair or remove that line")

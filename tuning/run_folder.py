@@ -35,8 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
 from tuning.config import ConfigError
 
@@ -61,8 +60,7 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     lock = inside(out_dir, LOCK_FILE, key)
     if lock.is_file() and lock.stat().st_nlink > 1:  # a copy made with `cp -l`: its own lock, not the original's
         lock.unlink()
-    handle = open(lock, "a+")
-    owner = lock_or_holder(handle)
+    handle, owner = take_lock(lock)
     if owner is not None:
         raise ConfigError(f"{key}: {out_dir} is being written by another tunelab process (pid {owner}); "
                           "wait for it to end, or use another folder")
@@ -75,17 +73,18 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     _held[out_dir] = handle
 
 
-def lock_or_holder(handle) -> str | None:
-    """Take an exclusive OS lock on an open lock file without waiting: None when taken, else the
-    holder's pid as it wrote it (and `handle` is closed)."""
+def take_lock(path: Path):
+    """(open handle, None) with an exclusive OS lock on the file at `path` (made if missing, never
+    opened through a link), taken without waiting; (None, the holder's pid as it wrote it) when
+    another process holds it."""
+    handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
         owner = handle.read().strip() or "unknown"
         handle.close()
-        return owner
-    return None
+        return None, owner
+    return handle, None
 
 
 def write_holder(handle) -> None:
@@ -111,9 +110,10 @@ def on_run_folder(path: Path, work, claim_folder: bool = True):
     try:
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"run: {run_dir} holds no config.yaml (not a tunelab run folder)")
-        refuse_links(run_dir)
         if claim_folder:
-            claim(run_dir, resuming=True, key="run")
+            claim(run_dir, resuming=True, key="run")  # checks the folder's links too
+        else:
+            refuse_links(run_dir)
         return work(run_dir)
     except (ConfigError, RecordError) as error:
         print(f"tunelab: {error}", file=sys.stderr)
@@ -204,15 +204,12 @@ def load_config(path: Path, key: str) -> DictConfig:
 def _with_defaults(data: dict, path: Path, key: str) -> DictConfig:
     """The saved config on the top-level schema: a key added to the schema after the run was saved
     takes its default, and a value of the wrong type is refused naming its key."""
-    from tuning.config import TopLevelSchema
+    from tuning.config import on_schema
 
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(TopLevelSchema), data)
-        return OmegaConf.create(OmegaConf.to_container(merged))  # plain again: resume merges overrides in
-    except OmegaConfBaseException as error:
-        where = getattr(error, "full_key", None) or "config"
-        raise ConfigError(f"{key}: {path} is not a tunelab config ({where}: "
-                          f"{str(getattr(error, 'msg', None) or type(error).__name__).splitlines()[0]})") from None
+        return on_schema(data)
+    except ConfigError as error:
+        raise ConfigError(f"{key}: {path} is not a tunelab config ({error})") from None
     except RecursionError:
         raise ConfigError(f"{key}: {path} is not a tunelab config (nested too deeply)") from None
 

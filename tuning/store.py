@@ -137,6 +137,7 @@ class MeasurementStore:
         self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
+        self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
 
     # ---- connection ---------------------------------------------------------------------------
     @property
@@ -351,13 +352,14 @@ class MeasurementStore:
                 if row is not None]
 
     def bounds(self, hardware: str, task_key: str) -> plausible.Bounds:
-        """The plausible costs of the task's readings on this hardware (tuning/plausible.py)."""
-        flops = next(iter(self._fetch("SELECT flops FROM tasks WHERE key = ?", (task_key,))), None)
-        try:
-            description = self.hardware_info(hardware)
-        except (TypeError, ValueError):
-            description = {}
-        return plausible.bounds(flops[0] if flops else None, description if isinstance(description, dict) else {})
+        """The plausible costs of the task's readings on this hardware (tuning/plausible.py), read
+        once per (hardware, task) a process asks for: a registered task's flops never change."""
+        if (hardware, task_key) not in self._bounds:
+            flops = next(iter(self._fetch("SELECT flops FROM tasks WHERE key = ?", (task_key,))), None)
+            if flops is None:
+                return plausible.bounds(None, {})  # not registered yet: nothing to remember
+            self._bounds[hardware, task_key] = plausible.bounds(flops[0], self.hardware_info(hardware))
+        return self._bounds[hardware, task_key]
 
     def first(self, hardware: str, task_key: str, space: str, config) -> Row | None:
         """The earliest row of a config: what a replay answers, whatever was added since."""
@@ -445,15 +447,9 @@ class MeasurementStore:
 
     def unreadable(self) -> int:
         """Rows skipped because their values are not valid or their costs not plausible."""
-        limits: dict = {}
-        skipped = 0
-        for hardware, task_key, *raw in self._fetch(
-                "SELECT hardware, task, config, costs, error, message, build_s, run_s, gauge_s, measured_at, source "
-                "FROM readings"):
-            if (hardware, task_key) not in limits:
-                limits[hardware, task_key] = self.bounds(hardware, task_key)
-            skipped += _parse_row(raw, limits[hardware, task_key]) is None
-        return skipped
+        return sum(_parse_row(raw, self.bounds(hardware, task_key)) is None for hardware, task_key, *raw in self._fetch(
+            "SELECT hardware, task, config, costs, error, message, build_s, run_s, gauge_s, measured_at, source "
+            "FROM readings"))
 
 
 def open_store(path, key: str, read_only: bool = False) -> MeasurementStore:

@@ -164,11 +164,11 @@ class TVMHardware(Hardware):
         return {**result, "snippet": str(written)}
 
     def export_database(self, records_by_task, out_dir, unmeasured=()):
-        from tuning.hardware.tvm_database import write_database
+        from tuning.hardware.tvm_database import DATABASE_FILES, write_database
         from tuning.run_folder import inside
 
         out_dir = Path(out_dir)
-        for name in ("database_workload.json", "database_tuning_record.json"):  # what JSONDatabase writes
+        for name in DATABASE_FILES:
             inside(out_dir.parent, Path(out_dir.name) / name)
         return write_database(self, records_by_task, out_dir, unmeasured)
 

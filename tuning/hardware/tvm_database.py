@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 KEEP_BEST = 16  # per task: enough to pick from, small enough to replay quickly
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # what JSONDatabase writes
 
 
 def write_database(hardware, records_by_task, out_dir, unmeasured=()) -> list[str]:
@@ -24,7 +25,7 @@ def write_database(hardware, records_by_task, out_dir, unmeasured=()) -> list[st
         _commit(database, hardware.schedules(task), [(tuple(r.config), r.result.costs) for r in measured[:KEEP_BEST]])
     for task, config, predicted in unmeasured:
         _commit(database, hardware.schedules(task), [(tuple(config), [predicted])])
-    return [str(out_dir / "database_workload.json"), str(out_dir / "database_tuning_record.json")]
+    return [str(out_dir / name) for name in DATABASE_FILES]
 
 
 def _commit(database, schedules, configs_and_seconds) -> None:
