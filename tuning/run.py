@@ -20,7 +20,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from hydra_plugins.tunelab_optuna_sweeper.trial import current_trial
+from tuning.trial import current_trial
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 

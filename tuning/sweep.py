@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from hydra_plugins.tunelab_optuna_sweeper.trial import RESULTS_FILE
+from tuning.trial import RESULTS_FILE
 from tuning.callbacks import MeasureCallback, RoundReport
 from tuning.objective import CURVES, tuning_curve
 

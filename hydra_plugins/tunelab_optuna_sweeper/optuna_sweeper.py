@@ -39,11 +39,12 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
+from tuning import trial as trial_side
 from tuning.run_folder import terminated_by_signals
 from tuning.tracking.mlflow_tracker import sqlite_path
 
 from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
-from . import search_space, trial as trial_side
+from . import search_space
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = trial_side.RESULTS_FILE

@@ -1,4 +1,6 @@
-"""The job's side of a sweep: `current_trial()` is the Optuna trial this Hydra job runs, or None.
+"""The job's side of an Optuna sweep: `current_trial()` is the Optuna trial this Hydra job runs, or None.
+
+The sweeper plugin (hydra_plugins/tunelab_optuna_sweeper) depends on this module, never the reverse.
 
 The sweeper puts the trial's id in each job's environment (hydra.job.env_set) and
 the study's name in its `hydra.sweeper.study_name`. A job launched in the sweeper's
