@@ -22,7 +22,7 @@ import os
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 from tuning import compare  # noqa: E402
-from tuning.tracking.ablation import run_preset  # noqa: E402
+from tuning.compare.ablation import run_preset  # noqa: E402
 
 ROWS = {"xgb+sa+adatune_de": "XGB+SA+DE", "rf+sa+adatune_de": "RFEI+SA+DE", "rf+csa+adatune_de": "RFEI+CSA+DE",
         "rf+csa+adaptive": "RFEI+CSA+AE", "rf+csa+adaptive_code": "RFEI+CSA+AE code", "rf+csa+fixed": "RFEI+CSA+fixed",

@@ -2,6 +2,7 @@
 
     python experiments/bench_adaptive_saving.py --model conv_l8 --configs 40 --passes 3
     python experiments/bench_adaptive_saving.py --model conv_l8 --pick best --store stores/lab.sqlite
+    python experiments/bench_adaptive_saving.py --hardware hardware=cpu hardware.num_threads=4
 
 A replay charges evaluator=adaptive the stored seconds of the micro-batches its rule keeps; the
 real saving also depends on what a measurement costs besides its timed runs. This script times the
@@ -16,20 +17,19 @@ measurement puts into a tuner's best-so-far.
 
 Configs: `--pick random` (a seeded sample of the task's space: what a tuner's first rounds measure)
 or `--pick best` (the store's fastest configs for the task under adatune_de readings: what a tuner's
-late rounds measure). Real hardware only; run it alone on the host.
+late rounds measure). The hardware is conf/hardware's (`--hardware`: Hydra overrides, default
+hardware=cpu with 2 build workers). Real hardware only; run it alone on the host.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 EVALUATORS = ("adaptive", "adatune_de", "adatune_de150")
 
@@ -60,14 +60,16 @@ def pick_configs(args, hardware, task, spec) -> list[tuple]:
 
 def measure(args) -> dict:
     """{evaluator: {config: [(run_s, cost, batches) per pass]}}."""
+    from hydra.utils import instantiate
+
     from tuning.dataset import compose
-    from tuning.hardware.cpu import CPUHardware
     from tuning.task import build_tasks
 
-    [task] = build_tasks(compose([f"model={args.model}"]).model)
+    cfg = compose([f"model={args.model}", *args.hardware])
+    [task] = build_tasks(cfg.model)
     chosen = evaluators()
     found = {name: {} for name in EVALUATORS}
-    with CPUHardware(build_workers=2) as hardware:
+    with instantiate(cfg.hardware) as hardware:
         configs = pick_configs(args, hardware, task, chosen["adatune_de"].spec)
         blocks = [configs[i:i + args.block] for i in range(0, len(configs), args.block)]
         turn = 0
@@ -115,6 +117,8 @@ def main(argv=None) -> None:
     parser.add_argument("--block", type=int, default=10, help="configs measured by one evaluator before the next")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="also write the raw timings here (JSON)")
+    parser.add_argument("--hardware", nargs="+", default=["hardware=cpu", "hardware.build_workers=2"],
+                        metavar="OVERRIDE", help="the hardware that measures, as Hydra overrides of conf/")
     args = parser.parse_args(argv)
     if args.configs < 2 or args.passes < 1 or args.block < 1:
         parser.error("--configs >= 2, --passes >= 1, --block >= 1")

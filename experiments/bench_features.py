@@ -15,15 +15,11 @@ evolutionary+greedy+xgb_ms evolutionary+greedy+xgb_ms:cost_model.features=knobs 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 MODELS = {  # name: (cost model class path, features)
     "xgb knobs": ("tuning.cost_model.xgb.XGBoostCostModel", "knobs"),

@@ -9,18 +9,17 @@ timed the way the lab measures (hardware=cpu's run worker, evaluator=fixed: 5 re
 median of 5 repeats of at least 50 ms of back-to-back calls. Passes rotate the order so the host's
 drift falls on all alike. Prints per kernel the median seconds and GFLOP/s over passes and, paired by
 pass, its speed relative to torch (torch seconds / its seconds, geometric mean with a bootstrap 95% CI
-over passes). Real hardware only; run it alone on the host.
+over passes). The lab's side measures on conf/hardware's `--hardware` (Hydra overrides, default
+hardware=cpu; hardware.num_threads is set to --threads). Real hardware only; run it alone on the host.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def best_of_run(run_dir: Path):
@@ -62,12 +61,14 @@ def main(argv=None) -> None:
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--passes", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2, help="hardware.num_threads, and torch's threads")
+    parser.add_argument("--hardware", nargs="+", default=["hardware=cpu"], metavar="OVERRIDE",
+                        help="the hardware that measures the kernels, as Hydra overrides of conf/")
     args = parser.parse_args(argv)
 
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from tuning.hardware.cpu import CPUHardware
+    from tuning.dataset import compose
     from tuning.hardware.tvm_export import call_seconds, rotated_passes
 
     kernels = [best_of_run(run.expanduser().resolve()) for run in args.runs]
@@ -87,7 +88,7 @@ def main(argv=None) -> None:
         print(f"pass {step + 1}/{args.passes}: " + ", ".join(f"{n} {s[-1] * 1e3:.2f} ms" for n, s in seconds.items()),
               flush=True)
 
-    with CPUHardware(num_threads=args.threads) as hardware:
+    with instantiate(compose([*args.hardware, f"hardware.num_threads={args.threads}"]).hardware) as hardware:
         timers = {label: (lambda t=task, c=config: measured(hardware, t, c)) for label, task, config in kernels}
         timers.update({name: (lambda c=call: call_seconds(c, 5, 50)) for name, call in libraries.items()})
         seconds = rotated_passes(timers, args.passes, after_pass=report_pass)

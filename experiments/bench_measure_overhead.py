@@ -6,7 +6,9 @@ Both sides build and time the same configs of the same task, round after
 round (a round = one batch, as the tuning loop does). MetaSchedule's
 LocalBuilder starts a fresh process pool on every build() call and its
 workers import the tensor intrinsics again (docs/tvm.md §Pitfalls 2); tunelab's workers
-start once. The script prints seconds per candidate for each and the ratio.
+start once. The script prints seconds per candidate for each and the ratio. tunelab's side is
+conf/hardware's `--hardware` (Hydra overrides, default hardware=cpu); MetaSchedule's runs on this
+host's CPU.
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import argparse
 import time
 
 import numpy as np
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
 
+from tuning.dataset import compose
 from tuning.measure import MeasureSpec
-from tuning.hardware.cpu import CPUHardware
 from tuning.task import build_tasks
 
 
@@ -56,10 +58,13 @@ def main() -> None:
     parser.add_argument("--model", default="gemm_64")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hardware", nargs="+", default=["hardware=cpu"], metavar="OVERRIDE",
+                        help="tunelab's hardware, as Hydra overrides of conf/")
     args = parser.parse_args()
-    task = build_tasks(OmegaConf.load(f"conf/model/{args.model}.yaml"))[0]
+    cfg = compose([f"model={args.model}", *args.hardware])
+    task = build_tasks(cfg.model)[0]
     spec = MeasureSpec(number=1, repeat=3, min_repeat_ms=0, cache_flush=False, check_correctness=False)
-    hardware = CPUHardware()
+    hardware = instantiate(cfg.hardware)
     space = hardware.space(task)
     rng = np.random.default_rng(0)
     rounds = [[space.canonical(space.sample(rng)) for _ in range(args.batch)] for _ in range(args.rounds)]

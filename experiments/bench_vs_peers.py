@@ -18,7 +18,9 @@
    resampling seeds); the median tuning wall time. Then the geomeans over workloads, relative to
    torch and to MetaSchedule's tuner (`--no-peer`: the lab's methods and the libraries only).
 
-Real hardware only; run it alone on the host (a compile beside a timing nearly doubles it).
+The hardware is conf/hardware's `--hardware` (Hydra overrides, default hardware=cpu) at --threads
+threads, for the lab's runs, MetaSchedule's target and the re-timing alike. Real hardware only; run it
+alone on the host (a compile beside a timing nearly doubles it).
 """
 from __future__ import annotations
 
@@ -34,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 METHODS = ("sa+greedy+xgb", "evolutionary+greedy+xgb_ms", "ppo+kmeans+xgb")
 WORKLOADS = ("gemm_1024", "conv_l7", "conv_l8")
@@ -51,6 +52,8 @@ def parse_args(argv=None):
     parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--hardware", nargs="+", default=["hardware=cpu"], metavar="OVERRIDE",
+                        help="the hardware that tunes and times, as Hydra overrides of conf/")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_vs_peers")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                         help="also tune with MetaSchedule's tune_tir (--no-peer: the lab's methods and the libraries)")
@@ -79,6 +82,15 @@ def task_of(name: str):
 
     [task] = build_tasks(OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml"))
     return task
+
+
+def hardware_of(args):
+    """conf/hardware's --hardware at --threads threads."""
+    from hydra.utils import instantiate
+
+    from tuning.dataset import compose
+
+    return instantiate(compose([*args.hardware, f"hardware.num_threads={args.threads}"]).hardware)
 
 
 def fixed_spec():
@@ -117,7 +129,7 @@ def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
     if method == PEER:
         shutil.rmtree(folder / "work", ignore_errors=True)  # a killed tune_tir would add to its database
         command = [sys.executable, __file__, "--metaschedule-job", workload, str(seed), str(folder),
-                   "--trials", str(args.trials), "--threads", str(args.threads)]
+                   "--trials", str(args.trials), "--threads", str(args.threads), "--hardware", *args.hardware]
     elif (folder / "run" / "run.yaml").exists():  # killed before done.json: continue it
         command = [sys.executable, "run.py", f"resume={folder / 'run'}"]
     else:
@@ -125,7 +137,7 @@ def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
         search, sampler, cost_model = parts.split("+")
         command = [sys.executable, "run.py", f"model={workload}", f"seed={seed}", f"budget.trials={args.trials}",
                    f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}", *filter(None, extra.split(",")),
-                   f"hardware.num_threads={args.threads}", "tracking.experiment=bench_vs_peers",
+                   *args.hardware, f"hardware.num_threads={args.threads}", "tracking.experiment=bench_vs_peers",
                    f"hydra.run.dir={folder / 'run'}"]
     with open(folder / "log.txt", "w") as log:
         code = subprocess.call(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -137,12 +149,11 @@ def run_job(workload: str, method: str, seed: int, folder: Path, args) -> float:
 
 
 def metaschedule_job(args) -> None:
-    from tuning.hardware.cpu import CPUHardware
     from tuning.hardware.tvm_peers import tune_with_metaschedule
 
     workload, seed, folder = args.metaschedule_job
     task = task_of(workload)
-    target = CPUHardware(num_threads=args.threads).target
+    target = hardware_of(args).target
     tune_with_metaschedule(task.workload, target, Path(folder) / "work", args.trials, int(seed), fixed_spec(),
                            args.threads)
 
@@ -197,13 +208,12 @@ def library_timers(task, inputs, threads: int, spec) -> dict:
 
 def retime(args) -> dict:
     """{workload: {variant: {seed: [seconds per pass]}}}; libraries under seed -1."""
-    from tuning.hardware.cpu import CPUHardware
     from tuning.hardware.tvm_export import rotated_passes
     from tuning.hardware.tvm_peers import KernelTimer
 
     spec = fixed_spec()
     seconds: dict = {}
-    hardware = CPUHardware(num_threads=args.threads)
+    hardware = hardware_of(args)
     for workload in args.workloads:
         task = task_of(workload)
         timer = KernelTimer(task.workload, hardware.target, spec)

@@ -21,7 +21,7 @@ import os
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-from tuning.tracking.ablation import run_preset  # noqa: E402
+from tuning.compare.ablation import run_preset  # noqa: E402
 
 COLUMNS = {"sa+greedy": "SA", "ppo+greedy": "AE", "sa+kmeans": "SA+AS", "ppo+kmeans": "AE+AS",
            "sa+kmeans_code": "SA+AS code", "ppo+kmeans_code": "AE+AS code"}

@@ -30,38 +30,24 @@ needs less, or "undecided at this power".
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tuning.compare.cli import default_out_dir, main as compare_main
+from tuning.compare.load import find_runs
+from tuning.compare.report import QUANTITY_NAMES, claim_cell, summary_markdown
+from tuning.compare.statistics import Claim, claim_rows
+from tuning.storage import mlflow_uri
+
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tuning import compare, stats  # noqa: E402
-
-RESAMPLES = 2000
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One statement of a paper: `method` needs `paper`x less of `quantity` than `baseline`."""
-
-    text: str
-    baseline: str
-    method: str
-    quantity: str  # "measurements" / "seconds" (to the target), "made" (measurements a run made), or a final
-    #                metric ("run/run_s", "opt_s")
-    paper: str  # the paper's number, as printed ("" for a control)
-    quality_bound: float | None = None  # the method's final latency may be at most this x the baseline's
 
 
 @dataclass(frozen=True)
@@ -144,160 +130,16 @@ def run_grid(paper: Paper, args, extra: list[str]) -> float:
 
 def mean_k(client, paper: Paper, model: str) -> float:
     """The mean sampler/k over every round of the SA+AS runs of `model`."""
-    found = client.get_experiment_by_name(paper.mlflow_experiment)
-    query = (f"attributes.status = 'FINISHED' and tags.experiment = '{paper.experiment}' and "
-             f"tags.`choice.{paper.row_group}` = 'sa_as' and params.`model.name` = '{model}'")
-    runs = client.search_runs([found.experiment_id], query, max_results=1000) if found else []
+    where = [f"tags.experiment = '{paper.experiment}'", f"tags.`choice.{paper.row_group}` = 'sa_as'",
+             f"params.`model.name` = '{model}'"]
+    runs = find_runs(client, paper.mlflow_experiment, where, limit=1000, required=False)
     ks = [m.value for run in runs for m in client.get_metric_history(run.info.run_id, "sampler/k")]
     if not ks:
         raise SystemExit(f"no sa_as run of {model} with sampler/k in {paper.mlflow_experiment}: run the grid first")
     return float(np.mean(ks))
 
 
-# ---- the claims ------------------------------------------------------------------------------------
-def km_median(outcomes) -> float:
-    times, reached = zip(*outcomes)
-    median = stats.kaplan_meier_median(times, reached)["median"]
-    return math.inf if median is None else float(median)
-
-
-def time_ratio(result, task: str, claim: Claim, rng) -> dict:
-    """Baseline / method Kaplan-Meier medians of the time to the target, paired bootstrap over seeds."""
-    target = result.truths[task].best_s / result.fraction
-    by_method = result.by_method(task)
-    pairs = compare.paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
-    if len(pairs) < 2:
-        return {"n": len(pairs), "ratio": math.nan, "low": math.nan, "high": math.nan}
-    method = [compare.time_to_target(m, target, claim.quantity) for m, _ in pairs]
-    base = [compare.time_to_target(b, target, claim.quantity) for _, b in pairs]
-
-    def ratio(index) -> float:
-        top, bottom = km_median([base[i] for i in index]), km_median([method[i] for i in index])
-        if math.isinf(top) and math.isinf(bottom):
-            return math.nan
-        return top / bottom
-
-    point = ratio(range(len(pairs)))
-    draws = np.array([ratio(rng.integers(len(pairs), size=len(pairs))) for _ in range(RESAMPLES)])
-    draws = np.nan_to_num(draws, nan=1.0, posinf=np.inf)  # neither reached the target: no difference seen
-    low, high = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")  # no interpolation between infs
-    return {"n": len(pairs), "ratio": point, "low": float(low), "high": float(high),
-            "reached": (sum(r for _, r in method), sum(r for _, r in base))}
-
-
-def metric_ratio(result, task: str, claim: Claim, rng) -> dict:
-    """Baseline / method of a final metric (or of the measurements made), geometric mean of the
-    per-seed ratios."""
-    if claim.quantity == "made":
-        values = {(c.method, c.seed): float(c.length) for c in result.curves if c.task == task}
-    else:
-        values = {(m, seed): metric_value(metrics, claim.quantity, task)
-                  for (m, seed, model), metrics in result.run_metrics.items() if model == task}
-    seeds = sorted(s for (m, s) in values if m == claim.method and (claim.baseline, s) in values)
-    pairs = [(values[(claim.method, s)], values[(claim.baseline, s)]) for s in seeds]
-    pairs = [(a, b) for a, b in pairs if a and b and math.isfinite(a) and math.isfinite(b)]
-    found = stats.paired_ratio([b for _, b in pairs], [a for a, _ in pairs], rng)
-    return {"n": found["n"], "ratio": found["ratio"], "low": found["low"], "high": found["high"]}
-
-
-def metric_value(metrics: dict, key: str, task: str) -> float | None:
-    """A run's final metric; opt_s is simulated (build + run) plus search and model seconds."""
-    if key == "opt_s":
-        parts = [metrics.get("run/simulated_s"), metrics.get("run/search_s"), metrics.get("run/model_s")]
-        return sum(parts) if all(p is not None for p in parts) else None
-    return metrics.get(key)
-
-
-def final_quality(result, task: str, claim: Claim, rng) -> dict:
-    """Method / baseline of the final incumbent's true latency, paired by seed."""
-    by_method = result.by_method(task)
-    pairs = compare.paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
-    pairs = [(m.true_s[-1], b.true_s[-1]) for m, b in pairs if math.isfinite(m.true_s[-1]) and math.isfinite(b.true_s[-1])]
-    return stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
-
-
-def verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True) -> str:
-    """holds / does not hold for a paper's claim; for a control or fidelity row (no claim) which of
-    the two needs less, or undecided."""
-    low, high = speed["low"], speed["high"]
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "undecided at this power"
-    broken = bound is not None and math.isfinite(quality["low"]) and quality["low"] > bound
-    kept = bound is None or (math.isfinite(quality["high"]) and quality["high"] <= bound)
-    if high < 1:
-        return "does not hold" if claimed else "the method needs more"
-    if broken:  # faster, perhaps, but to a kernel worse than the claim allows
-        return "does not hold: slower output" if claimed else "the method needs more"
-    if low > 1 and kept:
-        return "holds" if claimed else "the method needs less"
-    return "undecided at this power"
-
-
-def magnitude(paper: str, speed: dict) -> str:
-    """Where the paper's number lies against our interval."""
-    if not paper or not math.isfinite(speed["low"]):
-        return ""
-    numbers = [float(x) for x in paper.rstrip("x").split("-")]
-    if max(numbers) < speed["low"]:
-        return "paper's below our CI"
-    if min(numbers) > speed["high"]:
-        return "paper's above our CI"
-    return "paper's within our CI"
-
-
-def claim_rows(paper: Paper, result, seed: int = 0) -> list[dict]:
-    """Every claim on every task both its rows ran on; each (claim, task) bootstraps with its own
-    seeded generator, so adding a claim never moves another's interval."""
-    rows = []
-    for claim in paper.claims:
-        for task in result.tasks():
-            methods = result.by_method(task)
-            if claim.method not in methods or claim.baseline not in methods:
-                continue
-            rng = np.random.default_rng([seed, zlib.crc32(f"{claim.text}|{claim.method}|{task}".encode())])
-            timed = claim.quantity in ("measurements", "seconds")
-            speed = time_ratio(result, task, claim, rng) if timed else metric_ratio(result, task, claim, rng)
-            quality = final_quality(result, task, claim, rng)
-            rows.append({"claim": claim.text, "task": task, "baseline": claim.baseline, "method": claim.method,
-                         "quantity": claim.quantity, "paper": claim.paper or "-", **{f"speed_{k}": v for k, v in speed.items()},
-                         **{f"quality_{k}": v for k, v in quality.items()},
-                         "verdict": verdict(speed, quality, claim.quality_bound, bool(claim.paper)),
-                         "magnitude": magnitude(claim.paper, speed)})
-    return rows
-
-
-def _cell(value: float, low: float, high: float) -> str:
-    if not math.isfinite(value):
-        return "n/a" if math.isnan(value) else "inf"
-    if math.isnan(low) or math.isnan(high):
-        return f"{value:.3f}x"
-    return f"{value:.3f}x [{low:.3f}, {high:.3f}]"  # an end reads inf where resamples never reached the target
-
-
-QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulated s to target",
-                  "made": "measurements made",
-                  "run/run_s": "measurement s (run/run_s)", "opt_s": "optimisation s (16 iterations)"}
-
-
-SHORT = {"holds": "holds", "does not hold": "does not hold",
-         "does not hold: slower output": "does not hold (slower output)", "undecided at this power": "undecided",
-         "the method needs less": "less", "the method needs more": "more"}
-
-
-def summary_markdown(rows: list[dict]) -> list[str]:
-    """One row per claim, one column per task: the speed-up, its CI and the verdict."""
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    claims = list(dict.fromkeys((r["claim"], r["method"], r["baseline"], r["quantity"], r["paper"]) for r in rows))
-    cells = {(r["claim"], r["method"], r["task"]): r for r in rows}
-    out = ["| claim | method vs baseline | on | paper | " + " | ".join(tasks) + " |", "|---" * (4 + len(tasks)) + "|"]
-    for claim, method, baseline, quantity, paper in claims:
-        found = [cells.get((claim, method, task)) for task in tasks]
-        out.append(f"| {claim} | {method} vs {baseline} | {QUANTITY_NAMES[quantity]} | {paper} | " + " | ".join(
-            f"{_cell(r['speed_ratio'], r['speed_low'], r['speed_high'])} {SHORT[r['verdict']]}" if r else "-"
-            for r in found) + " |")
-    return out
-
-
+# ---- the claims' page ----------------------------------------------------------------------------
 def claims_markdown(paper: Paper, rows: list[dict], cost: dict, k_by_model: dict) -> str:
     out = ["Speed-up = baseline / method (above 1: the method needs less), 95% CI over seeds; verdict: holds / does "
            "not hold / undecided for a paper's claim, less / more / undecided for a control or fidelity row.", "",
@@ -306,8 +148,8 @@ def claims_markdown(paper: Paper, rows: list[dict], cost: dict, k_by_model: dict
            "[95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['claim']}: {r['method']} vs {r['baseline']} | {r['task']} | "
-                   f"{_cell(r['speed_ratio'], r['speed_low'], r['speed_high'])} | {QUANTITY_NAMES[r['quantity']]} | "
-                   f"{r['paper']} | {_cell(r['quality_ratio'], r['quality_low'], r['quality_high'])} | "
+                   f"{claim_cell(r['speed_ratio'], r['speed_low'], r['speed_high'])} | {QUANTITY_NAMES[r['quantity']]} | "
+                   f"{r['paper']} | {claim_cell(r['quality_ratio'], r['quality_low'], r['quality_high'])} | "
                    f"{r['verdict']}{'; ' + r['magnitude'] if r['magnitude'] else ''} |")
     out += ["", *paper.notes]
     if k_by_model:
@@ -344,13 +186,14 @@ def parse_args(argv=None):
                                                                      "--seeds 10 --seed-from 10; the table uses them all)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel replay jobs (hydra/launcher=joblib)")
     parser.add_argument("--fraction", type=float, default=0.95, help="target: this share of the best known throughput")
-    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: outputs/mlflow.db)")
+    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                                        "outputs/mlflow.db)")
     parser.add_argument("--table-only", action="store_true", help="no runs: the table from the runs already made")
     parser.add_argument("--out", help="output folder (default: claims-<paper>/<time> beside the MLflow store)")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     paper = PAPERS[args.paper]
     args.models = args.models or list(paper.models)
-    args.uri = args.uri or compare.default_uri()
+    args.uri = mlflow_uri(args.uri)
     if args.seeds < 1 or args.seed_from < 0 or not (0 < args.fraction <= 1) or args.jobs < 1:
         parser.error("--seeds must be >= 1, --seed-from >= 0, --fraction in (0, 1], --jobs >= 1")
     store = Path(args.store)
@@ -377,14 +220,14 @@ def main(argv=None) -> list[dict]:
     elif paper is CHAMELEON:
         k_by_model = {m: mean_k(client, paper, m) for m in args.models}
     out = Path(args.out) if args.out else default_out(args.uri, args.paper)
-    result = compare.main(["--experiment", paper.mlflow_experiment, "--tag", f"experiment={paper.experiment}",
+    result = compare_main(["--experiment", paper.mlflow_experiment, "--tag", f"experiment={paper.experiment}",
                            "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
                            "--fraction", str(args.fraction), "--budgets", *map(str, paper.budgets),
                            "--metric", "run/run_s", "--uri", args.uri, "--out", str(out), "--no-mlflow-run"],
                           rename=paper.rows)
     cost["replays"] = replay_cost(result)
     cost["store"] = store_cost(args.store, _store_tasks(args.store, result))
-    rows = claim_rows(paper, result)
+    rows = claim_rows(paper.claims, result)
     seeds = sorted({c.seed for c in result.curves})
     text = (f"# Claims: {args.paper}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), target {args.fraction:g} of the "
             f"best known throughput\n\n" + claims_markdown(paper, rows, cost, k_by_model))
@@ -396,7 +239,7 @@ def main(argv=None) -> list[dict]:
 
 def default_out(uri: str, paper: str) -> Path:
     """claims-<paper>/<time>/ beside the MLflow sqlite store (as tuning.compare's compare/<time>/)."""
-    return compare.default_out_dir(uri).parent.parent / f"claims-{paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    return default_out_dir(uri).parent.parent / f"claims-{paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
 def _store_tasks(store: str, result) -> list[str]:

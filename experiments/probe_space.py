@@ -28,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from tuning.config import ConfigError
 
-from tuning.config import ConfigError  # noqa: E402 - after the repository is on the path
+REPO = Path(__file__).resolve().parents[1]
 
 FOUND = "found"  # the run's best, as measured by the run
 RESERVED = (FOUND, "torch", "numpy")  # rows of the table that are not variants

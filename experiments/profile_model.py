@@ -15,14 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
 PREPACKED = "_prepacked"  # a kernel compiled with its weights' layout rewritten (hardware.weight_prepack)
-sys.path.insert(0, str(REPO))
 
 
 def parse_args(argv=None):

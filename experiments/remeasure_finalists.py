@@ -10,7 +10,7 @@ configs (by their tuning readings), builds them, and times them in `--passes` ro
 over all runs (each pass in a rotated order) with one evaluator (default: 10 x 50 runs, the
 ablation's deterministic evaluator), so every run's finalists see the same host. A config's
 latency is the median over passes; a run's best is its fastest config. Single-operator models
-(conf/model/<name>.yaml) on hardware=cpu.
+(conf/model/<name>.yaml) on conf/hardware's `--hardware` (Hydra overrides, default hardware=cpu).
 """
 from __future__ import annotations
 
@@ -22,15 +22,17 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from tuning.compare.ablation import latest_sweep, newest_per, print_table, run_records  # noqa: E402
+from tuning.dataset import compose  # noqa: E402
 from tuning.evaluator.fixed import FixedEvaluator  # noqa: E402
-from tuning.hardware.cpu import CPUHardware  # noqa: E402
+from tuning.storage import mlflow_uri  # noqa: E402
 from tuning.task import build_tasks  # noqa: E402
-from tuning.tracking.ablation import find_runs, newest_per, print_table, run_records  # noqa: E402
 
 GROUPS = ("cost_model", "search", "sampler", "evaluator")
 
@@ -48,11 +50,11 @@ def finalists(client, runs, top: int, scratch: Path) -> list[dict]:
     return described
 
 
-def remeasure(runs: list[dict], passes: int, evaluator) -> None:
+def remeasure(runs: list[dict], passes: int, evaluator, hardware_overrides: list[str]) -> None:
     tasks = {name: build_tasks(OmegaConf.load(Path("conf/model") / f"{name}.yaml"))[0]
              for name in {r["model"] for r in runs}}
     timings = defaultdict(list)
-    with CPUHardware() as hardware:
+    with instantiate(compose(hardware_overrides).hardware) as hardware:
         for index in range(passes):
             for run in runs[index % len(runs):] + runs[:index % len(runs)]:
                 results = evaluator.measure(hardware, tasks[run["model"]], run["configs"])
@@ -65,7 +67,8 @@ def remeasure(runs: list[dict], passes: int, evaluator) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", default=f"sqlite:///{Path('outputs/mlflow.db').resolve()}")
+    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                                    "outputs/mlflow.db)")
     parser.add_argument("--mlflow-experiment", default="tunelab")
     parser.add_argument("--experiment", required=True, help="the runs' experiment tag, e.g. adatune_ablation_reduced")
     parser.add_argument("--parent", help="only the children of this multirun parent run id")
@@ -73,12 +76,15 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3, help="round-robin passes over all runs")
     parser.add_argument("--number", type=int, default=50, help="runs per timed cost")
     parser.add_argument("--repeat", type=int, default=10, help="costs per measurement")
+    parser.add_argument("--hardware", nargs="+", default=["hardware=cpu"], metavar="OVERRIDE",
+                        help="the hardware that re-measures, as Hydra overrides of conf/")
     args = parser.parse_args()
-    client = MlflowClient(args.uri)
-    _, runs = find_runs(client, args.mlflow_experiment, args.experiment, args.experiment, args.parent)
+    client = MlflowClient(mlflow_uri(args.uri))
+    _, runs = latest_sweep(client, args.mlflow_experiment, args.experiment, args.experiment, args.parent)
     with tempfile.TemporaryDirectory() as scratch:
         described = finalists(client, runs, args.top, Path(scratch))
-    remeasure(described, args.passes, FixedEvaluator(number=args.number, repeat=args.repeat, min_repeat_ms=0))
+    remeasure(described, args.passes, FixedEvaluator(number=args.number, repeat=args.repeat, min_repeat_ms=0),
+              args.hardware)
     by_model = defaultdict(lambda: defaultdict(list))
     for run in described:
         by_model[run["model"]][run["scheme"]].append(run)

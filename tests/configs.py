@@ -3,14 +3,16 @@ TUNELAB_CONF_DIRS (os.pathsep-separated, each laid out like conf/), so a method 
 config directory, with no edit here, runs through every contract suite (tests/test_extending.py)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def extra_conf_dirs() -> list[Path]:
-    return [Path(d).resolve() for d in os.environ.get("TUNELAB_CONF_DIRS", "").split(os.pathsep) if d]
+    """TUNELAB_CONF_DIRS as the lab itself reads it."""
+    from tuning.run_folder import env_conf_dirs
+
+    return env_conf_dirs()
 
 
 def group_yamls(group: str) -> list[Path]:
@@ -43,12 +45,12 @@ def as_job(cfg, monkeypatch):
     (matplotlib: 0.3 s a run)."""
     from omegaconf import open_dict, read_write
 
-    from tuning import run
+    from tuning import export, run
 
     info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
             "output_dir": cfg.output_dir}
     monkeypatch.setattr(run, "_hydra_info", lambda: info)
-    monkeypatch.setattr(run, "convergence_png", lambda curves, path, **_: path)
+    monkeypatch.setattr(export, "convergence_png", lambda curves, path, **_: path)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]
     return cfg

@@ -213,7 +213,7 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
 def test_table_names_the_papers_columns_and_compares_with_sa(experiment_script):
     from tuning.compare import Curve, TaskTruth, compare
 
-    from tuning.tracking.ablation import preset_argv
+    from tuning.compare.ablation import preset_argv
 
     table = experiment_script("chameleon_table")
     argv = preset_argv(argparse.Namespace(

@@ -1,5 +1,6 @@
 """The seed papers' claims re-tested (experiments/claims.py): the controls and fidelity options on
-hand-made data and on the synthetic hardware, and the claims' statistics on hand-made curves."""
+hand-made data and on the synthetic hardware, and the claims' statistics (tuning/compare/statistics.py)
+on hand-made curves."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from tuning.compare import Curve, TaskTruth, compare, error_counts
+from tuning.compare import (Claim, Curve, TaskTruth, claim_cell, claim_rows, claim_verdict, compare, error_counts,
+                            final_quality, magnitude, time_ratio)
 from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
 from tuning.dataset import full_readings
 from tuning.records import MeasureResult, Record
@@ -197,54 +199,51 @@ def claims_result(method_speed: float, seeds: int = 10, quality: float = 1.0):
     return compare(curves, {"t": TaskTruth({}, 1e-4, "store x")}, "SA", budgets=(64,), fraction=0.95)
 
 
-def sa_as_rows(claims, result) -> list[dict]:
+SA_AS = Claim("adaptive sampling cuts measurements with SA (Fig. 7b)", "SA", "SA+AS", "measurements", "1.98x")
+
+
+def sa_as_rows(result) -> list[dict]:
     """The claim rows of SA+AS against SA on measurements to the target."""
-    return [r for r in claims.claim_rows(claims.CHAMELEON, result)
-            if r["method"] == "SA+AS" and r["baseline"] == "SA" and r["quantity"] == "measurements"]
+    return claim_rows([SA_AS], result)
 
 
-def test_a_clear_reduction_holds_and_says_where_the_paper_lies(experiment_script):
-    claims = experiment_script("claims")
-    [row] = sa_as_rows(claims, claims_result(2.0))
+def test_a_clear_reduction_holds_and_says_where_the_paper_lies():
+    [row] = sa_as_rows(claims_result(2.0))
     assert row["speed_ratio"] == pytest.approx(2.0, rel=0.05) and row["speed_low"] > 1
     assert row["verdict"] == "holds" and row["magnitude"]
 
 
-def test_where_the_papers_number_lies(experiment_script):
-    claims = experiment_script("claims")
-    assert claims.magnitude("1.98x", {"low": 1.5, "high": 2.5}) == "paper's within our CI"
-    assert claims.magnitude("1.98x", {"low": 2.5, "high": 3.0}) == "paper's below our CI"
-    assert claims.magnitude("1.3-3.9x", {"low": 0.8, "high": 1.2}) == "paper's above our CI"
-    assert claims.magnitude("", {"low": 0.8, "high": 1.2}) == ""
+def test_where_the_papers_number_lies():
+    assert magnitude("1.98x", {"low": 1.5, "high": 2.5}) == "paper's within our CI"
+    assert magnitude("1.98x", {"low": 2.5, "high": 3.0}) == "paper's below our CI"
+    assert magnitude("1.3-3.9x", {"low": 0.8, "high": 1.2}) == "paper's above our CI"
+    assert magnitude("", {"low": 0.8, "high": 1.2}) == ""
 
 
-def test_no_difference_is_undecided_and_a_loss_does_not_hold(experiment_script):
-    claims = experiment_script("claims")
-    [same] = sa_as_rows(claims, claims_result(1.0))
+def test_no_difference_is_undecided_and_a_loss_does_not_hold():
+    [same] = sa_as_rows(claims_result(1.0))
     assert same["verdict"] == "undecided at this power"
-    [slower] = sa_as_rows(claims, claims_result(0.5))
+    [slower] = sa_as_rows(claims_result(0.5))
     assert slower["verdict"] == "does not hold" and slower["speed_high"] < 1
 
 
-def test_a_quality_bound_breaks_a_faster_method(experiment_script):
-    claims = experiment_script("claims")
-    claim = claims.Claim("x", "SA", "SA+AS", "measurements", "2x", quality_bound=1.02)
+def test_a_quality_bound_breaks_a_faster_method():
+    claim = Claim("x", "SA", "SA+AS", "measurements", "2x", quality_bound=1.02)
     result = claims_result(2.0, quality=1.5)  # twice as fast to... a 50% slower kernel
-    speed = claims.time_ratio(result, "t", claim, np.random.default_rng(0))
-    quality = claims.final_quality(result, "t", claim, np.random.default_rng(0))
-    assert quality["ratio"] == pytest.approx(1.5) and claims.verdict(speed, quality, 1.02) == "does not hold"
-    assert math.isnan(claims.time_ratio(claims_result(2.0, seeds=1), "t", claim, np.random.default_rng(0))["ratio"])
+    speed = time_ratio(result, "t", claim, np.random.default_rng(0))
+    quality = final_quality(result, "t", claim, np.random.default_rng(0))
+    assert quality["ratio"] == pytest.approx(1.5) and claim_verdict(speed, quality, 1.02) == "does not hold"
+    assert math.isnan(time_ratio(claims_result(2.0, seeds=1), "t", claim, np.random.default_rng(0))["ratio"])
     faster, worse = {"low": 1.5, "high": 2.5}, {"low": 1.1, "high": 1.3}
-    assert claims.verdict(faster, worse, 1.0) == "does not hold: slower output"
-    assert claims.verdict(faster, {"low": 0.9, "high": 1.0}, 1.0) == "holds"
-    assert claims.verdict(faster, {"low": 0.9, "high": 1.1}, 1.0) == "undecided at this power"
+    assert claim_verdict(faster, worse, 1.0) == "does not hold: slower output"
+    assert claim_verdict(faster, {"low": 0.9, "high": 1.0}, 1.0) == "holds"
+    assert claim_verdict(faster, {"low": 0.9, "high": 1.1}, 1.0) == "undecided at this power"
 
 
-def test_a_cell_keeps_an_open_ended_interval(experiment_script):
-    claims = experiment_script("claims")
-    assert claims._cell(0.895, 0.5, math.inf) == "0.895x [0.500, inf]"  # some resamples never reached
-    assert claims._cell(1.2, 1.1, 1.3) == "1.200x [1.100, 1.300]"
-    assert claims._cell(math.nan, math.nan, math.nan) == "n/a"
+def test_a_cell_keeps_an_open_ended_interval():
+    assert claim_cell(0.895, 0.5, math.inf) == "0.895x [0.500, inf]"  # some resamples never reached
+    assert claim_cell(1.2, 1.1, 1.3) == "1.200x [1.100, 1.300]"
+    assert claim_cell(math.nan, math.nan, math.nan) == "n/a"
 
 
 @pytest.mark.slow

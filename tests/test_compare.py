@@ -1,4 +1,4 @@
-"""python -m tuning.compare (tuning/compare.py): curves, censoring, the external target, the
+"""python -m tuning.compare (tuning/compare/): curves, censoring, the external target, the
 methodology score by hand and against the autotuning-methodology package, and the whole tool on a
 replayed grid run by run.py."""
 from __future__ import annotations

@@ -202,8 +202,8 @@ def test_every_component_instantiates_without_work(compose_cfg, tmp_path, group,
     assert {p.pid for p in psutil.Process().children(recursive=True)} == children_before, "a process was started"
     assert not multiprocessing.active_children()
     assert sorted(tmp_path.rglob("*")) == files_before, "the constructor wrote files"
-    if group == "hardware" and hasattr(component, "_runner"):
-        assert component._runner is None and not component._builders, "workers started in __init__"
+    if group == "hardware" and hasattr(component, "runner"):
+        assert component.runner.setup is None, "the runner was set up in __init__"
     if group == "tracking" and hasattr(component, "_client"):
         assert component._client is None, "the tracker opened its store in __init__"
 

@@ -1,8 +1,10 @@
 """Adding a method is one module and one YAML, with no other edit (docs/architecture.md §Adding a method).
 
 A toy search lives in a temporary directory of its own: its module on PYTHONPATH, its YAML in a config
-directory passed to Hydra (`hydra.searchpath`) and to the test suites (TUNELAB_CONF_DIRS). The search
-contract suite and the config suite pick it up, and run.py tunes with it."""
+directory declared in TUNELAB_CONF_DIRS (Hydra's search path gains it: hydra_plugins/tunelab_searchpath).
+The search contract suite and the config suite pick it up, and run.py tunes with it, here with the
+directory also named in `hydra.searchpath`, which keeps working; tests/test_out_of_tree.py kills,
+resumes, applies and syncs such a run, and refuses it where the directory is not declared."""
 from __future__ import annotations
 
 import json

@@ -17,7 +17,8 @@ from tuning.config import ConfigError, validate
 from tuning.loop import RunInfo, tune_tasks
 from tuning.naming import run_name, sweep_name, workload_label
 from tuning.outcome import TaskOutcome, task_table
-from tuning.run import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, _with_budget, even_share, headline_metrics
+from tuning.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
+from tuning.final import headline_metrics
 from tuning.scheduler.gradient import Gradient
 from tuning.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
 from tuning.tracking.base import run_params
@@ -37,19 +38,18 @@ def test_even_share_by_hand():
 def test_small_budget_lowers_the_minimum_and_says_so(compose_cfg, caplog):
     cfg = compose_cfg("model=resnet18", "budget.trials=88")
     with caplog.at_level(logging.INFO, logger="tunelab"):
-        _with_budget(cfg, KERNELS)
-    assert cfg.budget.trials == 88 and cfg.budget.min_trials_per_task == 4
+        plan = resolve_budget(cfg, KERNELS)
+    assert plan.trials == 88 and plan.min_trials_per_task == 4
     assert "each gets 4 first" in caplog.text and "22 kernels" in caplog.text
 
 
 def test_default_budget_scales_with_the_kernel_count(compose_cfg):
     whole = compose_cfg("model=resnet18")
     assert whole.budget.trials is None
-    _with_budget(whole, KERNELS)
-    assert whole.budget.trials == DEFAULT_TRIALS_PER_KERNEL * 22
+    assert resolve_budget(whole, KERNELS).trials == DEFAULT_TRIALS_PER_KERNEL * 22
     single = compose_cfg("model=gemm_64")
-    _with_budget(single, build_tasks(single.model))
-    assert single.budget.trials == DEFAULT_TRIALS and single.budget.min_trials_per_task == 64
+    plan = resolve_budget(single, build_tasks(single.model))
+    assert plan.trials == DEFAULT_TRIALS and plan.min_trials_per_task == 64
 
 
 def test_every_kernel_gets_its_share_before_the_scheduler(tmp_path):
@@ -62,7 +62,7 @@ def test_every_kernel_gets_its_share_before_the_scheduler(tmp_path):
     run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=88, plan_size=64,
                   min_trials_per_task=even_share(88, 22, 64))
     outcomes = tune_tasks(KERNELS, components_for, run, Gradient())
-    assert run.measured == 88
+    assert run.progress.measured == 88
     assert [len(o.records) for o in outcomes] == [4] * 22
     assert all(math.isfinite(o.best_cost) for o in outcomes)
 

@@ -94,9 +94,11 @@ def test_runs_without_kernels_to_build_are_refused_naming_the_key(experiment_scr
     probe = experiment_script("probe_space")
     assert "hardware" in refusal(probe, synthetic_run, "--list")
     conf = Path(__file__).resolve().parents[1] / "conf" / "model"
+    cpu = yaml.safe_load((conf.parent / "hardware" / "cpu.yaml").read_text())
+    cpu.pop("defaults")  # a saved config holds the composed node: its runner, no defaults list
+    cpu["runner"] = yaml.safe_load((conf.parent / "hardware" / "runner" / "local.yaml").read_text())
     whole = crafted(synthetic_run, tmp_path, lambda cfg: cfg.update(
-        model=yaml.safe_load((conf / "tiny_cnn.yaml").read_text()),
-        hardware=yaml.safe_load((conf.parent / "hardware" / "cpu.yaml").read_text())))
+        model=yaml.safe_load((conf / "tiny_cnn.yaml").read_text()), hardware=cpu))
     assert refusal(probe, whole, "--list").startswith("tunelab: model:")
     marker = tmp_path / "executed"
     hostile = crafted(synthetic_run, tmp_path / "h", lambda cfg: cfg["search"].update(

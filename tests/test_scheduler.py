@@ -74,7 +74,7 @@ def run_model(out_dir, trials, scheduler=None, min_trials=16, plan_size=16, task
 def test_budget_shared_minimum_first_and_tiny_space_enumerated(tmp_path):
     run, outcomes = run_model(tmp_path, trials=200)
     rows = RecordLog(tmp_path / "records.jsonl").load()
-    assert len(rows) == run.measured == 200
+    assert len(rows) == run.progress.measured == 200
     # the tiny task's whole space (12 configs, fewer once canonical) in its first round, then never again
     tiny = outcomes["tiny"]
     assert len(tiny.records) <= 12 and tiny.stopped_because == "space enumerated"

@@ -287,7 +287,7 @@ def test_the_simulated_clock_adds_up_to_the_stored_seconds(tmp_path):
             used = min(len(row.costs), SPEC.repeat) if row.ok else 1
             spent += row.build_s + (row.run_s * used / len(row.costs) if row.ok else row.run_s)
         assert record.time == pytest.approx(spent, rel=1e-12, abs=1e-15)
-    assert run.simulated_s == pytest.approx(spent)
+    assert run.progress.simulated_s == pytest.approx(spent)
 
 
 # ---- store-restricted spaces -----------------------------------------------------------------

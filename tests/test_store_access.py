@@ -204,7 +204,7 @@ def test_a_dry_run_creates_no_store(tmp_path, capsys):
 
 # ---- read-only media -------------------------------------------------------------------------
 def test_replay_stats_and_a_read_only_run_work_from_read_only_media(read_only_copy, capsys):
-    from tuning.run import _with_store
+    from tuning.store_wiring import wire_store
 
     path, configs = read_only_copy
     replay = ReplayHardware(SyntheticHardware(), str(path), on_miss="error")
@@ -218,20 +218,20 @@ def test_replay_stats_and_a_read_only_run_work_from_read_only_media(read_only_co
     assert status == 0 and "8 rows" in output, output
     parts = SimpleNamespace(hardware=ReplayHardware(SyntheticHardware(), str(path), on_miss="error"),
                             evaluator=SimpleNamespace(spec=SPEC))
-    writer = _with_store(OmegaConf.create({"model": {}}), parts)
-    assert len(writer.table(TASK, parts.hardware.space(TASK)).configs()) == len(configs)
+    hardware, writer = wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
+    assert len(writer.table(TASK, hardware.space(TASK)).configs()) == len(configs)
     writer.store.close()
     assert sorted(os.listdir(path.parent)) == ["store.sqlite"]
 
 
 def test_a_run_whose_store_cannot_be_written_is_refused_before_work(read_only_copy):
-    from tuning.run import _with_store
+    from tuning.store_wiring import wire_store
 
     path, _ = read_only_copy
     for hardware in (SyntheticHardware(store=str(path)), SyntheticHardware(store=str(path.parent / "new.sqlite"))):
         parts = SimpleNamespace(hardware=hardware, evaluator=SimpleNamespace(spec=SPEC))
         with pytest.raises(StoreError, match=r"^hardware.store: .* cannot be written: read-only file system"):
-            _with_store(OmegaConf.create({"model": {}}), parts)
+            wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
     problems = ReplayHardware.check({"store": str(path), "create": False, "on_miss": "measure",
                                      "backend": {"_target_": "tuning.hardware.synthetic.SyntheticHardware"}},
                                     "hardware")
@@ -247,11 +247,11 @@ def test_a_build_or_import_into_read_only_media_is_refused_before_work(read_only
 
 
 def test_a_store_path_that_is_a_folder_is_refused_naming_the_option(tmp_path):
-    from tuning.run import _with_store
+    from tuning.store_wiring import wire_store
 
     parts = SimpleNamespace(hardware=SyntheticHardware(store=str(tmp_path)), evaluator=SimpleNamespace(spec=SPEC))
     with pytest.raises(StoreError, match=r"^hardware.store: .* is a folder, not a store file"):
-        _with_store(OmegaConf.create({"model": {}}), parts)
+        wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
     with pytest.raises(StoreError, match="a folder, not a store file"):
         MeasurementStore(tmp_path, read_only=True).conn
 

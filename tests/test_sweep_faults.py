@@ -257,7 +257,9 @@ def test_a_sweep_stopped_with_sigterm_ends_its_parent_run_killed_and_a_rerun_fin
     stderr = proc.communicate(timeout=120)[1]
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parent_id = (tmp_path / "sweep" / ".mlflow_parent_run_id").read_text().strip()
+    experiment = client.get_experiment_by_name("tunelab").experiment_id
+    [parent] = client.search_runs([experiment], f"tags.`tunelab.multirun` = '{tmp_path / 'sweep'}'")
+    parent_id = parent.info.run_id
     assert client.get_run(parent_id).info.status == "KILLED", stderr[-3000:]
     assert [t.state for t in study_trials(tmp_path)] == [TrialState.FAIL, TrialState.WAITING]
 
@@ -265,7 +267,6 @@ def test_a_sweep_stopped_with_sigterm_ends_its_parent_run_killed_and_a_rerun_fin
     trials = study_trials(tmp_path)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
-    experiment = client.get_experiment_by_name("tunelab").experiment_id
     runs = client.search_runs([experiment], max_results=50)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert [p.info.run_id for p in parents] == [parent_id] and parents[0].info.status == "FINISHED"

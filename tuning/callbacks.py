@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from tuning.cost_model.base import model_input
 from tuning.store import TaskRows
+from tuning.whole_model import is_whole_model
 
 log = logging.getLogger("tunelab")
 
@@ -82,7 +83,7 @@ class ProgressBar(MeasureCallback):
     def on_start(self, run) -> None:
         # a terminal that reports 0 columns (some CI consoles, `script`) would get an empty bar
         columns = shutil.get_terminal_size(fallback=(100, 24)).columns
-        self.bar = tqdm(total=run.trials, initial=run.measured, unit="trial", dynamic_ncols=columns > 0,
+        self.bar = tqdm(total=run.trials, initial=run.progress.measured, unit="trial", dynamic_ncols=columns > 0,
                         ncols=None if columns > 0 else 100)
 
     def before_measure(self, tuner, batch) -> None:
@@ -126,7 +127,7 @@ class StepMetrics(MeasureCallback):
             self.tracker.log_metrics(point, step=step)  # buffered: one write per round
         metrics = {f"time/{k}": v for k, v in outcome.times.items()}
         if parts.hardware.simulated_clock:
-            metrics["time/simulated_s"] = tuner.run.simulated_s  # the stored seconds so far, all tasks
+            metrics["time/simulated_s"] = tuner.run.progress.simulated_s  # the stored seconds so far, all tasks
         gauges = [r.gauge_s for r in report.results if r.gauge_s and not r.reused]
         if gauges:  # the host's drift: the fixed reference kernel, timed with this round's batch
             metrics["hardware/gauge_us"] = float(np.median(gauges)) * 1e6
@@ -210,8 +211,16 @@ class Pace(MeasureCallback):
         self.kernels, self.e2e_timing_s, self.finalists = kernels, e2e_timing_s, finalists
         self.said = False
 
+    @classmethod
+    def of_job(cls, cfg, tasks, evaluator) -> Pace:
+        """A tuning job's: each task's best few re-measured; a whole model's end-to-end check when enabled."""
+        finalists = len(tasks) * evaluator.final_candidates
+        if is_whole_model(cfg.model) and cfg.e2e.enabled:  # tuned, untuned and torch timed
+            return cls(kernels=len(tasks), e2e_timing_s=3 * cfg.e2e.max_seconds, finalists=finalists)
+        return cls(finalists=finalists)
+
     def on_start(self, run) -> None:
-        self.run, self.started, self.first = run, time.perf_counter(), run.measured
+        self.run, self.started, self.first = run, time.perf_counter(), run.progress.measured
 
     def after_round(self, report: RoundReport) -> None:
         new = [r for r in report.results if not r.reused]

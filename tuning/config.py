@@ -25,6 +25,8 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from tuning.component import MAX_SEED, Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
+from tuning.storage import StorageSchema, register_resolver
+from tuning.storage import problems as storage_problems
 from tuning.task import conv2d_output_shape
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
@@ -82,6 +84,7 @@ class TopLevelSchema:
     tuning: TuningSchema = field(default_factory=TuningSchema)
     e2e: E2ESchema = field(default_factory=E2ESchema)
     objective: ObjectiveSchema = field(default_factory=ObjectiveSchema)
+    storage: StorageSchema = field(default_factory=StorageSchema)  # where runs, studies, stores live
     model: Any = MISSING
     search: Any = MISSING
     sampler: Any = MISSING
@@ -92,11 +95,15 @@ class TopLevelSchema:
     scheduler: Any = MISSING
 
 
-SCHEMA_GROUPS = {"budget": BudgetSchema, "tuning": TuningSchema, "e2e": E2ESchema, "objective": ObjectiveSchema}
+SCHEMA_GROUPS = {"budget": BudgetSchema, "tuning": TuningSchema, "e2e": E2ESchema, "objective": ObjectiveSchema,
+                 "storage": StorageSchema}
 
 
 def register() -> None:
     ConfigStore.instance().store(name="base_config", node=TopLevelSchema)
+
+
+register_resolver()  # before any config that names ${tunelab_outputs:} is resolved
 
 
 class ConfigError(ValueError):
@@ -167,6 +174,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += _check_model(cfg.model)
     problems += _check_objective(cfg.objective)
     problems += check_range("objective.report_every", cfg.objective.report_every, 1, None)
+    problems += storage_problems(cfg.storage)
     classes = {}
     for group in COMPONENT_GROUPS:
         cls, group_problems = _check_component(group, cfg[group])

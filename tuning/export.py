@@ -12,6 +12,9 @@ a user would run it, isolated from the run folder (`python -I` from an empty tem
 module planted beside the script is never imported). Exit status 1 when an answer is wrong or the
 script fails. The library and the script are added to the run's MLflow run (artifacts under export/).
 A run folder holding a link is refused before any work (tuning/run_folder.py `refuse_links`).
+
+`export_artifacts` is the part a tuning job does itself once tuning is over: each task's best
+schedule, the MetaSchedule database, the convergence plot, and the run's files as MLflow artifacts.
 """
 from __future__ import annotations
 
@@ -22,11 +25,44 @@ import tempfile
 from pathlib import Path
 
 from tuning.config import ConfigError, validate
-from tuning.outcome import TaskOutcome, best_from_records
+from tuning.outcome import TaskOutcome, best_from_records, best_so_far, weighted_latency_ms
 from tuning.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
+from tuning.tracking.plot import convergence_png
 from tuning.whole_model import is_whole_model
+
+
+def export_artifacts(parts, outcomes, out_dir: Path) -> None:
+    """A finished tuning job's results into its folder and its MLflow run: best_schedules/,
+    database/ (the MetaSchedule database of the best schedules), convergence.png, and the records,
+    config, tasks and Hydra job log."""
+    tracker, hardware = parts.tracker, parts.hardware
+    for outcome in outcomes:
+        if outcome.best_config is not None:
+            for path in hardware.export(outcome.task, outcome.best_config, out_dir / "best_schedules"):
+                tracker.log_artifact(path, "best_schedules")
+    measured = [(o.task, o.records) for o in outcomes if o.best_config is not None and o.records]
+    unmeasured = [(o.task, o.best_config, o.predicted_cost) for o in outcomes
+                  if o.best_config is not None and not o.records]
+    exported = hardware.export_database(measured, out_dir / "database", unmeasured) if measured or unmeasured else []
+    for path in exported:
+        tracker.log_artifact(path, "database")
+    tracker.log_artifact(_convergence(outcomes, out_dir))
+    for name in ("records.jsonl", "config.yaml", "tasks.json"):
+        tracker.log_artifact(str(out_dir / name))
+    for log in out_dir.glob("*.log"):  # Hydra's job log
+        tracker.log_artifact(str(log), "logs")
+
+
+def _convergence(outcomes, out_dir: Path) -> str:
+    """A single operator's best GFLOP/s so far; a model's estimated latency (sum of weight x best)."""
+    if len(outcomes) == 1:
+        return convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"),
+                               final=outcomes[0].best_gflops)
+    return convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")},
+                           str(out_dir / "convergence.png"),
+                           ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes))
 
 
 def export_run(run_dir: Path, task_name: str | None = None) -> dict:

@@ -20,8 +20,9 @@ with exactly `trials` records and never measures a config twice.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,8 @@ from tuning.search.base import Search
 from tuning.store import jsonable
 from tuning.tracking.base import Tracker
 
+log = logging.getLogger("tunelab")
+
 
 @dataclass
 class Components:
@@ -52,7 +55,18 @@ class Components:
 
 
 @dataclass
+class Progress:
+    """What a run has done so far; the loop and its callbacks update it as measurements arrive."""
+    measured: int = 0  # measurements so far, all tasks: the x axis of every metric
+    # hardware with a simulated clock (replay): the stored build + run seconds of every record so far,
+    # which stamp the records instead of the wall clock
+    simulated_s: float = 0.0
+    abandoned: str | None = None  # a callback's reason to stop the run (e.g. "pruned")
+
+
+@dataclass(frozen=True)
 class RunInfo:
+    """What a run is asked to do, fixed before its first round; `progress` is what it has done."""
     seed: int
     out_dir: Path
     method: str
@@ -66,11 +80,7 @@ class RunInfo:
     # reason, e.g. "pruned") skips the final re-measurement: nobody wants its result.
     callbacks: list[MeasureCallback] | None = None
     init_random: int = 0  # common random numbers: each task's first N measurements (common_random_configs)
-    abandoned: str | None = None
-    measured: int = 0  # measurements so far, all tasks: the x axis of every metric
-    # hardware with a simulated clock (replay): the stored build + run seconds of every record so far,
-    # which stamp the records instead of the wall clock
-    simulated_s: float = 0.0
+    progress: Progress = field(default_factory=Progress, compare=False)
 
     @property
     def log(self) -> RecordLog:
@@ -87,14 +97,14 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     measurements (or its whole space), fewest-measured first; then `scheduler` picks the
     task of each round. `components_for(index)` gives a task its own search, sampler and
     cost model; `prior[key]` are records from tuning.database."""
-    prior = prior or {}
+    prior, progress = prior or {}, run.progress
     run.log.repair()  # a kill can leave a torn last line; appending after it would corrupt the file
     own: dict = {}
     for record in run.log.load():
         own.setdefault(record.workload_key, []).append(record)
     parts = [components_for(i) for i in range(len(tasks))]
     if parts[0].hardware.simulated_clock:
-        run.simulated_s = max((r.time for records in own.values() for r in records), default=0.0)
+        run.progress.simulated_s = max((r.time for records in own.values() for r in records), default=0.0)
     callbacks = run.callbacks if run.callbacks is not None else default_callbacks(parts[0].tracker)
     tuners = [TaskTuner(task, i, parts[i], run, callbacks, prior.get(task.key, ()), own.get(task.key, ()))
               for i, task in enumerate(tasks)]
@@ -102,7 +112,7 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     for callback in callbacks:
         callback.on_start(run)
     try:
-        while run.measured < run.trials:
+        while progress.measured < run.trials:
             if _out_of_time(run):
                 for tuner in tuners:
                     if not tuner.done:
@@ -118,10 +128,10 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
                 n = run.min_trials_per_task - tuner.measured
             else:
                 tuner, n = live[scheduler.pick(live)], run.plan_size
-            run.abandoned = tuner.tune_round(min(n, run.plan_size, run.trials - run.measured), outcomes)
-            if run.abandoned:
+            progress.abandoned = tuner.tune_round(min(n, run.plan_size, run.trials - progress.measured), outcomes)
+            if progress.abandoned:
                 for tuner in live:
-                    tuner._stop(run.abandoned)
+                    tuner._stop(progress.abandoned)
                 break
         for tuner in tuners:
             tuner.finish()
@@ -151,6 +161,8 @@ def schedule_without_measuring(tasks, components_for) -> list[TaskOutcome]:
             else:
                 outcome.stopped_because = f"unmeasured; its choice failed ({again.error})"
         outcomes.append(outcome)
+    log.info(f"scheduled {len(tasks)} kernels without measuring in "
+             f"{sum(o.times['search_s'] for o in outcomes):.1f} s of search")
     return outcomes
 
 
@@ -166,7 +178,7 @@ class TaskTuner:
         self.task, self.parts, self.run, self.callbacks = task, parts, run, list(callbacks)
         self.space = parts.hardware.space(task)
         self.records = [*prior, *own]
-        run.measured += len(self.records)
+        run.progress.measured += len(self.records)
         self.visited = {tuple(r.config) for r in self.records}
         self.rng, self.round_index = restore_state(run.out_dir, task, parts.search, run.seed, task_index,
                                                       parts.cost_model)
@@ -242,13 +254,13 @@ class TaskTuner:
             config = tuple(batch[i])
             stamp = time.time()
             if parts.hardware.simulated_clock:
-                run.simulated_s += result.build_s + result.run_s
-                stamp = run.simulated_s
+                run.progress.simulated_s += result.build_s + result.run_s
+                stamp = run.progress.simulated_s
             record = Record(task.name, task.key, list(config), jsonable(self.space.decisions(config)), result,
                             round_index, run.method, run.seed, first_index + i, stamp)
             self.records.append(record)
             self.visited.add(config)
-            run.measured += 1
+            run.progress.measured += 1
             for callback in self.callbacks:
                 callback.on_result(self, record)
 
@@ -260,14 +272,15 @@ class TaskTuner:
         self.round_index += 1
         save_state(run.out_dir, task, parts.search, self.rng, self.round_index, parts.cost_model)
         self.times["wall_s"] += time.perf_counter() - started  # real seconds, beside the (maybe stored) build/run
-        report = RoundReport(self, batch, results, round_index, search_s, run.measured, list(outcomes))
+        report = RoundReport(self, batch, results, round_index, search_s, run.progress.measured,
+                             list(outcomes))
         reasons = [callback.after_round(report) for callback in self.callbacks]
         if self.enumerated is not None and not self._next_enumerated(1):
             self._stop("space enumerated")
         return next((reason for reason in reasons if reason), None)
 
     def finish(self) -> None:
-        if self.run.abandoned:
+        if self.run.progress.abandoned:
             best_from_records(self.outcome)
         elif self.outcome.reused and self.measured == self.outcome.reused:
             best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing

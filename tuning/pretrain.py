@@ -37,7 +37,8 @@ def parse_args(argv=None):
     parser.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
     parser.add_argument("--name", default="tunelab-xgb-ms", help="registered model name")
     parser.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
-    parser.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    parser.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: "
+                        "$MLFLOW_TRACKING_URI, else outputs/mlflow.db; tuning/storage.py)")
     parser.add_argument("--experiment", default="pretrain")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
@@ -93,9 +94,10 @@ def main(argv=None) -> None:
     ratios = [t.ratio for t in corpus.tasks]
     scores = held_out(X, ratios, args.seed, names, [t.task_key for t in corpus.tasks])
     final = model(args.seed).fit_kernels(X, ratios)
-    from tuning.tracking.registry import default_registry, register_booster
+    from tuning import storage
+    from tuning.tracking.registry import register_booster
 
-    registry = args.registry or default_registry()
+    registry = storage.mlflow_uri(args.registry)
     tasks = [{"name": t.task.name, "key": t.task_key, "configs": len(t.configs), "store": t.store}
              for t in corpus.tasks]
     mean = float(np.mean(list(scores.values()))) if scores else float("nan")

@@ -7,11 +7,12 @@ nothing it measured and can resume from the file. A file is untrusted input
 (`tuning.database` may name any file): every line is checked field by field,
 and a line that is not a record raises RecordError naming the file and line.
 A cost must be a plausible reading (tuning/plausible.py): a record carries
-neither the task's FLOPs nor the device, so it is held to the bounds that need
-neither (positive, 1 ns to an hour); a corrupt cost is refused like any
+neither the task's FLOPs nor the device's description, so it is held to the bounds
+that need neither (positive, 1 ns to an hour); a corrupt cost is refused like any
 corrupt line, since compare, resume and tuning.database would otherwise rank
 by it. A measured result outside its task's bounds becomes an `implausible`
-error in its place (`MeasureResult.within`).
+error in its place (`MeasureResult.within`). Fields added later (`reused`, `gauge_s`, `device`) are
+left out at their defaults, so a run that does not use them writes the records it wrote before.
 """
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from pathlib import Path
 
 from tuning import plausible
 
-ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store", "implausible")
+# device_lost: the device timing the config disappeared mid-batch (a remote board, a GPU of a cluster);
+# a fact about the device, not the config
+ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store", "implausible", "device_lost")
 
 
 class RecordError(ValueError):
@@ -41,6 +44,7 @@ class MeasureResult:
     config: tuple | None = None  # effective (canonical) config read back after replay, if known
     reused: bool = False  # answered from the measurement store, not measured by this run
     gauge_s: float | None = None  # the drift gauge's reading with this result's batch (tuning/store.py)
+    device: str | None = None  # which device timed it ("cuda:1"), when the runner has several
 
     @property
     def ok(self) -> bool:
@@ -85,7 +89,7 @@ class Record:
 
     def to_json(self) -> str:
         data = asdict(self)
-        for key, default in _RESULT_DEFAULTS.items():  # records without the store read as before it
+        for key, default in _RESULT_DEFAULTS.items():  # see the module docstring
             if data["result"].get(key) == default:
                 del data["result"][key]
         return json.dumps(data, default=str)  # tuples are written as arrays by json itself
@@ -104,7 +108,7 @@ class Record:
         return cls(result=MeasureResult(**result), **data)
 
 
-_RESULT_DEFAULTS = {"reused": False, "gauge_s": None}
+_RESULT_DEFAULTS = {"reused": False, "gauge_s": None, "device": None}
 
 
 def _is_int(value) -> bool:
@@ -141,6 +145,7 @@ RESULT_FIELDS = {
     "config": ("null or a list of ints", lambda v: v is None or _is_ints(v)),
     "reused": ("a boolean", lambda v: isinstance(v, bool)),
     "gauge_s": ("null or a finite number", lambda v: v is None or _is_finite(v)),
+    "device": ("null or a string", lambda v: v is None or isinstance(v, str)),
 }
 
 

@@ -16,9 +16,11 @@
 
 A folder's config.yaml is also an MLflow artifact, so whoever shares a run delivers it: a `_target_`
 naming any importable callable would run on `instantiate()` (Hydra's blocklist is not a security
-boundary). Only the classes the lab registers may be named: a `_target_` of a YAML under conf/, or a
-tunelab component class (tuning/component.py). Interpolations are refused too (a saved config is
-written resolved).
+boundary). Only the classes the lab registers may be named: a `_target_` of a YAML under conf/ or
+under a config directory the command now running declares (`declared_conf_dirs`: TUNELAB_CONF_DIRS,
+and its own `hydra.searchpath`), or a tunelab component class (tuning/component.py). Nothing read
+from a run folder declares a directory, so a crafted folder registers nothing. Interpolations are
+refused too (a saved config is written resolved).
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ IDENTITY_FILE = "run.yaml"
 STATUS_FILE = "status"
 RUN_FILES = ("config.yaml", "records.jsonl")  # either one means the folder holds a run
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIRS_VARIABLE = "TUNELAB_CONF_DIRS"  # the user's own config directories, each laid out like conf/
 _held: dict[Path, object] = {}  # out_dir -> its open lock file, for the life of the process
 
 
@@ -245,7 +248,9 @@ def _untrusted(node, where: str):
         for name, value in node.items():
             here = f"{where}.{name}" if where else str(name)
             if name == "_target_" and not is_registered_target(value):
-                yield f"{here}: {value!r} is not a class tunelab registers (conf/*/*.yaml or a tunelab component)"
+                yield (f"{here}: {value!r} is not a class tunelab registers (a _target_ of a YAML under conf/ or a "
+                       f"declared config directory, or a tunelab component); if it is your own method, declare its "
+                       f"config directory in {CONF_DIRS_VARIABLE}")
             elif str(name).startswith("_") and name != "_target_":
                 yield f"{here}: Hydra instantiation keys other than _target_ are not accepted in a saved config"
             else:
@@ -260,7 +265,7 @@ def _untrusted(node, where: str):
 def is_registered_target(target) -> bool:
     if not isinstance(target, str):
         return False
-    if target in conf_targets():
+    if target in conf_targets((CONF_DIR, *declared_conf_dirs())):
         return True
     if not re.fullmatch(r"tuning(\.[A-Za-z_]\w*)+", target):
         return False  # nothing outside the lab's own package is even imported
@@ -274,12 +279,37 @@ def is_registered_target(target) -> bool:
     return isinstance(cls, type) and issubclass(cls, Component)
 
 
-@lru_cache(maxsize=1)
-def conf_targets() -> frozenset:
+@lru_cache(maxsize=8)
+def conf_targets(conf_dirs: tuple[Path, ...]) -> frozenset:
+    """The `_target_`s of every YAML under these directories, nested groups (hardware/runner/) included."""
     found = set()
-    for path in CONF_DIR.rglob("*.yaml"):
-        found.update(re.findall(r"^\s*_target_:\s*([\w.]+)\s*$", path.read_text(), flags=re.M))
+    for path in (p for conf_dir in conf_dirs for p in conf_dir.rglob("*.yaml")):
+        found.update(re.findall(r"^\s*_target_:\s*([\w.]+)\s*$", path.read_text(errors="replace"), flags=re.M))
     return frozenset(found)
+
+
+def declared_conf_dirs() -> list[Path]:
+    """The config directories the command now running declares: TUNELAB_CONF_DIRS, then its own
+    `hydra.searchpath` (file:// entries; a run.py job only)."""
+    return env_conf_dirs() + _searchpath_dirs()
+
+
+def env_conf_dirs() -> list[Path]:
+    """TUNELAB_CONF_DIRS: os.pathsep-separated directories, each laid out like conf/ (search/,
+    cost_model/, hardware/, ...); Hydra's search path gains them (hydra_plugins/tunelab_searchpath)."""
+    return [Path(d).expanduser().resolve() for d in os.environ.get(CONF_DIRS_VARIABLE, "").split(os.pathsep) if d]
+
+
+def _searchpath_dirs() -> list[Path]:
+    """The `hydra.searchpath` of this process's own Hydra job (its command line or conf/config.yaml,
+    never the resumed folder's saved .hydra/), as directories; pkg:// entries name no directory."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    entries = [str(e) for e in HydraConfig.get().searchpath or []]
+    return [Path(e.removeprefix("file://")).expanduser().resolve() for e in entries
+            if e.startswith("file://") or "://" not in e]
 
 
 # ---- writing into a run folder, untrusted ------------------------------------------------------

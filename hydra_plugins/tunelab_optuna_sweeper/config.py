@@ -102,7 +102,8 @@ class OptunaSweeperConf:
       Sweeps given on the command line (`key=choice(...)`, `key=a,b`) join them.
     direction: minimize | maximize, or a list for a multi-objective study. null: the
       task config's `objective.directions` (tunelab's objective group), else minimize.
-    storage: an Optuna storage URL (sqlite:///path/optuna.db); null keeps the study in memory.
+    storage: an Optuna storage URL (the hparams_search presets: ${storage.optuna_uri}, the storage group's);
+        null keeps the study in memory.
     study_name: a named study in a storage resumes: n_trials counts the trials it already has.
     n_trials: total trials of the study: finished ones (from earlier invocations too) and those
       running in another sweep process count.

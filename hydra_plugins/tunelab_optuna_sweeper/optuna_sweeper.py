@@ -2,7 +2,7 @@
 
     study  = the named study in `storage` (created, or resumed: n_trials is its total)
     until the study has n_trials trials taken (finished, or running in any sweep process):
-        under the study's lock (a file beside a sqlite storage):
+        under the study's lock (sqlite: a file beside the database; other storages: none):
             fail the dead trials (heartbeat older than grace_period), enqueue their params again
             trials = up to n_jobs x study.ask(search space)
         nothing left to ask but another process's trials still run: wait for them (they may be dead)
@@ -305,9 +305,10 @@ class _Heartbeat:
 
 @contextmanager
 def _study_lock(storage):
-    """Serialises the study's creation and each "fail dead, count, ask" between sweep processes on one
-    sqlite file (a lock file beside it). Other databases are not serialised: two sweeps there may
-    overshoot n_trials by a batch."""
+    """A one-host guard for a sqlite study: serialises the study's creation and each "fail dead, count,
+    ask" between sweep processes on this host (a lock file beside the database; sqlite is one host's
+    anyway). Other databases (PostgreSQL) need no file at all and are not serialised: two sweeps there
+    may overshoot n_trials by a batch."""
     path = sqlite_path(storage)
     if path is None:
         yield

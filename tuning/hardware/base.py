@@ -6,9 +6,11 @@ crashing or hanging kernel becomes an error record, not a dead run.
 
 Backends: synthetic.py (analytic, for tests) and TVMHardware (tvm_backend.py),
 the generic backend for TVM-built kernels, which takes its target and device
-from a small device subclass (cpu.py: CPUHardware) and reaches the device
-through a runner (runner.py: LocalRunner today; an RPC runner through TVM's
-RPC tracker plugs in at the same seam). A new device is a subclass, not a copy.
+kind from a small device subclass (cpu.py: CPUHardware) and reaches the device
+through its runner (runners/: the contract in base.py, this host in local.py),
+a config group nested in the hardware's (`hardware/runner=local`); an RPC or
+multi-device runner is one module there and one YAML in conf/hardware/runner/.
+A new device is a subclass, not a copy; a new way to reach it is a runner.
 
 Every backend provides:
 
@@ -19,8 +21,10 @@ Every backend provides:
         Build the whole batch first, then time it with nothing compiling
         (compiling beside a measurement nearly doubles it). One result per
         config, in order, each carrying the effective config in `.config`.
-        `on_result(i, result)` is called as soon as each result exists, so the
-        caller can write it down before the next one is measured.
+        `on_result(i, result)` is called in index order, each as soon as it and
+        every earlier one exist, so the caller can write it down before the next
+        one is measured. `result.device` names the device that timed it when the
+        backend has several; a device lost mid-batch makes `device_lost` results.
     export(task, config, out_dir) -> list of written paths
         The schedule as TVMScript (best schedules artifact).
     export_database(records_by_task, out_dir, unmeasured=()) -> list of written paths

@@ -4,12 +4,13 @@ Only what is CPU-specific lives here: the llvm target (mcpu, num-cores), the
 "cpu" device, TVM_NUM_THREADS for the measuring process (1 for the build
 processes), and the CPU model tag. Spaces, measuring, exports and whole
 models are TVMHardware's (tvm_backend.py); the worker processes are the
-runner's (runner.py).
+runner's (tuning/hardware/runners/, hardware/runner=local by default).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.hardware.runners.base import Runner
 from tuning.hardware.tvm_backend import TVMHardware
 
 
@@ -24,6 +25,7 @@ class CPUHardware(TVMHardware):
                    not checked one by one; the whole model's output is checked against torch.
     store          a measurement store file every reading is written to (docs/store.md), or None
     reuse          answer configs the store already holds from it instead of measuring them again
+    runner         where kernels are built and timed (conf/hardware/runner/: local, this host's device)
     """
 
     name = "cpu"
@@ -31,8 +33,9 @@ class CPUHardware(TVMHardware):
     ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
 
     def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1,
-                 weight_prepack: bool = True, store: str | None = None, reuse: bool = False):
-        super().__init__()
+                 weight_prepack: bool = True, store: str | None = None, reuse: bool = False,
+                 runner: Runner | None = None):
+        super().__init__(runner)
         self.store = store
         self.reuse = reuse
         self.mcpu = mcpu

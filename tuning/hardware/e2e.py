@@ -3,8 +3,8 @@
     evaluate_model(model_cfg, seed, database_dir, out_dir, timing,
                    target=..., device=..., env=..., num_threads=..., weight_prepack=...)
 
-The caller (TVMHardware) passes its TVM target, device name ("cpu", "cuda")
-and the measuring process's environment. The TVM builds and the torch module
+The caller (TVMHardware) passes its TVM target, device string ("cpu", "cpu:0",
+"cuda:1"; tvm_device.py) and the measuring process's environment. The TVM builds and the torch module
 live in two worker processes (e2e_worker.py); torch gets `num_threads`
 threads (None: its default). Tuned and torch are timed in
 alternating blocks (BLOCKS each, an untimed call first): this host's speed

@@ -26,12 +26,13 @@ def init_torch() -> None:
 
 def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_dir: str,
                 weight_prepack: bool) -> dict:
-    """Compile tuned and untuned for `target`, load them on tvm.device(device, 0); returns their
-    outputs, the input, and compile seconds."""
+    """Compile tuned and untuned for `target`, load them on `device` (a device string: "cpu",
+    "cuda:1"); returns their outputs, the input, and compile seconds."""
     import tvm
     from tvm import relax
 
     from tuning.hardware.relax_models import compile_with_database, load_model
+    from tuning.hardware.tvm_device import tvm_device
     from tuning.hardware.tvm_space import make_target
 
     loaded = load_model(model_cfg, seed, target)
@@ -41,7 +42,7 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_
     started = time.perf_counter()
     untuned = relax.build(loaded.mod, target=make_target(target))
     compile_untuned_s = time.perf_counter() - started
-    dev = tvm.device(device, 0)
+    dev = tvm_device(device)
     x = tvm.runtime.tensor(loaded.example, dev)
     for name, executable in (("tuned", tuned), ("untuned", untuned)):
         vm = relax.VirtualMachine(executable, dev)

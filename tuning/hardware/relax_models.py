@@ -8,7 +8,8 @@ does before applying a database (library dispatch, LegalizeOps, FuseOps, FuseTIR
 so a task's `mod` is the function compile_relax will look up, and `key` (its
 structural hash, MetaSchedule's "structural" module equality) identifies the
 same kernel across runs, processes and models. Every function takes the
-target (a dict) from its caller; nothing here assumes the CPU. See
+target (a dict) and, where it runs a model, the device string ("cpu",
+"cuda:1") from its caller; nothing here assumes the CPU. See
 docs/tvm.md §Whole models (Relax).
 """
 from __future__ import annotations
@@ -224,9 +225,9 @@ def design_spaces(task: ExtractedTask, target: dict) -> list:
 
 
 def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: int,
-                  weight_prepack: bool = True) -> dict:
+                  weight_prepack: bool = True, device: str = "cpu") -> dict:
     """Where a tuned model's time goes: the model compiled with the database and run `runs` times
-    (after one untimed call) under a VM instrument that times every call the VM makes (kernels, VM
+    on `device` (a device string: "cpu", "cuda:1"; after one untimed call) under a VM instrument that times every call the VM makes (kernels, VM
     builtins such as allocations and reshapes). {"calls": {symbol: [seconds per run]}, "counts":
     {symbol: calls per run}, "whole": [seconds per run, instrumented], "plain": [seconds per run,
     no instrument]}."""
@@ -236,9 +237,12 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
     from tvm import relax
     from tvm.runtime.vm import VMInstrumentReturnKind
 
+    from tuning.hardware.tvm_device import tvm_device
+
+    dev = tvm_device(device)
     loaded = load_model(model_cfg, seed, target)
-    vm = relax.VirtualMachine(compile_with_database(loaded.mod, target, database_dir, weight_prepack), tvm.cpu(0))
-    x = tvm.runtime.tensor(loaded.example, tvm.cpu(0))
+    vm = relax.VirtualMachine(compile_with_database(loaded.mod, target, database_dir, weight_prepack), dev)
+    x = tvm.runtime.tensor(loaded.example, dev)
     plain = []
     vm["main"](x)
     for _ in range(runs):

@@ -1,7 +1,7 @@
 """hardware=replay: answer measurements from the measurement store (tuning/store.py; docs/store.md).
 
 Wraps the backend that made the readings (`backend`, by default hardware=cpu), which gives spaces,
-exports and the fingerprint, and measures what the store lacks when `on_miss: measure` (the
+exports, whole models and the fingerprint, and measures what the store lacks when `on_miss: measure` (the
 run's StoreWriter callback adds those rows). With `on_miss: error` a miss is a record with error
 kind `not_in_store` and the run goes on; such a replay only reads the store (opened read-only, so it
 works from read-only media), while one that may measure needs the store writable.
@@ -18,11 +18,18 @@ drift out.
 hardware=cpu with `store` set and `reuse: true` is this wrapper without the simulated clock (the
 memoised real run, made by `with_store`): measured configs are answered from the store, new
 ones are measured.
+
+Only measuring is replayed. Every other member of the Hardware contract (base.py) that the replay
+does not define itself is its backend's, forwarded by `_forwarding_the_rest`, so a member the
+contract gains later reaches the backend with no edit here. So a whole model's tasks come from the
+backend, and its end-to-end timing (evaluate_model) is always a real measurement on the backend,
+never replayed.
 """
 from __future__ import annotations
 
 import json
 import math
+from abc import update_abstractmethods
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,8 +40,46 @@ from tuning.store import MeasurementStore, TaskRows, reading_settings, unwritabl
 ON_MISS = ("measure", "error")
 
 
+class _FromBackend:
+    """A Hardware contract member the replay leaves to its backend: on an instance the backend's (a
+    method bound to the backend, or its value); on the class `on_class`, since config validation
+    reads class attributes before any backend exists."""
+
+    def __init__(self, on_class):
+        self.on_class = on_class
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self.on_class
+        return getattr(instance.backend, self.name)
+
+
+def _contract_members() -> list[str]:
+    """The Hardware contract's public members: what the Hardware class itself declares, less its
+    class-level config checks (Component's validation is the class's, not the device's)."""
+    return [name for name, value in vars(Hardware).items()
+            if not name.startswith("_") and not isinstance(value, (classmethod, staticmethod))]
+
+
+def _forwarding_the_rest(cls):
+    """Every contract member `cls` does not define itself becomes its backend's."""
+    for name in _contract_members():
+        if name not in vars(cls):
+            forwarded = _FromBackend(vars(Hardware)[name])
+            forwarded.__set_name__(cls, name)
+            setattr(cls, name, forwarded)
+    return update_abstractmethods(cls)  # an abstract member the contract gains is forwarded too
+
+
+@_forwarding_the_rest
 class ReplayHardware(Hardware):
-    """Hyperparameters:
+    """Measurements from the store; the rest of the Hardware contract is the backend's (a whole
+    model's end-to-end timing included: always measured, never replayed).
+
+    Hyperparameters:
     backend          the hardware whose readings the store holds (a hardware config node)
     store            the measurement store file (required)
     on_miss          measure (on the backend; the row is added) | error (a `not_in_store` record)
@@ -45,8 +90,11 @@ class ReplayHardware(Hardware):
     """
 
     options = {"on_miss": ON_MISS}
-    model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")  # whatever the backend tunes
-    schedules_programs = True  # when its backend does: config validation looks at the backend
+    # an instance tunes and gives what its backend does; the class, read by config validation before
+    # any backend exists, claims all of it (tuning/config.py's feature check then reads the backend's)
+    model_kinds = _FromBackend(Hardware.model_kinds)
+    schedules_programs = _FromBackend(True)
+    simulated_clock = True  # its own: a hyperparameter, set per instance
 
     def __init__(self, backend: Hardware | None = None, store: str = "", on_miss: str = "measure",
                  normalise: bool = False, simulated_clock: bool = True, create: bool = False):
@@ -92,7 +140,7 @@ class ReplayHardware(Hardware):
         under `spec` (a RestrictedSpace); empty when it holds none."""
         self._restrict = spec
 
-    # ---- what the backend answers -----------------------------------------------------------
+    # ---- what the backend answers (the rest of the contract: _forwarding_the_rest) ----------
     def space(self, task):
         space = self.backend.space(task)
         if self._restrict is None:
@@ -104,27 +152,9 @@ class ReplayHardware(Hardware):
             self._restricted[task.key] = RestrictedSpace(space, configs) if configs else _EMPTY
         return self._restricted[task.key]
 
-    def export(self, task, config, out_dir):
-        return self.backend.export(task, config, out_dir)
-
-    def export_database(self, records_by_task, out_dir, unmeasured=()):
-        return self.backend.export_database(records_by_task, out_dir, unmeasured)
-
-    def check_export(self, task, script_path) -> dict:
-        return self.backend.check_export(task, script_path)
-
-    def export_library(self, task, config, out_dir) -> dict:
-        return self.backend.export_library(task, config, out_dir)
-
     def describe(self) -> dict:
         return {**self.backend.describe(), "replay_store": str(self.store), "on_miss": self.on_miss,
                 "normalise": self.normalise}
-
-    def fingerprint(self) -> dict:
-        return self.backend.fingerprint()
-
-    def store_key(self, task) -> str:
-        return self.backend.store_key(task)
 
     def close(self) -> None:
         self.backend.close()

@@ -1,20 +1,22 @@
 """TVMHardware: the backend for kernels built by TVM, whatever the device (no TVM import at module level).
 
-Spaces and schedules come from MetaSchedule's design spaces (tvm_space.py);
-measuring builds a whole batch, then times it, through a runner (runner.py:
-LocalRunner today); the best schedules export as TVMScript and a MetaSchedule
-database (tvm_database.py); whole models go through Relax (relax_models.py,
-e2e.py). A device is a small subclass (cpu.py) that supplies:
+Spaces and schedules come from MetaSchedule's design spaces (tvm_space.py); everything that touches
+a device goes through the hardware's runner (tuning/hardware/runners/: the contract in base.py,
+this host in local.py), a nested config group chosen with `hardware/runner=...`: measuring builds a
+whole batch, then times it; exported schedules are checked and libraries built there; whole models
+are compiled and timed there. The best schedules export as TVMScript and a MetaSchedule database
+(tvm_database.py). A device is a small subclass (cpu.py) that supplies:
 
     target          property: the TVM target dict, e.g. {"kind": "llvm", "mcpu": ..., "num-cores": 2}
-    device          class attribute: the runtime device name, tvm.device(device, 0) ("cpu", "cuda")
+    device          class attribute: the device kind ("cpu", "cuda"); the runner picks the index
     name            class attribute: the hardware option's name (the "hardware" tag)
     worker_env()    environment of the measuring process (e.g. TVM_NUM_THREADS)
     build_env()     environment of the build processes (default: none)
     describe()      extend super().describe() with the device's own tags
 
-and may set `build_workers`, `num_threads` (runtime threads, also torch's in
-the whole-model comparison) and `weight_prepack` (whole models).
+and may set `build_workers`, `num_threads` (runtime threads, also torch's in the whole-model
+comparison) and `weight_prepack` (whole models). Its constructor takes `runner` (the instantiated
+runner node; None, as in configs saved before runners were a group: this host's).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tuning.hardware.base import Hardware
-from tuning.hardware.runner import LocalRunner
+from tuning.hardware.runners.base import Runner, Setup, check_node
+from tuning.hardware.runners.local import this_host
 
 
 class TVMHardware(Hardware):
@@ -34,12 +37,16 @@ class TVMHardware(Hardware):
     num_threads: int | None = None
     weight_prepack: bool = False
 
-    def __init__(self):
+    def __init__(self, runner: Runner | None = None):
         for attr in ("device", "name"):
             if not isinstance(getattr(type(self), attr, None), str):
                 raise TypeError(f"{type(self).__name__} must set the class attribute `{attr}`")
         self._schedules: dict = {}
-        self._runner: LocalRunner | None = None  # made on first measure: __init__ starts nothing
+        self.runner = runner if runner is not None else this_host()  # starts nothing until first used
+
+    @classmethod
+    def check(cls, params, group):
+        return super().check(params, group) + check_node(params.get("runner"), f"{group}.runner")
 
     # ---- what a device supplies ---------------------------------------------------------------
     @property
@@ -55,21 +62,18 @@ class TVMHardware(Hardware):
         """Environment variables of the build processes."""
         return {}
 
-    def make_runner(self) -> LocalRunner:
-        """The runner seam: an RPC or other remote runner is returned here instead."""
-        return LocalRunner(self.target, self.device, self.worker_env(), self.build_env(), self.build_workers)
+    # ---- the runner -----------------------------------------------------------------------------
+    def setup(self) -> Setup:
+        """What the runner builds for and how it times (read on first use: `target` may ask LLVM)."""
+        return Setup(target=self.target, device=self.device, env=self.worker_env(), build_env=self.build_env(),
+                     build_workers=self.build_workers, num_threads=self.num_threads,
+                     weight_prepack=self.weight_prepack)
 
-    # ---- the runner (started lazily) --------------------------------------------------------------
-    @property
-    def runner(self) -> LocalRunner:
-        if self._runner is None:
-            self._runner = self.make_runner()
-        return self._runner
-
-    @property
-    def _builders(self) -> list:
-        """The runner's build workers ([] until the first measure)."""
-        return self._runner.builders if self._runner is not None else []
+    def attached(self) -> Runner:
+        """The runner, handed this hardware's Setup on first use."""
+        if self.runner.setup is None:
+            self.runner.attach(self.setup())
+        return self.runner
 
     # ---- spaces ---------------------------------------------------------------------------------
     def schedules(self, task):
@@ -84,19 +88,7 @@ class TVMHardware(Hardware):
 
     # ---- measuring ------------------------------------------------------------------------------
     def measure(self, task, configs, spec, on_result=None):
-        """Build the whole batch, then time it with nothing compiling (a compile beside a
-        measurement nearly doubles it on a 2-core host)."""
-        runner = self.runner
-        runner.prepare(task)
-        built = runner.build(task, configs, spec)
-        gauge = runner.gauge()  # read with the batch, after building, before timing
-        results = []
-        for i, (config, candidate) in enumerate(zip(configs, built)):
-            results.append(runner.run(task, config, candidate, spec))
-            results[-1].gauge_s = gauge
-            if on_result:
-                on_result(i, results[-1])
-        return results
+        return self.attached().measure(task, configs, spec, on_result)
 
     def store_key(self, task) -> str:
         """A single operator's key is the structural hash of its TIR, as a network kernel's is, so
@@ -122,11 +114,7 @@ class TVMHardware(Hardware):
             return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
 
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
-        from tuning.hardware.e2e import evaluate_model
-
-        return evaluate_model(model_cfg, seed, database_dir, out_dir, timing, target=self.target,
-                              device=self.device, env=self.worker_env(), num_threads=self.num_threads,
-                              weight_prepack=self.weight_prepack)
+        return self.attached().evaluate_model(model_cfg, seed, database_dir, out_dir, timing)
 
     # ---- outputs: out_dir is a run folder's best_schedules/, export/ or database/ ---------------------
     def export(self, task, config, out_dir):
@@ -137,29 +125,21 @@ class TVMHardware(Hardware):
         return [str(write_inside(out_dir.parent, Path(out_dir.name) / f"{task.name}.py", sch.mod.script()))]
 
     def check_export(self, task, script_path) -> dict:
-        """Compile an exported best schedule, check its answer and time it (tuning.apply on a single
-        operator); the timing uses the measuring thread count."""
-        import os
-
-        from tuning.hardware.tvm_export import check_script
-
-        os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
-        return check_script(task.workload, self.target, Path(script_path).read_text(), self.device)
+        """Compile an exported best schedule, check its answer and time it on the runner's device
+        (tuning.apply on a single operator)."""
+        return self.attached().check_export(task, Path(script_path).read_text())
 
     def export_library(self, task, config, out_dir) -> dict:
         """The best schedule as `<task>.so` plus `run_<task>.py`, which loads and calls it; checked
         and timed beside the untuned kernel and torch (tuning/hardware/tvm_export.py)."""
-        import os
-
-        from tuning.hardware.tvm_export import export_library, snippet
+        from tuning.hardware.tvm_export import snippet
         from tuning.run_folder import inside, write_inside
 
         run_dir, script = Path(out_dir).parent, Path(Path(out_dir).name) / f"run_{task.name}.py"
         library = inside(run_dir, script.with_name(f"{task.name}.so"))
         inside(run_dir, script)  # both refused before anything is built
-        os.environ.update({k: str(v) for k, v in self.worker_env().items()})  # read when TVM's pool starts
         sch, _ = self.schedules(task).schedule(tuple(config))
-        result = export_library(task.workload, self.target, sch.mod, library, self.device, self.num_threads)
+        result = self.attached().export_library(task, sch.mod, library)
         written = write_inside(run_dir, script, snippet(task.workload, library, result["args"]))
         return {**result, "snippet": str(written)}
 
@@ -179,6 +159,4 @@ class TVMHardware(Hardware):
                 "tvm_version": tvm.__version__}
 
     def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+        self.runner.close()

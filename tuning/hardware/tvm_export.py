@@ -4,15 +4,18 @@ export_library builds the scheduled module, writes `<name>.so` (TVM's export_lib
 compiler links it), loads it back as a user would, checks its answer on random inputs (a single
 operator against tuning.task.reference_output, numpy's or torch's; a network's kernel against its
 unscheduled TIR built without tuning) and times it beside the untuned kernel and, for single
-operators, torch, with the measuring thread count. `snippet` is the Python file that loads and calls
-the library, written beside it. check_script is the same check on an exported TVMScript file
-(python -m tuning.apply on a single operator).
+operators on a CPU, torch, with the measuring thread count. Devices are device strings ("cpu",
+"cuda:1"; tvm_device.py); where untuned TIR cannot run on the target (a GPU), the untuned kernel is
+built for this host's CPU for the check only and not timed. `snippet` is the Python file that loads
+and calls the library on the device it was exported for, written beside it. check_script is the
+same check on an exported TVMScript file (python -m tuning.apply on a single operator).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.hardware.tvm_space import arg_shapes, make_target, workload_module
+from tuning.hardware.tvm_device import device_kind, parse_device, tvm_device
+from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes, make_target, untuned_runs_on, workload_module
 from tuning.task import reference_output
 
 TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.apply's check: median of 10
@@ -21,26 +24,31 @@ TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.apply's c
 def export_library(workload: dict, target: dict, scheduled_mod, path: Path, device: str = "cpu",
                    num_threads: int | None = None) -> dict:
     """Returns {"library", "args", "correct", "max_abs_error", "reference_max", "reference",
-    "tuned_s", "untuned_s", "torch_s"} (torch_s None for a network's kernel)."""
+    "tuned_s", "untuned_s", "torch_s"} (torch_s None for a network's kernel and off a CPU;
+    untuned_s None where untuned TIR cannot run on the target)."""
     import tvm
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tvm.tirx.build(scheduled_mod, target=make_target(target)).export_library(str(path))
     lib = tvm.runtime.load_module(str(path))
-    untuned = tvm.tirx.build(workload_module(workload), target=make_target(target))
+    on_target = untuned_runs_on(target)
+    untuned_dev = tvm_device(device if on_target else "cpu")
+    untuned = tvm.tirx.build(workload_module(workload), target=make_target(target if on_target else HOST_TARGET))
     shapes = arg_shapes(workload_module(workload)["main"])
     inputs = _random_inputs(shapes)
-    dev = tvm.device(device, 0)
+    dev = tvm_device(device)
     tuned_args, got = _call(lib, inputs, shapes[-1], dev)
-    untuned_args, untuned_out = _call(untuned, inputs, shapes[-1], dev)
+    untuned_args, untuned_out = _call(untuned, inputs, shapes[-1], untuned_dev)
     single = workload["op"] != "tir"
     expected = reference_output(workload, inputs) if single else untuned_out
     return {"library": str(path), "args": [[list(shape), dtype] for shape, dtype in shapes],
             **_agreement(got, expected),
             "reference": ("numpy" if workload["op"] in ("gemm", "batch_matmul") else "torch") if single
             else "the untuned kernel",
-            "tuned_s": _seconds(lib, tuned_args, dev), "untuned_s": _seconds(untuned, untuned_args, dev),
-            "torch_s": torch_seconds(workload, inputs, num_threads) if single else None}
+            "tuned_s": _seconds(lib, tuned_args, dev),
+            "untuned_s": _seconds(untuned, untuned_args, untuned_dev) if on_target else None,
+            "torch_s": torch_seconds(workload, inputs, num_threads) if single and device_kind(device) == "cpu"
+            else None}
 
 
 def check_script(workload: dict, target: dict, script: str, device: str = "cpu") -> dict:
@@ -52,7 +60,7 @@ def check_script(workload: dict, target: dict, script: str, device: str = "cpu")
 
     shapes = arg_shapes(workload_module(workload)["main"])
     inputs = _random_inputs(shapes)
-    dev = tvm.device(device, 0)
+    dev = tvm_device(device)
     lib = tvm.tirx.build(tvm.script.from_source(script), target=make_target(target))
     args, got = _call(lib, inputs, shapes[-1], dev)
     return {**_agreement(got, reference_output(workload, inputs)), "seconds": _seconds(lib, args, dev)}
@@ -147,9 +155,11 @@ def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> floa
         return call_seconds(call, TIMING["repeat"], TIMING["min_repeat_ms"])
 
 
-def snippet(workload: dict, library: Path, args: list) -> str:
-    """A Python file that loads `library`, calls it on random inputs, checks a single operator's
-    answer against numpy/torch and times it: what a user copies into their own code."""
+def snippet(workload: dict, library: Path, args: list, device: str = "cpu") -> str:
+    """A Python file that loads `library`, calls it on random inputs on `device` (the device string
+    it was exported for), checks a single operator's answer against numpy/torch and times it: what a
+    user copies into their own code."""
+    kind, index = parse_device(device)
     inputs = "\n".join(f"    np.random.default_rng({i}).uniform(-1, 1, {tuple(shape)}).astype({dtype!r}),"
                        for i, (shape, dtype) in enumerate(args[:-1]))
     shape, dtype = args[-1]
@@ -162,7 +172,7 @@ import numpy as np
 import tvm
 
 lib = tvm.runtime.load_module(str(Path(__file__).with_name({library.name!r})))
-dev = tvm.cpu(0)
+dev = tvm.device({kind!r}, {index})
 inputs = [
 {inputs}
 ]

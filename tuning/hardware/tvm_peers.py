@@ -7,17 +7,16 @@ baseline.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from tuning.hardware.tvm_export import _call, _random_inputs
-from tuning.hardware.tvm_space import (arg_shapes, fast_tensor_intrin_import, make_target, prim_func,
-                                       register_pool_fallbacks)
-
-
-def _initializer() -> None:  # each LocalBuilder worker: without it every build times out (docs/tvm.md)
-    fast_tensor_intrin_import("llvm")
+from tuning.hardware.tvm_device import tvm_device
+from tuning.hardware.tvm_export import _call
+from tuning.hardware.tvm_space import (fast_tensor_intrin_import, make_target, prim_func, register_pool_fallbacks,
+                                       target_key)
+from tuning.hardware.tvm_worker import reference_arrays
 
 
 def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials: int, seed: int, spec,
@@ -25,9 +24,12 @@ def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials:
     """MetaSchedule's tune_tir on one operator; its database lands in `work_dir`."""
     from tvm.s_tir import meta_schedule as ms
 
-    fast_tensor_intrin_import("llvm")
-    register_pool_fallbacks()
-    builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=60, initializer=_initializer)
+    kind = target.get("kind", "llvm")
+    fast_tensor_intrin_import(kind)
+    register_pool_fallbacks(target_key(target))
+    # each LocalBuilder worker imports the intrinsics too: without it every build times out (docs/tvm.md)
+    builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=60,
+                                      initializer=partial(fast_tensor_intrin_import, kind))
     runner = ms.runner.LocalRunner(timeout_sec=spec.timeout_s, evaluator_config=ms.runner.EvaluatorConfig(
         number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms,
         enable_cpu_cache_flush=spec.cache_flush))
@@ -40,39 +42,31 @@ def metaschedule_best(workload: dict, target: dict, work_dir: Path):
     """The IRModule of the best schedule in a tune_tir database, or None."""
     from tvm.s_tir import meta_schedule as ms
 
-    fast_tensor_intrin_import("llvm")
+    fast_tensor_intrin_import(target.get("kind", "llvm"))
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     sch = ms.tir_integration.compile_tir(database, prim_func(workload), make_target(target))
     return None if sch is None else sch.mod
 
 
-def measured_trials(work_dir: Path) -> int:
-    """Tuning records in a tune_tir work dir (0 when there is none)."""
-    path = Path(work_dir) / "database_tuning_record.json"
-    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
-
-
 class KernelTimer:
     """Builds a scheduled IRModule here and times it as the lab's fixed evaluator does (TVM's
     time_evaluator: `repeat` repeats of at least `min_repeat_ms`, the median), on the export check's
-    random inputs, after checking its output against the untuned kernel's."""
+    random inputs, after checking its output against the untuned kernel's (on `device`, a device
+    string such as "cpu" or "cuda:1"; a GPU's reference is the untuned kernel run on this host)."""
 
-    def __init__(self, workload: dict, target: dict, spec):
+    def __init__(self, workload: dict, target: dict, spec, device: str = "cpu"):
         import tvm
 
-        self.tvm, self.target, self.spec = tvm, make_target(target), spec
-        func = prim_func(workload)
-        shapes = arg_shapes(func)
-        self.inputs, self.out_shape = _random_inputs(shapes), shapes[-1]
-        untuned = tvm.tirx.build(tvm.IRModule({"main": func}), target=self.target)
-        _, self.reference = _call(untuned, self.inputs, self.out_shape, tvm.cpu(0))
+        self.tvm, self.target, self.spec, self.device = tvm, make_target(target), spec, tvm_device(device)
+        arrays, self.reference = reference_arrays(workload, target, device)
+        self.inputs, self.out_shape = arrays[:-1], (arrays[-1].shape, str(arrays[-1].dtype))
 
     def build(self, mod):
         """A timing function of the kernel, or ValueError when its output is wrong."""
         lib = self.tvm.tirx.build(mod, target=self.target)
-        args, got = _call(lib, self.inputs, self.out_shape, self.tvm.cpu(0))
+        args, got = _call(lib, self.inputs, self.out_shape, self.device)
         if not np.allclose(got, self.reference, rtol=1e-3, atol=1e-3):
             raise ValueError(f"wrong output: max |error| {np.abs(got - self.reference).max():.3g}")
-        evaluator = lib.time_evaluator(lib.entry_name, self.tvm.cpu(0), number=self.spec.number,
+        evaluator = lib.time_evaluator(lib.entry_name, self.device, number=self.spec.number,
                                        repeat=self.spec.repeat, min_repeat_ms=self.spec.min_repeat_ms)
         return lambda: float(np.median(evaluator(*args).results))

@@ -121,6 +121,8 @@ def interrupts_noticed():
 
 
 def register_pool_fallbacks(target_key: str = "cpu") -> None:
+    """The pooling fallbacks for one target key (ApplyCustomRule looks the rule up under each of
+    the target's keys in turn; see `target_key`)."""
     import tvm_ffi
 
     def fallback(sch, block):
@@ -133,10 +135,26 @@ def register_pool_fallbacks(target_key: str = "cpu") -> None:
             tvm_ffi.register_global_func(name, fallback)
 
 
+def target_key(target: dict) -> str:
+    """The first of a target's keys ("cpu" for llvm, "cuda" for cuda): the one TVM tries first."""
+    return str(make_target(target).keys[0])
+
+
 def make_target(target: dict):
     import tvm
 
     return tvm.target.Target(dict(target))
+
+
+# Where untuned TIR is built and run when it cannot run on the target's device.
+HOST_TARGET = {"kind": "llvm"}
+
+
+def untuned_runs_on(target: dict) -> bool:
+    """Whether untuned TIR runs on the target's device: on every CPU target, on no GPU. Untuned TIR
+    binds no GPU threads; TVM still builds it for a GPU target, as host code that would read the
+    device's memory."""
+    return "gpu" not in make_target(target).keys
 
 
 def tune_context(mod, target: dict, task_name: str = "task"):
@@ -144,7 +162,7 @@ def tune_context(mod, target: dict, task_name: str = "task"):
     from tvm.s_tir import meta_schedule as ms
 
     fast_tensor_intrin_import(target.get("kind", "llvm"))
-    register_pool_fallbacks()
+    register_pool_fallbacks(target_key(target))
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
     # A fixed rand_state: the sketches' own (sampled) decisions decide some knobs' ranges (a compute
     # location's loop count follows earlier choices), so every process must generate the same sketches.
@@ -218,6 +236,20 @@ def tiling_sketch(traces):
     return tiled[0]
 
 
+# The sampling instructions a sketch may hold, each read as one knob. `replay` hands a decision to
+# every Sample* instruction in order, so one of any other kind would shift every decision after it.
+SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
+
+
+def check_sample_kinds(trace) -> None:
+    """ValueError naming the first sampling instruction of `trace` that is not a knob kind."""
+    for inst in trace.insts:
+        kind = inst.kind.name
+        if kind.startswith("Sample") and kind not in SAMPLE_KINDS:
+            raise ValueError(f"MetaSchedule's sketch samples with {kind}, which tunelab does not read as a "
+                             f"knob (it reads {', '.join(SAMPLE_KINDS)})")
+
+
 class TaskSchedules:
     """A task's design spaces, its knob Space, and config -> schedule."""
 
@@ -244,6 +276,7 @@ class TaskSchedules:
         """Replay the sketch and describe each sampling instruction's legal choices."""
         from tvm import s_tir
 
+        check_sample_kinds(trace)
         fresh = s_tir.Schedule(self.mod)
         knobs: list[Knob] = []
 

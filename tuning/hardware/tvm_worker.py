@@ -1,10 +1,13 @@
 """What the TVM backend's worker processes run (imports TVM; never imported by the parent).
 
 Build worker: config -> schedule -> library file. Run worker: library file ->
-correctness check against the untuned kernel -> time_evaluator costs, on
-`tvm.device(device, 0)` for the device name the runner passes ("cpu", "cuda").
-Handled failures come back as {"error": kind, "message": ...} values.
-runner.py's LocalRunner drives these functions.
+correctness check against the untuned kernel -> time_evaluator costs, on the
+device string the runner passes ("cpu", "cpu:0", "cuda:1"; tvm_device.py).
+Nothing here needs untuned TIR to run on the target: on a GPU the reference
+output is computed on this host's CPU (reference_arrays) and the drift gauge
+is a GEMM in fixed thread blocks (gauge_module). Handled failures come back as
+{"error": kind, "message": ...} values. The local runner (runners/local.py)
+drives these functions in its worker pools.
 """
 from __future__ import annotations
 
@@ -15,16 +18,18 @@ import traceback
 import numpy as np
 
 from tuning.measure import CVStop
-from tuning.hardware.tvm_space import (TaskSchedules, arg_shapes, fast_tensor_intrin_import, make_target,
-                                       workload_module)
+from tuning.hardware.tvm_device import device_kind, tvm_device
+from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, fast_tensor_intrin_import,
+                                       make_target, untuned_runs_on, workload_module)
 
 _schedules: dict = {}
 _references: dict = {}
 _gauges: dict = {}
 
-# The drift gauge: a fixed kernel (an untuned 128^3 GEMM, a few ms) timed with every measured batch,
-# so the store knows how fast the host was when each row was read (docs/store.md §The drift gauge).
+# The drift gauge: a fixed kernel (a 128^3 GEMM, a few ms; untuned on a CPU) timed with every measured
+# batch, so the store knows how fast the host was when each row was read (docs/store.md §The drift gauge).
 GAUGE_WORKLOAD = {"op": "gemm", "M": 128, "N": 128, "K": 128, "dtype": "float32"}
+GAUGE_THREAD_BLOCK = 16  # on a GPU: 16 x 16 threads a block, one output element each
 
 
 def init(target: dict) -> None:
@@ -76,22 +81,32 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     return {"error": None, "config": list(effective), "args": args, "build_s": time.perf_counter() - start}
 
 
-def reference(workload: dict, target: dict, device: str) -> None:
-    """Inputs and the untuned kernel's output for a workload (cached per worker)."""
+def reference_arrays(workload: dict, target: dict, device: str = "cpu") -> tuple[list, np.ndarray]:
+    """The check's arrays, (inputs with a zero output buffer last, expected output): random inputs
+    (seed 0) and the untuned kernel's output on them, run on `device` where the untuned kernel runs
+    on the target, else built for HOST_TARGET and run on this host's CPU."""
     import tvm
 
+    mod = workload_module(workload)
+    shapes = arg_shapes(mod["main"])
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
+    arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
+    if not untuned_runs_on(target):
+        target, device = HOST_TARGET, "cpu"
+    lib = _compile(mod, target)
+    dev = tvm_device(device)
+    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+    lib[lib.entry_name](*tensors)
+    return arrays, tensors[-1].numpy()
+
+
+def reference(workload: dict, target: dict, device: str) -> None:
+    """Inputs and the untuned kernel's output for a workload (cached per worker; `run` copies the
+    inputs to its device)."""
     key = _key(workload, target)
     if key not in _references:
-        mod = workload_module(workload)
-        shapes = arg_shapes(mod["main"])
-        rng = np.random.default_rng(0)
-        arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
-        arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
-        lib = _compile(mod, target)
-        dev = tvm.device(device, 0)
-        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
-        lib[lib.entry_name](*tensors)
-        _references[key] = (arrays, tensors[-1].numpy())
+        _references[key] = reference_arrays(workload, target, device)
 
 
 def run(workload: dict, target: dict, device: str, lib_path: str, args: list, spec: dict) -> dict:
@@ -99,7 +114,7 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
     import tvm
 
     start = time.perf_counter()
-    dev = tvm.device(device, 0)
+    dev = tvm_device(device)
     lib = tvm.runtime.load_module(lib_path)
     function = lib[lib.entry_name]
     inputs, expected = _references[_key(workload, target)]
@@ -122,11 +137,11 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
     if spec["cv_stop"]:
         costs = _time_until_stable(lib, dev, tensors, CVStop(**spec["cv_stop"]))
     else:
+        # TVM's cache flush is a CPU preprocessor; other devices have no equivalent
+        flush = spec["cache_flush"] and device_kind(device) == "cpu"
         evaluator = lib.time_evaluator(
             lib.entry_name, dev, number=spec["number"], repeat=spec["repeat"],
-            min_repeat_ms=spec["min_repeat_ms"],
-            # TVM's cache flush is a CPU preprocessor; other devices have no equivalent
-            f_preproc="cache_flush_cpu_non_first_arg" if spec["cache_flush"] and device == "cpu" else "",
+            min_repeat_ms=spec["min_repeat_ms"], f_preproc="cache_flush_cpu_non_first_arg" if flush else "",
         )
         costs = [float(c) for c in evaluator(*tensors).results]
     return {"error": None, "costs": costs, "run_s": time.perf_counter() - start, "message": note}
@@ -163,15 +178,35 @@ def fit_to_timeout(spec: dict, single: float) -> tuple[dict | None, str]:
                     f"(timeout_s={spec['timeout_s']})")
 
 
+def gauge_module(target: dict):
+    """The gauge kernel for a target: the untuned GEMM where untuned TIR runs (every CPU: the same
+    kernel as ever, so stores compare readings across versions), else the same GEMM in fixed
+    GAUGE_THREAD_BLOCK x GAUGE_THREAD_BLOCK thread blocks."""
+    from tvm import s_tir
+
+    mod = workload_module(GAUGE_WORKLOAD)
+    if untuned_runs_on(target):
+        return mod
+    sch = s_tir.Schedule(mod)
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    i_block, i_thread = sch.split(i, [None, GAUGE_THREAD_BLOCK])
+    j_block, j_thread = sch.split(j, [None, GAUGE_THREAD_BLOCK])
+    sch.reorder(i_block, j_block, i_thread, j_thread, k)
+    for loop, thread in ((i_block, "blockIdx.y"), (j_block, "blockIdx.x"), (i_thread, "threadIdx.y"),
+                         (j_thread, "threadIdx.x")):
+        sch.bind(loop, thread)
+    return sch.mod
+
+
 def gauge(target: dict, device: str) -> float:
     """Median seconds of the gauge kernel (3 repeats of >= 20 ms each); built once per worker."""
     import tvm
 
     key = json.dumps([target, device], sort_keys=True)
     if key not in _gauges:
-        mod = workload_module(GAUGE_WORKLOAD)
+        mod = gauge_module(target)
         lib = _compile(mod, target)
-        dev = tvm.device(device, 0)
+        dev = tvm_device(device)
         tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]
         _gauges[key] = (lib.time_evaluator(lib.entry_name, dev, number=1, repeat=3, min_repeat_ms=20), tensors)
     evaluator, tensors = _gauges[key]

@@ -36,6 +36,9 @@ artifacts. The loop drives it in this order:
                                                      open run): a sweep's best params, its results
     tracker.end_parent(parent, status)               close the multirun's parent run (needs no open run):
                                                      KILLED when the sweep itself was interrupted
+    tracker.open_parent(parent) -> str               the launching process, before any job: create the
+                                                     multirun's parent run (or find an earlier run's into
+                                                     the same key) and return its id for the jobs
 
 A tracker never fails a tuning job once it has started: a store that stops answering is
 retried, then given up on (`offline`). __init__ stores settings only: no I/O, no threads, no clients.
@@ -110,6 +113,10 @@ class Tracker(Component):
     def end_parent(self, parent: str, status: str) -> None:
         """Close the multirun's parent run with `status` (a sweep that was interrupted ends it KILLED)."""
 
+    def open_parent(self, parent: str) -> str:
+        """Before any job of a multirun: its parent run's id ('' when nothing is tracked)."""
+        return ""
+
 
 class NoTracker(Tracker):
     """Tracking disabled: every call is accepted and ignored."""
@@ -142,7 +149,8 @@ class NoTracker(Tracker):
 
 # where a run's files are: tags (tunelab.<key>), not params, so MLflow's compare view ("diff only",
 # parallel coordinates) shows what differs in the method, not where each run wrote
-PATH_KEYS = ("output_dir", "resume", "tracking.uri", "tuning.database", "hardware.store", "model.path")
+PATH_KEYS = ("output_dir", "resume", "tracking.uri", "tuning.database", "hardware.store", "model.path",
+             "storage.mlflow_uri", "storage.optuna_uri", "storage.stores_dir")
 
 
 def run_params(config: dict) -> tuple[dict, dict]:

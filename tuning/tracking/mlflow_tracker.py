@@ -12,6 +12,13 @@ store did not take go to the run folder's spool (`spool_to`), from which
 
 What the retries cannot mend is refused before any work instead (`check`, called by the config
 validation): a tracking URI MLflow keeps no runs in, an experiment name it would refuse.
+
+A multirun's parent run is opened by the launching process (`open_parent`, from the Hydra callback
+tuning.sweep.SweepParent), which hands its id to the jobs in PARENT_RUN_ENV; a job attaches to it
+by that id, or, where a launcher does not carry the environment, finds it by its MULTIRUN_TAG (the
+sweep's folder, the `parent` key). Nothing about the parent is kept in the sweep's folder. The only
+lock file is a sqlite store's (beside the database, `<db>.lock`): a one-host guard that serialises
+creating the schema, the experiment and a parent run; a server or a PostgreSQL store needs none.
 """
 from __future__ import annotations
 
@@ -52,8 +59,8 @@ SERVER_SCHEMES = ("http", "https")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_HINT = "tracking.uri=sqlite:////abs/path/mlflow.db"
 
-PARENT_ID_FILE = ".mlflow_parent_run_id"
-PARENT_LOCK_FILE = ".mlflow_parent.lock"
+PARENT_RUN_ENV = "TUNELAB_MLFLOW_PARENT_RUN_ID"  # set by the launching process for its jobs
+MULTIRUN_TAG = "tunelab.multirun"  # on a parent run: its multirun key (the absolute sweep folder)
 
 
 class MlflowTracker(Tracker):
@@ -115,7 +122,7 @@ class MlflowTracker(Tracker):
         self._connect()
         tags = {str(k): v for k, v in tags.items()}
         if parent is not None:
-            self._parent_run_id = self._get_or_create_parent(parent)
+            self._parent_run_id = self._parent(parent)
             tags["mlflow.parentRunId"] = self._parent_run_id
             self._client.update_run(self._parent_run_id, status="RUNNING")
 
@@ -191,6 +198,20 @@ class MlflowTracker(Tracker):
         if self._parent_run_id is not None:
             self._client.set_terminated(self._parent_run_id, parent_status)
 
+    def open_parent(self, parent) -> str:
+        """The launching process's side: the multirun's parent run, created (SCHEDULED until a job
+        starts) unless a run into the same sweep folder made it before; its id, '' when offline."""
+        return self._call("open the sweep's parent run", self._open_parent, parent) or ""
+
+    def _open_parent(self, parent) -> str:
+        self._connect()
+        with self._store_lock():
+            run_id = self._tagged_parent(parent)
+            if run_id is None:
+                run_id = self._create_parent(parent)
+                self._client.update_run(run_id, status="SCHEDULED")
+        return run_id
+
     def log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:
         self._call("annotate the sweep's parent run", self._log_to_parent, parent, params, metrics, tags, artifacts)
 
@@ -198,7 +219,7 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Metric, Param, RunTag
 
         self._connect()
-        run_id = self._get_or_create_parent(parent)
+        run_id = self._parent(parent)
         now_ms = int(time.time() * 1000)
         self._client.log_batch(
             run_id, synchronous=True,
@@ -214,7 +235,7 @@ class MlflowTracker(Tracker):
 
     def _end_parent(self, parent, status) -> None:
         self._connect()
-        self._client.set_terminated(self._get_or_create_parent(parent), status)
+        self._client.set_terminated(self._parent(parent), status)
 
     # -- logging -----------------------------------------------------------
 
@@ -344,37 +365,49 @@ class MlflowTracker(Tracker):
         db = sqlite_path(self.uri)
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
-        # Concurrent jobs on a fresh sqlite file would race on schema creation.
-        with _locked(db.with_name(db.name + ".lock")) if db is not None else nullcontext():
+        with self._store_lock():  # concurrent jobs on a fresh sqlite file would race on schema creation
             self._client = MlflowClient(tracking_uri=self.uri)
-            self._experiment_id = self._get_or_create_experiment(db)
+            self._experiment_id = get_or_create_experiment(self._client, self.experiment, db)
 
-    def _get_or_create_experiment(self, db: Path | None) -> str:
-        return get_or_create_experiment(self._client, self.experiment, db)
+    def _store_lock(self):
+        """A sqlite store's one-host guard (a lock file beside the database); other stores need none."""
+        db = sqlite_path(self.uri)
+        return _locked(db.with_name(db.name + ".lock")) if db is not None else nullcontext()
 
-    def _get_or_create_parent(self, key: str) -> str:
-        """One parent run per multirun key, shared by jobs in any process."""
+    def _parent(self, key: str) -> str:
+        """The multirun's parent run: the one the launching process handed down, else the one tagged
+        with `key`, else (a job started without the launching process's callback) a new one."""
+        handed = os.environ.get(PARENT_RUN_ENV)
+        if handed and self._is_parent_of(handed, key):
+            return handed
+        with self._store_lock():
+            return self._tagged_parent(key) or self._create_parent(key)
+
+    def _is_parent_of(self, run_id: str, key: str) -> bool:
+        """Whether `run_id` is this store's live parent run of `key` (an id handed down by another
+        sweep, or valid in another store, is not)."""
         from mlflow.exceptions import MlflowException
 
-        key_dir = Path(key)
-        key_dir.mkdir(parents=True, exist_ok=True)
-        id_file = key_dir / PARENT_ID_FILE
-        with _locked(key_dir / PARENT_LOCK_FILE):
-            if id_file.exists():
-                run_id = id_file.read_text().strip()
-                try:
-                    run = self._client.get_run(run_id)
-                    if run.info.experiment_id == self._experiment_id and run.info.lifecycle_stage == "active":
-                        return run_id
-                except MlflowException as error:
-                    # A stale file (another store, or a deleted run): start a new parent.
-                    if error.error_code != "RESOURCE_DOES_NOT_EXIST":
-                        raise
-            name = sweep_name(key_dir)
-            run = self._client.create_run(self._experiment_id, run_name=name,
-                                          tags={"tunelab.multirun": str(key_dir)})
-            id_file.write_text(run.info.run_id)
-            return run.info.run_id
+        try:
+            run = self._client.get_run(run_id)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            return False
+        return (run.info.experiment_id == self._experiment_id and run.info.lifecycle_stage == "active"
+                and run.data.tags.get(MULTIRUN_TAG) == str(key))
+
+    def _tagged_parent(self, key: str) -> str | None:
+        """The newest live parent run of `key` in the experiment, found by its MULTIRUN_TAG."""
+        quote = "'" if "'" not in str(key) else '"'
+        found = self._client.search_runs([self._experiment_id], f"tags.`{MULTIRUN_TAG}` = {quote}{key}{quote}",
+                                         max_results=1, order_by=["attributes.start_time DESC"])
+        return found[0].info.run_id if found else None
+
+    def _create_parent(self, key: str) -> str:
+        run = self._client.create_run(self._experiment_id, run_name=sweep_name(Path(key)),
+                                      tags={MULTIRUN_TAG: str(key)})
+        return run.info.run_id
 
     def _log_params(self, params: dict, skip: set[str]) -> None:
         from mlflow.entities import Param

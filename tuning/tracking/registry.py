@@ -27,9 +27,10 @@ class RegistryError(ValueError):
 
 
 def default_registry() -> str:
-    """The embedded MLflow store runs track into by default (conf/tracking/mlflow.yaml's uri)."""
-    outputs = os.environ.get("TUNELAB_OUTPUTS") or str(Path.cwd() / "outputs")
-    return f"sqlite:///{outputs}/mlflow.db"
+    """The MLflow store runs track into when no URI is given (tuning.storage.mlflow_uri)."""
+    from tuning import storage
+
+    return storage.mlflow_uri()
 
 
 def parse_reference(reference: str) -> tuple[str, str | None]:

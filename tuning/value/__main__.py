@@ -53,7 +53,8 @@ def parse_args(argv=None):
     train_cmd.add_argument("--lr", type=float, default=3e-3)
     train_cmd.add_argument("--batch", type=int, default=256)
     train_cmd.add_argument("--seed", type=int, default=0)
-    train_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    train_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: "
+                           "$MLFLOW_TRACKING_URI, else outputs/mlflow.db; tuning/storage.py)")
     train_cmd.add_argument("--experiment", default="value")
     improve_cmd = commands.add_parser("improve", help="the paper's Algorithm 2: V's own schedules measured, V refit",
                                       description=improve_doc())
@@ -75,7 +76,8 @@ def parse_args(argv=None):
     improve_cmd.add_argument("--lr", type=float, default=3e-3)
     improve_cmd.add_argument("--batch", type=int, default=256)
     improve_cmd.add_argument("--seed", type=int, default=0)
-    improve_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: outputs/mlflow.db)")
+    improve_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: "
+                             "$MLFLOW_TRACKING_URI, else outputs/mlflow.db; tuning/storage.py)")
     improve_cmd.add_argument("--override", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                              help="a Hydra override of the hardware or evaluator (hardware.num_threads=2); repeatable")
     args = parser.parse_args(argv)
@@ -148,9 +150,10 @@ def train(args) -> None:
 
 
 def register_value(net, args, fingerprint, seen, outside, losses, results) -> str:
-    from tuning.tracking.registry import default_registry, register
+    from tuning import storage
+    from tuning.tracking.registry import register
 
-    args.registry = args.registry or default_registry()
+    args.registry = storage.mlflow_uri(args.registry)
     tasks = [{"name": k.name, "configs": len(k.configs)} for k in seen]
     metrics = {f"{part}/{key}": value for part, numbers in results.items() for key, value in numbers.items()}
     return register(

@@ -1,28 +1,21 @@
-"""Finding an experiment's finished runs in MLflow (by the `experiment` tag every run carries),
-fetching their records.jsonl, and printing text tables: the experiments/ scripts' shared reading.
-The statistics of a comparison are tuning/compare.py's and tuning/stats.py's alone. Imports mlflow
-only through the client handed in."""
+"""An `+experiment=` sweep's runs for the experiments/ scripts: the latest sweep's finished runs
+(by the `experiment` tag every run carries), their records.jsonl, text tables, and the presets of
+`python -m tuning.compare` (experiments/*_table.py). Every statistic is the comparison's
+(tuning/compare/statistics.py) and tuning/stats.py's. Imports mlflow only through the client handed
+in, and in run_preset."""
 from __future__ import annotations
 
 from pathlib import Path
 
-
+from tuning.compare.load import find_runs
 from tuning.records import RecordLog
 
 
-def find_runs(client, mlflow_experiment: str, prefix: str, tag: str | None, parent: str | None) -> tuple[str, list]:
+def latest_sweep(client, mlflow_experiment: str, prefix: str, tag: str | None, parent: str | None) -> tuple[str, list]:
     """Finished runs tagged `experiment` = `tag` (default: the latest tag starting with `prefix`),
     newest first; optionally only the children of one multirun parent."""
-    found = client.get_experiment_by_name(mlflow_experiment)
-    if found is None:
-        raise SystemExit(f"no MLflow experiment {mlflow_experiment!r} in this store")
-    filters = ["attributes.status = 'FINISHED'", f"tags.experiment LIKE '{prefix}%'"]
-    if tag:
-        filters.append(f"tags.experiment = '{tag}'")
-    if parent:
-        filters.append(f"tags.mlflow.parentRunId = '{parent}'")
-    runs = client.search_runs([found.experiment_id], " and ".join(filters), max_results=5000,
-                              order_by=["attributes.start_time DESC"])
+    where = [f"tags.experiment LIKE '{prefix}%'", *([f"tags.experiment = '{tag}'"] if tag else [])]
+    runs = find_runs(client, mlflow_experiment, where, [parent] if parent else [], limit=5000)
     if not runs:
         raise SystemExit(f"no finished runs of +experiment={prefix}... found "
                          f"(run: python run.py -m +experiment={prefix}_reduced)")
@@ -67,16 +60,17 @@ def run_preset(doc: str, prefix: str, fixed: list[str], rename: dict, argv=None)
 
     from mlflow.tracking import MlflowClient
 
-    from tuning import compare
+    from tuning.compare.cli import main
+    from tuning.storage import mlflow_uri
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", default=compare.default_uri())
+    parser.add_argument("--uri", default=mlflow_uri())
     parser.add_argument("--mlflow-experiment", default="tunelab")
     parser.add_argument("--experiment", help=f"{prefix} or {prefix}_reduced (default: the latest)")
     parser.add_argument("--parent", action="append", default=[], help="only the children of this multirun parent")
     parser.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best throughput")
     parser.add_argument("--budgets", type=int, nargs="+")
     args = parser.parse_args(argv)
-    tag, _ = find_runs(MlflowClient(args.uri), args.mlflow_experiment, prefix, args.experiment, None)
+    tag, _ = latest_sweep(MlflowClient(args.uri), args.mlflow_experiment, prefix, args.experiment, None)
     print(f"+experiment={tag}\n")
-    return compare.main(preset_argv(args, tag, fixed), rename=rename)
+    return main(preset_argv(args, tag, fixed), rename=rename)

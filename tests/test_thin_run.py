@@ -1,0 +1,90 @@
+"""tuning/run.py orchestrates and nothing more: it stays short, the budget is resolved into a frozen
+plan without editing the config, the store wiring returns new hardware instead of changing the
+given one, and the loop's RunInfo is a frozen plan beside a mutable Progress."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tuning.task import build_tasks, gemm_task
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = [gemm_task(f"k{i}", 16 + 8 * i, 32, 16) for i in range(22)]
+
+
+# ---- structure ---------------------------------------------------------------------------------
+def test_run_py_is_short_and_its_run_fits_on_a_screen():
+    from tuning import run
+
+    assert len((REPO / "tuning" / "run.py").read_text().splitlines()) < 250
+    lines, _ = inspect.getsourcelines(run._run)
+    assert len(lines) <= 40, f"_run is {len(lines)} lines"
+
+
+def test_no_module_in_tuning_imports_hydra_plugins():
+    importers = []
+    for path in sorted((REPO / "tuning").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name == "hydra_plugins" or name.startswith("hydra_plugins.") for name in names):
+                importers.append(str(path.relative_to(REPO)))
+    assert importers == []
+
+
+# ---- the budget ------------------------------------------------------------------------------------
+def test_budget_resolution_leaves_the_config_alone_and_gives_a_frozen_plan(compose_cfg):
+    from tuning.budget import DEFAULT_TRIALS_PER_KERNEL, resolve_budget
+
+    cfg = compose_cfg("model=resnet18")
+    before = OmegaConf.to_container(cfg.budget)
+    first, second = resolve_budget(cfg, KERNELS), resolve_budget(cfg, KERNELS)
+    assert first == second and first.trials == DEFAULT_TRIALS_PER_KERNEL * 22
+    assert first.min_trials_per_task == DEFAULT_TRIALS_PER_KERNEL  # 704 cannot give 22 kernels 64 each
+    assert OmegaConf.to_container(cfg.budget) == before and cfg.budget.trials is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.trials = 1
+
+
+def test_the_applied_copy_holds_the_numbers_used(compose_cfg):
+    from tuning.budget import resolve_budget, with_plan_size
+    from tuning.hardware.synthetic import SyntheticHardware
+
+    cfg = compose_cfg("model=gemm_64", "budget.trials_per_task=40")
+    tasks = build_tasks(cfg.model)
+    plan = with_plan_size(resolve_budget(cfg, tasks), 64, tasks, SyntheticHardware())
+    applied = plan.applied(cfg)
+    assert (applied.budget.trials, applied.budget.plan_size) == (40, 64)
+    assert (cfg.budget.trials, cfg.budget.plan_size) == (None, None)
+    assert with_plan_size(resolve_budget(cfg, tasks), 64, tasks, SyntheticHardware()) == plan
+
+
+# ---- the store wiring -----------------------------------------------------------------------------
+def test_store_wiring_returns_new_hardware_and_leaves_the_given_one_as_it_was(tmp_path):
+    from tuning.hardware.replay import ReplayHardware
+    from tuning.hardware.synthetic import SyntheticHardware
+    from tuning.measure import MeasureSpec
+    from tuning.store_wiring import wire_store
+
+    given = SyntheticHardware(store=str(tmp_path / "store.sqlite"))
+    hardware, writer = wire_store(OmegaConf.create({"model": {"space": "store"}}), given, MeasureSpec(repeat=3))
+    assert isinstance(hardware, ReplayHardware) and hardware is not given
+    assert given.reuse is False and writer.hardware is hardware
+    writer.store.close()
+
+
+# ---- the loop's run --------------------------------------------------------------------------------
+def test_run_info_is_a_frozen_plan_with_a_mutable_progress(tmp_path):
+    from tuning.loop import Progress, RunInfo
+
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=8, plan_size=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.trials = 9
+    run.progress.measured += 3
+    assert run.progress == Progress(measured=3)
+    assert RunInfo(seed=0, out_dir=tmp_path, method="test", trials=8, plan_size=4).progress.measured == 0

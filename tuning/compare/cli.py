@@ -1,0 +1,130 @@
+"""Compare tuning methods the way a paper can cite: true-cost curves with bands, paired CIs,
+censored times to an external target, one aggregate score (docs/compare.md).
+
+    python -m tuning.compare --experiment replay-conv_l8 --baseline sa
+    python -m tuning.compare --parent <multirun parent run id> --baseline sa+greedy --budgets 64 256 1000
+    python -m tuning.compare --experiment tunelab --tag experiment=chameleon_ablation_reduced --baseline sa+greedy
+
+Reads finished MLflow runs (by experiment, tags, multirun parent, model) and their records.jsonl,
+config.yaml and tasks.json artifacts. A method is the runs' group choices (search, sampler,
+cost_model, evaluator; `--method-by` changes which keys), named by the parts that differ between
+the runs; runs pair by seed. Per task and method it reports:
+
+    curves            the incumbent's true latency (the config the run would return after n
+                      measurements, scored by the store's median over every reading of it)
+                      against measurements and against seconds (simulated under hardware=replay):
+                      median over seeds with a bootstrap 95% band, as PNG
+    at each budget    (measurements, and with --seconds seconds since the start: a paper's time budget)
+                      the median true latency [95% CI] and the paired ratio to the baseline
+                      (geometric mean over seeds [95% CI]), the Wilcoxon signed-rank p-value and
+                      its Holm adjustment across tasks, and a verdict: better / worse / undecided
+    to the target     target = the best config the store knows for the task (its truth) /
+                      `--fraction`; measurements and seconds until the incumbent is at least that
+                      good, censored at the run's end when it never is (Kaplan-Meier median,
+                      or ">= N"), log-rank test against the baseline
+    score             the autotuning-methodology score (Willemsen et al. 2024) on the
+                      measurements axis (tuning/stats.py: methodology_score)
+
+Runs without a store (real runs with no hardware.store) are scored by their own readings, which
+the output says: the minimum of noisy readings is biased low. Everything goes to a folder
+(compare.md, compare.csv, curves_<task>.png) and to an MLflow run of its own in `--log-experiment`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from tuning.compare.load import GROUPS, gather, job_runs
+from tuning.compare.report import log_to_mlflow, write_outputs
+from tuning.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
+from tuning.storage import mlflow_uri
+
+
+def default_out_dir(uri: str) -> Path:
+    """compare/<time> beside the MLflow sqlite file (outputs/ by default), else under outputs/."""
+    from tuning.tracking.mlflow_tracker import sqlite_path
+
+    db = sqlite_path(uri)
+    base = db.parent if db is not None else Path(os.environ.get("TUNELAB_OUTPUTS", "outputs"))
+    return base / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tuning.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--experiment", default="tunelab", help="the MLflow experiment holding the runs")
+    parser.add_argument("--parent", action="append", default=[], help="only children of this multirun parent run id")
+    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag")
+    parser.add_argument("--model", help="only runs of this model.name")
+    parser.add_argument("--baseline", required=True, help="the method every other is compared to (a name printed "
+                                                          "in the table, e.g. sa or sa+greedy)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS))
+    parser.add_argument("--seconds", type=float, nargs="+", default=[],
+                        help="also compare the incumbents at these seconds since each run started (simulated "
+                             "under hardware=replay), e.g. a paper's time budget")
+    parser.add_argument("--fraction", type=float, default=1.0,
+                        help="target = the best config known / this (0.95: within 95%% of its throughput)")
+    parser.add_argument("--method-by", default=",".join(GROUPS),
+                        help="what makes a method: group names (their choice) or param keys, comma-separated")
+    parser.add_argument("--metric", action="append", default=[],
+                        help="also compare this final MLflow metric (lower is better, e.g. run/run_s), paired by seed")
+    parser.add_argument("--store", help="the measurement store, when it moved since the runs")
+    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                                    "outputs/mlflow.db; tuning/storage.py)")
+    parser.add_argument("--log-experiment", default="tunelab-compare", help="where the comparison's own run goes")
+    parser.add_argument("--no-mlflow-run", action="store_true", help="write the files only")
+    parser.add_argument("--out", help="output folder (default: compare/<time> beside a sqlite MLflow store, "
+                                      "else outputs/compare/<time>)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    args = parser.parse_args(argv)
+    problems = []
+    if not (math.isfinite(args.fraction) and 0 < args.fraction <= 1):
+        problems.append(f"--fraction: expected a number in (0, 1], got {args.fraction}")
+    if any(b < 1 for b in args.budgets):
+        problems.append(f"--budgets: expected positive measurement counts, got {args.budgets}")
+    if any(not (math.isfinite(t) and t > 0) for t in args.seconds):
+        problems.append(f"--seconds: expected positive finite seconds, got {args.seconds}")
+    bad_tags = [t for t in args.tag if "=" not in t or not t.split("=", 1)[0]]
+    if bad_tags:
+        problems.append(f"--tag: expected KEY=VALUE, got {', '.join(bad_tags)}")
+    if any("'" in v for v in [args.experiment, args.model or "", *args.parent, *args.tag]):
+        problems.append("--experiment/--model/--parent/--tag: quotes are not allowed")
+    if problems:
+        parser.error("; ".join(problems))
+    args.tag = [tuple(t.split("=", 1)) for t in args.tag]
+    args.method_by = [k.strip() for k in args.method_by.split(",") if k.strip()]
+    return args
+
+
+def main(argv=None, rename: dict | None = None) -> Comparison:
+    """The command; `rename` (method name -> name shown) is for presets (experiments/*_table.py)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow.tracking import MlflowClient
+
+    args = parse_args(argv)
+    uri = mlflow_uri(args.uri)
+    client = MlflowClient(uri)
+    runs = job_runs(client, args.experiment, args.parent, args.tag, args.model)
+    with tempfile.TemporaryDirectory() as scratch:
+        found = gather(client, runs, Path(scratch), args.method_by, args.store, rename)
+    try:
+        result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
+                         found.metrics, args.metric, args.seconds)
+    except ValueError as error:
+        raise SystemExit(f"tuning.compare: {error}") from None
+    result.notes = found.notes + result.notes
+    selection = {"experiment": args.experiment, "parents": args.parent, "tags": [f"{k}={v}" for k, v in args.tag],
+                 "model": args.model or "", "uri": uri}
+    described = " ".join(f"{k}={v}" for k, v in selection.items() if v and k != "uri")
+    out_dir = Path(args.out) if args.out else default_out_dir(uri)
+    files = write_outputs(result, out_dir, described, args.seed)
+    print((out_dir / "compare.md").read_text())
+    print(f"files: {out_dir}")
+    if not args.no_mlflow_run:
+        run_id = log_to_mlflow(client, args.log_experiment, result, files, selection, uri)
+        print(f"MLflow: run {run_id} in experiment {args.log_experiment!r} at {uri}")
+    return result

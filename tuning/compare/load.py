@@ -1,0 +1,216 @@
+"""Finished runs read from MLflow: `find_runs`, the one run lookup every reader of runs uses (the
+comparison, the ablation presets, experiments/claims.py), then each run's records, tasks and
+identity, the method it belongs to, and its tasks' truths from the measurement store it recorded.
+The artifacts are untrusted input: what does not parse is a reason to leave a run out, not a crash.
+Imports mlflow only through the client handed in."""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuning.compare.curves import Curve, TaskTruth, run_curves
+from tuning.records import RecordError, RecordLog
+
+
+GROUPS = ("search", "sampler", "cost_model", "evaluator")
+
+
+def find_runs(client, experiment: str, where=(), parents=(), limit: int = 50_000, required: bool = True) -> list:
+    """The finished runs of MLflow experiment `experiment` that meet every `where` clause (MLflow's
+    search syntax), newest first; with `parents`, only the children of those multirun parent runs.
+    A missing experiment stops the command, or with `required=False` has no runs."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        if required:
+            raise SystemExit(f"tuning.compare: no MLflow experiment {experiment!r} at this tracking URI")
+        return []
+    runs = []
+    for parent in list(parents) or [None]:
+        query = " and ".join(["attributes.status = 'FINISHED'", *where,
+                              *([f"tags.mlflow.parentRunId = '{parent}'"] if parent else [])])
+        runs += client.search_runs([found.experiment_id], query, max_results=limit,
+                                   order_by=["attributes.start_time DESC"])
+    return runs
+
+
+# ---- the runs of a comparison ---------------------------------------------------------------------
+def job_runs(client, experiment: str, parents=(), tags=(), model: str | None = None) -> list:
+    """Finished tunelab job runs (not multirun parents, not comparisons), newest first."""
+    where = ["tags.`choice.search` != ''", *(f"tags.`{key}` = '{value}'" for key, value in tags)]
+    if model:
+        where.append(f"params.`model.name` = '{model}'")
+    return find_runs(client, experiment, where, parents)
+
+
+@dataclass
+class LoadedRun:
+    run_id: str
+    name: str
+    keys: dict  # --method-by key -> value
+    seed: int
+    model: str  # model.name: a grid over models has a run per model at one seed
+    start_s: float  # 0 under a simulated clock, else the run's start (unix seconds)
+    init_random: int
+    records: list
+    tasks: list[dict]
+    metrics: dict = field(default_factory=dict)  # the run's final MLflow metrics
+    host: str = ""  # the hardware that measured it: option, CPU model, target (its describe() tags)
+
+
+def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
+    """A run's records, tasks and identity, or the reason it cannot be compared. The artifacts are
+    untrusted input: a file that does not parse is a reason, not a crash."""
+    folder = scratch / run.info.run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        records = RecordLog(Path(client.download_artifacts(run.info.run_id, "records.jsonl", str(folder)))).load()
+    except RecordError as error:
+        return str(error)
+    except Exception as error:  # noqa: BLE001 - MLflow raises several kinds for a missing artifact
+        return f"no records.jsonl artifact ({type(error).__name__})"
+    tasks = _saved_tasks(client, run, folder)
+    if isinstance(tasks, str):
+        return tasks
+    params, tags = run.data.params, run.data.tags
+    simulated = (params.get("hardware._target_", "").endswith("ReplayHardware")
+                 and params.get("hardware.simulated_clock", "True") in ("True", "true"))
+    try:
+        seed = int(params.get("seed", tags.get("seed", "")))
+        init_random = int(params.get("budget.init_random", "0") or 0)
+    except ValueError:
+        return "no integer seed"
+    return LoadedRun(run.info.run_id, run.info.run_name or run.info.run_id,
+                     {key: _method_part(run, key) for key in method_by}, seed, params.get("model.name", ""),
+                     0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks,
+                     dict(run.data.metrics), _host(tags))
+
+
+def _host(tags: dict) -> str:
+    return " / ".join(tags[k] for k in ("hardware", "cpu_model", "target") if tags.get(k))
+
+
+def _saved_tasks(client, run, folder: Path) -> list[dict] | str:
+    """tasks.json (runs from before it: one task named by the model, keyed by the records)."""
+    try:
+        path = Path(client.download_artifacts(run.info.run_id, "tasks.json", str(folder)))
+        rows = json.loads(path.read_text())
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 and isinstance(r.get("key"), str) for r in rows):
+            return "tasks.json is not a task list"
+        return rows
+    except ValueError:
+        return "tasks.json is not JSON"
+    except Exception:  # noqa: BLE001 - an older run without tasks.json
+        return []
+
+
+def _method_part(run, key: str) -> str:
+    from tuning.tracking.base import option_name
+
+    if key in GROUPS or key == "hardware":
+        return option_name(run.data.tags.get(f"choice.{key}"), run.data.params.get(f"{key}._target_", "?"))
+    return run.data.params.get(key, run.data.tags.get(key, "?"))
+
+
+def method_labels(runs: list[LoadedRun], method_by) -> dict[str, str]:
+    """run id -> method name: the --method-by values that differ between the runs, joined by '+'
+    (every value when none differ)."""
+    varying = [k for k in method_by if len({r.keys[k] for r in runs}) > 1] or list(method_by)
+    return {r.run_id: "+".join(r.keys[k] for k in varying) for r in runs}
+
+
+def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict, list[str]]:
+    """task name -> TaskTruth: from the store the runs recorded (or `store_override`) when every run of
+    the task names the same rows, else from the pooled readings of the compared runs."""
+    from tuning.store import MeasurementStore, StoreError
+
+    notes, found, stores = [], {}, {}
+    by_task = defaultdict(list)
+    for run in runs:
+        for task in run.tasks:
+            by_task[task["name"]].append(task)
+    for name, entries in sorted(by_task.items()):
+        keys = {_store_entry(t)[1] for t in entries}
+        paths = {store_override or _store_entry(t)[0] for t in entries}
+        if len(keys) == 1 and len(paths) == 1 and () not in keys and None not in paths:
+            path = paths.pop()
+            named_by = "--store" if store_override else "the runs' tasks.json"
+            try:
+                if not Path(path).is_file():
+                    raise StoreError(f"{path}: no such file (--store names where it is now)")
+                store = stores.setdefault(path, MeasurementStore(path, read_only=True))  # only read, never changed
+                by_config = store.truths(*keys.pop())
+            except StoreError as error:
+                raise SystemExit(f"tuning.compare: {error} (the store {named_by} names)") from None
+            if by_config:
+                found[name] = TaskTruth(by_config, min(by_config.values()), f"store {path}")
+                continue
+            notes.append(f"{name}: the store {path} holds no reading of it; scored by the runs' own readings")
+        else:
+            notes.append(f"{name}: not every run used the same measurement store; scored by the runs' own readings "
+                         "(the minimum of noisy readings is biased low)")
+        found[name] = _pooled_truth(runs, entries[0]["key"])
+    return found, notes
+
+
+def _store_entry(task: dict) -> tuple[str | None, tuple]:
+    """(the store file a tasks.json entry names, its rows' [hardware, task, space] key), or (None, ())
+    when the entry names none or names it malformed (the artifact is untrusted)."""
+    path, key = task.get("store"), task.get("store_key")
+    if not (isinstance(path, str) and path and isinstance(key, list) and len(key) == 3
+            and all(isinstance(k, str) for k in key)):
+        return None, ()
+    return path, tuple(key)
+
+
+def _pooled_truth(runs: list[LoadedRun], key: str) -> TaskTruth:
+    readings = [r.result.cost for run in runs for r in run.records if r.workload_key == key and r.result.ok]
+    return TaskTruth({}, min(readings) if readings else math.inf, "readings of the compared runs")
+
+
+@dataclass
+class Gathered:
+    curves: list[Curve]
+    truths: dict
+    notes: list[str]
+    metrics: dict  # (method, seed, model) -> the run's final MLflow metrics
+
+
+def gather(client, runs, scratch: Path, method_by, store_override: str | None = None,
+           rename: dict | None = None) -> Gathered:
+    """The curves, truths and notes of the selected MLflow runs (newest run per method, seed and model);
+    `rename` maps method names to the names to show (e.g. sa+greedy -> SA)."""
+    notes, loaded = [], []
+    for run in runs:
+        found = load_run(client, run, scratch, method_by)
+        if isinstance(found, str):
+            notes.append(f"run {run.info.run_name or run.info.run_id} left out: {found}")
+        else:
+            loaded.append(found)
+    if not loaded:
+        raise SystemExit("tuning.compare: no finished tunelab run with records matches the selection")
+    for run in loaded:
+        if not run.tasks:  # a run from before tasks.json: its records name its one task
+            keys = sorted({r.workload_key for r in run.records})
+            run.tasks = [{"name": run.records[0].task if run.records else "?", "key": k} for k in keys[:1]]
+    labels = {run_id: (rename or {}).get(label, label) for run_id, label in method_labels(loaded, method_by).items()}
+    newest: dict = {}
+    for run in loaded:  # newest first
+        slot = (labels[run.run_id], run.seed, run.model)  # a grid over models has one run per model at a seed
+        if slot in newest:
+            notes.append(f"{labels[run.run_id]} seed {run.seed} {run.model}: {run.name} left out, a newer run of it "
+                         "is compared")
+        newest.setdefault(slot, run)
+    kept = list(newest.values())
+    hosts = sorted({run.host for run in kept if run.host})
+    if len(hosts) > 1:  # readings from different machines do not compare: say so before any table
+        notes.append("the runs were measured on different hardware: " + "; ".join(hosts))
+    elif hosts:
+        notes.append(f"hardware: {hosts[0]}")
+    truths, truth_notes = task_truths(kept, store_override)
+    curves = [c for run in kept for c in run_curves(run.records, run.tasks, truths, labels[run.run_id], run.seed,
+                                                     run.run_id, run.start_s, run.init_random)]
+    return Gathered(curves, truths, notes + truth_notes, {slot: run.metrics for slot, run in newest.items()})

@@ -1,0 +1,327 @@
+"""The statistics of a comparison, from the runs' curves (each estimator is tuning/stats.py's): per
+task and budget the median incumbent with its bootstrap CI and the paired ratio to the baseline
+(Wilcoxon, Holm across tasks), the censored time to the target (Kaplan-Meier, log-rank), final
+metrics paired by seed, the methodology score; and a paper's claims against those runs
+(experiments/claims.py): speed-ups baseline / method with a paired bootstrap over seeds, verdicts."""
+from __future__ import annotations
+
+import math
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tuning import stats
+from tuning.compare.curves import Curve, paired_by_seed, time_to_target, value_at, value_at_seconds
+
+
+DEFAULT_BUDGETS = (64, 256, 1000)
+
+
+# ---- the statistics of one task ------------------------------------------------------------------
+def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng, axis: str = "measurements") -> list[dict]:
+    """The incumbent at each budget, on the measurements axis or (--seconds) the seconds axis."""
+    at = value_at if axis == "measurements" else value_at_seconds
+    rows = []
+    for budget in budgets:
+        for method, curves in by_method.items():
+            values = [at(c, budget) for c in curves]
+            median, low, high = stats.bootstrap_ci(values, np.median, rng)
+            row = {"task": task, "budget": budget, "axis": axis, "method": method, "seeds": len(values),
+                   "median_us": median * 1e6, "median_low_us": low * 1e6, "median_high_us": high * 1e6}
+            if method != baseline and baseline in by_method:
+                pairs = [(at(a, budget), at(b, budget)) for a, b in paired_by_seed(curves, by_method[baseline])]
+                pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]  # no incumbent yet: no ratio
+                ratio = stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
+                row.update(pairs=ratio["n"], ratio=ratio["ratio"], ratio_low=ratio["low"], ratio_high=ratio["high"],
+                           p=ratio["p"])
+            rows.append(row)
+    return rows
+
+
+def target_rows(task: str, by_method: dict, baseline: str, target_s: float) -> list[dict]:
+    rows = []
+    for axis in ("measurements", "seconds"):
+        outcomes = {m: [time_to_target(c, target_s, axis) for c in curves] for m, curves in by_method.items()}
+        for method, found in outcomes.items():
+            times, reached = zip(*found)
+            km = stats.kaplan_meier_median(times, reached)
+            row = {"task": task, "axis": axis, "method": method, "runs": km["n"], "reached": km["reached"],
+                   "median": km["median"], "low": km["low"], "high": km["high"], "at_least": km["at_least"]}
+            if method != baseline and baseline in outcomes:
+                base_times, base_reached = zip(*outcomes[baseline])
+                row["p"] = stats.logrank_p(times, reached, base_times, base_reached)
+            rows.append(row)
+    return rows
+
+
+def holm_within(rows: list[dict], group_keys: tuple[str, ...]) -> None:
+    """Holm-adjust each row's `p` within its family: the rows of one method with the same `group_keys`
+    (the tasks of one budget, or the metrics of one comparison)."""
+    families = defaultdict(list)
+    for row in rows:
+        if "p" in row:
+            families[tuple(row[k] for k in ("method", *group_keys))].append(row)
+    for family in families.values():
+        for row, adjusted in zip(family, stats.holm([r["p"] for r in family])):
+            row["p_holm"] = adjusted
+
+
+# ---- the whole comparison --------------------------------------------------------------------
+@dataclass
+class Comparison:
+    baseline: str
+    budgets: list
+    fraction: float
+    curves: list[Curve]
+    truths: dict  # task -> TaskTruth
+    budget_table: list[dict] = field(default_factory=list)
+    target_table: list[dict] = field(default_factory=list)
+    metric_table: list[dict] = field(default_factory=list)  # --metric: a final MLflow metric, paired by seed
+    run_metrics: dict = field(default_factory=dict)  # (method, seed, model) -> final metrics (presets' sub-comparisons)
+    scores: dict = field(default_factory=dict)  # method -> score row
+    notes: list[str] = field(default_factory=list)
+
+    def tasks(self) -> list[str]:
+        return sorted({c.task for c in self.curves})
+
+    def by_method(self, task: str) -> dict[str, list[Curve]]:
+        found = defaultdict(list)
+        for curve in self.curves:
+            if curve.task == task:
+                found[curve.method].append(curve)
+        return dict(sorted(found.items(), key=lambda item: (item[0] != self.baseline, item[0])))
+
+
+def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BUDGETS, fraction: float = 1.0,
+            seed: int = 0, run_metrics: dict | None = None, metric_keys=(), seconds=()) -> Comparison:
+    """Every statistic of the comparison, from the runs' curves (seeded: the same inputs give the
+    same numbers)."""
+    methods = sorted({c.method for c in curves})
+    if baseline not in methods:
+        raise ValueError(f"--baseline: no method {baseline!r} among the runs (methods: {', '.join(methods)})")
+    result = Comparison(baseline, [], fraction, curves, truths)
+    rng = np.random.default_rng(seed)
+    shortest = min(c.length for c in curves)
+    result.budgets = sorted({b for b in budgets if b <= shortest}) or [shortest]
+    dropped = [b for b in budgets if b > shortest]
+    if dropped:
+        result.notes.append(f"budgets {', '.join(map(str, dropped))} left out: the shortest run has {shortest} "
+                            "measurements of a task")
+    for task in result.tasks():
+        by_method = result.by_method(task)
+        result.budget_table += budget_rows(task, by_method, baseline, result.budgets, rng)
+        result.budget_table += budget_rows(task, by_method, baseline, sorted(seconds), rng, axis="seconds")
+        target = truths[task].best_s / fraction
+        result.target_table += target_rows(task, by_method, baseline, target)
+    ended = sorted({c.method for c in curves if seconds and c.elapsed_s[-1] < max(seconds)})
+    if ended:
+        result.notes.append(f"runs of {', '.join(ended)} ended before {max(seconds):g} s: at a later seconds budget "
+                            "they keep their last incumbent (more measurements could have improved it)")
+    holm_within(result.budget_table, ("budget", "axis"))
+    holm_within(result.target_table, ("axis",))
+    for row in result.budget_table:
+        if "ratio" in row:
+            row["verdict"] = stats.verdict(row["ratio_low"], row["ratio_high"], row["p_holm"])
+    for row in result.target_table:
+        if "p" in row:
+            row["verdict"] = _target_verdict(row, result.target_table, baseline)
+    result.scores = methodology_scores(result, rng)
+    result.run_metrics = {(key if len(key) == 3 else (*key, "")): value for key, value in (run_metrics or {}).items()}
+    result.metric_table = metric_rows(result.run_metrics, metric_keys, baseline, rng)
+    return result
+
+
+def metric_rows(run_metrics: dict, keys, baseline: str, rng) -> list[dict]:
+    """Per final metric (lower is better, e.g. run/run_s), model and method: the median over seeds [CI]
+    and the paired ratio to the baseline on the same model, Holm-adjusted across metrics and models."""
+    rows = []
+    methods = sorted({m for m, _, _ in run_metrics}, key=lambda m: (m != baseline, m))
+    models = sorted({model for _, _, model in run_metrics})
+    for key, model in ((k, model) for k in keys for model in models):
+        def values(of: str) -> dict:
+            return {s: v[key] for (m, s, where), v in run_metrics.items()
+                    if m == of and where == model and math.isfinite(v.get(key, math.nan))}
+
+        for method in methods:
+            by_seed = values(method)
+            if not by_seed:
+                continue
+            median, low, high = stats.bootstrap_ci(list(by_seed.values()), np.median, rng)
+            row = {"metric": key, "model": model, "method": method, "seeds": len(by_seed), "median": median,
+                   "low": low, "high": high}
+            base = values(baseline)
+            shared = sorted(set(by_seed) & set(base))
+            if method != baseline and shared and all(base[s] > 0 and by_seed[s] > 0 for s in shared):
+                ratio = stats.paired_ratio([by_seed[s] for s in shared], [base[s] for s in shared], rng)
+                row.update(pairs=ratio["n"], ratio=ratio["ratio"], ratio_low=ratio["low"], ratio_high=ratio["high"],
+                           p=ratio["p"])
+            rows.append(row)
+    holm_within(rows, ())
+    for row in rows:
+        if "ratio" in row:
+            row["verdict"] = stats.verdict(row["ratio_low"], row["ratio_high"], row["p_holm"])
+    return rows
+
+
+def _target_verdict(row: dict, table: list[dict], baseline: str) -> str:
+    base = next(r for r in table if r["task"] == row["task"] and r["axis"] == row["axis"] and r["method"] == baseline)
+    if not math.isfinite(row.get("p_holm", math.nan)) or row["p_holm"] >= 1 - stats.LEVEL:
+        return "undecided"
+    mine, theirs = _km_or_bound(row), _km_or_bound(base)
+    return "sooner" if mine < theirs else "later" if mine > theirs else "undecided"
+
+
+def _km_or_bound(row: dict) -> float:
+    return row["median"] if row["median"] is not None else math.inf
+
+
+def methodology_scores(result: Comparison, rng) -> dict:
+    """Per method: stats.methodology_score per task (store-scored tasks only), and their mean. The
+    interval is given for one task; over several it is the mean of per-task scores without one."""
+    per_task = defaultdict(dict)
+    for task in result.tasks():
+        truth = result.truths[task]
+        if not truth.source.startswith("store") or len(truth.by_config) < 2:
+            continue
+        space = np.asarray(list(truth.by_config.values()), dtype=np.float64)
+        for method, curves in result.by_method(task).items():
+            horizon = min(c.length for c in curves)
+            matrix = np.vstack([c.true_s[:horizon] for c in curves])
+            per_task[method][task] = stats.methodology_score(matrix, space, rng)
+    scores = {}
+    for method, tasks in per_task.items():
+        values = list(tasks.values())
+        single = values[0] if len(values) == 1 else {"low": math.nan, "high": math.nan}
+        scores[method] = {"score": float(np.mean([v["score"] for v in values])), "low": single["low"],
+                          "high": single["high"], "tasks": len(values), "per_task": tasks}
+    return scores
+
+
+# ---- a paper's claims ------------------------------------------------------------------------------
+RESAMPLES = 2000  # bootstrap draws of a claim's time ratio
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of a paper: `method` needs `paper`x less of `quantity` than `baseline`."""
+
+    text: str
+    baseline: str
+    method: str
+    quantity: str  # "measurements" / "seconds" (to the target), "made" (measurements a run made), or a final
+    #                metric ("run/run_s", "opt_s")
+    paper: str  # the paper's number, as printed ("" for a control)
+    quality_bound: float | None = None  # the method's final latency may be at most this x the baseline's
+
+
+def km_median(outcomes) -> float:
+    times, reached = zip(*outcomes)
+    median = stats.kaplan_meier_median(times, reached)["median"]
+    return math.inf if median is None else float(median)
+
+
+def time_ratio(result: Comparison, task: str, claim: Claim, rng) -> dict:
+    """Baseline / method Kaplan-Meier medians of the time to the target, paired bootstrap over seeds."""
+    target = result.truths[task].best_s / result.fraction
+    by_method = result.by_method(task)
+    pairs = paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
+    if len(pairs) < 2:
+        return {"n": len(pairs), "ratio": math.nan, "low": math.nan, "high": math.nan}
+    method = [time_to_target(m, target, claim.quantity) for m, _ in pairs]
+    base = [time_to_target(b, target, claim.quantity) for _, b in pairs]
+
+    def ratio(index) -> float:
+        top, bottom = km_median([base[i] for i in index]), km_median([method[i] for i in index])
+        if math.isinf(top) and math.isinf(bottom):
+            return math.nan
+        return top / bottom
+
+    point = ratio(range(len(pairs)))
+    draws = np.array([ratio(rng.integers(len(pairs), size=len(pairs))) for _ in range(RESAMPLES)])
+    draws = np.nan_to_num(draws, nan=1.0, posinf=np.inf)  # neither reached the target: no difference seen
+    low, high = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")  # no interpolation between infs
+    return {"n": len(pairs), "ratio": point, "low": float(low), "high": float(high),
+            "reached": (sum(r for _, r in method), sum(r for _, r in base))}
+
+
+def metric_ratio(result: Comparison, task: str, claim: Claim, rng) -> dict:
+    """Baseline / method of a final metric (or of the measurements made), geometric mean of the
+    per-seed ratios."""
+    if claim.quantity == "made":
+        values = {(c.method, c.seed): float(c.length) for c in result.curves if c.task == task}
+    else:
+        values = {(m, seed): metric_value(metrics, claim.quantity, task)
+                  for (m, seed, model), metrics in result.run_metrics.items() if model == task}
+    seeds = sorted(s for (m, s) in values if m == claim.method and (claim.baseline, s) in values)
+    pairs = [(values[(claim.method, s)], values[(claim.baseline, s)]) for s in seeds]
+    pairs = [(a, b) for a, b in pairs if a and b and math.isfinite(a) and math.isfinite(b)]
+    found = stats.paired_ratio([b for _, b in pairs], [a for a, _ in pairs], rng)
+    return {"n": found["n"], "ratio": found["ratio"], "low": found["low"], "high": found["high"]}
+
+
+def metric_value(metrics: dict, key: str, task: str) -> float | None:
+    """A run's final metric; opt_s is simulated (build + run) plus search and model seconds."""
+    if key == "opt_s":
+        parts = [metrics.get("run/simulated_s"), metrics.get("run/search_s"), metrics.get("run/model_s")]
+        return sum(parts) if all(p is not None for p in parts) else None
+    return metrics.get(key)
+
+
+def final_quality(result: Comparison, task: str, claim: Claim, rng) -> dict:
+    """Method / baseline of the final incumbent's true latency, paired by seed."""
+    by_method = result.by_method(task)
+    pairs = paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
+    pairs = [(m.true_s[-1], b.true_s[-1]) for m, b in pairs if math.isfinite(m.true_s[-1]) and math.isfinite(b.true_s[-1])]
+    return stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
+
+
+def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True) -> str:
+    """holds / does not hold for a paper's claim; for a control or fidelity row (no claim) which of
+    the two needs less, or undecided."""
+    low, high = speed["low"], speed["high"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "undecided at this power"
+    broken = bound is not None and math.isfinite(quality["low"]) and quality["low"] > bound
+    kept = bound is None or (math.isfinite(quality["high"]) and quality["high"] <= bound)
+    if high < 1:
+        return "does not hold" if claimed else "the method needs more"
+    if broken:  # faster, perhaps, but to a kernel worse than the claim allows
+        return "does not hold: slower output" if claimed else "the method needs more"
+    if low > 1 and kept:
+        return "holds" if claimed else "the method needs less"
+    return "undecided at this power"
+
+
+def magnitude(paper: str, speed: dict) -> str:
+    """Where the paper's number lies against our interval."""
+    if not paper or not math.isfinite(speed["low"]):
+        return ""
+    numbers = [float(x) for x in paper.rstrip("x").split("-")]
+    if max(numbers) < speed["low"]:
+        return "paper's below our CI"
+    if min(numbers) > speed["high"]:
+        return "paper's above our CI"
+    return "paper's within our CI"
+
+
+def claim_rows(claims, result: Comparison, seed: int = 0) -> list[dict]:
+    """Every claim on every task both its rows ran on; each (claim, task) bootstraps with its own
+    seeded generator, so adding a claim never moves another's interval."""
+    rows = []
+    for claim in claims:
+        for task in result.tasks():
+            methods = result.by_method(task)
+            if claim.method not in methods or claim.baseline not in methods:
+                continue
+            rng = np.random.default_rng([seed, zlib.crc32(f"{claim.text}|{claim.method}|{task}".encode())])
+            timed = claim.quantity in ("measurements", "seconds")
+            speed = time_ratio(result, task, claim, rng) if timed else metric_ratio(result, task, claim, rng)
+            quality = final_quality(result, task, claim, rng)
+            rows.append({"claim": claim.text, "task": task, "baseline": claim.baseline, "method": claim.method,
+                         "quantity": claim.quantity, "paper": claim.paper or "-", **{f"speed_{k}": v for k, v in speed.items()},
+                         **{f"quality_{k}": v for k, v in quality.items()},
+                         "verdict": claim_verdict(speed, quality, claim.quality_bound, bool(claim.paper)),
+                         "magnitude": magnitude(claim.paper, speed)})
+    return rows

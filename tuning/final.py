@@ -1,0 +1,63 @@
+"""A tuning job's result, once every task's best is re-measured: its final metrics, per task
+`task/<name>/final_latency_us`, `final_gflops` (and `best_true_us`, the store's median of the best
+config, with a measurement store), then the run's headline (`final_gflops`, `final_latency_us` or a
+whole model's `final_latency_ms`), `tuning/*` totals and `run/*` seconds, logged at step = the
+measurements of the run and saved to the run folder (tuning/sync.py `save_final_metrics`); and
+`print_result`, the summary printed when the job ends."""
+from __future__ import annotations
+
+import math
+
+from tuning.outcome import summary, weighted_latency_ms
+from tuning.whole_model import e2e_line
+from tuning.sync import save_final_metrics
+
+TIME_KEYS = ("search_s", "model_s", "build_s", "run_s")
+
+
+def log_final_metrics(outcomes, parts, progress, tuning_wall_s: float, out_dir, store_writer=None) -> None:
+    """`progress`: the loop's Progress (measurements, simulated seconds); `tuning_wall_s`: the
+    seconds of tuning and the final re-measurements."""
+    totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes) for key in TIME_KEYS}
+    totals["run/tuning_wall_s"] = tuning_wall_s
+    if parts.hardware.simulated_clock:
+        totals["run/simulated_s"] = progress.simulated_s
+    for outcome in outcomes:
+        if store_writer is not None and outcome.best_config is not None:
+            outcome.true_cost = store_writer.truth(outcome.task, parts.hardware.space(outcome.task),
+                                                   outcome.best_config)
+        if math.isfinite(outcome.best_cost):
+            parts.tracker.log_metrics(task_metrics(outcome), step=progress.measured)
+    if len(outcomes) == 1 and outcomes[0].true_cost:
+        totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
+    final = {**headline_metrics(outcomes), "tuning/final_gflops": sum(o.best_gflops for o in outcomes),
+             "tuning/measurements": progress.measured,
+             "tuning/new_measurements": progress.measured - sum(o.reused for o in outcomes),
+             "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals}
+    parts.tracker.log_metrics(final, step=progress.measured)
+    save_final_metrics(out_dir, progress.measured, {k: v for k, v in final.items() if math.isfinite(v)})
+
+
+def task_metrics(outcome) -> dict:
+    name = outcome.task.name
+    return {f"task/{name}/final_latency_us": outcome.best_cost * 1e6, f"task/{name}/final_gflops": outcome.best_gflops,
+            **({f"task/{name}/best_true_us": outcome.true_cost * 1e6} if outcome.true_cost else {})}
+
+
+def headline_metrics(outcomes) -> dict:
+    """The run's result, re-measured, first in MLflow's columns: final_gflops (a whole model's: its
+    FLOPs over its weighted kernel latency, not a sum of per-kernel rates) and the latency."""
+    if len(outcomes) == 1:
+        return {"final_gflops": outcomes[0].best_gflops, "final_latency_us": outcomes[0].best_cost * 1e6}
+    latency_ms = weighted_latency_ms(outcomes)
+    flops = sum(o.task.weight * o.task.flops for o in outcomes)
+    return {"final_gflops": flops / latency_ms / 1e6 if math.isfinite(latency_ms) and latency_ms > 0 else 0.0,
+            "final_latency_ms": latency_ms}
+
+
+def print_result(outcomes, e2e: dict | None, tracker, out_dir) -> None:
+    print(summary(outcomes), end="")
+    if e2e:
+        print(e2e_line(e2e))
+    print(f"records: {out_dir / 'records.jsonl'}")
+    print(f"MLflow: {tracker.location}")

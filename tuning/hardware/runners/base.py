@@ -1,0 +1,239 @@
+"""The runner contract: where a TVM backend's candidates are built and timed (no TVM import here).
+
+TVMHardware (tuning/hardware/tvm_backend.py) owns spaces and schedules; everything that touches a
+device goes through its runner. A runner is a config group nested in the hardware's
+(conf/hardware/runner/*.yaml, chosen with `hardware/runner=local`); the hardware validates the node
+(`check_node`) and hands the instantiated runner what to build for (`Setup`) before first use.
+"""
+from __future__ import annotations
+
+import importlib
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from tuning.component import Component
+from tuning.records import MeasureResult
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a hardware hands its runner: what to build for, and how the timing processes run."""
+    target: dict  # the TVM target dict kernels are built for
+    device: str  # the device kind the target runs on ("cpu", "cuda"); the runner picks the index
+    env: dict = field(default_factory=dict)  # environment of the processes that time kernels
+    build_env: dict = field(default_factory=dict)  # environment of the build processes
+    build_workers: int = 1  # parallel build processes
+    num_threads: int | None = None  # runtime threads (also torch's in the whole-model comparison)
+    weight_prepack: bool = False  # whole models: schedules may re-lay-out the constant weights
+
+
+class DeviceLost(RuntimeError):
+    """Raised by `run_one` when its device is gone (a board unplugged, an RPC server that died)."""
+
+
+class Runner(Component):
+    """Builds a TVM backend's candidates and times them on its devices. The hardware calls:
+
+        attach(setup)            first: what to build for (Setup); `devices` is known from here on
+        devices -> list[str]     the devices it times on, "kind:index" ("cpu:0", "cuda:1")
+        measure(task, configs, spec, on_result=None) -> list[MeasureResult]
+                                 Hardware.measure: prepare, build, gauge, run_batch, in that order
+                                 (not overridden); every result carries the gauge reading
+
+    which is made of:
+
+        prepare(task)            the task's correctness reference (the untuned kernel's output),
+                                 computed once per task; later calls cost nothing
+        build(task, configs, spec) -> list[built]
+                                 the whole batch, in order: one `built` per config, opaque to the
+                                 hardware (a library file, its arguments, or a build error)
+        gauge() -> seconds | None
+                                 the drift gauge kernel's reading now; None when it could not run
+        run_batch(task, configs, built, spec, on_result=None) -> list[MeasureResult]
+                                 time the built batch with nothing compiling: one result per config,
+                                 in order, each carrying the effective config in `.config`. A runner
+                                 with several devices times them in parallel and every result names
+                                 the device that timed it in `.device` (a runner that only ever has
+                                 one may leave it None: its records read as before). `on_result(i,
+                                 result)` is called on the caller's thread in index order, for each
+                                 result as soon as it and every earlier one are known: the loop
+                                 numbers records by position and writes each down at once, so a
+                                 kill leaves no hole. A device that disappears mid-batch costs the
+                                 config it was timing a `device_lost` result; the rest go to the
+                                 devices left (with none left, they are `device_lost` too) and the
+                                 run goes on.
+        close()                  stop whatever it started; the next call starts it again
+
+    and, for exports and whole models (by default NotImplementedError naming the runner):
+
+        check_export(task, script_text) -> dict
+            compile an exported TVMScript schedule, check its answer and time it on the device:
+            {"correct", "max_abs_error", "reference_max", "seconds"}
+        export_library(task, scheduled_mod, library_path) -> dict
+            the scheduled module built into library_path, checked and timed beside the untuned
+            kernel and torch (tuning/hardware/tvm_export.py's dict, with the call's "args")
+        evaluate_model(model_cfg, seed, database_dir, out_dir, timing) -> dict
+            the whole model compiled with the tuned database, checked against torch and both timed
+            (tuning/hardware/e2e.py's dict: latency_ms, match, ...)
+
+    A measurement's failure is a value (MeasureResult.failed), never an exception: a crashed or hung
+    worker is a `run` or `timeout` result. The default `run_batch` calls `run_one(task, config, built,
+    spec, device) -> MeasureResult` (naming `device` in `.device`, as above) for each config, one thread per device
+    (the caller's own when there is one), and turns DeviceLost into `device_lost` results: a
+    transport usually implements `run_one`, not `run_batch`.
+    Hyperparameters are the constructor's (tuning/component.py); `__init__` stores them and starts
+    nothing.
+    """
+
+    setup: Setup | None = None
+
+    def attach(self, setup: Setup) -> None:
+        self.setup = setup
+
+    @property
+    def devices(self) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} names no devices")
+
+    def prepare(self, task) -> None:
+        pass
+
+    def build(self, task, configs, spec) -> list:
+        raise NotImplementedError(f"{type(self).__name__} builds nothing")
+
+    def gauge(self) -> float | None:
+        return None
+
+    def run_one(self, task, config, built, spec, device: str) -> MeasureResult:
+        raise NotImplementedError(f"{type(self).__name__} times nothing")
+
+    def close(self) -> None:
+        pass
+
+    def check_export(self, task, script_text: str) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} cannot check an exported schedule")
+
+    def export_library(self, task, scheduled_mod, library_path) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} cannot build a library")
+
+    def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
+
+    def measure(self, task, configs, spec, on_result=None) -> list[MeasureResult]:
+        """Build the whole batch, then time it with nothing compiling (a compile beside a
+        measurement nearly doubles it on a 2-core host)."""
+        self.prepare(task)
+        built = self.build(task, configs, spec)
+        gauge = self.gauge()  # read with the batch, after building, before timing
+
+        def with_gauge(i, result):
+            result.gauge_s = gauge
+            if on_result:
+                on_result(i, result)
+
+        return self.run_batch(task, configs, built, spec, with_gauge)
+
+    def run_batch(self, task, configs, built, spec, on_result=None) -> list[MeasureResult]:
+        batch = _Batch(configs, on_result)
+        devices = list(self.devices)
+        if len(devices) == 1:
+            self._serve(devices[0], task, built, spec, batch, batch.deliver)
+        else:
+            self._serve_in_parallel(devices, task, built, spec, batch)
+        return batch.finish()
+
+    def _serve(self, device, task, built, spec, batch, deliver) -> None:
+        """Time the batch's next configs on `device` until none is left or the device is lost."""
+        for i in iter(batch.take, None):
+            try:
+                result = self.run_one(task, batch.configs[i], built[i], spec, device)
+            except DeviceLost as error:
+                deliver(i, device_lost(batch.configs[i], device, str(error)))
+                return
+            deliver(i, result)
+
+    def _serve_in_parallel(self, devices, task, built, spec, batch) -> None:
+        """One thread per device; results come back to this thread, which hands them on."""
+        done: queue.SimpleQueue = queue.SimpleQueue()
+
+        def serve(device):
+            try:
+                self._serve(device, task, built, spec, batch, lambda i, r: done.put((i, r)))
+                done.put((None, None))
+            except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
+                done.put((None, error))
+
+        threads = [threading.Thread(target=serve, args=(d,), name=f"runner {d}", daemon=True) for d in devices]
+        for thread in threads:
+            thread.start()
+        running, failure = len(threads), None
+        try:
+            while running:
+                i, item = done.get()
+                if i is None:
+                    running, failure = running - 1, failure or item
+                else:
+                    batch.deliver(i, item)
+        finally:
+            batch.stop()  # an interrupted caller: the devices take nothing more
+        if failure is not None:
+            raise failure
+
+
+class _Batch:
+    """A batch being timed: hands out its indices and passes results on in index order."""
+
+    def __init__(self, configs, on_result):
+        self.configs = [tuple(c) for c in configs]
+        self.results: list = [None] * len(self.configs)
+        self.on_result = on_result
+        self._next, self._emitted = 0, 0
+        self._lock = threading.Lock()
+
+    def take(self) -> int | None:
+        with self._lock:
+            if self._next >= len(self.configs):
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def stop(self) -> None:
+        with self._lock:
+            self._next = len(self.configs)
+
+    def deliver(self, i: int, result: MeasureResult) -> None:
+        self.results[i] = result
+        while self._emitted < len(self.results) and self.results[self._emitted] is not None:
+            if self.on_result:
+                self.on_result(self._emitted, self.results[self._emitted])
+            self._emitted += 1
+
+    def finish(self) -> list[MeasureResult]:
+        """The results; configs no device was left to time are `device_lost`."""
+        for i, result in enumerate(self.results):
+            if result is None:
+                self.deliver(i, device_lost(self.configs[i], None, "no device left to time it"))
+        return self.results
+
+
+def device_lost(config, device: str | None, why: str) -> MeasureResult:
+    return MeasureResult.failed("device_lost", f"{device}: {why}" if device else why, config=tuple(config),
+                                device=device)
+
+
+def check_node(node, key: str) -> list[str]:
+    """Problems with a hardware's `runner` config node, each naming its key (`key.device_index`);
+    None is the default runner."""
+    if node is None or isinstance(node, Runner):
+        return []
+    if not isinstance(node, dict) or not node.get("_target_"):
+        return [f"{key}: expected a runner config node with _target_ (conf/hardware/runner/*.yaml), got {node!r}"]
+    target = node["_target_"]
+    try:
+        module, _, name = str(target).rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        return [f"{key}._target_: cannot import {target!r} ({error})"]
+    if not (isinstance(cls, type) and issubclass(cls, Runner)):
+        return [f"{key}._target_: {target} is not a runner (tuning/hardware/runners/base.py)"]
+    return cls.check_params({k: v for k, v in node.items() if not str(k).startswith("_")}, key)
