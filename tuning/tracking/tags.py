@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.metadata import version as _version
 from pathlib import Path
 
 from tuning import naming
@@ -31,8 +32,6 @@ def job_run_name(hydra: dict, cfg, trial=None) -> str:
 
 
 def run_tags(hydra: dict, cfg) -> dict:
-    import torch
-
     overrides = " ".join(hydra.get("overrides", []))
     return {
         "overrides": overrides or "(defaults)",
@@ -42,7 +41,7 @@ def run_tags(hydra: dict, cfg) -> dict:
         "mlflow.source.git.commit": git_commit(),
         "mlflow.user": user(),
         "mlflow.note.content": note(hydra, cfg, overrides),
-        "torch_version": torch.__version__,
+        "torch_version": _version("torch"),  # its metadata: importing torch costs a second
         "model": cfg.model.name,
         "experiment": hydra.get("choices", {}).get("experiment") or "none",
         **{f"choice.{group}": choice(hydra, cfg, group) for group in NOTE_GROUPS},
