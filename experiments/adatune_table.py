@@ -1,6 +1,6 @@
 """AdaTune's ablation (Li et al. 2020, "AdaTune: adaptive tensor program compilation made efficient",
 NeurIPS, §5.3) from the runs of `+experiment=adatune_ablation[_reduced]`: a preset of
-`python -m tuning.compare` (docs/compare.md), then AdaTune's own question, the adaptive evaluator
+`python -m tuning.tools.compare` (docs/compare.md), then AdaTune's own question, the adaptive evaluator
 against the deterministic one.
 
     python experiments/adatune_table.py                                       # the latest ablation
@@ -21,8 +21,8 @@ import os
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-from tuning import compare  # noqa: E402
-from tuning.compare.ablation import run_preset  # noqa: E402
+from tuning.tools import compare  # noqa: E402
+from tuning.tools.compare.ablation import run_preset  # noqa: E402
 
 ROWS = {"xgb+sa+adatune_de": "XGB+SA+DE", "rf+sa+adatune_de": "RFEI+SA+DE", "rf+csa+adatune_de": "RFEI+CSA+DE",
         "rf+csa+adaptive": "RFEI+CSA+AE", "rf+csa+adaptive_code": "RFEI+CSA+AE code", "rf+csa+fixed": "RFEI+CSA+fixed",

@@ -62,8 +62,8 @@ def measure(args) -> dict:
     """{evaluator: {config: [(run_s, cost, batches) per pass]}}."""
     from hydra.utils import instantiate
 
-    from tuning.dataset import compose
-    from tuning.task import build_tasks
+    from tuning.tools.dataset import compose
+    from tuning.core.task import build_tasks
 
     cfg = compose([f"model={args.model}", *args.hardware])
     [task] = build_tasks(cfg.model)
@@ -86,7 +86,7 @@ def measure(args) -> dict:
 
 
 def summarise(found: dict, rng) -> list[str]:
-    from tuning import stats
+    from tuning.tools.compare import stats
 
     by = found["by_evaluator"]
     common = sorted(set.intersection(*(set(by[name]) for name in EVALUATORS)))

@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def best_of_run(run_dir: Path):
     """(label, task, best config) of a finished single-operator run."""
-    from tuning.outcome import TaskOutcome, best_from_records
-    from tuning.records import RecordLog
+    from tuning.core.outcome import TaskOutcome, best_from_records
+    from tuning.core.records import RecordLog
     from tuning.run_folder import load_config
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     cfg = load_config(run_dir / "config.yaml", "run")
     [task] = build_tasks(cfg.model)
@@ -68,7 +68,7 @@ def main(argv=None) -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from tuning.dataset import compose
+    from tuning.tools.dataset import compose
     from tuning.hardware.tvm_export import call_seconds, rotated_passes
 
     kernels = [best_of_run(run.expanduser().resolve()) for run in args.runs]

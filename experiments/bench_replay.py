@@ -7,7 +7,7 @@ the store-restricted space (model.space=store, the fully offline comparison) and
 (where most proposals are `not_in_store`), side by side in one process, and prints per method the
 candidates per second and the seconds spent in the search (propose + observe), the cost model
 (fit + predict), the store (lookups) and the rest of the loop. Build a store first:
-python -m tuning.dataset build --store stores/lab.sqlite --model conv_l8 (docs/store.md).
+python -m tuning.tools.dataset build --store stores/lab.sqlite --model conv_l8 (docs/store.md).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from hydra.utils import instantiate
 
-from tuning.dataset import compose
+from tuning.tools.dataset import compose
 from tuning.loop import Components, RunInfo, tune_task
-from tuning.task import build_tasks
+from tuning.core.task import build_tasks
 
 METHODS = {"sa+greedy+xgb": ("sa", "greedy", "xgb"), "ppo+kmeans+xgb": ("ppo", "kmeans", "xgb")}
 

@@ -78,7 +78,7 @@ def parse_args(argv=None):
 def task_of(name: str):
     from omegaconf import OmegaConf
 
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     [task] = build_tasks(OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml"))
     return task
@@ -88,7 +88,7 @@ def hardware_of(args):
     """conf/hardware's --hardware at --threads threads."""
     from hydra.utils import instantiate
 
-    from tuning.dataset import compose
+    from tuning.tools.dataset import compose
 
     return instantiate(compose([*args.hardware, f"hardware.num_threads={args.threads}"]).hardware)
 
@@ -182,8 +182,8 @@ def best_module(workload: str, method: str, folder: Path, hardware):
         from tuning.hardware.tvm_peers import metaschedule_best
 
         return metaschedule_best(task_of(workload).workload, hardware.target, folder / "work")
-    from tuning.outcome import TaskOutcome, best_from_records
-    from tuning.records import RecordLog
+    from tuning.core.outcome import TaskOutcome, best_from_records
+    from tuning.core.records import RecordLog
 
     task = task_of(workload)
     records = [r for r in RecordLog(folder / "run" / "records.jsonl").load() if r.workload_key == task.key]

@@ -1,6 +1,6 @@
 """Chameleon's ablation (Ahn et al. 2020, "Chameleon: adaptive code optimization for expedited deep
 neural network compilation", ICLR) from the runs of `+experiment=chameleon_ablation[_reduced]`:
-a preset of `python -m tuning.compare` (docs/compare.md), then the paper's own numbers.
+a preset of `python -m tuning.tools.compare` (docs/compare.md), then the paper's own numbers.
 
     python experiments/chameleon_table.py                                  # the latest ablation's runs
     python experiments/chameleon_table.py --experiment chameleon_ablation  # the full protocol's runs
@@ -21,7 +21,7 @@ import os
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-from tuning.compare.ablation import run_preset  # noqa: E402
+from tuning.tools.compare.ablation import run_preset  # noqa: E402
 
 COLUMNS = {"sa+greedy": "SA", "ppo+greedy": "AE", "sa+kmeans": "SA+AS", "ppo+kmeans": "AE+AS",
            "sa+kmeans_code": "SA+AS code", "ppo+kmeans_code": "AE+AS code"}

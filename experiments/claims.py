@@ -9,12 +9,12 @@
 The store is one built with the store's documented command (docs/store.md), timed as
 evaluator=adatune_de so that one store answers every evaluator of both papers:
 
-    python -m tuning.dataset build --store stores/lab.sqlite --model conv_l8 conv_l7 gemm_512 conv_l6 \
+    python -m tuning.tools.dataset build --store stores/lab.sqlite --model conv_l8 conv_l7 gemm_512 conv_l6 \
         --configs 1000 evaluator=adatune_de hardware.build_workers=2
 
 `chameleon` runs `+experiment=chameleon_replay` (SA, AE, SA+AS, AE+AS, the controls and the code's
 sampler), reads the mean k that k-means chose per task in SA+AS, runs the control "SA at plan size
-mean k" (sa_plan_k), then compares everything with `python -m tuning.compare` and prints one row per
+mean k" (sa_plan_k), then compares everything with `python -m tuning.tools.compare` and prints one row per
 claim: the paper's number, ours with a 95% CI over seeds, and a verdict. `adatune` does the same with
 `+experiment=adatune_replay`. Nothing is measured: every run replays the store (simulated clock).
 
@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.compare.cli import default_out_dir, main as compare_main
-from tuning.compare.load import find_runs
-from tuning.compare.report import QUANTITY_NAMES, claim_cell, summary_markdown
-from tuning.compare.statistics import Claim, claim_rows
+from tuning.tools.compare.cli import default_out_dir, main as compare_main
+from tuning.tools.compare.load import find_runs
+from tuning.tools.compare.report import QUANTITY_NAMES, claim_cell, summary_markdown
+from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.storage import mlflow_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -215,7 +215,7 @@ def main(argv=None) -> list[dict]:
             for model in args.models:
                 k_by_model[model] = mean_k(client, paper, model)
                 seconds += run_grid(paper, argparse.Namespace(**{**vars(args), "models": [model]}),
-                                    [f"+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k_by_model[model])}"])
+                                    ["+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k_by_model[model])}"])
         cost["grid"] = f"{seconds / 60:.1f} min wall"
     elif paper is CHAMELEON:
         k_by_model = {m: mean_k(client, paper, m) for m in args.models}
@@ -238,7 +238,7 @@ def main(argv=None) -> list[dict]:
 
 
 def default_out(uri: str, paper: str) -> Path:
-    """claims-<paper>/<time>/ beside the MLflow sqlite store (as tuning.compare's compare/<time>/)."""
+    """claims-<paper>/<time>/ beside the MLflow sqlite store (as tuning.tools.compare's compare/<time>/)."""
     return default_out_dir(uri).parent.parent / f"claims-{paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 

@@ -78,7 +78,7 @@ def open_run(folder: Path):
     from hydra.utils import instantiate
 
     from tuning.config import validate
-    from tuning.export import best_in_run
+    from tuning.tools.export import best_in_run
     from tuning.hardware.tvm_backend import TVMHardware
     from tuning.run_folder import load_config
     from tuning.whole_model import is_whole_model

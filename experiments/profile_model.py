@@ -30,7 +30,7 @@ def parse_args(argv=None):
     if args.runs < 1:
         parser.error("--runs: must be >= 1")
     if not (args.run / "database" / "database_tuning_record.json").is_file():
-        parser.error(f"run: {args.run} has no database/ (a finished whole-model run, or python -m tuning.apply)")
+        parser.error(f"run: {args.run} has no database/ (a finished whole-model run, or python -m tuning.tools.apply)")
     return args
 
 

@@ -45,7 +45,8 @@ def as_job(cfg, monkeypatch):
     (matplotlib: 0.3 s a run)."""
     from omegaconf import open_dict, read_write
 
-    from tuning import export, run
+    from tuning import run
+    from tuning.tools import export
 
     info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
             "output_dir": cfg.output_dir}

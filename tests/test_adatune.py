@@ -11,15 +11,15 @@ from sklearn.ensemble import RandomForestRegressor
 
 from tuning.cost_model.rf import RandomForestCostModel, expected_improvement
 from tuning.evaluator.adaptive import AdaptiveEvaluator
-from tuning.measure import CVStop
-from tuning.measure import MeasureSpec
+from tuning.core.measure import CVStop
+from tuning.core.measure import MeasureSpec
 from tuning.evaluator.fixed import FixedEvaluator
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.loop import Components, RunInfo, tune_task
 from tuning.sampler.base import random_unvisited
 from tuning.sampler.greedy import GreedySampler
 from tuning.search.csa import ContextualSimulatedAnnealing
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 from tuning.tracking.base import NoTracker
 
 TASK = gemm_task("g", 128, 128, 128)
@@ -200,9 +200,9 @@ def test_adatune_in_the_loop_logs_eps_and_batches(tmp_path):
     assert all(0 < m["search/eps"] <= 1 and 3 <= m["evaluator/batches"] <= 10 for m in rounds)
 
 
-# ---- the ablation table (a preset of tuning.compare) ----------------------------------------
+# ---- the ablation table (a preset of tuning.tools.compare) ----------------------------------------
 def test_table_compares_each_adaptive_row_with_its_deterministic_twin(experiment_script):
-    from tuning.compare import Curve, TaskTruth, compare
+    from tuning.tools.compare import Curve, TaskTruth, compare
 
     table = experiment_script("adatune_table")
     curves, metrics = [], {}

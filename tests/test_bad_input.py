@@ -19,7 +19,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError, validate
-from tuning.records import MeasureResult, Record, RecordError, RecordLog
+from tuning.core.records import MeasureResult, Record, RecordError, RecordLog
 from tuning.resume import prior_records
 
 REPO = Path(__file__).resolve().parents[1]

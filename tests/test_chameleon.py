@@ -6,13 +6,13 @@ import argparse
 import numpy as np
 import pytest
 
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.kmeans import KMeansSampler, per_knob_mode, snap
 from tuning.search.actor_critic import generalized_advantages
 from tuning.search.ppo import PPO
-from tuning.space import Knob, Space
-from tuning.task import conv2d_task
+from tuning.core.space import Knob, Space
+from tuning.core.task import conv2d_task
 
 
 def grid_space(*sizes: int, sketches: int = 1) -> Space:
@@ -209,11 +209,11 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
     assert advantage[0, 1] == 1.0  # nothing after its end leaks back
 
 
-# ---- the ablation table (a preset of tuning.compare) -----------------------------------------
+# ---- the ablation table (a preset of tuning.tools.compare) -----------------------------------------
 def test_table_names_the_papers_columns_and_compares_with_sa(experiment_script):
-    from tuning.compare import Curve, TaskTruth, compare
+    from tuning.tools.compare import Curve, TaskTruth, compare
 
-    from tuning.compare.ablation import preset_argv
+    from tuning.tools.compare.ablation import preset_argv
 
     table = experiment_script("chameleon_table")
     argv = preset_argv(argparse.Namespace(

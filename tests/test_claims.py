@@ -1,5 +1,5 @@
 """The seed papers' claims re-tested (experiments/claims.py): the controls and fidelity options on
-hand-made data and on the synthetic hardware, and the claims' statistics (tuning/compare/statistics.py)
+hand-made data and on the synthetic hardware, and the claims' statistics (tuning/tools/compare/statistics.py)
 on hand-made curves."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from tuning.compare import (Claim, Curve, TaskTruth, claim_cell, claim_rows, claim_verdict, compare, error_counts,
+from tuning.tools.compare import (Claim, Curve, TaskTruth, claim_cell, claim_rows, claim_verdict, compare, error_counts,
                             final_quality, magnitude, time_ratio)
 from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
-from tuning.dataset import full_readings
-from tuning.records import MeasureResult, Record
+from tuning.tools.dataset import full_readings
+from tuning.core.records import MeasureResult, Record
 from tuning.sampler.kmeans import KMeansSampler
 
 from test_chameleon import grid_space
@@ -94,7 +94,7 @@ def test_random_share_is_a_share_of_the_plan_not_of_k():
 def spec(**fields) -> dict:
     from dataclasses import asdict
 
-    from tuning.measure import CVStop, MeasureSpec
+    from tuning.core.measure import CVStop, MeasureSpec
 
     rule = fields.pop("rule", None)
     return asdict(MeasureSpec(**{"number": 50, "repeat": 10, "min_repeat_ms": 0, "timeout_s": 10.0, **fields},
@@ -290,7 +290,7 @@ def test_the_diversity_filter_asks_the_search_for_more_and_keeps_b():
 
 
 def test_every_compare_table_counts_invalid_and_timeout_per_row():
-    from tuning.compare import markdown
+    from tuning.tools.compare import markdown
 
     result = claims_result(2.0, seeds=3)
     result.curves[0].errors = {"timeout": 3, "fewer_runs": 2}

@@ -1,4 +1,4 @@
-"""python -m tuning.compare (tuning/compare/): curves, censoring, the external target, the
+"""python -m tuning.tools.compare (tuning/tools/compare/): curves, censoring, the external target, the
 methodology score by hand and against the autotuning-methodology package, and the whole tool on a
 replayed grid run by run.py."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuning import stats
-from tuning.compare import (Curve, TaskTruth, compare, incumbent_curve, main, time_to_target, value_at_seconds,
+from tuning.tools.compare import stats
+from tuning.tools.compare import (Curve, TaskTruth, compare, incumbent_curve, main, time_to_target, value_at_seconds,
                             verdict_lines)
-from tuning.records import MeasureResult, Record
+from tuning.core.records import MeasureResult, Record
 
 from test_loop import finish, run_py
 from test_store import SYNTHETIC_BACKEND, filled
@@ -164,12 +164,12 @@ def test_score_is_one_at_the_optimum_zero_at_random_search_and_half_between():
 
 def test_score_against_the_autotuning_methodology_package(tmp_path):
     """Our cutoffs, random-search baseline and standardisation equal the package's own, read from the
-    T4 file `python -m tuning.dataset export` writes."""
+    T4 file `python -m tuning.tools.dataset export` writes."""
     pytest.importorskip("jsonschema")
     from autotuning_methodology.baseline import RandomSearchCalculatedBaseline
     from autotuning_methodology.searchspace_statistics import SearchspaceStatistics
 
-    from tuning import dataset
+    from tuning.tools import dataset
 
     store, _ = filled(tmp_path / "store.sqlite", count=150)
     dataset.main(["export", "--store", str(store.path), "--task", "gemm_64", "--out", str(tmp_path / "gemm.json")])
@@ -264,7 +264,7 @@ def fake_run(run_id: str, method: str, seed: int, model: str, cost: float):
 def test_a_grid_over_models_keeps_one_run_per_model_at_each_seed(tmp_path):
     """Two models share methods and seeds: neither model's runs may hide the other's (they did, when
     the newest run per method and seed was kept whatever its model)."""
-    from tuning.compare import gather
+    from tuning.tools.compare import gather
 
     made = [fake_run(f"{model}-{method}-{seed}", method, seed, model, cost)
             for model, cost in (("conv_l7", 2e-4), ("conv_l8", 1e-4)) for method in ("sa", "ppo") for seed in (0, 1)]
@@ -281,7 +281,7 @@ def test_a_grid_over_models_keeps_one_run_per_model_at_each_seed(tmp_path):
 
 def test_runs_from_different_hardware_are_flagged(tmp_path):
     """Readings of two machines do not compare: the comparison says which hardware measured what."""
-    from tuning.compare import gather
+    from tuning.tools.compare import gather
 
     made = [fake_run(f"{method}-{seed}", method, seed, "conv_l8", 1e-4) for method in ("sa", "ppo") for seed in (0, 1)]
     for run, _ in made:

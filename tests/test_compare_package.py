@@ -1,5 +1,5 @@
-"""tuning/compare/ as a package: one run lookup for every reader of runs, the names the package
-exports, the command behind `python -m tuning.compare`, and experiments/ scripts that import the
+"""tuning/tools/compare/ as a package: one run lookup for every reader of runs, the names the package
+exports, the command behind `python -m tuning.tools.compare`, and experiments/ scripts that import the
 installed package and take their hardware from conf/."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))
-RUN_READERS = [*sorted((REPO / "tuning" / "compare").glob("*.py")), *EXPERIMENTS]
+RUN_READERS = [*sorted((REPO / "tuning" / "tools" / "compare").glob("*.py")), *EXPERIMENTS]
 
 
 def calls_of(path: Path, attribute: str) -> list[int]:
@@ -27,8 +27,8 @@ def calls_of(path: Path, attribute: str) -> list[int]:
 # ---- one run lookup -------------------------------------------------------------------------------
 def test_only_load_searches_mlflow_for_runs():
     searching = {path.relative_to(REPO).as_posix(): calls_of(path, "search_runs") for path in RUN_READERS}
-    assert {path for path, lines in searching.items() if lines} == {"tuning/compare/load.py"}
-    assert len(searching["tuning/compare/load.py"]) == 1
+    assert {path for path, lines in searching.items() if lines} == {"tuning/tools/compare/load.py"}
+    assert len(searching["tuning/tools/compare/load.py"]) == 1
 
 
 class RecordingClient:
@@ -49,8 +49,8 @@ class RecordingClient:
 
 
 def test_compare_the_presets_and_claims_find_runs_the_same_way(experiment_script):
-    from tuning.compare.ablation import latest_sweep
-    from tuning.compare.load import job_runs
+    from tuning.tools.compare.ablation import latest_sweep
+    from tuning.tools.compare.load import job_runs
 
     claims = experiment_script("claims")
     client = RecordingClient()
@@ -66,7 +66,7 @@ def test_compare_the_presets_and_claims_find_runs_the_same_way(experiment_script
 
 
 def test_a_missing_experiment_stops_compare_but_not_claims(experiment_script):
-    from tuning.compare.load import find_runs
+    from tuning.tools.compare.load import find_runs
 
     with pytest.raises(SystemExit, match="no MLflow experiment 'missing'"):
         find_runs(RecordingClient(), "missing")
@@ -78,21 +78,21 @@ def test_a_missing_experiment_stops_compare_but_not_claims(experiment_script):
 
 # ---- the package's names and command ---------------------------------------------------------------
 def test_every_exported_name_resolves_to_its_module():
-    import tuning.compare as package
+    import tuning.tools.compare as package
 
     for name in package.__all__:
         value = getattr(package, name)
-        assert getattr(value, "__module__", "tuning.compare").startswith("tuning.compare"), name
+        assert getattr(value, "__module__", "tuning.tools.compare").startswith("tuning.tools.compare"), name
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         package.nothing  # noqa: B018
 
 
 def test_python_m_tuning_compare_is_the_command(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["python -m tuning.compare", "--help"])
+    monkeypatch.setattr(sys, "argv", ["python -m tuning.tools.compare", "--help"])
     with pytest.raises(SystemExit) as stopped:
-        runpy.run_module("tuning.compare", run_name="__main__")
+        runpy.run_module("tuning.tools.compare", run_name="__main__")
     assert stopped.value.code == 0
-    assert capsys.readouterr().out.startswith("usage: python -m tuning.compare")
+    assert capsys.readouterr().out.startswith("usage: python -m tuning.tools.compare")
 
 
 # ---- experiments on the installed package ----------------------------------------------------------
@@ -120,9 +120,9 @@ def test_finalists_are_remeasured_on_the_hardware_named(experiment_script, monke
     """remeasure_finalists on hardware=synthetic: the same loop as on cpu, no TVM."""
     from hydra.utils import instantiate
 
-    from tuning.dataset import compose
+    from tuning.tools.dataset import compose
     from tuning.evaluator.fixed import FixedEvaluator
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     monkeypatch.chdir(REPO)
     script = experiment_script("remeasure_finalists")

@@ -29,7 +29,7 @@ from tuning.sampler.base import Sampler
 from tuning.scheduler.base import Scheduler
 from tuning.store import MeasurementStore
 from tuning.search.base import Search
-from tuning.task import build_tasks
+from tuning.core.task import build_tasks
 from tuning.tracking.base import Tracker
 
 from configs import options, searchpath_overrides

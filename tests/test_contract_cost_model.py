@@ -8,9 +8,9 @@ import pytest
 from omegaconf import OmegaConf
 from scipy.stats import spearmanr
 
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 from configs import group_yamls
 

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 from configs import group_yamls
 

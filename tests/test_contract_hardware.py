@@ -23,10 +23,10 @@ from tuning.config import ConfigError, _import, validate
 from tuning.hardware.base import Hardware
 from tuning.hardware.runners.base import Runner, Setup
 from tuning.loop import Components, RunInfo, tune_task
-from tuning.measure import MeasureSpec
-from tuning.records import ERROR_KINDS, MeasureResult, Record, RecordLog
+from tuning.core.measure import MeasureSpec
+from tuning.core.records import ERROR_KINDS, MeasureResult, Record, RecordLog
 from tuning.run_folder import load_config
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = gemm_task("gemm_64", 64, 64, 64)  # the smallest model (conf/model/gemm_64.yaml)
@@ -85,7 +85,7 @@ def test_the_runner_is_chosen_and_configured_on_the_command_line(compose_cfg):
 @pytest.mark.parametrize("override,key", [
     ("+hardware.runner.devise_index=1", "hardware.runner.devise_index"),
     ("hardware.runner.device_index=-1", "hardware.runner.device_index"),
-    ("hardware.runner._target_=tuning.records.MeasureResult", "hardware.runner._target_"),
+    ("hardware.runner._target_=tuning.core.records.MeasureResult", "hardware.runner._target_"),
 ])
 def test_a_bad_runner_node_is_one_error_naming_its_key(compose_cfg, override, key):
     with pytest.raises(ConfigError) as error:

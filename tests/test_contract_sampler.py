@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.hardware.synthetic import synthetic_space
-from tuning.space import Space
-from tuning.task import conv2d_task, gemm_task
+from tuning.core.space import Space
+from tuning.core.task import conv2d_task, gemm_task
 
 from configs import group_yamls
 

@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 from tuning.cost_model.none import NoCostModel
 from tuning.cost_model.rf import RandomForestCostModel
 from tuning.cost_model.xgb import XGBoostCostModel
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.task import conv2d_task, gemm_task
+from tuning.core.task import conv2d_task, gemm_task
 
 from configs import group_yamls, load_option
 from value_models import shared_value_model

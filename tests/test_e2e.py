@@ -1,5 +1,5 @@
 """Whole models end to end on the real CPU backend: tune every task, apply the database,
-compare with torch, time tuned / untuned / torch; `python -m tuning.apply`; tuning.database
+compare with torch, time tuned / untuned / torch; `python -m tuning.tools.apply`; tuning.database
 reuse; ONNX. Uses tiny_cnn (seconds per kernel) in `make test`; every named network with a
 one-measurement-per-task budget in `make test-full`."""
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_network_run_is_tracked_in_mlflow(tiny):
 def test_apply_standalone(tiny):
     tmp, run_dir, _ = tiny
     (run_dir / "database").rename(run_dir / "database.moved")  # apply exports it again from the records
-    output = run(str(run_dir), module=("-m", "tuning.apply"), tmp=tmp)
+    output = run(str(run_dir), module=("-m", "tuning.tools.apply"), tmp=tmp)
     line = E2E.search(output)
     assert line and line["verdict"] == "match", output
     assert (run_dir / "database" / "database_tuning_record.json").exists()

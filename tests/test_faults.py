@@ -101,7 +101,7 @@ def assert_curve_complete(run_dir: Path, uri: str, run_id: str | None = None) ->
 
 def assert_round_metrics_complete(run_dir: Path, uri: str) -> None:
     """Metrics that only the live run knows (round/*, search/*) are in the spool when the store was
-    out, and `tuning.sync` replays them: every round has them."""
+    out, and `tuning.tools.sync` replays them: every round has them."""
     client, found = mlflow_run(run_dir, uri)
     _, ends = best_so_far(rows(run_dir))
     for key in ("round/batch", "round/search_s", "time/search_s"):
@@ -204,7 +204,7 @@ def test_a_crafted_run_folder_runs_nothing(tmp_path, small_run, command, key):
     if command == "resume":
         _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=32", code=2)
     else:
-        _, err = module(tmp_path, f"tuning.{command}", str(run_dir), code=2)
+        _, err = module(tmp_path, f"tuning.tools.{command}", str(run_dir), code=2)
     assert key in err and "Traceback" not in err
     assert not marker.exists()
     assert len(rows(run_dir)) == 16
@@ -234,7 +234,7 @@ def interrupt_and_resume(tmp: Path, sig: int, at: int, trials: int = 256) -> Non
     _, found = mlflow_run(run_dir, uri)
     if sig == signal.SIGKILL:
         assert found.info.status == "RUNNING"  # nothing can catch kill -9: sync or resume repair it
-        module(tmp, "tuning.sync", str(run_dir))
+        module(tmp, "tuning.tools.sync", str(run_dir))
         assert mlflow_run(run_dir, uri)[1].info.status == "KILLED"
     else:
         assert proc.returncode == 128 + sig and found.info.status == "KILLED"
@@ -284,9 +284,9 @@ def store_outage_then_sync(tmp: Path, lock_s: float, trials: int) -> None:
     locked.wait(30)
     _, err = done(proc)
     holder.join()
-    assert "python -m tuning.sync" in err and len(rows(run_dir)) == trials
+    assert "python -m tuning.tools.sync" in err and len(rows(run_dir)) == trials
     assert (run_dir / "status").read_text().strip() == "FINISHED"
-    out, _ = module(tmp, "tuning.sync", str(run_dir))
+    out, _ = module(tmp, "tuning.tools.sync", str(run_dir))
     assert "status FINISHED" in out
     client, found = mlflow_run(run_dir, uri)
     assert found.info.status == "FINISHED"
@@ -343,10 +343,10 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
     _, err = done(proc)
-    assert "python -m tuning.sync" in err and len(rows(run_dir)) == 256
+    assert "python -m tuning.tools.sync" in err and len(rows(run_dir)) == 256
     server = mlflow_server(tmp_path, port)
     try:
-        module(tmp_path, "tuning.sync", str(run_dir))
+        module(tmp_path, "tuning.tools.sync", str(run_dir))
         assert mlflow_run(run_dir, uri)[1].info.status == "FINISHED"
         assert_curve_complete(run_dir, uri)
         assert_round_metrics_complete(run_dir, uri)
@@ -360,7 +360,7 @@ def test_sync_refuses_a_run_that_is_still_going(tmp_path, small_run):
     run_dir = copy_of(small_run, tmp_path)
     with open(run_dir / ".tunelab.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        _, err = module(tmp_path, "tuning.sync", str(run_dir), code=2)
+        _, err = module(tmp_path, "tuning.tools.sync", str(run_dir), code=2)
     assert "being written by another tunelab process" in err
 
 
@@ -368,7 +368,7 @@ def test_sync_refuses_a_run_that_is_still_going(tmp_path, small_run):
 def test_sync_copies_a_run_into_another_store(tmp_path):
     run_dir = finished_run(tmp_path)
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    module(tmp_path, "tuning.sync", str(run_dir), "--tracking-uri", other)
+    module(tmp_path, "tuning.tools.sync", str(run_dir), "--tracking-uri", other)
     client = MlflowClient(tracking_uri=other)
     [copied] = client.search_runs([client.get_experiment_by_name("faults").experiment_id])
     assert copied.info.status == "FINISHED"
@@ -409,7 +409,7 @@ def test_a_tracker_whose_store_fails_goes_offline_once_and_never_raises(tmp_path
     tracker.set_tags({"b": "c"})
     tracker.end("FINISHED")  # nothing raised, nothing more tried
     assert len(calls) == tried
-    assert capsys.readouterr().err.count("tuning.sync") == 1
+    assert capsys.readouterr().err.count("tuning.tools.sync") == 1
 
 
 def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):
@@ -418,7 +418,7 @@ def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):
 
     assert is_registered_target("tuning.search.sa.SimulatedAnnealing") or is_registered_target(
         "tuning.hardware.synthetic.SyntheticHardware")
-    assert not is_registered_target("os.system") and not is_registered_target("tuning.records.RecordLog")
+    assert not is_registered_target("os.system") and not is_registered_target("tuning.core.records.RecordLog")
     assert not is_registered_target("antigravity.geohash") and "antigravity" not in sys.modules
     saved = tmp_path / "config.yaml"
     saved.write_text(yaml.safe_dump({"hardware": {"_target_": "tuning.hardware.replay.ReplayHardware",

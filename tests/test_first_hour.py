@@ -16,11 +16,11 @@ from tests.test_loop import component, components
 from tuning.config import ConfigError, validate
 from tuning.loop import RunInfo, tune_tasks
 from tuning.naming import run_name, sweep_name, workload_label
-from tuning.outcome import TaskOutcome, task_table
+from tuning.core.outcome import TaskOutcome, task_table
 from tuning.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
 from tuning.final import headline_metrics
 from tuning.scheduler.gradient import Gradient
-from tuning.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
+from tuning.core.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
 from tuning.tracking.base import run_params
 
 REPO = Path(__file__).resolve().parents[1]

@@ -654,7 +654,7 @@ def mutate_store(rng, item: Input) -> None:
 
 # ---- the loaders, as the lab calls them -----------------------------------------------------------------
 class Artifacts:
-    """An MLflow client whose run's artifacts are the files of a folder (tuning.compare reads them)."""
+    """An MLflow client whose run's artifacts are the files of a folder (tuning.tools.compare reads them)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -685,10 +685,12 @@ class Step:
 
 
 def loaders(item: Input, orig: Original, clean) -> list[Step]:
-    from tuning import compare, resume, sync
+    from tuning import resume
+    from tuning.tools import compare
+    from tuning.tools import sync
     from tuning.config import validate
-    from tuning.dataset import saved_config
-    from tuning.records import RecordLog
+    from tuning.tools.dataset import saved_config
+    from tuning.core.records import RecordLog
     from tuning.run_folder import load_config
 
     run = item.run
@@ -799,7 +801,7 @@ def store_steps(item: Input, orig: Original) -> list[Step]:
 
 
 class Refused(Exception):
-    """A loader that returns its refusal as a value (tuning.compare's reason a run is left out)."""
+    """A loader that returns its refusal as a value (tuning.tools.compare's reason a run is left out)."""
 
 
 class BadValue(Exception):
@@ -895,9 +897,9 @@ class Clean:
 
 
 def clean_inputs(run: Path) -> Clean:
-    from tuning.records import RecordLog
+    from tuning.core.records import RecordLog
     from tuning.run_folder import load_config
-    from tuning.sync import load_tasks
+    from tuning.tools.sync import load_tasks
 
     cfg = load_config(run / "config.yaml", "resume")
     return Clean(cfg, load_tasks(run, cfg), json.loads((run / "tasks.json").read_text()),
@@ -1062,11 +1064,11 @@ def names_file_or_key(message: str, path: Path) -> bool:
 
 def lab_refusal(error: BaseException) -> bool:
     from tuning.config import ConfigError
-    from tuning.records import RecordError
+    from tuning.core.records import RecordError
     from tuning.store import StoreError
 
     if isinstance(error, SystemExit):
-        return str(error.code).startswith(("tunelab: ", "tuning.compare: "))
+        return str(error.code).startswith(("tunelab: ", "tuning.tools.compare: "))
     return isinstance(error, (ConfigError, RecordError, StoreError, Refused))
 
 

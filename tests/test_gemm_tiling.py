@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.search.a2c import NeighbourhoodA2C, applicable
 from tuning.search.gbfs import GreedyBestFirst
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 from test_loop import outcome_keys, tune
 

@@ -1,7 +1,7 @@
 """Hostile shared files: nothing from a shared run folder or registry entry runs code or writes outside it.
 
 A run folder and a registry entry are delivered by whoever shares them. The script `python -m
-tuning.export` writes is run isolated from its folder (a numpy.py planted there is not imported); a
+tuning.tools.export` writes is run isolated from its folder (a numpy.py planted there is not imported); a
 registered booster is read from its bytes alone (the `code:` and `model_class` of its MLmodel are not
 imported), and one that is not a booster of the features' width is refused before any work; a value
 function whose weights are not plain tensors is refused without advice to load it unsafely; and no file
@@ -20,7 +20,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
-from tuning.records import MeasureResult, Record, RecordLog
+from tuning.core.records import MeasureResult, Record, RecordLog
 from tuning.run_folder import on_run_folder
 
 CANARY = "open({marker!r}, 'w').write('ran')\n"
@@ -32,7 +32,7 @@ def plant(folder: Path, module: str, marker: Path) -> None:
 
 # ---- the exported script -------------------------------------------------------------------------
 def test_the_exported_script_runs_isolated_from_the_folder_it_is_in(tmp_path):
-    from tuning.export import _run_snippet
+    from tuning.tools.export import _run_snippet
 
     export = tmp_path / "run" / "export"
     export.mkdir(parents=True)
@@ -252,7 +252,7 @@ def test_a_copy_made_with_hard_links_gets_a_lock_of_its_own(tmp_path):
 
 def saved_run(tmp_path, compose_cfg, *overrides) -> Path:
     """A run folder as run.py leaves it: config.yaml and one valid record of its task."""
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     composed = compose_cfg("tracking=none", *overrides)
     OmegaConf.set_struct(composed, False)
@@ -270,8 +270,8 @@ def saved_run(tmp_path, compose_cfg, *overrides) -> Path:
 @pytest.mark.parametrize("command, planted", [("apply", "best_schedules/gemm_64.py"), ("export", "export")])
 def test_apply_and_export_refuse_a_symlink_in_the_run_folder_before_any_work(tmp_path, compose_cfg, capsys,
                                                                               command, planted):
-    from tuning.apply import apply_run
-    from tuning.export import export_run
+    from tuning.tools.apply import apply_run
+    from tuning.tools.export import export_run
 
     run = saved_run(tmp_path, compose_cfg, "model=gemm_64", "hardware=cpu")
     target = tmp_path / "bashrc"
@@ -321,7 +321,7 @@ def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
 @pytest.mark.tvm
 def test_tvm_exports_refuse_a_symlink_in_the_run_folder(tmp_path):
     from tuning.hardware.cpu import CPUHardware
-    from tuning.task import gemm_task
+    from tuning.core.task import gemm_task
 
     task, hardware = gemm_task("g", 32, 32, 32), CPUHardware(num_threads=1)
     run, target = tmp_path / "run", tmp_path / "bashrc"

@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 from configs import load_option
 
 from tuning.loop import Components, RunInfo, tune_task
-from tuning.records import RecordLog
-from tuning.task import build_tasks, gemm_task
+from tuning.core.records import RecordLog
+from tuning.core.task import build_tasks, gemm_task
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

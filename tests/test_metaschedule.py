@@ -14,11 +14,11 @@ from tuning.config import ConfigError, validate
 from tuning.cost_model.xgb import XGBoostCostModel
 from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack, warmup_scores
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.measure import MeasureSpec
-from tuning.records import MeasureResult
+from tuning.core.measure import MeasureSpec
+from tuning.core.records import MeasureResult
 from tuning.search.evolutionary import EvolutionarySearch, _move_tile_factor
-from tuning.space import Space
-from tuning.task import gemm_task
+from tuning.core.space import Space
+from tuning.core.task import gemm_task
 
 HARDWARE = SyntheticHardware()
 TASK = gemm_task("g", 256, 256, 256)

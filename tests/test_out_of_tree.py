@@ -79,7 +79,7 @@ def test_a_run_with_an_out_of_tree_search_is_killed_and_resumed(resumed_run):
 
 def test_declared_its_folder_is_taken_by_the_folder_commands(toy, resumed_run, monkeypatch, capsys):
     """export gets past the saved config to the hardware: synthetic hardware builds no library."""
-    from tuning import export
+    from tuning.tools import export
 
     _, tmp = toy
     monkeypatch.setenv("TUNELAB_CONF_DIRS", str(tmp / "conf"))
@@ -106,7 +106,7 @@ def test_undeclared_its_folder_is_refused_by_the_folder_commands(toy, resumed_ru
 
     monkeypatch.delenv("TUNELAB_CONF_DIRS", raising=False)
     with pytest.raises(SystemExit) as exit_:
-        importlib.import_module(f"tuning.{command}").main([str(resumed_run)])
+        importlib.import_module(f"tuning.tools.{command}").main([str(resumed_run)])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and all(part in err for part in REFUSED), err
 
@@ -148,9 +148,9 @@ def test_a_cpu_run_with_an_out_of_tree_search_is_applied_and_synced(toy):
     finish(run_py(env, "search=toy", "search.default_plan_size=8", "cost_model=none", "hardware=cpu",
                   "model=gemm_64", "budget.trials=8", "tracking.experiment=out_of_tree", f"hydra.run.dir={run_dir}"))
     for command, expected in (("apply", "compiled; output matches the reference"), ("sync", "8 records, status FINISHED")):
-        proc = subprocess.run([sys.executable, "-m", f"tuning.{command}", str(run_dir)], cwd=REPO, env=env,
+        proc = subprocess.run([sys.executable, "-m", f"tuning.tools.{command}", str(run_dir)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and expected in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
-    refused = subprocess.run([sys.executable, "-m", "tuning.apply", str(run_dir)], cwd=REPO, env=undeclared(env),
+    refused = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(run_dir)], cwd=REPO, env=undeclared(env),
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and all(part in refused.stderr for part in REFUSED), refused.stderr

@@ -1,4 +1,4 @@
-"""Readings outside physical bounds (tuning/plausible.py): skipped and counted in a store, refused in
+"""Readings outside physical bounds (tuning/core/plausible.py): skipped and counted in a store, refused in
 a records file naming file and line, an `implausible` error when a backend hands one back."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.plausible import bounds_of
-from tuning.records import MeasureResult, Record, RecordError, RecordLog
+from tuning.core.plausible import bounds_of
+from tuning.core.records import MeasureResult, Record, RecordError, RecordLog
 
 from test_store import SPEC, TASK, filled, replay, sample, tune
 
@@ -44,7 +44,7 @@ def test_absurd_store_readings_are_skipped_and_counted(tmp_path):
 
 
 def test_dataset_stats_counts_absurd_rows_as_unreadable(tmp_path, capsys):
-    from tuning import dataset
+    from tuning.tools import dataset
 
     store, _, _ = absurd_store(tmp_path / "store.sqlite")
     dataset.main(["stats", "--store", str(store.path)])
@@ -82,7 +82,7 @@ def test_a_records_file_with_an_absurd_cost_is_refused_naming_file_and_line(tmp_
 
 
 def test_compare_leaves_out_a_run_whose_records_hold_a_negative_cost(tmp_path):
-    from tuning.compare import load_run
+    from tuning.tools.compare import load_run
 
     path = _records_file(tmp_path / "records.jsonl", [[1e-3], [-1e-3]])
 
@@ -149,7 +149,7 @@ def test_a_glitched_reading_from_the_backend_becomes_an_implausible_error(tmp_pa
 
 
 def test_the_peak_comes_from_the_device_description():
-    from tuning import plausible
+    from tuning.core import plausible
 
     cpu = {"hardware": "cpu", "device": "cpu", "target": "{'kind': 'llvm', 'mcpu': 'znver3', 'num-cores': 4}",
            "num_threads": 4}

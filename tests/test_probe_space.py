@@ -2,7 +2,7 @@
 import pytest
 
 from tuning.config import ConfigError
-from tuning.space import Knob, Space
+from tuning.core.space import Knob, Space
 
 
 def tiny_space() -> Space:

@@ -21,7 +21,7 @@ import pytest
 from tuning.hardware.base import Hardware
 from tuning.hardware.replay import ReplayHardware, with_store
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 from tuning.whole_model import e2e_line
 
 from configs import as_job

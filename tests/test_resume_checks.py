@@ -1,7 +1,7 @@
 """A resumed run folder is checked before any work (tuning/resume.py check_records, check_budget,
 check_states): a budget below its records, a lost or damaged search state, a duplicated records line
 are refused naming the key or file, or, for a lost state, continued with `reset_state=true`. Also:
-`tuning.sync` into another store is idempotent, and Ctrl-C during a whole model's import is acted on.
+`tuning.tools.sync` into another store is idempotent, and Ctrl-C during a whole model's import is acted on.
 
 Runs are made in process (tuning.run.main) on the synthetic hardware with tracking off.
 """
@@ -184,12 +184,12 @@ def test_a_config_measured_twice_is_refused(run_job, four_rounds):
     assert f"{records}:5 and {records}:33 are the same measurement (config {again['config']}" in err
 
 
-# ---- tuning.sync into another store ----------------------------------------------------------------
+# ---- tuning.tools.sync into another store ----------------------------------------------------------------
 @pytest.mark.slow  # 12 s: two syncs into a new sqlite store
 def test_sync_into_another_store_twice_makes_one_copy(run_job, tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 
-    from tuning.sync import main as sync_main
+    from tuning.tools.sync import main as sync_main
 
     run_dir = tmp_path / "run"
     run_job(*NEW, "budget.trials=16")

@@ -9,10 +9,10 @@ import pytest
 
 from tests.test_loop import component, components
 from tuning.loop import RunInfo, tune_tasks
-from tuning.records import RecordLog
+from tuning.core.records import RecordLog
 from tuning.scheduler.gradient import Gradient
 from tuning.scheduler.round_robin import RoundRobin
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 
 # ---- the rules on hand-made histories ----------------------------------------------------

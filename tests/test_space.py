@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.space import Knob, Space
-from tuning.task import gemm_task
+from tuning.core.space import Knob, Space
+from tuning.core.task import gemm_task
 
 SPLITS_OF_8 = ((1, 8), (2, 4), (4, 2), (8, 1))
 
@@ -53,7 +53,7 @@ def test_unknown_move_is_rejected():
 
 # ---- store-restricted spaces (model.space=store) -------------------------------------------------
 def restricted(count=40, seed=0):
-    from tuning.space import RestrictedSpace
+    from tuning.core.space import RestrictedSpace
 
     base = SyntheticHardware().space(gemm_task("g", 64, 64, 64))
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""The comparison's statistics (tuning/stats.py) against cases computed by hand."""
+"""The comparison's statistics (tuning/tools/compare/stats.py) against cases computed by hand."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tuning import stats
+from tuning.tools.compare import stats
 
 
 # ---- bootstrap ----------------------------------------------------------------------------------

@@ -21,10 +21,10 @@ import pytest
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.loop import Components, RunInfo, tune_task
-from tuning.measure import CVStop, MeasureSpec
-from tuning.records import MeasureResult
+from tuning.core.measure import CVStop, MeasureSpec
+from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore, StoreError, TaskRows, fingerprint
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 from configs import options
 from value_models import shared_value_model
@@ -99,7 +99,7 @@ def test_four_concurrent_writer_processes_lose_nothing(tmp_path):
 
 WRITER = """
 import sys
-from tuning.records import MeasureResult
+from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore
 store = MeasurementStore(sys.argv[1])
 i = 0
@@ -361,7 +361,7 @@ def test_run_py_rejects_replay_without_a_store_and_store_space_without_one(tmp_p
 
 # ---- the dataset tool ------------------------------------------------------------------------
 def test_dataset_build_resumes_and_stats_and_export_read_it(tmp_path, capsys, monkeypatch):
-    from tuning import dataset
+    from tuning.tools import dataset
 
     monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
     path = str(tmp_path / "store.sqlite")
@@ -392,7 +392,7 @@ def test_dataset_build_resumes_and_stats_and_export_read_it(tmp_path, capsys, mo
 
 
 def test_dataset_import_adds_an_earlier_runs_records(tmp_path, monkeypatch):
-    from tuning import dataset
+    from tuning.tools import dataset
 
     monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
     finish(run_py("model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random", "cost_model=none",
@@ -409,7 +409,7 @@ def test_dataset_import_adds_an_earlier_runs_records(tmp_path, monkeypatch):
 
 
 def test_dataset_import_of_a_run_that_wrote_the_store_adds_nothing(tmp_path, monkeypatch):
-    from tuning import dataset
+    from tuning.tools import dataset
 
     monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
     path = tmp_path / "store.sqlite"
@@ -422,7 +422,7 @@ def test_dataset_import_of_a_run_that_wrote_the_store_adds_nothing(tmp_path, mon
 
 
 def test_dataset_rejects_bad_arguments_before_work(tmp_path):
-    from tuning import dataset
+    from tuning.tools import dataset
 
     for argv, message in ((["stats", "--store", str(tmp_path / "none.sqlite")], "no such file"),
                           (["build", "--store", str(tmp_path / "s.sqlite"), "--model", "gemm_64", "--configs", "0"],

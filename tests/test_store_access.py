@@ -22,9 +22,9 @@ from omegaconf import OmegaConf
 
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.store import MeasurementStore, StoreError, TaskRows
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 
 TASK = gemm_task("gemm_64", 64, 64, 64)
 SPEC = MeasureSpec(repeat=3)
@@ -107,8 +107,8 @@ def fill_up(folder: Path) -> None:
 
 
 def dataset_main(argv, capsys) -> tuple[int, str]:
-    """(exit status, stdout + stderr) of `python -m tuning.dataset argv`, in process."""
-    from tuning import dataset
+    """(exit status, stdout + stderr) of `python -m tuning.tools.dataset argv`, in process."""
+    from tuning.tools import dataset
 
     try:
         dataset.main(argv)
@@ -161,7 +161,7 @@ def test_a_store_with_a_trigger_or_a_changed_table_is_refused_before_anything_ru
 
 
 def test_compare_reads_the_store_a_tasks_json_names_without_changing_it(tmp_path):
-    from tuning.compare import task_truths
+    from tuning.tools.compare import task_truths
 
     path = foreign_database(tmp_path / "other.sqlite")
     before = snapshot(path)

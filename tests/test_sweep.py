@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from hydra_plugins.tunelab_optuna_sweeper import search_space
 from hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper import OptunaSweeper, _tell, write_results
 from tuning.config import ConfigError, validate
-from tuning.records import MeasureResult, Record
+from tuning.core.records import MeasureResult, Record
 from tuning.callbacks import RoundReport
 from tuning.objective import objective_values
 from tuning.sweep import Pruning

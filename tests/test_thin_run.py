@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.task import build_tasks, gemm_task
+from tuning.core.task import build_tasks, gemm_task
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = [gemm_task(f"k{i}", 16 + 8 * i, 32, 16) for i in range(22)]
@@ -68,7 +68,7 @@ def test_the_applied_copy_holds_the_numbers_used(compose_cfg):
 def test_store_wiring_returns_new_hardware_and_leaves_the_given_one_as_it_was(tmp_path):
     from tuning.hardware.replay import ReplayHardware
     from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.measure import MeasureSpec
+    from tuning.core.measure import MeasureSpec
     from tuning.store_wiring import wire_store
 
     given = SyntheticHardware(store=str(tmp_path / "store.sqlite"))

@@ -204,7 +204,7 @@ def test_system_metrics_are_sampled_while_the_run_is_open(tmp_path):
     quiet_id = off.start("quiet", {}, {})
     off.monitor_system()
     off.end()
-    reopened = MlflowTracker(uri, "system", system_metrics_s=0.2)  # tuning.apply / export / sync reopen runs
+    reopened = MlflowTracker(uri, "system", system_metrics_s=0.2)  # tuning.tools.apply / export / sync reopen runs
     reopened.start("job", {}, {}, resume_run_id=quiet_id)
     time.sleep(1.0)
     reopened.end()

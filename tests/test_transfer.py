@@ -1,5 +1,5 @@
 """Transfer: the store as a corpus (tuning/corpus.py), the model registry (tuning/tracking/registry.py),
-cost_model.pretrained, and `python -m tuning.pretrain` on real TVM spaces."""
+cost_model.pretrained, and `python -m tuning.tools.pretrain` on real TVM spaces."""
 from __future__ import annotations
 
 import subprocess
@@ -13,10 +13,10 @@ import xgboost as xgb
 from tuning.corpus import load_corpus
 from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.measure import MeasureSpec
-from tuning.records import MeasureResult
+from tuning.core.measure import MeasureSpec
+from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore, TaskRows
-from tuning.task import gemm_task
+from tuning.core.task import gemm_task
 from tuning.tracking.registry import RegistryError, load_booster, parse_reference, register_booster, resolve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
     register_booster(tiny_booster(width=164), "pre", registry, "pretrain", {}, {}, {"tunelab.features": "per_store"})
     params = {"features": "per_store", "registry": registry}
     [problem] = MetaScheduleXGBoost.check({**params, "pretrained": "models:/nothing/1"}, "cost_model")
-    assert problem.startswith("cost_model.pretrained: no registered model") and "tuning.pretrain" in problem
+    assert problem.startswith("cost_model.pretrained: no registered model") and "tuning.tools.pretrain" in problem
     [problem] = MetaScheduleXGBoost.check({**params, "features": "both", "pretrained": "pre/1"}, "cost_model")
     assert "reads features per_store, not cost_model.features=both" in problem
     assert MetaScheduleXGBoost.check({**params, "pretrained": "pre/1"}, "cost_model") == []
@@ -140,13 +140,13 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path):
 
     fill_store(store, hardware, kernels, seconds)
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = subprocess.run([sys.executable, "-m", "tuning.pretrain", "--store", str(store), "--registry", registry,
+    done = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--registry", registry,
                            "--name", "pre", "--min-configs", "10"], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained on 3 kernels" in done.stdout and "registered models:/pre/1" in done.stdout
     assert "held out gemm_64" in done.stdout
-    without = subprocess.run([sys.executable, "-m", "tuning.pretrain", "--store", str(store), "--registry", registry,
+    without = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--registry", registry,
                               "--name", "pre", "--min-configs", "10", "--exclude", "gemm_64"], cwd=REPO,
                              capture_output=True, text=True, timeout=600)
     assert without.returncode == 0 and "trained on 2 kernels" in without.stdout, without.stderr[-3000:]

@@ -4,10 +4,10 @@ import time
 import numpy as np
 import pytest
 
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.hardware.cpu import CPUHardware
-from tuning.records import Record
-from tuning.task import batch_matmul_task, conv2d_task, gemm_task
+from tuning.core.records import Record
+from tuning.core.task import batch_matmul_task, conv2d_task, gemm_task
 
 pytestmark = pytest.mark.tvm
 
@@ -175,11 +175,11 @@ def test_cli_real_run_end_to_end(tmp_path):
     assert "time/build_s" in run.data.metrics and "cpu_model" in run.data.tags
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "config.yaml", "convergence.png", "best_schedules", "database"} <= artifacts
-    applied = subprocess.run([sys.executable, "-m", "tuning.apply", str(tmp_path / "run")], cwd=repo,
+    applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(tmp_path / "run")], cwd=repo,
                              capture_output=True, text=True, timeout=600)
     assert applied.returncode == 0, applied.stderr[-3000:]
     assert "compiled; output matches the reference" in applied.stdout and "GFLOP/s" in applied.stdout
-    exported = subprocess.run([sys.executable, "-m", "tuning.export", str(tmp_path / "run")], cwd=repo,
+    exported = subprocess.run([sys.executable, "-m", "tuning.tools.export", str(tmp_path / "run")], cwd=repo,
                               capture_output=True, text=True, timeout=600)
     assert exported.returncode == 0, exported.stderr[-3000:] + exported.stdout[-3000:]
     assert "output matches numpy" in exported.stdout and "torch" in exported.stdout
@@ -219,7 +219,7 @@ def test_new_shapes_compute_what_torch_computes(hardware, task):
     import tvm
 
     from tuning.hardware.tvm_space import arg_shapes, make_target, prim_func
-    from tuning.task import conv2d_output_shape, reference_output
+    from tuning.core.task import conv2d_output_shape, reference_output
 
     func = prim_func(task.workload)
     shapes = arg_shapes(func)

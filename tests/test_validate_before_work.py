@@ -154,7 +154,7 @@ def test_a_store_given_up_on_leaves_every_call_a_no_op(tmp_path):
 # ---- budget.plan_size larger than the space ----------------------------------------------------
 def test_a_plan_size_larger_than_the_space_is_cut_to_it(compose_cfg, monkeypatch, tmp_path, caplog):
     from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     [task] = build_tasks(compose_cfg("model=gemm_64", "model.space=tiling").model)
     space = SyntheticHardware().space(task)

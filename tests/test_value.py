@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from tuning.hardware.synthetic import synthetic_space
-from tuning.space import Knob, Space
-from tuning.task import conv2d_task, gemm_task
+from tuning.core.space import Knob, Space
+from tuning.core.task import conv2d_task, gemm_task
 from tuning.value.beam import beam_search
 from tuning.value.encoding import WIDTH, children, config_of, decode, encode, is_complete, order, prefix_of, work
 from tuning.value.net import KernelData, complete_errors, fit, prefix_targets
@@ -226,7 +226,7 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
     assert "outputs match torch" in run.stdout
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
     assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
-    applied = subprocess.run([sys.executable, "-m", "tuning.apply", str(tmp_path / "run")], cwd=repo,
+    applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(tmp_path / "run")], cwd=repo,
                              capture_output=True, text=True, timeout=600)
     assert applied.returncode == 0 and "outputs match torch" in applied.stdout, applied.stderr[-3000:]
     profile = subprocess.run([sys.executable, "experiments/profile_model.py", str(tmp_path / "run"), "--runs", "2"],
@@ -317,6 +317,6 @@ def test_a_choice_that_fails_is_not_applied():
 
 
 def _spec():
-    from tuning.measure import MeasureSpec
+    from tuning.core.measure import MeasureSpec
 
     return MeasureSpec(repeat=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.measure import MeasureSpec
+from tuning.core.measure import MeasureSpec
 from tuning.value.net import KernelData, fit, log_value, shape_tag
 
 
@@ -36,7 +36,7 @@ def register_tiny_value(registry: str, tasks, name: str = "v", epochs: int = 3) 
 @functools.lru_cache(maxsize=None)
 def shared_value_model() -> tuple[str, str]:
     """(reference, registry) of one V for a whole test session (trained once, on a gemm and a conv)."""
-    from tuning.task import conv2d_task, gemm_task
+    from tuning.core.task import conv2d_task, gemm_task
 
     registry = f"sqlite:///{Path(tempfile.mkdtemp(prefix='tunelab-value-')) / 'mlflow.db'}"
     reference = register_tiny_value(registry, [gemm_task("g", 64, 64, 64), conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)])

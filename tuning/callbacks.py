@@ -144,7 +144,7 @@ class StepMetrics(MeasureCallback):
 
 def curve_points(task, records, step: int, best: float = 0.0, invalid: int = 0) -> list[tuple[int, dict]]:
     """The tuning curve's points at each of `records` (one per measurement, steps step+1, ...), from
-    the task's best GFLOP/s and invalid count before them: what `python -m tuning.sync` rebuilds."""
+    the task's best GFLOP/s and invalid count before them: what `python -m tuning.tools.sync` rebuilds."""
     points = []
     for record in records:
         step += 1
@@ -161,7 +161,7 @@ def best_and_invalid(task, records) -> tuple[float, int]:
 
 
 def curve_metrics(task, best_gflops: float, invalid: int) -> dict:
-    """The tuning curve's point after a round of `task`: what `python -m tuning.sync` rebuilds from records."""
+    """The tuning curve's point after a round of `task`: what `python -m tuning.tools.sync` rebuilds from records."""
     metrics = {"tuning/best_gflops": best_gflops,
                "tuning/best_latency_us": task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf,
                "tuning/invalid": invalid}

@@ -7,7 +7,7 @@ keys added with `+` that nothing reads (top level, the schema groups, the
 model), NaN and infinities anywhere, the ranges of the top-level keys, the
 model (its name, which names files, and its dtype), and asks every chosen
 component class to check its own hyperparameters and what it requires of the
-others (tuning/component.py). Nothing here knows a component's keys: adding a
+others (tuning/core/component.py). Nothing here knows a component's keys: adding a
 method never edits this module. Every message names the key.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from tuning.component import MAX_SEED, Component, check_range, check_requirements
+from tuning.core.component import MAX_SEED, Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.storage import StorageSchema, register_resolver
 from tuning.storage import problems as storage_problems
-from tuning.task import conv2d_output_shape
+from tuning.core.task import conv2d_output_shape
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
 # each group's contract, for the keys its options no longer take (Component.moved)
@@ -348,7 +348,7 @@ def _check_model_name(name) -> list[str]:
 
 
 def _check_features(cfg, classes, names) -> list[str]:
-    """cost_model.features other than knobs: TVM schedules each scored candidate (tuning/space.py)."""
+    """cost_model.features other than knobs: TVM schedules each scored candidate (tuning/core/space.py)."""
     features = cfg.cost_model.get("features", "knobs")
     if features == "knobs":
         return []
@@ -378,6 +378,6 @@ def _check_component(group: str, node) -> tuple[type | None, list[str]]:
     except (ImportError, AttributeError, ValueError) as error:
         return None, [f"{group}._target_: cannot import {target!r} ({error})"]
     if not (isinstance(cls, type) and issubclass(cls, Component)):
-        return None, [f"{group}._target_: {target} is not a tunelab component (tuning/component.py)"]
+        return None, [f"{group}._target_: {target} is not a tunelab component (tuning/core/component.py)"]
     params = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
     return cls, cls.check_params(params, group)

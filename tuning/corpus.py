@@ -3,8 +3,8 @@
     load_corpus(paths, hardware=None) -> list[TaskCorpus]
 
 One loader for every model trained across kernels (the pretrained cost model of `python -m
-tuning.pretrain`, the value function of `python -m tuning.value`). Runs reach the store as they measure (hardware.store)
-or afterwards (`python -m tuning.dataset import`). What it reads is untrusted: rows the store
+tuning.tools.pretrain`, the value function of `python -m tuning.value`). Runs reach the store as they measure (hardware.store)
+or afterwards (`python -m tuning.tools.dataset import`). What it reads is untrusted: rows the store
 cannot parse are skipped by the store; a task without a rebuildable workload, a space that TVM no
 longer generates (another version's knobs), or fewer than `min_configs` working configs is left
 out and named in `skipped`.
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.store import MeasurementStore, space_signature
-from tuning.task import Task
+from tuning.core.task import Task
 
 
 @dataclass
@@ -107,7 +107,7 @@ def spaces(corpus: Corpus, backend, progress=None) -> list:
 
 
 def features(corpus: Corpus, backend, kind: str, progress=None) -> list[np.ndarray]:
-    """Each task's model features (tuning/space.py `model_features`), after `spaces`' checks."""
+    """Each task's model features (tuning/core/space.py `model_features`), after `spaces`' checks."""
     task_spaces = spaces(corpus, backend)  # first: it drops tasks from corpus.tasks
     out = []
     for task, space in zip(corpus.tasks, task_spaces):

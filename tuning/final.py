@@ -2,15 +2,15 @@
 `task/<name>/final_latency_us`, `final_gflops` (and `best_true_us`, the store's median of the best
 config, with a measurement store), then the run's headline (`final_gflops`, `final_latency_us` or a
 whole model's `final_latency_ms`), `tuning/*` totals and `run/*` seconds, logged at step = the
-measurements of the run and saved to the run folder (tuning/sync.py `save_final_metrics`); and
+measurements of the run and saved to the run folder (tuning/tools/sync.py `save_final_metrics`); and
 `print_result`, the summary printed when the job ends."""
 from __future__ import annotations
 
 import math
 
-from tuning.outcome import summary, weighted_latency_ms
+from tuning.core.outcome import summary, weighted_latency_ms
 from tuning.whole_model import e2e_line
-from tuning.sync import save_final_metrics
+from tuning.tools.sync import save_final_metrics
 
 TIME_KEYS = ("search_s", "model_s", "build_s", "run_s")
 

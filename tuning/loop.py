@@ -31,9 +31,9 @@ from tuning.callbacks import MeasureCallback, RoundReport, default_callbacks
 from tuning.cost_model.base import CostModel, model_input
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
-from tuning.outcome import TaskOutcome, best_from_records
-from tuning.plausible import bounds_of
-from tuning.records import Record, RecordLog
+from tuning.core.outcome import TaskOutcome, best_from_records
+from tuning.core.plausible import bounds_of
+from tuning.core.records import Record, RecordLog
 from tuning.resume import restore_state, save_state
 from tuning.sampler.base import Sampler, random_unvisited, take_unvisited
 from tuning.scheduler.round_robin import RoundRobin

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.task import pair
+from tuning.core.task import pair
 
 DEFAULT_HARDWARE = "cpu"  # the one a run name does not mention
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from tuning.outcome import best_so_far, in_measured_order, weighted_latency_ms
+from tuning.core.outcome import best_so_far, in_measured_order, weighted_latency_ms
 
 DIRECTIONS = {"final_gflops": "maximize", "final_latency_us": "minimize", "tuning_s": "minimize",
               "measurements_to_target": "minimize", "seconds_to_target": "minimize"}

@@ -33,8 +33,8 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
-from tuning.plausible import bounds_of
-from tuning.records import RecordError, RecordLog
+from tuning.core.plausible import bounds_of
+from tuning.core.records import RecordError, RecordLog
 from tuning.run_folder import claim, load_config, saved_choices
 from tuning.tracking.mlflow_tracker import sqlite_path
 
@@ -126,7 +126,7 @@ def _check_once(path: Path, records) -> None:
 def check_plausible(path: Path, records, tasks, hardware, key: str = "resume") -> None:
     """A records file carries no FLOPs and no device, so RecordLog holds it to the bounds that need
     neither; once the tasks and the hardware are known, each reading is held to its task's bounds
-    (tuning/plausible.py): one the device could not have produced is refused naming file and line."""
+    (tuning/core/plausible.py): one the device could not have produced is refused naming file and line."""
     limits = {task.key: bounds_of(task, hardware) for task in tasks}
     for line, record in enumerate(records, start=1):  # load() skips only a torn last line
         bounds = limits.get(record.workload_key)

@@ -7,7 +7,7 @@ when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
 
 This module orders the steps and says what went wrong; each step lives with its subject: the
 budget (tuning/budget.py), the measurement store (tuning/store_wiring.py), the loop
-(tuning/loop.py), the final metrics (tuning/final.py), the artifacts (tuning/export.py), the
+(tuning/loop.py), the final metrics (tuning/final.py), the artifacts (tuning/tools/export.py), the
 MLflow tags and note (tuning/tracking/tags.py).
 """
 from __future__ import annotations
@@ -27,20 +27,20 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from tuning.budget import BudgetPlan, resolve_budget, with_plan_size
 from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
-from tuning.export import export_artifacts
+from tuning.tools.export import export_artifacts
 from tuning.final import log_final_metrics, print_result
 from tuning.job_folder import continue_log_in, discard_untouched
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
-from tuning.outcome import summary
+from tuning.core.outcome import summary
 from tuning.resume import (check_budget, check_plausible, check_records, check_states, prior_records,
                            resolve_resume)
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import StoreError
 from tuning.store_wiring import check_store_space, wire_store
 from tuning.sweep import Pruning
-from tuning.sync import SPOOL_FILE, save_tasks
-from tuning.task import build_tasks
+from tuning.tools.sync import SPOOL_FILE, save_tasks
+from tuning.core.task import build_tasks
 from tuning.tracking.job_run import end_job_run, start_job_run
 from tuning.tracking.tags import method_name
 from tuning.trial import current_trial

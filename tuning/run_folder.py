@@ -7,10 +7,10 @@
                                   resume names the run from them, never from Hydra's `.hydra/`, which a
                                   `resume=DIR hydra.run.dir=DIR` rewrites before the job starts
     load_config(path, key)        a saved config.yaml, checked before anything is instantiated from it
-    mark_status(out_dir, status)  RUNNING / FINISHED / KILLED / FAILED, for `python -m tuning.sync`
+    mark_status(out_dir, status)  RUNNING / FINISHED / KILLED / FAILED, for `python -m tuning.tools.sync`
     terminated_by_signals()       SIGTERM and SIGHUP end the run like Ctrl-C: its records are kept,
                                   its MLflow run ends KILLED (kill -9 cannot be caught: resume or
-                                  `python -m tuning.sync` repair what it leaves)
+                                  `python -m tuning.tools.sync` repair what it leaves)
     inside(run_dir, path)         a path about to be written: refused if any part of it below run_dir
                                   is a symlink or it leaves run_dir (write_inside also writes it)
 
@@ -18,7 +18,7 @@ A folder's config.yaml is also an MLflow artifact, so whoever shares a run deliv
 naming any importable callable would run on `instantiate()` (Hydra's blocklist is not a security
 boundary). Only the classes the lab registers may be named: a `_target_` of a YAML under conf/ or
 under a config directory the command now running declares (`declared_conf_dirs`: TUNELAB_CONF_DIRS,
-and its own `hydra.searchpath`), or a tunelab component class (tuning/component.py). Nothing read
+and its own `hydra.searchpath`), or a tunelab component class (tuning/core/component.py). Nothing read
 from a run folder declares a directory, so a crafted folder registers nothing. Interpolations are
 refused too (a saved config is written resolved).
 """
@@ -105,9 +105,9 @@ def release(out_dir: Path) -> None:
 
 
 def on_run_folder(path: Path, work, claim_folder: bool = True):
-    """A command on a run folder (python -m tuning.apply / export / sync): the folder checked, claimed
+    """A command on a run folder (python -m tuning.tools.apply / export / sync): the folder checked, claimed
     while `work(run_dir)` runs; bad input is one "tunelab: ..." line and exit status 2."""
-    from tuning.records import RecordError
+    from tuning.core.records import RecordError
 
     run_dir = path.expanduser().resolve()
     try:
@@ -269,7 +269,7 @@ def is_registered_target(target) -> bool:
         return True
     if not re.fullmatch(r"tuning(\.[A-Za-z_]\w*)+", target):
         return False  # nothing outside the lab's own package is even imported
-    from tuning.component import Component
+    from tuning.core.component import Component
 
     module, _, name = target.rpartition(".")
     try:
@@ -314,7 +314,7 @@ def _searchpath_dirs() -> list[Path]:
 
 # ---- writing into a run folder, untrusted ------------------------------------------------------
 # A shared run folder may hold links (best_schedules/gemm.py -> ~/.bashrc, summary.txt -> a secret
-# that tuning.sync would upload): a folder is checked whole before a command works on it
+# that tuning.tools.sync would upload): a folder is checked whole before a command works on it
 # (`refuse_links`), and whatever the lab writes into one goes through `inside`.
 APPENDED_FILES = ("records.jsonl", "mlflow_pending.jsonl")  # written in place: a hard link would be written through
 

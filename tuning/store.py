@@ -20,7 +20,7 @@ sqlite in WAL mode: readers never block the writer; writers from several process
 joblib workers) queue on the lock (busy timeout) and each row is one transaction, so a killed
 writer loses at most the row it was writing and leaves the file readable. WAL needs a local disk
 (not NFS). Everything read back is untrusted: a row whose costs are not plausible seconds (finite,
-within the physical bounds of tuning/plausible.py for its task and hardware) is skipped and counted
+within the physical bounds of tuning/core/plausible.py for its task and hardware) is skipped and counted
 in `stats`.
 
 Opening is explicit about writing. A writer (`read_only=False`: runs, builds, imports) creates the
@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning import plausible
+from tuning.core import plausible
 
 FORMAT = 1
 SOURCES = ("run", "remeasure", "dataset", "import", "value")  # value: the value function's improvement loop
@@ -352,7 +352,7 @@ class MeasurementStore:
                 if row is not None]
 
     def bounds(self, hardware: str, task_key: str) -> plausible.Bounds:
-        """The plausible costs of the task's readings on this hardware (tuning/plausible.py), read
+        """The plausible costs of the task's readings on this hardware (tuning/core/plausible.py), read
         once per (hardware, task) a process asks for: a registered task's flops never change."""
         if (hardware, task_key) not in self._bounds:
             flops = next(iter(self._fetch("SELECT flops FROM tasks WHERE key = ?", (task_key,))), None)

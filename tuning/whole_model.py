@@ -2,7 +2,7 @@
 
 `evaluate_end_to_end` asks the hardware to compile the model with the run's exported MetaSchedule
 database, check its output and time it against the untuned build and torch; the result goes to
-e2e.json and the run's `e2e/*` metrics. Used at the end of run.py and by `python -m tuning.apply`.
+e2e.json and the run's `e2e/*` metrics. Used at the end of run.py and by `python -m tuning.tools.apply`.
 Its files are checked before the model is compiled: none is written through a symlink in the run folder.
 """
 from __future__ import annotations

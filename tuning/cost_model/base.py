@@ -22,7 +22,7 @@ A cost model predicts the throughput of configs from their features.
                            rejected with it.
     has_uncertainty        True where predict_dist exists; searches that need it
                            (search=csa) are rejected with other models.
-    features               What the model reads (tuning/space.py FEATURES), a hyperparameter of
+    features               What the model reads (tuning/core/space.py FEATURES), a hyperparameter of
                            the models that take it (`cost_model.features`): knobs (X is (n, d)),
                            per_store or both (X is (n, stores, width): one row per buffer store of
                            the scheduled program). A model that wants a flat matrix calls
@@ -45,8 +45,8 @@ from abc import abstractmethod
 
 import numpy as np
 
-from tuning.component import Component
-from tuning.space import FEATURES
+from tuning.core.component import Component
+from tuning.core.space import FEATURES
 
 
 class CostModel(Component):

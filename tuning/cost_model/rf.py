@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import norm
 from sklearn.ensemble import RandomForestRegressor
 
-from tuning.component import MAX_SEED
+from tuning.core.component import MAX_SEED
 from tuning.cost_model.base import CostModel, flat
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import xgboost as xgb
 
-from tuning.component import MAX_SEED
+from tuning.core.component import MAX_SEED
 from tuning.cost_model.base import CostModel, flat
 
 OBJECTIVES = ("reg:squarederror", "rank:pairwise")

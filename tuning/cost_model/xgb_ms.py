@@ -15,12 +15,12 @@ scores); random scores until `num_warmup_samples` (100) programs are measured; a
   - the warm-up scores are a hash of (seed, the program's features), not an unseeded
     np.random.uniform: the same seed proposes the same configs, and a resumed run the same ones
     (when it last refit is saved with the run's state, so a resume refits as the run did);
-  - the rows come padded to one count per task (tuning/space.py `model_features`): all-zero rows are
+  - the rows come padded to one count per task (tuning/core/space.py `model_features`): all-zero rows are
     padding and are dropped, which restores MetaSchedule's ragged rows.
 With `features: knobs` each program is one row of knob features (MetaSchedule's loss and trees on
 AutoTVM's features); with `both` every store row carries the knob features too.
 
-Transfer (`pretrained: models:/<name>/<version>`, from `python -m tuning.pretrain`): a booster trained
+Transfer (`pretrained: models:/<name>/<version>`, from `python -m tuning.tools.pretrain`): a booster trained
 on the measurement store's kernels scores the programs until the warm-up is over, in place of the
 random scores, and every fit after it continues boosting from that booster on the run's own records
 (fine-tuning; TenSet's and TLP's use of a pre-trained model). Loaded on first use from `registry`
@@ -34,7 +34,7 @@ import hashlib
 import numpy as np
 import xgboost as xgb
 
-from tuning.component import MAX_SEED
+from tuning.core.component import MAX_SEED
 from tuning.config import ConfigError
 from tuning.cost_model.base import CostModel
 
@@ -97,7 +97,7 @@ class MetaScheduleXGBoost(CostModel):
         try:
             version = resolve(params["pretrained"], registry)
         except RegistryError as error:
-            return [f"{group}.pretrained: {error} (python -m tuning.pretrain registers one)"]
+            return [f"{group}.pretrained: {error} (python -m tuning.tools.pretrain registers one)"]
         trained_on = version.tags.get("tunelab.features")
         if trained_on != params["features"]:
             return [f"{group}.pretrained: {params['pretrained']} reads features {trained_on}, not "
@@ -108,7 +108,7 @@ class MetaScheduleXGBoost(CostModel):
             return [f"{group}.pretrained: {error}"]
         if params["features"] == "per_store" and booster.num_features() != PER_STORE_WIDTH:
             return [f"{group}.pretrained: {params['pretrained']} reads rows of {booster.num_features()} features, "
-                    f"not TVM's {PER_STORE_WIDTH} per-store features (python -m tuning.pretrain registers one)"]
+                    f"not TVM's {PER_STORE_WIDTH} per-store features (python -m tuning.tools.pretrain registers one)"]
         return []  # knob rows have another width in every task's space: checked on first use
 
     def _pretrained(self, width: int) -> xgb.Booster | None:

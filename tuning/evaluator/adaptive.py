@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from tuning.evaluator.base import Evaluator
-from tuning.measure import SLOW_KERNELS, STATISTICS, CVStop, MeasureSpec
+from tuning.core.measure import SLOW_KERNELS, STATISTICS, CVStop, MeasureSpec
 
 
 class AdaptiveEvaluator(Evaluator):

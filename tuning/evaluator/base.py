@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from tuning.component import Component
+from tuning.core.component import Component
 
 
 class Evaluator(Component):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tuning.evaluator.base import Evaluator
-from tuning.measure import SLOW_KERNELS, MeasureSpec
+from tuning.core.measure import SLOW_KERNELS, MeasureSpec
 
 
 class FixedEvaluator(Evaluator):

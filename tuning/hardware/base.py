@@ -15,7 +15,7 @@ A new device is a subclass, not a copy; a new way to reach it is a runner.
 Every backend provides:
 
     space(task) -> Space
-        The task's knob space (tuning.space.Space), with `canonicalize` set if
+        The task's knob space (tuning.core.space.Space), with `canonicalize` set if
         the backend repairs decisions.
     measure(task, configs, spec, on_result=None) -> list[MeasureResult]
         Build the whole batch first, then time it with nothing compiling
@@ -33,7 +33,7 @@ Every backend provides:
         prediction as their run seconds.
     check_export(task, script_path) -> dict
         Compile an exported schedule, check its answer, time it: {"correct", "max_abs_error",
-        "reference_max", "seconds"} (optional; tuning.apply on a single operator).
+        "reference_max", "seconds"} (optional; tuning.tools.apply on a single operator).
     model_tasks(model_cfg, seed) -> list[Task]
         A whole model's distinct kernels (model.kind network / onnx) with weights.
     evaluate_model(model_cfg, seed, database_dir, out_dir, timing) -> dict
@@ -62,7 +62,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from tuning.component import Component
+from tuning.core.component import Component
 
 
 class Hardware(Component):
@@ -88,7 +88,7 @@ class Hardware(Component):
 
     def export_library(self, task, config, out_dir) -> dict:
         """The config built into a shared library in out_dir, with a Python file that calls it;
-        checked and timed (python -m tuning.export)."""
+        checked and timed (python -m tuning.tools.export)."""
         raise NotImplementedError(f"{type(self).__name__} builds no library")
 
     def model_tasks(self, model_cfg, seed):

@@ -190,7 +190,7 @@ def extract_tasks(mod, target: dict, weight_prepack: bool = True) -> list[Extrac
 
 def as_tuning_tasks(tasks: list[ExtractedTask]) -> list:
     """tunelab Tasks (plain data the workers can rebuild) of a network's kernels."""
-    from tuning.task import Task
+    from tuning.core.task import Task
 
     return [Task(t.name, {"op": "tir", "key": t.key, "mod": d["mod"]}, flops=t.flops, weight=t.weight)
             for t, d in zip(tasks, tasks_as_json(tasks))]

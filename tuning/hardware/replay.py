@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tuning.hardware.base import Hardware
-from tuning.records import MeasureResult
+from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore, TaskRows, reading_settings, unwritable
 
 ON_MISS = ("measure", "error")
@@ -118,7 +118,7 @@ class ReplayHardware(Hardware):
         if params["create"] and params["on_miss"] != "measure":
             return [f"{group}.create: a new store can only fill up with on_miss=measure, got on_miss={params['on_miss']}"]
         if not params["create"] and not Path(str(params["store"])).expanduser().is_file():
-            return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.dataset build; "
+            return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.tools.dataset build; "
                     f"or start one with {group}.create=true)"]
         reason = unwritable(Path(str(params["store"])).expanduser())
         if reason and params["on_miss"] == "measure":
@@ -146,7 +146,7 @@ class ReplayHardware(Hardware):
         if self._restrict is None:
             return space
         if task.key not in self._restricted:
-            from tuning.space import RestrictedSpace
+            from tuning.core.space import RestrictedSpace
 
             configs = [c for c in self._table(task, self._restrict).configs() if space.is_valid(c)]
             self._restricted[task.key] = RestrictedSpace(space, configs) if configs else _EMPTY

@@ -18,9 +18,9 @@ import math
 import time
 
 from tuning.hardware.base import Hardware
-from tuning.records import MeasureResult
-from tuning.space import Knob, Space, factorizations, merge_sketches
-from tuning.task import conv2d_output_shape, pair
+from tuning.core.records import MeasureResult
+from tuning.core.space import Knob, Space, factorizations, merge_sketches
+from tuning.core.task import conv2d_output_shape, pair
 
 UNROLL_CANDIDATES = (0, 16, 64, 512)
 

@@ -126,7 +126,7 @@ class TVMHardware(Hardware):
 
     def check_export(self, task, script_path) -> dict:
         """Compile an exported best schedule, check its answer and time it on the runner's device
-        (tuning.apply on a single operator)."""
+        (tuning.tools.apply on a single operator)."""
         return self.attached().check_export(task, Path(script_path).read_text())
 
     def export_library(self, task, config, out_dir) -> dict:

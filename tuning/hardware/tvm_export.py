@@ -1,14 +1,14 @@
-"""A task's best schedule as a shared library anyone can load without tunelab (python -m tuning.export).
+"""A task's best schedule as a shared library anyone can load without tunelab (python -m tuning.tools.export).
 
 export_library builds the scheduled module, writes `<name>.so` (TVM's export_library: the host
 compiler links it), loads it back as a user would, checks its answer on random inputs (a single
-operator against tuning.task.reference_output, numpy's or torch's; a network's kernel against its
+operator against tuning.core.task.reference_output, numpy's or torch's; a network's kernel against its
 unscheduled TIR built without tuning) and times it beside the untuned kernel and, for single
 operators on a CPU, torch, with the measuring thread count. Devices are device strings ("cpu",
 "cuda:1"; tvm_device.py); where untuned TIR cannot run on the target (a GPU), the untuned kernel is
 built for this host's CPU for the check only and not timed. `snippet` is the Python file that loads
 and calls the library on the device it was exported for, written beside it. check_script is the
-same check on an exported TVMScript file (python -m tuning.apply on a single operator).
+same check on an exported TVMScript file (python -m tuning.tools.apply on a single operator).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tuning.hardware.tvm_device import device_kind, parse_device, tvm_device
 from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes, make_target, untuned_runs_on, workload_module
-from tuning.task import reference_output
+from tuning.core.task import reference_output
 
-TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.apply's check: median of 10
+TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.tools.apply's check: median of 10
 
 
 def export_library(workload: dict, target: dict, scheduled_mod, path: Path, device: str = "cpu",
@@ -53,8 +53,8 @@ def export_library(workload: dict, target: dict, scheduled_mod, path: Path, devi
 
 def check_script(workload: dict, target: dict, script: str, device: str = "cpu") -> dict:
     """Compile an exported schedule (TVMScript text) as a user would, run it on random inputs and
-    compare with the right answer (tuning.task.reference_output: numpy's product, torch's conv2d);
-    time it (python -m tuning.apply on a single operator). Returns {"correct", "max_abs_error",
+    compare with the right answer (tuning.core.task.reference_output: numpy's product, torch's conv2d);
+    time it (python -m tuning.tools.apply on a single operator). Returns {"correct", "max_abs_error",
     "reference_max", "seconds"}."""
     import tvm
 
@@ -102,7 +102,7 @@ def torch_call(workload: dict, inputs: list, num_threads: int | None = None):
     """torch's eager call of the same operator on the same inputs (float32)."""
     import torch
 
-    from tuning.task import pair
+    from tuning.core.task import pair
 
     if num_threads:
         torch.set_num_threads(num_threads)
@@ -164,7 +164,7 @@ def snippet(workload: dict, library: Path, args: list, device: str = "cpu") -> s
                        for i, (shape, dtype) in enumerate(args[:-1]))
     shape, dtype = args[-1]
     check = _check_lines(workload)
-    return f'''"""Load and call the tuned kernel {library.name} (written by `python -m tuning.export`).
+    return f'''"""Load and call the tuned kernel {library.name} (written by `python -m tuning.tools.export`).
 Needs numpy and the TVM runtime (pip install apache-tvm){"; torch for the check" if "torch" in check else ""}."""
 from pathlib import Path
 
@@ -189,14 +189,14 @@ def _check_lines(workload: dict) -> str:
     if workload["op"] in ("gemm", "batch_matmul"):
         expected = "inputs[0].astype('float64') @ inputs[1].astype('float64')"
     elif workload["op"] == "conv2d":
-        from tuning.task import pair
+        from tuning.core.task import pair
 
         options = (f"stride={pair(workload['stride'])}, padding={pair(workload['padding'])}, "
                    f"dilation={pair(workload.get('dilation', 1))}, groups={workload.get('groups', 1)}")
         expected = (f"torch.nn.functional.conv2d(*(torch.from_numpy(a).double() for a in inputs), "
                     f"{options}).numpy()")
     else:
-        return "# a network's fused kernel: tuning.export checked it against its untuned build"
+        return "# a network's fused kernel: tuning.tools.export checked it against its untuned build"
     imports = "import torch\n\n" if "torch" in expected else ""
     return (f"{imports}expected = {expected}\n"
             f"assert np.allclose(output.numpy(), expected, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(expected).max()))\n"

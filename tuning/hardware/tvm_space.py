@@ -18,8 +18,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from tuning.space import Knob, Space, factorizations, merge_sketches
-from tuning.task import pair
+from tuning.core.space import Knob, Space, factorizations, merge_sketches
+from tuning.core.task import pair
 
 # model.space=tiling (the GEMM-tiling paper's space; docs/tvm.md §The tiling space): MetaSchedule's
 # llvm GEMM sketch without the write cache, i and j in 4 levels and k in 2 with the innermost cap

@@ -17,7 +17,7 @@ import traceback
 
 import numpy as np
 
-from tuning.measure import CVStop
+from tuning.core.measure import CVStop
 from tuning.hardware.tvm_device import device_kind, tvm_device
 from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, fast_tensor_intrin_import,
                                        make_target, untuned_runs_on, workload_module)

@@ -24,13 +24,13 @@ Capabilities a search may require (`requires = {"sampler": (...)}`):
     adaptive         decides how many to measure (1..b)
     candidates_only  measures only the search's candidates, adding none of its own
 
-__init__ stores hyperparameters only; tuning/component.py says how they are checked.
+__init__ stores hyperparameters only; tuning/core/component.py says how they are checked.
 """
 from __future__ import annotations
 
 from abc import abstractmethod
 
-from tuning.component import Component
+from tuning.core.component import Component
 
 
 class Sampler(Component):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from tuning.component import Component
+from tuning.core.component import Component
 
 
 class Scheduler(Component):

@@ -38,7 +38,7 @@ round when `budget.plan_size` is null, its paper's value (cited in its YAML).
 `n` above is the resolved plan size. A search that decides what is measured
 itself requires a sampler that is `candidates_only` (sampler=all).
 
-Hyperparameters are checked by the class (tuning/component.py: `ranges`,
+Hyperparameters are checked by the class (tuning/core/component.py: `ranges`,
 `options`, `check`). __init__ stores hyperparameters only: no TVM, no I/O, no threads.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from tuning.component import Component
+from tuning.core.component import Component
 from tuning.cost_model.base import model_input
 from tuning.sampler.base import random_unvisited
 

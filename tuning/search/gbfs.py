@@ -23,7 +23,7 @@ import heapq
 
 from tuning.sampler.base import random_unvisited
 from tuning.search.base import Search
-from tuning.space import MOVES
+from tuning.core.space import MOVES
 
 STARTS = ("untiled", "random")
 

@@ -27,7 +27,7 @@ artifacts. The loop drives it in this order:
                                                      (JSON lines: key, value, timestamp, step)
     tracker.offline -> str | None                    why the store was given up on during the job (then
                                                      every call is a no-op; the run folder keeps all,
-                                                     `python -m tuning.sync` rebuilds the run from it)
+                                                     `python -m tuning.tools.sync` rebuilds the run from it)
     tracker.location                                 where to find the run, for humans
     tracker.download(run_id, artifact, dst_dir)      fetch an artifact of any run in the store
                                                      (needs no open run); returns the local path
@@ -49,7 +49,7 @@ import json
 from abc import abstractmethod
 from collections.abc import Mapping
 
-from tuning.component import Component
+from tuning.core.component import Component
 
 
 class Tracker(Component):

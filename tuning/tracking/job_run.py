@@ -8,9 +8,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from tuning.records import RecordError, RecordLog
+from tuning.core.records import RecordError, RecordLog
 from tuning.sweep import trial_tags
-from tuning.sync import backfill, history
+from tuning.tools.sync import backfill, history
 from tuning.tracking.base import run_params
 from tuning.tracking.tags import job_run_name, run_tags
 
@@ -43,12 +43,12 @@ def end_job_run(tracker, status: str, out_dir: Path, tasks, prior, pruned: bool 
     tracker.end(status, parent_status="KILLED" if interrupted else "FINISHED")
     if tracker.offline:
         print(f"tunelab: MLflow is missing part of this run ({tracker.offline}); once the store is "
-              f"back: python -m tuning.sync {out_dir}", file=sys.stderr)
+              f"back: python -m tuning.tools.sync {out_dir}", file=sys.stderr)
 
 
 def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:
     """The stopped round's curve point, unless the records cannot be read (a full disk, a bad line):
-    then the error that stopped the run is the one to report, and resume or tuning.sync fill it later."""
+    then the error that stopped the run is the one to report, and resume or tuning.tools.sync fill it later."""
     try:
         backfill(tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
     except (OSError, RecordError):

@@ -8,7 +8,7 @@ to it is retried with backoff for up to `retry_s` seconds (a locked sqlite file,
 a restarting server); after that the tracker goes `offline` for the rest of the
 job, says so once, and the run finishes with everything on disk: the metrics the
 store did not take go to the run folder's spool (`spool_to`), from which
-`python -m tuning.sync <run dir>` replays them when it rebuilds the MLflow run.
+`python -m tuning.tools.sync <run dir>` replays them when it rebuilds the MLflow run.
 
 What the retries cannot mend is refused before any work instead (`check`, called by the config
 validation): a tracking URI MLflow keeps no runs in, an experiment name it would refuse.
@@ -265,7 +265,7 @@ class MlflowTracker(Tracker):
         self._spool_path = Path(path)
 
     def _spool(self, metrics) -> None:
-        """Metrics the store did not take, as JSON lines for `python -m tuning.sync` to replay."""
+        """Metrics the store did not take, as JSON lines for `python -m tuning.tools.sync` to replay."""
         if not metrics or self._spool_path is None:
             return
         with self._spool_path.open("a") as handle:
@@ -319,7 +319,7 @@ class MlflowTracker(Tracker):
         detail = " ".join(str(error).split())[:300]
         self.offline = f"could not {what} in {self.uri} after {self.retry_s:g} s: {type(error).__name__}: {detail}"
         print(f"tunelab: MLflow {self.offline}\n  the run goes on without MLflow; its folder keeps everything "
-              "(python -m tuning.sync <run dir> rebuilds the MLflow run)", file=sys.stderr)
+              "(python -m tuning.tools.sync <run dir> rebuilds the MLflow run)", file=sys.stderr)
 
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         from mlflow.exceptions import MlflowException

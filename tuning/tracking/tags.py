@@ -47,7 +47,7 @@ def run_tags(hydra: dict, cfg) -> dict:
         **{f"choice.{group}": choice(hydra, cfg, group) for group in NOTE_GROUPS},
         "seed": str(cfg.seed),
         # rows of an experiment (+experiment/adatune_row=..., +experiment/chameleon_row=...): what
-        # `tuning.compare --method-by choice.experiment/<group>` names a method by
+        # `tuning.tools.compare --method-by choice.experiment/<group>` names a method by
         **{f"choice.{group}": str(option) for group, option in hydra.get("choices", {}).items()
            if group.startswith("experiment/") and option},
     }

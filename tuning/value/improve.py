@@ -62,7 +62,7 @@ def prediction_errors(predicted: list[np.ndarray], measured: list[np.ndarray]) -
 
 def run_round(round_index: int, args, net, hardware, spec, store, networks) -> dict:
     """Propose, measure into the store; returns the round's metrics (before the refit)."""
-    from tuning.dataset import measure_into
+    from tuning.tools.dataset import measure_into
     from tuning.store import TaskRows
 
     predicted, measured, metrics, new = [], [], {}, 0
@@ -96,7 +96,7 @@ def improve(args) -> None:
     from hydra.utils import instantiate
 
     from tuning.corpus import load_corpus
-    from tuning.dataset import compose, full_readings, model_tasks
+    from tuning.tools.dataset import compose, full_readings, model_tasks
     from tuning.store import MeasurementStore, fingerprint
     from tuning.tracking.registry import default_registry, register, resolve
     from tuning.value.net import complete_errors, fit, kernels_of, load_value, log_value, shape_tag, split

@@ -12,8 +12,8 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
-from tuning.component import Component
-from tuning.records import MeasureResult
+from tuning.core.component import Component
+from tuning.core.records import MeasureResult
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Runner(Component):
     spec, device) -> MeasureResult` (naming `device` in `.device`, as above) for each config, one thread per device
     (the caller's own when there is one), and turns DeviceLost into `device_lost` results: a
     transport usually implements `run_one`, not `run_batch`.
-    Hyperparameters are the constructor's (tuning/component.py); `__init__` stores them and starts
+    Hyperparameters are the constructor's (tuning/core/component.py); `__init__` stores them and starts
     nothing.
     """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuning.hardware.runners.base import Runner
 from tuning.hardware.workers import Worker
-from tuning.records import MeasureResult
+from tuning.core.records import MeasureResult
 
 WORKER = "tuning.hardware.tvm_worker"
 

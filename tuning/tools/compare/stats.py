@@ -1,4 +1,4 @@
-"""The statistics of a comparison (tuning/compare/; docs/compare.md): one implementation of each.
+"""The statistics of a comparison (tuning/tools/compare/; docs/compare.md): one implementation of each.
 
 Every function takes plain arrays and a seeded numpy Generator where it resamples, so the same
 inputs give the same numbers. scipy does the work where it has the tool (bootstrap, Wilcoxon,

@@ -1,4 +1,4 @@
-"""Tuning methods compared the way a paper can cite (docs/compare.md): `python -m tuning.compare`.
+"""Tuning methods compared the way a paper can cite (docs/compare.md): `python -m tuning.tools.compare`.
 
     curves.py      what one run contributes: per task the incumbent's true latency after each
                    measurement and at each second; what a curve says at a budget or about a target
@@ -6,10 +6,10 @@
                    methodology score) and a paper's claims against them (experiments/claims.py)
     load.py        finished runs from MLflow: find_runs, the one run lookup; records, tasks, truths
     report.py      compare.md, compare.csv, the curves' PNGs, the comparison's MLflow run; the claims table
-    cli.py         the command (python -m tuning.compare --help)
+    cli.py         the command (python -m tuning.tools.compare --help)
     ablation.py    an `+experiment=` sweep's runs and the presets of experiments/*_table.py
 
-The names below are importable from the package itself (`from tuning.compare import compare`); each
+The names below are importable from the package itself (`from tuning.tools.compare import compare`); each
 is looked up in its module when first asked for, so importing one module of the package does not
 import the others (mlflow, matplotlib).
 """
@@ -35,8 +35,8 @@ __all__ = sorted(_HOME_OF)
 
 def __getattr__(name: str):
     if name not in _HOME_OF:
-        raise AttributeError(f"module 'tuning.compare' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tuning.compare.{_HOME_OF[name]}"), name)
+        raise AttributeError(f"module 'tuning.tools.compare' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tuning.tools.compare.{_HOME_OF[name]}"), name)
 
 
 def __dir__() -> list[str]:

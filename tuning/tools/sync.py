@@ -1,6 +1,6 @@
 """Rebuild a run's MLflow run from its folder: records.jsonl is the truth, MLflow a view of it.
 
-    python -m tuning.sync outputs/runs/2026-11-23/10-00-00-000000 [--tracking-uri URI]
+    python -m tuning.tools.sync outputs/runs/2026-11-23/10-00-00-000000 [--tracking-uri URI]
 
 after a store outage, a kill -9, or to copy a run into another store. It reopens the run named by
 the folder's `mlflow_run_id` (or creates one, with the saved config as params and the saved group
@@ -27,7 +27,7 @@ from pathlib import Path
 from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
 from tuning.naming import run_name
-from tuning.records import RecordLog
+from tuning.core.records import RecordLog
 from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
@@ -97,7 +97,7 @@ def backfill(tracker, points) -> int:
 def save_tasks(out_dir: Path, tasks, store_rows=None) -> None:
     """tasks.json: each task's name, key, flops and weight; with a measurement store also where its
     rows are (`store`: the file's absolute path, `store_key`: [hardware, task, space]), which is
-    how `python -m tuning.compare` scores the run by the store's truth."""
+    how `python -m tuning.tools.compare` scores the run by the store's truth."""
     rows = []
     for task in tasks:
         row = {"name": task.name, "key": task.key, "flops": task.flops, "weight": task.weight}
@@ -118,13 +118,13 @@ class SavedTask:
 
 
 def load_tasks(out_dir: Path, cfg) -> list:
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
     from tuning.whole_model import is_whole_model
 
     path = out_dir / TASKS_FILE
     if not path.exists():
         if is_whole_model(cfg.model):
-            raise ConfigError(f"run: {out_dir} has no {TASKS_FILE} (a whole-model run from before tuning.sync)")
+            raise ConfigError(f"run: {out_dir} has no {TASKS_FILE} (a whole-model run from before tuning.tools.sync)")
         return build_tasks(cfg.model)
     try:
         rows = json.loads(path.read_text())
@@ -250,7 +250,7 @@ def _earlier_copy(tracker, source: str) -> str | None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.sync", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tuning.tools.sync", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
     parser.add_argument("--tracking-uri", help="the MLflow store to write to (default: the run's tracking.uri)")
     args = parser.parse_args(argv)

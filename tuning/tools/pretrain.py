@@ -1,6 +1,6 @@
 """Pre-train MetaSchedule's cost model on every kernel of measurement stores; register it in MLflow.
 
-    python -m tuning.pretrain --store stores/lab.sqlite --name tunelab-xgb-ms
+    python -m tuning.tools.pretrain --store stores/lab.sqlite --name tunelab-xgb-ms
     python run.py model=conv_l8 search=evolutionary cost_model=xgb_ms \\
         cost_model.pretrained=models:/tunelab-xgb-ms/1
 
@@ -29,11 +29,11 @@ from tqdm import tqdm
 
 from tuning.corpus import features, load_corpus, one_backend
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tuning.pretrain", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tuning.tools.pretrain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
     parser.add_argument("--name", default="tunelab-xgb-ms", help="registered model name")
     parser.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")

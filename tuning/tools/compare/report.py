@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning import stats
-from tuning.compare.curves import Curve, value_at
-from tuning.compare.statistics import Comparison
+from tuning.tools.compare import stats
+from tuning.tools.compare.curves import Curve, value_at
+from tuning.tools.compare.statistics import Comparison
 
 
 # ---- compare.md ------------------------------------------------------------------------------

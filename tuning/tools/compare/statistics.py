@@ -1,4 +1,4 @@
-"""The statistics of a comparison, from the runs' curves (each estimator is tuning/stats.py's): per
+"""The statistics of a comparison, from the runs' curves (each estimator is tuning/tools/compare/stats.py's): per
 task and budget the median incumbent with its bootstrap CI and the paired ratio to the baseline
 (Wilcoxon, Holm across tasks), the censored time to the target (Kaplan-Meier, log-rank), final
 metrics paired by seed, the methodology score; and a paper's claims against those runs
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuning import stats
-from tuning.compare.curves import Curve, paired_by_seed, time_to_target, value_at, value_at_seconds
+from tuning.tools.compare import stats
+from tuning.tools.compare.curves import Curve, paired_by_seed, time_to_target, value_at, value_at_seconds
 
 
 DEFAULT_BUDGETS = (64, 256, 1000)

@@ -1,9 +1,9 @@
 """Compare tuning methods the way a paper can cite: true-cost curves with bands, paired CIs,
 censored times to an external target, one aggregate score (docs/compare.md).
 
-    python -m tuning.compare --experiment replay-conv_l8 --baseline sa
-    python -m tuning.compare --parent <multirun parent run id> --baseline sa+greedy --budgets 64 256 1000
-    python -m tuning.compare --experiment tunelab --tag experiment=chameleon_ablation_reduced --baseline sa+greedy
+    python -m tuning.tools.compare --experiment replay-conv_l8 --baseline sa
+    python -m tuning.tools.compare --parent <multirun parent run id> --baseline sa+greedy --budgets 64 256 1000
+    python -m tuning.tools.compare --experiment tunelab --tag experiment=chameleon_ablation_reduced --baseline sa+greedy
 
 Reads finished MLflow runs (by experiment, tags, multirun parent, model) and their records.jsonl,
 config.yaml and tasks.json artifacts. A method is the runs' group choices (search, sampler,
@@ -23,7 +23,7 @@ the runs; runs pair by seed. Per task and method it reports:
                       good, censored at the run's end when it never is (Kaplan-Meier median,
                       or ">= N"), log-rank test against the baseline
     score             the autotuning-methodology score (Willemsen et al. 2024) on the
-                      measurements axis (tuning/stats.py: methodology_score)
+                      measurements axis (tuning/tools/compare/stats.py: methodology_score)
 
 Runs without a store (real runs with no hardware.store) are scored by their own readings, which
 the output says: the minimum of noisy readings is biased low. Everything goes to a folder
@@ -38,23 +38,24 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning.compare.load import GROUPS, gather, job_runs
-from tuning.compare.report import log_to_mlflow, write_outputs
-from tuning.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
+from tuning.tools.compare.load import GROUPS, gather, job_runs
+from tuning.tools.compare.report import log_to_mlflow, write_outputs
+from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
 from tuning.storage import mlflow_uri
 
 
 def default_out_dir(uri: str) -> Path:
     """compare/<time> beside the MLflow sqlite file (outputs/ by default), else under outputs/."""
+    from tuning.storage import outputs_dir
     from tuning.tracking.mlflow_tracker import sqlite_path
 
     db = sqlite_path(uri)
-    base = db.parent if db is not None else Path(os.environ.get("TUNELAB_OUTPUTS", "outputs"))
+    base = db.parent if db is not None else outputs_dir()
     return base / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tuning.compare", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tuning.tools.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiment", default="tunelab", help="the MLflow experiment holding the runs")
     parser.add_argument("--parent", action="append", default=[], help="only children of this multirun parent run id")
@@ -115,7 +116,7 @@ def main(argv=None, rename: dict | None = None) -> Comparison:
         result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
                          found.metrics, args.metric, args.seconds)
     except ValueError as error:
-        raise SystemExit(f"tuning.compare: {error}") from None
+        raise SystemExit(f"tuning.tools.compare: {error}") from None
     result.notes = found.notes + result.notes
     selection = {"experiment": args.experiment, "parents": args.parent, "tags": [f"{k}={v}" for k, v in args.tag],
                  "model": args.model or "", "uri": uri}

@@ -1,7 +1,7 @@
 """A run's best kernel as a shared library you can call from your own code.
 
-    python -m tuning.export outputs/runs/2026-11-24/19-00-00-000000
-    python -m tuning.export RUN --task fused_conv2d_add_relu     # one kernel of a whole model
+    python -m tuning.tools.export outputs/runs/2026-11-24/19-00-00-000000
+    python -m tuning.tools.export RUN --task fused_conv2d_add_relu     # one kernel of a whole model
 
 builds the task's best measured schedule (a single operator's, or the named kernel of a whole
 model) into `<run>/export/<task>.so`, loads it back, checks its answer on random inputs (numpy's
@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 from tuning.config import ConfigError, validate
-from tuning.outcome import TaskOutcome, best_from_records, best_so_far, weighted_latency_ms
-from tuning.records import RecordLog
+from tuning.core.outcome import TaskOutcome, best_from_records, best_so_far, weighted_latency_ms
+from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tracking.plot import convergence_png
@@ -69,7 +69,7 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     """The run folder is untrusted input: its config is checked like run.py's before anything is built."""
     from hydra.utils import instantiate
 
-    from tuning.apply import tracker_of
+    from tuning.tools.apply import tracker_of
 
     cfg = load_config(run_dir / "config.yaml", "run")
     validate(cfg)
@@ -96,7 +96,7 @@ def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None) -> T
     tuning.database records included), or ConfigError when it has none."""
     from hydra.utils import instantiate
 
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     records = RecordLog(run_dir / "records.jsonl").load()
     tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
@@ -150,7 +150,7 @@ def _report(task, result: dict) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tuning.tools.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
     parser.add_argument("--task", help="which kernel of a whole model (the names in the run's task table)")
     args = parser.parse_args(argv)

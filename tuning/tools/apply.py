@@ -1,6 +1,6 @@
 """Apply a run's best schedules to its whole model and time it against the untuned build and torch.
 
-    python -m tuning.apply outputs/runs/2026-11-21/18-00-00-000000
+    python -m tuning.tools.apply outputs/runs/2026-11-21/18-00-00-000000
 
 does for a finished (or killed) run what the end of `run.py` does for a network
 model: compile with the run's MetaSchedule database (exported again from its
@@ -21,8 +21,8 @@ import argparse
 from pathlib import Path
 
 from tuning.config import validate
-from tuning.outcome import TaskOutcome, best_from_records, task_table
-from tuning.records import RecordLog
+from tuning.core.outcome import TaskOutcome, best_from_records, task_table
+from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
@@ -84,7 +84,7 @@ def check_operator(cfg, run_dir: Path, records) -> dict:
     """A single operator's best schedule, exported, compiled from its file, checked and timed."""
     from hydra.utils import instantiate
 
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
 
     [task] = build_tasks(cfg.model)
     outcome = TaskOutcome(task, [r for r in records if r.workload_key == task.key])
@@ -117,7 +117,7 @@ def tracker_of(cfg, run_dir: Path):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.apply", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tuning.tools.apply", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
     on_run_folder(parser.parse_args(argv).run, apply_run)
 

@@ -11,8 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning.compare.curves import Curve, TaskTruth, run_curves
-from tuning.records import RecordError, RecordLog
+from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
+from tuning.core.records import RecordError, RecordLog
 
 
 GROUPS = ("search", "sampler", "cost_model", "evaluator")
@@ -25,7 +25,7 @@ def find_runs(client, experiment: str, where=(), parents=(), limit: int = 50_000
     found = client.get_experiment_by_name(experiment)
     if found is None:
         if required:
-            raise SystemExit(f"tuning.compare: no MLflow experiment {experiment!r} at this tracking URI")
+            raise SystemExit(f"tuning.tools.compare: no MLflow experiment {experiment!r} at this tracking URI")
         return []
     runs = []
     for parent in list(parents) or [None]:
@@ -144,7 +144,7 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
                 store = stores.setdefault(path, MeasurementStore(path, read_only=True))  # only read, never changed
                 by_config = store.truths(*keys.pop())
             except StoreError as error:
-                raise SystemExit(f"tuning.compare: {error} (the store {named_by} names)") from None
+                raise SystemExit(f"tuning.tools.compare: {error} (the store {named_by} names)") from None
             if by_config:
                 found[name] = TaskTruth(by_config, min(by_config.values()), f"store {path}")
                 continue
@@ -191,7 +191,7 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
         else:
             loaded.append(found)
     if not loaded:
-        raise SystemExit("tuning.compare: no finished tunelab run with records matches the selection")
+        raise SystemExit("tuning.tools.compare: no finished tunelab run with records matches the selection")
     for run in loaded:
         if not run.tasks:  # a run from before tasks.json: its records name its one task
             keys = sorted({r.workload_key for r in run.records})

@@ -1,14 +1,14 @@
 """An `+experiment=` sweep's runs for the experiments/ scripts: the latest sweep's finished runs
 (by the `experiment` tag every run carries), their records.jsonl, text tables, and the presets of
-`python -m tuning.compare` (experiments/*_table.py). Every statistic is the comparison's
-(tuning/compare/statistics.py) and tuning/stats.py's. Imports mlflow only through the client handed
+`python -m tuning.tools.compare` (experiments/*_table.py). Every statistic is the comparison's
+(tuning/tools/compare/statistics.py) and tuning/tools/compare/stats.py's. Imports mlflow only through the client handed
 in, and in run_preset."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.compare.load import find_runs
-from tuning.records import RecordLog
+from tuning.tools.compare.load import find_runs
+from tuning.core.records import RecordLog
 
 
 def latest_sweep(client, mlflow_experiment: str, prefix: str, tag: str | None, parent: str | None) -> tuple[str, list]:
@@ -45,7 +45,7 @@ def print_table(title: str, rows: list[list[str]]) -> None:
 
 
 def preset_argv(args, tag: str, fixed: list[str]) -> list[str]:
-    """`python -m tuning.compare` arguments for one `+experiment=` sweep's runs (tag `tag`)."""
+    """`python -m tuning.tools.compare` arguments for one `+experiment=` sweep's runs (tag `tag`)."""
     argv = ["--experiment", args.mlflow_experiment, "--tag", f"experiment={tag}", "--fraction", str(args.fraction),
             "--uri", args.uri, *fixed]
     for parent in args.parent:
@@ -55,12 +55,12 @@ def preset_argv(args, tag: str, fixed: list[str]) -> list[str]:
 
 def run_preset(doc: str, prefix: str, fixed: list[str], rename: dict, argv=None):
     """An experiments/*_table.py preset: its command line, the latest `prefix...` sweep unless
-    told, then tuning.compare on those runs; returns the Comparison."""
+    told, then tuning.tools.compare on those runs; returns the Comparison."""
     import argparse
 
     from mlflow.tracking import MlflowClient
 
-    from tuning.compare.cli import main
+    from tuning.tools.compare.cli import main
     from tuning.storage import mlflow_uri
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

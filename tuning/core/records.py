@@ -6,7 +6,7 @@ flushed one by one as candidates are measured, so a killed run loses
 nothing it measured and can resume from the file. A file is untrusted input
 (`tuning.database` may name any file): every line is checked field by field,
 and a line that is not a record raises RecordError naming the file and line.
-A cost must be a plausible reading (tuning/plausible.py): a record carries
+A cost must be a plausible reading (tuning/core/plausible.py): a record carries
 neither the task's FLOPs nor the device's description, so it is held to the bounds
 that need neither (positive, 1 ns to an hour); a corrupt cost is refused like any
 corrupt line, since compare, resume and tuning.database would otherwise rank
@@ -23,7 +23,7 @@ import statistics
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from tuning import plausible
+from tuning.core import plausible
 
 # device_lost: the device timing the config disappeared mid-batch (a remote board, a GPU of a cluster);
 # a fact about the device, not the config

@@ -1,10 +1,10 @@
 """Fill, inspect and export a measurement store (tuning/store.py; docs/store.md).
 
-    python -m tuning.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
-    python -m tuning.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
-    python -m tuning.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
-    python -m tuning.dataset stats  --store stores/host.sqlite
-    python -m tuning.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
+    python -m tuning.tools.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
+    python -m tuning.tools.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
+    python -m tuning.tools.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
+    python -m tuning.tools.dataset stats  --store stores/host.sqlite
+    python -m tuning.tools.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
 
 `build` measures, on this host, a seeded random sample of each model's space (or the whole space
 when it has at most --exhaustive-limit configs), with the hardware and evaluator a run would use
@@ -40,7 +40,7 @@ from tqdm import tqdm
 from tuning.run_folder import take_lock, write_holder
 from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
 
 
@@ -151,7 +151,7 @@ def sole_builder(store_path: Path):
 
 def model_tasks(cfg, hardware) -> list:
     """A single operator's task, or every distinct kernel of a whole model (the backend extracts them)."""
-    from tuning.task import build_tasks
+    from tuning.core.task import build_tasks
     from tuning.whole_model import is_whole_model
 
     return hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
@@ -196,8 +196,8 @@ def _import_run(store, path: Path, overrides: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
-    from tuning.records import RecordLog
-    from tuning.task import build_tasks
+    from tuning.core.records import RecordLog
+    from tuning.core.task import build_tasks
 
     run_dir = path.parent if path.is_file() else path
     log, saved = RecordLog(run_dir / "records.jsonl"), run_dir / "config.yaml"
@@ -371,7 +371,7 @@ def t4_results(table: dict, keys: list, decisions_by_config: dict) -> dict:
 
 # ---- command line ------------------------------------------------------------------------------
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.dataset", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tuning.tools.dataset", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     b = commands.add_parser("build", help="measure a random sample (or all) of each model's space")
     b.add_argument("--store", required=True)

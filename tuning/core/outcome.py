@@ -1,7 +1,7 @@
 """What a run found, per task and for the whole model: outcomes, best-so-far curves, the task table.
 
 Plain arithmetic on records (no TVM, no MLflow): the loop fills a TaskOutcome per task, and the
-objective, pruning, plots, summaries and `python -m tuning.apply` all read them through this module.
+objective, pruning, plots, summaries and `python -m tuning.tools.apply` all read them through this module.
 """
 from __future__ import annotations
 
