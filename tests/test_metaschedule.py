@@ -17,6 +17,7 @@ from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
 from tuning.search.evolutionary import EvolutionarySearch, _move_tile_factor
+from tuning.core.features import model_features, store_rows
 from tuning.core.space import Space
 from tuning.core.task import gemm_task
 
@@ -37,17 +38,17 @@ def space_with_rows(rows_of):
     return space, calls
 
 
-# ---- Space.model_features ------------------------------------------------------------------------
+# ---- model_features (tuning/core/features.py) ----------------------------------------------------
 def test_per_store_rows_are_padded_to_one_count_and_cached():
     space, calls = space_with_rows(lambda c: np.full((1 + c[0] % 2, 3), c[0] + 1.0))
     configs = [space.sample(np.random.default_rng(s)) for s in range(20)]
-    X = space.model_features(configs, "per_store")
+    X = model_features(space, configs, "per_store")
     assert X.shape == (20, 2, 3)
     for config, rows in zip(configs, X):
         assert np.all(rows[0] == config[0] + 1)
         assert np.all(rows[1] == (config[0] + 1 if config[0] % 2 else 0))  # zero row pads
     before = sum(calls)
-    assert np.array_equal(space.model_features(configs, "per_store"), X) and sum(calls) == before
+    assert np.array_equal(model_features(space, configs, "per_store"), X) and sum(calls) == before
 
 
 def test_more_stores_than_the_count_are_summed_into_the_last_row():
@@ -55,15 +56,15 @@ def test_more_stores_than_the_count_are_summed_into_the_last_row():
     rows = np.arange(6, dtype=np.float32).reshape(3, 2)
     space, _ = space_with_rows(lambda c: rows if c in big else rows[:1])
     first, second = (space.sample(np.random.default_rng(s)) for s in (10, 11))
-    assert space.store_rows([first]).shape == (1, 1, 2)  # the count is fixed by the first call
+    assert store_rows(space, [first]).shape == (1, 1, 2)  # the count is fixed by the first call
     big.add(second)
-    assert np.array_equal(space.store_rows([second])[0], [rows.sum(axis=0)])
+    assert np.array_equal(store_rows(space, [second])[0], [rows.sum(axis=0)])
 
 
 def test_both_appends_the_knob_features_to_every_real_row():
     space, _ = space_with_rows(lambda c: np.ones((1 + c[0] % 2, 4)))
     configs = [space.sample(np.random.default_rng(s)) for s in range(12)]
-    X = space.model_features(configs, "both")
+    X = model_features(space, configs, "both")
     knobs = space.features(configs)
     assert X.shape == (12, 2, 4 + knobs.shape[1])
     assert np.array_equal(X[:, 0, 4:], knobs) and np.all(X[:, 0, :4] == 1)
@@ -73,7 +74,7 @@ def test_both_appends_the_knob_features_to_every_real_row():
 
 def test_knob_space_without_tvm_refuses_per_store_features():
     with pytest.raises(ValueError, match="per-store features need a space scheduled by TVM"):
-        HARDWARE.space(TASK).model_features([HARDWARE.space(TASK).sample(np.random.default_rng(0))], "per_store")
+        model_features(HARDWARE.space(TASK), [HARDWARE.space(TASK).sample(np.random.default_rng(0))], "per_store")
 
 
 # ---- cost_model=xgb_ms -----------------------------------------------------------------------------

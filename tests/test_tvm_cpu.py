@@ -4,6 +4,7 @@ import time
 import numpy as np
 import pytest
 
+from tuning.core.features import StoreRows, model_features
 from tuning.core.measure import MeasureSpec
 from tuning.hardware.cpu import CPUHardware
 from tuning.core.records import Record
@@ -313,23 +314,23 @@ def test_per_store_features_describe_the_scheduled_program(hardware):
     space = hardware.space(CONV)
     rng = np.random.default_rng(0)
     configs = [space.canonical(space.sample(rng)) for _ in range(12)]
-    X = space.model_features(configs, "per_store")
+    X = model_features(space, configs, "per_store")
     assert X.shape[0] == 12 and X.shape[2] == 164 and X.shape[1] >= 1
     assert np.abs(X[:, 0]).sum(axis=1).min() > 0  # every program has a store
     assert len({x.tobytes() for x in X}) > 6
-    both = space.model_features(configs[:3], "both")
+    both = model_features(space, configs[:3], "both")
     assert both.shape == (3, X.shape[1], 164 + space.feature_width)
     schedules = hardware.schedules(CONV)
     unseen = next(c for c in (space.sample(np.random.default_rng(100 + i)) for i in range(50))
-                  if c not in space._store_cache and c not in schedules._scheduled)
+                  if c not in StoreRows.of(space).cache and c not in schedules._scheduled)
     original = schedules._schedule
     schedules._schedule = lambda config: (_ for _ in ()).throw(ValueError("cannot schedule"))
     try:
-        assert not np.abs(space.model_features([unseen], "per_store")).any()
+        assert not np.abs(model_features(space, [unseen], "per_store")).any()
     finally:
         schedules._schedule = original
         schedules._scheduled.pop(unseen, None)
-        space._store_cache.pop(unseen, None)
+        StoreRows.of(space).cache.pop(unseen, None)
 
 
 def test_metaschedule_row_tunes_for_real(tmp_path):

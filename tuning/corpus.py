@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.store import MeasurementStore, space_signature
+from tuning.core.features import model_features
 from tuning.core.task import Task
 
 
@@ -107,11 +108,11 @@ def spaces(corpus: Corpus, backend, progress=None) -> list:
 
 
 def features(corpus: Corpus, backend, kind: str, progress=None) -> list[np.ndarray]:
-    """Each task's model features (tuning/core/space.py `model_features`), after `spaces`' checks."""
+    """Each task's model features (tuning/core/features.py `model_features`), after `spaces`' checks."""
     task_spaces = spaces(corpus, backend)  # first: it drops tasks from corpus.tasks
     out = []
     for task, space in zip(corpus.tasks, task_spaces):
-        out.append(space.model_features(task.configs, kind))
+        out.append(model_features(space, task.configs, kind))
         if progress:
             progress(task)
     return out

@@ -19,7 +19,8 @@ schedule replays and passes the backend's postprocessors. Neighbourhood
 searches (G-BFS, N-A2C) move only to legitimate configs. And it may give
 `store_features`: each config's scheduled program described by TVM's
 per-store feature extractor, (stores, width) rows per config, (0, width) for a
-config that does not schedule; `model_features` packs them for cost models.
+config that does not schedule; tuning/core/features.py packs them (and the
+knob `features` here) into what cost models read.
 
 Moves between configs (docs/methods.md §G-BFS and N-A2C, "Moves"):
     neighbors(config, moves)  every config one move away
@@ -31,7 +32,6 @@ Moves between configs (docs/methods.md §G-BFS and N-A2C, "Moves"):
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -40,13 +40,6 @@ import numpy as np
 
 Config = tuple  # tuple[int, ...]
 MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
-# What a cost model reads (cost_model.features; docs/methods.md §Features):
-#   knobs      the config's own choices (sketch one-hot, log2 tile factors, ...): `features`
-#   per_store  TVM's per-store features of the scheduled program (one row per buffer store)
-#   both       each per-store row with the knob features appended
-FEATURES = ("knobs", "per_store", "both")
-STORE_CACHE = 20_000  # configs whose per-store rows are kept per task (a row is 164 float32)
-STORE_PROBES = 8  # legitimate configs per sketch whose store count bounds the task's rows
 
 
 @dataclass(frozen=True)
@@ -82,7 +75,7 @@ class Space:
     store_features: Callable[[Sequence[Config]], list] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
     _legitimate_cache: dict = field(default_factory=dict, repr=False)
-    _store_cache: dict = field(default_factory=dict, repr=False)
+    _store_rows: object = field(default=None, repr=False, compare=False)  # tuning/core/features.py's StoreRows, made on first use
 
     def __post_init__(self):
         assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
@@ -325,86 +318,14 @@ class Space:
         return out
 
 
-    # ---- what cost models read ----------------------------------------------
-    def model_features(self, configs: Sequence[Config], kind: str = "knobs") -> np.ndarray:
-        """The features a cost model with `cost_model.features=kind` reads.
-
-        knobs: (n, d) `features`. per_store: (n, R, w) `store_rows`. both: per_store with the knob
-        features appended to every real store row (padding rows stay zero). Models that want a
-        flat matrix reshape (n, -1)."""
-        if kind == "knobs":
-            return self.features(configs)
-        if kind not in FEATURES:
-            raise ValueError(f"features: expected one of {', '.join(FEATURES)}, got {kind!r}")
-        rows = self.store_rows(configs)
-        if kind == "per_store":
-            return rows
-        real = (np.abs(rows).sum(axis=2, keepdims=True) > 0).astype(np.float32)
-        knobs = self.features(configs)[:, None, :] * real
-        return np.concatenate([rows, knobs], axis=2)
-
-    def store_rows(self, configs: Sequence[Config]) -> np.ndarray:
-        """Per-store rows of each config, (n, R, width), zero rows padding. R is the task's: the most
-        stores among STORE_PROBES legitimate configs of each sketch (the same in every process and
-        after a resume). A program with more stores has its extra rows summed into the last row,
-        which is logged once."""
-        if self.store_features is None:
-            raise ValueError("per-store features need a space scheduled by TVM (hardware=cpu or replay)")
-        configs = [tuple(int(c) for c in config) for config in configs]
-        count, width = self._store_shape()
-        self._cache_store_rows(configs)
-        out = np.zeros((len(configs), count, width), dtype=np.float32)
-        for i, config in enumerate(configs):
-            rows = self._store_cache[config]
-            if len(rows) <= count:
-                out[i, :len(rows)] = rows
-                continue
-            if not self.__dict__.get("_store_overflow_logged"):
-                self.__dict__["_store_overflow_logged"] = True
-                logging.getLogger("tunelab").warning(
-                    "a program has %d buffer stores, more than the %d this task's features hold: the extra "
-                    "rows are summed into the last", len(rows), count)
-            out[i, :count - 1] = rows[:count - 1]
-            out[i, count - 1] = rows[count - 1:].sum(axis=0)
-        return out
-
-    def _store_shape(self) -> tuple[int, int]:
-        if "_store_shape_value" not in self.__dict__:
-            rng = np.random.default_rng(0)
-            probes = []
-            for sketch in range(self.num_sketches):
-                found = 0
-                for _ in range(STORE_PROBES * 8):
-                    config = self.sample_in(sketch, rng)
-                    if self.is_legitimate(config):
-                        probes.append(config)
-                        found += 1
-                        if found == STORE_PROBES:
-                            break
-            probes = probes or [self.sample(rng)]
-            self._cache_store_rows(probes)
-            rows = [self._store_cache[c] for c in probes]
-            self.__dict__["_store_shape_value"] = (max(1, max(len(r) for r in rows)), rows[0].shape[1])
-        return self.__dict__["_store_shape_value"]
-
-    def _cache_store_rows(self, configs) -> None:
-        missing = list(dict.fromkeys(c for c in configs if c not in self._store_cache))
-        if not missing:
-            return
-        if len(self._store_cache) + len(missing) > STORE_CACHE:
-            self._store_cache.clear()
-            missing = list(dict.fromkeys(configs))
-        for config, rows in zip(missing, self.store_features(missing)):
-            self._store_cache[config] = np.asarray(rows, dtype=np.float32)
-
-
 class RestrictedSpace(Space):
     """A space cut down to the given configs (model.space=store: the configs a measurement store holds),
     Kernel Tuner's simulation mode over a sampled space. Every way a search or sampler makes a config
     lands inside: `sample` and `enumerate` draw from the configs; `canonical` maps any config to the
     nearest one held (by normalised knob indices, the sketch weighted so it changes last); a random
     walk or a PPO step that leaves the set lands on the nearest held config other than where it
-    started; `neighbors` and `step` keep the held ones; the untiled start is the nearest held config."""
+    started; `neighbors` and `step` keep the held ones; the untiled start is the nearest held config.
+    Its per-store rows (tuning/core/features.py) have their own cache and the full space's row count."""
 
     SKETCH_WEIGHT = 10.0
 
@@ -478,9 +399,6 @@ class RestrictedSpace(Space):
 
     def is_legitimate(self, config: Config) -> bool:
         return tuple(int(c) for c in config) in self._allowed_set and super().is_legitimate(config)
-
-    def _store_shape(self) -> tuple[int, int]:
-        return self.base._store_shape()  # the full space's rows, whatever the store holds
 
     def decisions(self, config: Config) -> dict:
         return self.base.decisions(config)

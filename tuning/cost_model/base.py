@@ -22,7 +22,7 @@ A cost model predicts the throughput of configs from their features.
                            rejected with it.
     has_uncertainty        True where predict_dist exists; searches that need it
                            (search=csa) are rejected with other models.
-    features               What the model reads (tuning/core/space.py FEATURES), a hyperparameter of
+    features               What the model reads (tuning/core/features.py FEATURES), a hyperparameter of
                            the models that take it (`cost_model.features`): knobs (X is (n, d)),
                            per_store or both (X is (n, stores, width): one row per buffer store of
                            the scheduled program). A model that wants a flat matrix calls
@@ -46,7 +46,7 @@ from abc import abstractmethod
 import numpy as np
 
 from tuning.core.component import Component
-from tuning.core.space import FEATURES
+from tuning.core.features import FEATURES, model_features
 
 
 class CostModel(Component):
@@ -83,7 +83,7 @@ class CostModel(Component):
 def model_input(space, cost_model, configs) -> np.ndarray:
     """The features `cost_model` reads, for `configs` of `space` (knobs for a stand-in model that does
     not say, as tests' hand-made landscapes)."""
-    return space.model_features(configs, getattr(cost_model, "features", "knobs"))
+    return model_features(space, configs, getattr(cost_model, "features", "knobs"))
 
 
 def flat(X) -> np.ndarray:

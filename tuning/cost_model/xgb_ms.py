@@ -15,8 +15,8 @@ scores); random scores until `num_warmup_samples` (100) programs are measured; a
   - the warm-up scores are a hash of (seed, the program's features), not an unseeded
     np.random.uniform: the same seed proposes the same configs, and a resumed run the same ones
     (when it last refit is saved with the run's state, so a resume refits as the run did);
-  - the rows come padded to one count per task (tuning/core/space.py `model_features`): all-zero rows are
-    padding and are dropped, which restores MetaSchedule's ragged rows.
+  - the rows come padded to one count per task (tuning/core/features.py `model_features`): all-zero rows
+    are padding and are dropped, which restores MetaSchedule's ragged rows.
 With `features: knobs` each program is one row of knob features (MetaSchedule's loss and trees on
 AutoTVM's features); with `both` every store row carries the knob features too.
 

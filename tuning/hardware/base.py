@@ -50,7 +50,8 @@ Every backend provides:
     model_kinds              the model.kind values it can tune (config validation
                              rejects the others before any work).
     schedules_programs       True when its spaces give TVM's per-store features of the scheduled
-                             program (Space.store_features): cost_model.features=per_store|both.
+                             program (Space.store_features, packed by tuning/core/features.py):
+                             cost_model.features=per_store|both.
 
 A measuring backend takes `store` (a measurement store file every reading is written to) and
 `reuse` (answer configs the store holds from it instead of measuring them again): run.py adds the
