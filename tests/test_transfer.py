@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
+from configs import QUICK_TIMING
 from tuning.corpus import load_corpus
 from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
 from tuning.hardware.synthetic import SyntheticHardware
@@ -153,7 +154,7 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path):
     assert "registered models:/pre/2" in without.stdout and "skipped" in without.stderr
     _, tags = load_booster("pre/1", registry)
     assert tags["tunelab.features"] == "per_store" and "gemm_48" in tags["tunelab.tasks"]
-    run = subprocess.run([sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms",
+    run = subprocess.run([sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms", *QUICK_TIMING,
                           "cost_model.pretrained=models:/pre/1", f"cost_model.registry={registry}",
                           "search.population_size=32", "budget.trials=16", "budget.plan_size=8", "tracking=none",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -4,6 +4,7 @@ import time
 import numpy as np
 import pytest
 
+from configs import QUICK_TIMING
 from tuning.core.features import StoreRows, model_features
 from tuning.core.measure import MeasureSpec
 from tuning.hardware.cpu import CPUHardware
@@ -162,7 +163,7 @@ def test_cli_real_run_end_to_end(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
-        [sys.executable, "run.py", "model=gemm_64", "budget.trials=24", "budget.plan_size=12",
+        [sys.executable, "run.py", "model=gemm_64", "budget.trials=24", "budget.plan_size=12", *QUICK_TIMING,
          f"hydra.run.dir={tmp_path / 'run'}", f"tracking.uri={store}", "tracking.experiment=real"],
         cwd=repo, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -251,7 +252,7 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "run.py", "model=gemm_64", "budget.trials=400", "budget.plan_size=8",
+    proc = subprocess.Popen([sys.executable, "run.py", "model=gemm_64", "budget.trials=400", "budget.plan_size=8", *QUICK_TIMING,
                              f"hydra.run.dir={run_dir}", "tracking=none"], cwd=repo, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             # a suite started in the background (`make test &`, nohup) inherits SIGINT
@@ -343,7 +344,7 @@ def test_metaschedule_row_tunes_for_real(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        [sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms",
+        [sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms", *QUICK_TIMING,
          "cost_model.num_warmup_samples=16", "search.population_size=64", "budget.trials=48",
          "budget.plan_size=16", f"hydra.run.dir={tmp_path / 'run'}", "tracking=none"],
         cwd=repo, capture_output=True, text=True, timeout=600)

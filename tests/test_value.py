@@ -185,10 +185,10 @@ def test_bad_value_search_configs_are_rejected_before_any_work(overrides, messag
 
 
 # ---- real TVM: train on a store, schedule a network with no measurement -----------------------------------
-@pytest.mark.tvm
-def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
+@pytest.fixture(scope="module")
+def scheduled_network(tmp_path_factory):
     """`python -m tuning.value train` on a store of real TVM spaces (made-up seconds: a landscape in the
-    inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`: applied and timed."""
+    inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`: (run folder, outputs)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -197,6 +197,7 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
 
     from test_transfer import fill_store
 
+    tmp_path = tmp_path_factory.mktemp("value_network")
     repo = Path(__file__).resolve().parents[1]
     store, other, hardware = tmp_path / "store.sqlite", tmp_path / "other.sqlite", CPUHardware(num_threads=2)
     kernels = [(gemm_task(f"gemm_{n}", n, n, n), 40) for n in (32, 64)]
@@ -211,25 +212,49 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(tmp_path):
     train = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
                             "--name", "v", "--epochs", "5", "--holdout-store", str(other)], cwd=repo,
                            capture_output=True, text=True, timeout=600)
-    assert train.returncode == 0, train.stderr[-3000:]
-    assert "trained on 2 kernels" in train.stdout and "heldout kernels: r2_log_seconds" in train.stdout
-    assert "registered models:/v/1" in train.stdout
     bad = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
                           "--holdout", "resnet*"], cwd=repo, capture_output=True, text=True, timeout=600)
-    assert bad.returncode != 0 and "--holdout: no kernel matches resnet*" in bad.stderr
     run = subprocess.run([sys.executable, "run.py", "model=tiny_cnn", "search=value", "search.model=models:/v/1",
                           f"search.registry={registry}", "budget.trials=0", "tracking=none", "e2e.runs=5",
                           "e2e.min_runs=1", "e2e.max_seconds=2", f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo,
                          capture_output=True, text=True, timeout=900)
+    return tmp_path / "run", train, bad, run
+
+
+@pytest.mark.tvm
+def test_value_train_then_a_network_scheduled_with_zero_trials(scheduled_network):
+    """The trained network schedules every kernel of tiny_cnn without a measurement; the result is
+    applied and matches torch."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run_dir, train, bad, run = scheduled_network
+    repo = Path(__file__).resolve().parents[1]
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "trained on 2 kernels" in train.stdout and "heldout kernels: r2_log_seconds" in train.stdout
+    assert "registered models:/v/1" in train.stdout
+    assert bad.returncode != 0 and "--holdout: no kernel matches resnet*" in bad.stderr
     assert run.returncode == 0, run.stderr[-3000:]
     assert "scheduled 7 kernels without measuring" in run.stderr + run.stdout
     assert "outputs match torch" in run.stdout
-    assert (tmp_path / "run" / "records.jsonl").read_text() == ""
-    assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
-    applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(tmp_path / "run")], cwd=repo,
+    assert (run_dir / "records.jsonl").read_text() == ""
+    assert (run_dir / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
+    applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(run_dir)], cwd=repo,
                              capture_output=True, text=True, timeout=600)
     assert applied.returncode == 0 and "outputs match torch" in applied.stdout, applied.stderr[-3000:]
-    profile = subprocess.run([sys.executable, "experiments/profile_model.py", str(tmp_path / "run"), "--runs", "2"],
+
+
+@pytest.mark.tvm
+@pytest.mark.slow  # the profiler's report is checked fast (tests/test_probe_space.py); this is the real run
+def test_a_scheduled_network_is_profiled(scheduled_network):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run_dir = scheduled_network[0]
+    repo = Path(__file__).resolve().parents[1]
+    profile = subprocess.run([sys.executable, "experiments/profile_model.py", str(run_dir), "--runs", "2"],
                              cwd=repo, capture_output=True, text=True, timeout=600)
     assert profile.returncode == 0, profile.stderr[-3000:]
     assert "vm.builtin.alloc_storage" in profile.stdout and "uninstrumented latency" in profile.stdout

@@ -30,7 +30,8 @@ def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials:
     # each LocalBuilder worker imports the intrinsics too: without it every build times out (docs/tvm.md)
     builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=60,
                                       initializer=partial(fast_tensor_intrin_import, kind))
-    runner = ms.runner.LocalRunner(timeout_sec=spec.timeout_s, evaluator_config=ms.runner.EvaluatorConfig(
+    # MetaSchedule's own runner on this host ("rpc" would be its remote one), timed as tunelab times
+    runner = ms.runner.create("local", timeout_sec=spec.timeout_s, evaluator_config=ms.runner.EvaluatorConfig(
         number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms,
         enable_cpu_cache_flush=spec.cache_flush))
     ms.tune_tir(mod=prim_func(workload), target=make_target(target), work_dir=str(work_dir),
