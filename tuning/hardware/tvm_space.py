@@ -86,8 +86,10 @@ def interrupts_noticed():
     """Ctrl-C (or SIGTERM/SIGHUP, which the run turns into Terminated) during a long TVM call is
     raised inside whichever Python callback TVM runs next, and some passes catch what their callbacks
     raise: relax's FoldConstant treats a failed build of a constant (the Python `tirx.build`) as "do
-    not fold" and goes on, so the interrupt is lost. The run's handlers are wrapped to note what they
-    raise; it is raised again when the block ends, however TVM treated it."""
+    not fold" and goes on, so the interrupt is lost. TVM's own signal checks in C++ raise it with no
+    callback at all, as a RuntimeError the space's "does not schedule" handlers would keep as the
+    config's outcome (a run once tuned on after Ctrl-C). The run's handlers are wrapped to note what
+    they raise; it is raised again when the block ends, however TVM or the block treated it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -336,10 +338,11 @@ class TaskSchedules:
         return tuple(config)
 
     def canonical(self, config) -> tuple:
-        try:
-            return self.effective_config(self.replay(config), config[0])
-        except Exception:  # noqa: BLE001 - a config TVM cannot even replay stays itself; building reports it
-            return tuple(config)
+        with interrupts_noticed():  # Ctrl-C inside TVM comes out as the RuntimeError caught below
+            try:
+                return self.effective_config(self.replay(config), config[0])
+            except Exception:  # noqa: BLE001 - a config TVM cannot even replay stays itself; building reports it
+                return tuple(config)
 
     def legitimate(self, config) -> bool:
         """The paper's J: the schedule replays and every postprocessor accepts it."""
@@ -356,10 +359,12 @@ class TaskSchedules:
         SCHEDULED_KEPT outcomes are kept; callers must not modify the schedule)."""
         config = tuple(config)
         if config not in self._scheduled:
-            try:
-                self._scheduled[config] = self._schedule(config)
-            except Exception as error:  # noqa: BLE001 - kept and re-raised: the same outcome every time
-                self._scheduled[config] = error
+            with interrupts_noticed():  # an interrupt is raised here, never kept as the config's outcome
+                try:
+                    outcome = self._schedule(config)
+                except Exception as error:  # noqa: BLE001 - kept and re-raised: the same outcome every time
+                    outcome = error
+            self._scheduled[config] = outcome
             if len(self._scheduled) > self.SCHEDULED_KEPT:
                 self._scheduled.popitem(last=False)
         outcome = self._scheduled[config]
@@ -385,7 +390,9 @@ class TaskSchedules:
                 where.append(i)
             except Exception:  # noqa: BLE001 - a config that does not schedule has no stores to describe
                 continue
-        for i, rows in zip(where, self._extractor.extract_from(self.context, scheduled) if scheduled else []):
+        with interrupts_noticed():
+            extracted = self._extractor.extract_from(self.context, scheduled) if scheduled else []
+        for i, rows in zip(where, extracted):
             out[i] = rows.numpy().astype(np.float32)
         return out
 
