@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 
@@ -44,3 +45,12 @@ def compose_cfg(tmp_path, monkeypatch):
 
     yield _compose
     HydraConfig.instance().cfg = None
+
+
+@pytest.fixture
+def terminal_sigint():
+    """SIGINT as a terminal gives it (Python's KeyboardInterrupt), even in a suite started in the
+    background (`make test &`, nohup), whose processes inherit SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -213,7 +213,7 @@ def test_sync_into_another_store_twice_makes_one_copy(run_job, tmp_path, capsys)
 
 
 # ---- Ctrl-C while a whole model is imported -----------------------------------------------------
-def test_an_interrupt_a_tvm_pass_swallows_still_stops_the_model_import(monkeypatch):
+def test_an_interrupt_a_tvm_pass_swallows_still_stops_the_model_import(monkeypatch, terminal_sigint):
     """relax's FoldConstant catches whatever its constant builds raise (they are the Python
     `tirx.build`), so a Ctrl-C arriving in one would be lost and the import would go on."""
     from tuning.hardware import relax_models
@@ -239,7 +239,7 @@ def test_an_interrupt_a_tvm_pass_swallows_still_stops_the_model_import(monkeypat
 
 @pytest.mark.tvm
 @pytest.mark.slow
-def test_fold_constant_swallows_an_interrupt_and_interrupts_noticed_raises_it():
+def test_fold_constant_swallows_an_interrupt_and_interrupts_noticed_raises_it(terminal_sigint):
     """The cause, on real TVM: an interrupt raised in FoldConstant's build is not seen by the caller."""
     import numpy as np
     import tvm
