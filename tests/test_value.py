@@ -215,8 +215,11 @@ def scheduled_network(tmp_path_factory):
     bad = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
                           "--holdout", "resnet*"], cwd=repo, capture_output=True, text=True, timeout=600)
     run = subprocess.run([sys.executable, "run.py", "model=tiny_cnn", "search=value", "search.model=models:/v/1",
-                          f"search.registry={registry}", "budget.trials=0", "tracking=none", "e2e.runs=5",
-                          "e2e.min_runs=1", "e2e.max_seconds=2", f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo,
+                          f"search.registry={registry}", "budget.trials=0", "tracking=none",
+                          # applied and checked against torch below, once (the run's own end-to-end step
+                          # calls the same hardware.evaluate_model: tests/test_replay_models.py)
+                          "e2e.enabled=false", "e2e.runs=5", "e2e.min_runs=1", "e2e.max_seconds=2",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo,
                          capture_output=True, text=True, timeout=900)
     return tmp_path / "run", train, bad, run
 
@@ -237,7 +240,6 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(scheduled_network
     assert bad.returncode != 0 and "--holdout: no kernel matches resnet*" in bad.stderr
     assert run.returncode == 0, run.stderr[-3000:]
     assert "scheduled 7 kernels without measuring" in run.stderr + run.stdout
-    assert "outputs match torch" in run.stdout
     assert (run_dir / "records.jsonl").read_text() == ""
     assert (run_dir / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
     applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(run_dir)], cwd=repo,
