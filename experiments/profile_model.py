@@ -46,7 +46,8 @@ def main(argv=None) -> None:
     validate(cfg)
     if not is_whole_model(cfg.model):
         raise SystemExit(f"tunelab: model: {args.run} tunes a single operator; profile a whole-model run")
-    os.environ["TVM_NUM_THREADS"] = str(cfg.hardware.num_threads)  # before TVM's runtime starts
+    threads = (cfg.hardware.get("backend") or cfg.hardware).num_threads  # a replayed run: its backend's
+    os.environ["TVM_NUM_THREADS"] = str(threads)  # before TVM's runtime starts
     from hydra.utils import instantiate
 
     from tuning.hardware.relax_models import profile_calls
@@ -54,12 +55,14 @@ def main(argv=None) -> None:
     hardware = instantiate(cfg.hardware)
     try:
         model = OmegaConf.to_container(cfg.model, resolve=True)
-        profile = profile_calls(model, cfg.seed, hardware.target, str(args.run / "database"), args.runs,
-                                hardware.weight_prepack)
+        tvm_hardware = getattr(hardware, "backend", hardware)  # a replayed run's kernels run on its backend
+        device = tvm_hardware.attached().devices[0]  # the run's runner says which device (hardware.runner)
+        profile = profile_calls(model, cfg.seed, tvm_hardware.target, str(args.run / "database"), args.runs,
+                                tvm_hardware.weight_prepack, device=device)
     finally:
         hardware.close()
     tasks = {t["name"] for t in json.loads((args.run / "tasks.json").read_text())}
-    print(report(profile, tasks, cfg.hardware.num_threads))
+    print(report(profile, tasks, threads))
 
 
 def report(profile: dict, tasks: set, threads: int) -> str:
