@@ -200,7 +200,7 @@ def _shape_problems(cfg) -> list[str]:
     reads it. Unknown keys are left to _unknown_keys, which lists what is allowed."""
     names = [f.name for f in fields(TopLevelSchema)]
     problems = [f"{name}: missing" for name in names if name not in cfg]
-    problems += [f"{group}: expected a mapping, got {OmegaConf.to_yaml(cfg[group]).strip()[:60]!r}"
+    problems += [f"{group}: expected a mapping, got {str(cfg[group])[:60]!r}"
                  for group in ("model", *COMPONENT_GROUPS) if group in cfg and not isinstance(cfg[group], DictConfig)]
     if problems or _unknown_keys(cfg):
         return problems

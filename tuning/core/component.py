@@ -55,7 +55,9 @@ class Component(ABC):
             if key in cls.moved:
                 problems.append(f"{group}.{key}: no longer a {group} key; use {cls.moved[key]}")
             elif key not in parameters:
-                problems.append(f"{group}.{key}: not a hyperparameter of {cls.__name__} "
+                # a key that is not a name (a stray quote from a hand edit) is shown quoted, under its group
+                where = f"{group}.{key}:" if str(key).isidentifier() else f"{group}: {str(key)!r} is"
+                problems.append(f"{where} not a hyperparameter of {cls.__name__} "
                                 f"(allowed: {', '.join(parameters)})")
             else:
                 problems += check_type(f"{group}.{key}", value, _expected_type(parameters[key]))
