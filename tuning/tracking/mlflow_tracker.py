@@ -386,15 +386,8 @@ class MlflowTracker(Tracker):
     def _is_parent_of(self, run_id: str, key: str) -> bool:
         """Whether `run_id` is this store's live parent run of `key` (an id handed down by another
         sweep, or valid in another store, is not)."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            run = self._client.get_run(run_id)
-        except MlflowException as error:
-            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
-                raise
-            return False
-        return (run.info.experiment_id == self._experiment_id and run.info.lifecycle_stage == "active"
+        run = self._existing_run(run_id)
+        return (run is not None and run.info.lifecycle_stage == "active"
                 and run.data.tags.get(MULTIRUN_TAG) == str(key))
 
     def _tagged_parent(self, key: str) -> str | None:
