@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tuning.callbacks import StoreWriter
 from tuning.config import ConfigError
-from tuning.hardware.replay import ReplayHardware, store_path, with_store, writes_store
+from tuning.hardware.replay import store_path, with_store, writes_store
 from tuning.store import open_store
 
 
@@ -22,9 +22,7 @@ def wire_store(cfg, hardware, spec) -> tuple:
             raise ConfigError("model.space: `store` needs a measurement store (hardware=replay "
                               "hardware.store=FILE, or hardware.store=FILE hardware.reuse=true)")
         return hardware, None
-    if space == "store" and not isinstance(hardware, ReplayHardware):
-        hardware = _memoised(hardware)  # a store-defined space is answered from the store, as with reuse
-    hardware = with_store(hardware)
+    hardware = with_store(hardware, memoise=space == "store")  # a store-defined space: answered from the store
     if space == "store":
         hardware.restrict_to_store(spec)
     writer = StoreWriter(open_store(path, "hardware.store", read_only=not writes_store(hardware)), hardware, spec)
@@ -40,7 +38,3 @@ def check_store_space(cfg, tasks, hardware) -> None:
             raise ConfigError(f"model.space: the store {hardware.store} holds no reading of {task.name} for this "
                               "hardware and evaluator (python -m tuning.tools.dataset stats lists what it holds)")
 
-
-def _memoised(hardware) -> ReplayHardware:
-    """What with_store makes of a backend with `reuse: true`, without setting reuse on it."""
-    return ReplayHardware(hardware, store_path(hardware), on_miss="measure", simulated_clock=False)

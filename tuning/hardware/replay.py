@@ -272,9 +272,10 @@ def _check_backend(node: dict, group: str) -> list[str]:
     return cls.check_params({k: v for k, v in node.items() if not k.startswith("_")}, group)
 
 
-def with_store(hardware: Hardware) -> Hardware:
-    """hardware=cpu (or any backend) with `store` and `reuse: true`: the memoised real run."""
-    if isinstance(hardware, ReplayHardware) or not getattr(hardware, "reuse", False):
+def with_store(hardware: Hardware, memoise: bool = False) -> Hardware:
+    """hardware=cpu (or any backend) with `store` and `reuse: true` (or `memoise`, without setting
+    reuse on it): the memoised real run."""
+    if isinstance(hardware, ReplayHardware) or not (memoise or getattr(hardware, "reuse", False)):
         return hardware
     return ReplayHardware(hardware, hardware.store, on_miss="measure", simulated_clock=False)
 
