@@ -30,7 +30,7 @@ def start_job_run(tracker, cfg, hydra: dict, out_dir: Path, tasks, prior, trial=
         run_id_file.write_text(run_id)
         tracker.monitor_system()  # the tuning job's CPU and memory, not those of apply/export/sync
     if resumed_id and run_id:  # a killed run's curve may lack its last rounds: rebuilt from the records
-        backfill(tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
+        _backfill(tracker, tasks, prior, out_dir)
 
 
 def end_job_run(tracker, status: str, out_dir: Path, tasks, prior, pruned: bool = False, trial=None) -> None:
@@ -50,6 +50,11 @@ def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:
     """The stopped round's curve point, unless the records cannot be read (a full disk, a bad line):
     then the error that stopped the run is the one to report, and resume or tuning.tools.sync fill it later."""
     try:
-        backfill(tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
+        _backfill(tracker, tasks, prior, out_dir)
     except (OSError, RecordError):
         pass
+
+
+def _backfill(tracker, tasks, prior, out_dir: Path) -> None:
+    """The curve points MLflow lacks, from the run folder's records."""
+    backfill(tracker, history(tasks, prior, RecordLog(out_dir / "records.jsonl").load()))
