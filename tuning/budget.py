@@ -61,6 +61,16 @@ class BudgetPlan:
                 f"each first, {per_round} (budget.trials=N or budget.trials_per_task=N to change)")
 
 
+    def no_feedback(self, tasks) -> str | None:
+        """A warning when no task can get a second round: the search never sees a measurement, so
+        methods differ only in their first guesses. None when the budget feeds the search."""
+        if self.trials == 0 or self.plan_size is None or self.trials > self.plan_size * len(tasks):
+            return None
+        return (f"warning: budget.trials={self.trials} is one round of budget.plan_size={self.plan_size} "
+                f"{'' if len(tasks) == 1 else 'per kernel '}or less, so no measurement is fed back to the "
+                f"search; above {self.plan_size * len(tasks)} it gets a second round (or lower budget.plan_size)")
+
+
 def resolve_budget(cfg, tasks) -> BudgetPlan:
     """budget.trials and min_trials_per_task for these tasks (module docstring); plan_size as given."""
     budget = cfg.budget

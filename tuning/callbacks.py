@@ -83,7 +83,7 @@ class ProgressBar(MeasureCallback):
         # a terminal that reports 0 columns (some CI consoles, `script`) would get an empty bar
         columns = shutil.get_terminal_size(fallback=(100, 24)).columns
         self.bar = tqdm(total=run.trials, initial=run.progress.measured, unit="trial", dynamic_ncols=columns > 0,
-                        ncols=None if columns > 0 else 100)
+                        ncols=None if columns > 0 else 100, disable=None)  # None: off unless a terminal
 
     def before_measure(self, tuner, batch) -> None:
         self.bar.set_description(f"{tuner.task.name} round {tuner.round_index}: building+timing {len(batch)}")

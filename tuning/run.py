@@ -1,7 +1,8 @@
 """One tuning job: validate -> instantiate -> prepare -> tune each task -> export -> report.
 
-Called by run.py (the thin @hydra.main). Returns the sweep objective
-(`cfg.objective`, tuning/sweep.py) so Optuna sweeps can use it; a job that is an
+Called by run.py / `tunelab run` (the thin @hydra.main; `main` returns the sweep objective) and by
+`tunelab.tune` (`run_job` returns the outcomes too). The objective (`cfg.objective`,
+tuning/sweep.py) is what Optuna sweeps minimise; a job that is an
 Optuna trial reports its best-so-far each round and raises optuna.TrialPruned
 when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
 
@@ -61,18 +62,42 @@ class Job:
     store_writer: StoreWriter | None
 
 
+@dataclass(frozen=True)
+class JobResult:
+    """What a finished job leaves its caller: the sweep objective, each task's outcome, the folder."""
+    objective: object  # float, or a tuple for a multi-objective sweep
+    outcomes: list
+    out_dir: Path
+    e2e: dict | None  # a whole model's end-to-end check
+
+
+class JobFailed(RuntimeError):
+    """The job stopped after measuring (a full disk, a link where it writes); it said how to continue."""
+
+
 def main(cfg: DictConfig) -> float:
+    """run.py's job: the sweep objective; bad input exits with status 2 before any work, a failed job 1."""
+    try:
+        return run_job(cfg).objective
+    except (ConfigError, StoreError) as error:
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
+    except JobFailed:
+        sys.exit(1)
+
+
+def run_job(cfg: DictConfig) -> JobResult:
+    """The job on a composed config (its Hydra context set); ConfigError/StoreError: bad input, nothing done."""
     hydra = _hydra_info()
     try:
         cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
         validate(cfg, hydra.get("choices"))
         if cfg.resume:
             continue_log_in(out_dir, hydra.get("output_dir"))
-    except ConfigError as error:
-        print(f"tunelab: {error}", file=sys.stderr)
+    except ConfigError:
         if not cfg.get("resume"):
             discard_untouched(hydra.get("output_dir"))
-        sys.exit(2)
+        raise
     try:
         with terminated_by_signals():
             return _run(cfg, hydra, out_dir)
@@ -80,7 +105,7 @@ def main(cfg: DictConfig) -> float:
         release(out_dir)
 
 
-def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
+def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> JobResult:
     parts = Components(*(instantiate(cfg[g]) for g in GROUPS))
     parts.tracker.spool_to(str(out_dir / SPOOL_FILE))
     parts, tasks, plan, store_writer, prior = _prepare(cfg, parts, out_dir)
@@ -93,6 +118,8 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
     callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(job.cfg, tasks, parts.evaluator)]
                  + [callback for callback in (pruning, store_writer) if callback is not None])
     log.info(plan.line(tasks))
+    if plan.no_feedback(tasks):
+        log.warning(plan.no_feedback(tasks))
     start_job_run(parts.tracker, job.cfg, hydra, out_dir, tasks, prior, trial)
     outcomes, e2e, clock = _tune_and_export(job, plan, method_name(hydra, job.cfg), callbacks, trial, pruning)
     print_result(outcomes, e2e, parts.tracker, out_dir)
@@ -100,7 +127,7 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> float:
         import optuna
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
-    return objective_values(job.cfg.objective, outcomes, *clock)
+    return JobResult(objective_values(job.cfg.objective, outcomes, *clock), outcomes, out_dir, e2e)
 
 
 def _prepare(cfg, parts, out_dir: Path) -> tuple:
@@ -119,10 +146,9 @@ def _prepare(cfg, parts, out_dir: Path) -> tuple:
         prior = prior_records(cfg, tasks, out_dir, parts.tracker, parts.hardware)
         if cfg.resume:
             _check_resume(plan.applied(cfg), out_dir, records, tasks, parts.hardware)
-    except (ConfigError, StoreError) as error:
+    except (ConfigError, StoreError):
         parts.hardware.close()
-        print(f"tunelab: {error}", file=sys.stderr)
-        sys.exit(2)
+        raise
     except KeyboardInterrupt as interrupt:  # e.g. during a whole model's import: nothing measured yet
         parts.hardware.close()
         again = f"python run.py resume={out_dir}" if cfg.resume else "the same command"
@@ -174,7 +200,7 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
     except (StoreError, ConfigError) as error:  # the store's disk filled up, a link where the run writes
         print(f"\ntunelab: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
               f"once that is mended continue with: python run.py resume={out_dir}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise JobFailed(str(error)) from None
     finally:
         mark_status(out_dir, status)
         end_job_run(parts.tracker, status, out_dir, job.tasks, job.prior, pruned, trial)

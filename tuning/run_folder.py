@@ -39,13 +39,13 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
+from tuning.conf_dir import CONF_DIR
 from tuning.config import ConfigError
 
 LOCK_FILE = ".tunelab.lock"
 IDENTITY_FILE = "run.yaml"
 STATUS_FILE = "status"
 RUN_FILES = ("config.yaml", "records.jsonl")  # either one means the folder holds a run
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 CONF_DIRS_VARIABLE = "TUNELAB_CONF_DIRS"  # the user's own config directories, each laid out like conf/
 _held: dict[Path, object] = {}  # out_dir -> its open lock file, for the life of the process
 

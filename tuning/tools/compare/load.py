@@ -88,6 +88,14 @@ def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
                      dict(run.data.metrics), _host(tags))
 
 
+def measured_rounds(records) -> int:
+    """The most rounds any task of a run measured in: below two its search never saw a measurement."""
+    rounds: dict = {}
+    for record in records:
+        rounds.setdefault(record.task, set()).add(record.round)
+    return max(map(len, rounds.values()), default=0)
+
+
 def _host(tags: dict) -> str:
     return " / ".join(tags[k] for k in ("hardware", "cpu_model", "target") if tags.get(k))
 
@@ -210,6 +218,10 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
         notes.append("the runs were measured on different hardware: " + "; ".join(hosts))
     elif hosts:
         notes.append(f"hardware: {hosts[0]}")
+    blind = [f"{labels[run.run_id]} seed {run.seed}" for run in kept if measured_rounds(run.records) < 2]
+    if blind:  # first in the notes: such a ratio compares first guesses, not searches
+        notes.insert(0, "warning: measured in a single round, so no measurement was fed back to the search "
+                        f"(budget.trials <= budget.plan_size): {', '.join(blind)}")
     truths, truth_notes = task_truths(kept, store_override)
     curves = [c for run in kept for c in run_curves(run.records, run.tasks, truths, labels[run.run_id], run.seed,
                                                      run.run_id, run.start_s, run.init_random)]

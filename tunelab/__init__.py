@@ -1,0 +1,13 @@
+"""tunelab: tensor-program autotuning methods on one harness (TVM 0.27, Hydra, MLflow, Optuna).
+
+    tunelab.tune(overrides) -> Outcome        one tuning job (the same as `tunelab run OVERRIDES`)
+    tunelab.compose(overrides) -> DictConfig  the config that job would run, to inspect or edit
+    tunelab.compare(...) -> Comparison        tracked runs compared: paired CIs, tables, figures
+
+The command line is `tunelab --help`; the lab's modules are the `tuning` package.
+"""
+from tunelab.api import Best, Outcome, compose, tune
+from tunelab.comparing import Comparison, compare
+
+__all__ = ["Best", "Comparison", "Outcome", "compare", "compose", "tune"]
+__version__ = "0.1.0"

@@ -1,0 +1,36 @@
+"""`tunelab ui`: MLflow's own UI server on the lab's tracking store, with the link that opens the
+model-training view (MLflow 3 otherwise starts in its GenAI view)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    from tuning.tools.cli_common import HelpFormatter, add_tracking_uri
+
+    parser = argparse.ArgumentParser(prog=prog or "python -m tunelab.ui", description=__doc__.split("\n\n")[0],
+                                     formatter_class=HelpFormatter)
+    add_tracking_uri(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    parser.add_argument("--port", type=int, default=5000, help="the port to listen on")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    from tuning.storage import mlflow_uri
+
+    args = build_parser(prog).parse_args(argv)
+    uri = mlflow_uri(args.tracking_uri)
+    mlflow = Path(sys.executable).with_name("mlflow")
+    command = [str(mlflow) if mlflow.exists() else "mlflow", "ui", "--backend-store-uri", uri,
+               "--host", args.host, "--port", str(args.port)]
+    print(f"tunelab: MLflow UI on http://{args.host}:{args.port}/#/experiments?workflowType=machine_learning "
+          f"(store {uri}); Ctrl-C stops it", flush=True)
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main()
