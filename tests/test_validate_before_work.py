@@ -178,7 +178,7 @@ def test_ctrl_c_before_the_first_measurement_says_nothing_was_measured(compose_c
     def interrupted(cfg, hardware):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(run, "_tasks", interrupted)  # e.g. a whole model's import
+    monkeypatch.setattr(run, "job_tasks", interrupted)  # e.g. a whole model's import
     with pytest.raises(KeyboardInterrupt):
         run_job(compose_cfg, monkeypatch, "tracking=none")
     err = capsys.readouterr().err

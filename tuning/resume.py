@@ -123,6 +123,14 @@ def _check_once(path: Path, records) -> None:
                                   f"{line}, then resume again")
 
 
+def check_resume(cfg, out_dir: Path, records, tasks, hardware, fresh_state) -> None:
+    """Everything a resumed run checks in its folder before measuring again; `fresh_state(task)` gives
+    the (search, cost model) a task whose saved state is lost restarts with."""
+    check_plausible(out_dir / "records.jsonl", records, tasks, hardware)
+    check_budget(cfg, out_dir, records)
+    check_states(cfg, out_dir, tasks, records, fresh_state)
+
+
 def check_plausible(path: Path, records, tasks, hardware, key: str = "resume") -> None:
     """A records file carries no FLOPs and no device, so RecordLog holds it to the bounds that need
     neither; once the tasks and the hardware are known, each reading is held to its task's bounds

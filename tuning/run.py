@@ -34,18 +34,16 @@ from tuning.job_folder import continue_log_in, discard_untouched
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
-from tuning.resume import (check_budget, check_plausible, check_records, check_states, prior_records,
-                           resolve_resume)
+from tuning.resume import check_records, check_resume, prior_records, resolve_resume
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import StoreError
 from tuning.store_wiring import check_store_space, wire_store
 from tuning.sweep import Pruning
 from tuning.tools.sync import SPOOL_FILE, save_tasks
-from tuning.core.task import build_tasks
 from tuning.tracking.job_run import end_job_run, start_job_run
 from tuning.tracking.tags import method_name
 from tuning.trial import current_trial
-from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
+from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
 
 log = logging.getLogger("tunelab")
 GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking")  # Components' order
@@ -72,7 +70,7 @@ class JobResult:
 
 
 class JobFailed(RuntimeError):
-    """The job stopped after measuring (a full disk, a link where it writes); it said how to continue."""
+    """Stopped after measuring (a full disk, a link where it writes); it said how to continue."""
 
 
 def main(cfg: DictConfig) -> float:
@@ -140,12 +138,13 @@ def _prepare(cfg, parts, out_dir: Path) -> tuple:
         records = check_records(out_dir) if cfg.resume else []
         hardware, store_writer = wire_store(cfg, parts.hardware, parts.evaluator.spec)
         parts = replace(parts, hardware=hardware)
-        tasks = _tasks(cfg, parts.hardware)
+        tasks = job_tasks(cfg, parts.hardware)
         plan = resolve_budget(cfg, tasks)
         check_store_space(cfg, tasks, parts.hardware)
         prior = prior_records(cfg, tasks, out_dir, parts.tracker, parts.hardware)
         if cfg.resume:
-            _check_resume(plan.applied(cfg), out_dir, records, tasks, parts.hardware)
+            check_resume(plan.applied(cfg), out_dir, records, tasks, parts.hardware,
+                         lambda _: (instantiate(cfg.search), instantiate(cfg.cost_model)))
     except (ConfigError, StoreError):
         parts.hardware.close()
         raise
@@ -156,12 +155,6 @@ def _prepare(cfg, parts, out_dir: Path) -> tuple:
               f"measured; run {again} again", file=sys.stderr)
         raise
     return parts, tasks, plan, store_writer, prior
-
-
-def _check_resume(cfg, out_dir: Path, records, tasks, hardware) -> None:
-    check_plausible(out_dir / "records.jsonl", records, tasks, hardware)
-    check_budget(cfg, out_dir, records)
-    check_states(cfg, out_dir, tasks, records, lambda _: (instantiate(cfg.search), instantiate(cfg.cost_model)))
 
 
 def _write_run_files(job: Job, hydra: dict) -> None:
@@ -239,19 +232,6 @@ def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))
     return e2e
-
-
-def _tasks(cfg, hardware) -> list:
-    """The model's tasks; a whole model's come from the backend (import + extraction)."""
-    if not is_whole_model(cfg.model):
-        return build_tasks(cfg.model)
-    try:
-        return hardware.model_tasks(cfg.model, cfg.seed)
-    except Exception as error:  # noqa: BLE001 - a file the frontend cannot read is bad input, not a crash
-        if cfg.model.kind != "onnx":
-            raise
-        raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {cfg.model.path}: "
-                          f"{type(error).__name__}: {error}") from error
 
 
 # ---- Hydra context -------------------------------------------------------------------------

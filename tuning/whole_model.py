@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tuning.config import ConfigError
+from tuning.core.task import build_tasks
 from tuning.run_folder import inside, write_inside
 
 WHOLE_MODEL_KINDS = ("network", "onnx")
@@ -57,3 +59,16 @@ def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
     tracker.set_tags({"e2e_match": str(e2e["match"])})
     tracker.log_artifact(str(path))
     return e2e
+
+
+def job_tasks(cfg, hardware) -> list:
+    """The model's tasks; a whole model's come from the backend (import + extraction)."""
+    if not is_whole_model(cfg.model):
+        return build_tasks(cfg.model)
+    try:
+        return hardware.model_tasks(cfg.model, cfg.seed)
+    except Exception as error:  # noqa: BLE001 - a file the frontend cannot read is bad input, not a crash
+        if cfg.model.kind != "onnx":
+            raise
+        raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {cfg.model.path}: "
+                          f"{type(error).__name__}: {error}") from error
