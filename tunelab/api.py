@@ -58,9 +58,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     from tuning.conf_dir import CONF_DIR
     from tuning.config import ConfigError, moved_overrides, register
 
-    if isinstance(overrides, str):
-        raise TypeError("tunelab: overrides are a list of strings, e.g. ['model=gemm_64', 'budget.trials=64']")
-    argv = experiments_added([str(o) for o in overrides])
+    argv = experiments_added(_as_overrides(overrides))
     moved = moved_overrides(argv)
     if moved:
         raise ConfigError("; ".join(moved))
@@ -98,6 +96,8 @@ def tune(config: Sequence[str] | Mapping | DictConfig = ()) -> Outcome:
 
 
 def _as_overrides(config) -> list[str]:
+    if isinstance(config, str):
+        raise TypeError("tunelab: overrides are a list of strings, e.g. ['model=gemm_64', 'budget.trials=64']")
     if isinstance(config, Mapping):
         return [f"{key}={_override_value(value)}" for key, value in config.items()]
     return list(config)

@@ -2,18 +2,16 @@
 model-training view (MLflow 3 otherwise starts in its GenAI view)."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    from tuning.tools.cli_common import HelpFormatter, add_tracking_uri
+def build_parser(prog: str | None = None):
+    from tuning.tools.cli_common import add_tracking_uri, new_parser
 
-    parser = argparse.ArgumentParser(prog=prog or "python -m tunelab.ui", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
-    add_tracking_uri(parser)
+    parser = new_parser("python -m tunelab.ui", __doc__.split("\n\n")[0], prog)
+    add_tracking_uri(parser, help="the MLflow store to serve")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     parser.add_argument("--port", type=int, default=5000, help="the port to listen on")
     return parser
