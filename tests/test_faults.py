@@ -1,5 +1,5 @@
-"""Fault probes, repeated: run identity, untrusted run folders, durable tracking (docs: README "What
-survives what"). Synthetic hardware with a real pause per result (hardware.delay_s), so a run is still
+"""Fault probes, repeated: run identity, untrusted run folders, durable tracking (docs/runs.md
+§What survives what). Synthetic hardware with a real pause per result (hardware.delay_s), so a run is still
 going when a test kills it; a real sqlite MLflow store (and, in `make test-full`, a real mlflow server).
 """
 from __future__ import annotations

@@ -29,7 +29,7 @@ KERNELS = [gemm_task(f"k{i}", 16 + 8 * i, 32, 16) for i in range(22)]  # ResNet-
 
 # ---- whole-model budgets ----------------------------------------------------------------------
 def test_even_share_by_hand():
-    assert even_share(88, 22, 64) == 4  # the ResNet-18 command
+    assert even_share(88, 22, 64) == 4  # `model=resnet18 budget.trials=88`
     assert even_share(64, 22, 64) == 2
     assert even_share(22 * 64, 22, 64) == 64  # enough for everyone: the minimum stands
     assert even_share(10, 1, 64) == 64  # one task shares with nobody

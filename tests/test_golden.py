@@ -1,5 +1,5 @@
 """Behaviour pinned: the same seed on synthetic hardware gives the same records as the code did
-before the architecture step (issue 13). tests/golden/<name>.jsonl were written by the commands below
+before the component architecture was introduced. tests/golden/<name>.jsonl were written by the commands below
 on the code before that change; every field but the wall-clock `time` must match exactly.
 
 A deliberate change of a method's behaviour regenerates the file it affects (run the command into a

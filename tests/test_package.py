@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -101,7 +102,11 @@ def test_the_wheel_carries_the_configs_and_runs_outside_the_checkout(tmp_path):
     """`pip wheel` of the checkout, unpacked with --target into a folder of its own (the dependencies
     are this venv's), runs a job from a folder that is not the checkout."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(tmp_path / "dist")],
+    source = tmp_path / "source"  # a copy: an in-tree build would leave build/ in the checkout
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "multirun", "mlruns",
+                                                                "build", "dist", "*.egg-info", "__pycache__",
+                                                                "stores", "*.db"))
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(source), "-w", str(tmp_path / "dist")],
                    check=True, capture_output=True, timeout=300, cwd=tmp_path)
     [wheel] = (tmp_path / "dist").glob("tunelab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

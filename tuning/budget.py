@@ -3,7 +3,7 @@
     budget.trials         null: DEFAULT_TRIALS for a single operator, DEFAULT_TRIALS_PER_KERNEL per
                           kernel for a whole model; budget.trials_per_task=N: N x the number of tasks
     min_trials_per_task   lowered to an even share (trials // tasks) when the budget cannot give
-                          every task its minimum, with a notice (README §Whole models)
+                          every task its minimum, with a notice (docs/usage.md §Whole models)
     plan_size             null: the search's default_plan_size; a single operator's is cut to its
                           whole space, with a notice
 
