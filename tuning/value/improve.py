@@ -68,7 +68,7 @@ def run_round(round_index: int, args, net, hardware, spec, store, networks) -> d
     predicted, measured, metrics, new = [], [], {}, 0
     for network, tasks in networks:
         greedy_ms = 0.0
-        for task in tqdm(tasks, desc=f"round {round_index} {network}", unit="kernel"):
+        for task in tqdm(tasks, desc=f"round {round_index} {network}", unit="kernel", disable=None):
             space = hardware.space(task)
             if space.size <= 1:
                 continue
@@ -116,7 +116,7 @@ def improve(args) -> None:
             metrics = run_round(round_index, args, net, hardware, spec, store, networks)
             corpus = load_corpus([args.store], key, args.min_configs)
             seen, held = split(kernels_of(corpus, hardware), args.val_fraction, np.random.default_rng(args.seed))
-            with tqdm(total=args.epochs, desc=f"round {round_index}: refitting V", unit="epoch") as bar:
+            with tqdm(total=args.epochs, desc=f"round {round_index}: refitting V", unit="epoch", disable=None) as bar:
                 net, losses = fit(seen, net.hidden, net.layers, args.epochs, args.lr, args.batch,
                                   args.seed + round_index, progress=lambda *_: bar.update(), start=net)
             errors = {f"after_refit/{part}/{k}": v for part, numbers in

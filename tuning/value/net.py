@@ -64,7 +64,7 @@ def kernels_of(corpus, backend) -> list[KernelData]:
 
     from tuning.corpus import spaces
 
-    with tqdm(total=len(corpus.tasks), desc="spaces", unit="kernel") as bar:
+    with tqdm(total=len(corpus.tasks), desc="spaces", unit="kernel", disable=None) as bar:
         task_spaces = spaces(corpus, backend, progress=lambda task: bar.update())
     return [KernelData(t.task.name, space, list(t.configs), np.asarray(t.seconds))
             for t, space in zip(corpus.tasks, task_spaces)]
