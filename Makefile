@@ -2,14 +2,14 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d" " -f1)
 STORE  := sqlite:///$(CURDIR)/outputs/mlflow.db
 
 .PHONY: setup demo test test-full ui clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: with the local CPU wheel in place nothing pulls the CUDA build
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 # A real tuning run on the default workload (conv_l8 = ResNet-18 conv task 11) in a few minutes.
 demo: setup
-	$(BIN)/python run.py
+	$(BIN)/tunelab run
 
 test: setup
 	$(BIN)/python -m pytest -q
@@ -34,8 +34,7 @@ test-full: setup
 	$(BIN)/python -m pytest -q -m ""
 
 ui: setup
-	@echo "MLflow UI on http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (store $(STORE)); Ctrl-C stops it"
-	$(BIN)/mlflow ui --backend-store-uri $(STORE) --host 127.0.0.1 --port 5000
+	$(BIN)/tunelab ui --tracking-uri $(STORE)
 
 clean:
-	rm -rf outputs multirun
+	rm -rf outputs multirun build dist
