@@ -32,7 +32,10 @@ def usage() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
+        try:
+            print(usage())
+        except BrokenPipeError:  # `tunelab --help | head`
+            pass
         return 0
     if argv[0] == "--version":
         from tunelab import __version__
