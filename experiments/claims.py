@@ -43,7 +43,7 @@ from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import QUANTITY_NAMES, claim_cell, summary_markdown
 from tuning.tools.compare.statistics import Claim, claim_rows
-from tuning.storage import mlflow_uri
+from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
@@ -119,7 +119,7 @@ def run_grid(paper: Paper, args, extra: list[str]) -> float:
     command = [sys.executable, str(REPO / "run.py"), "-m", f"+experiment={paper.experiment}",
                f"hardware.store={args.store}", f"model={','.join(args.models)}",
                f"seed=range({args.seed_from},{args.seed_from + args.seeds})",
-               f"tracking.uri={args.uri}", *args.overrides, *extra]
+               f"tracking.uri={args.tracking_uri}", *args.overrides, *extra]
     if args.jobs > 1:
         command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}"]
     print("$ " + " ".join(command), flush=True)
@@ -186,14 +186,12 @@ def parse_args(argv=None):
                                                                      "--seeds 10 --seed-from 10; the table uses them all)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel replay jobs (hydra/launcher=joblib)")
     parser.add_argument("--fraction", type=float, default=0.95, help="target: this share of the best known throughput")
-    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                                                        "outputs/mlflow.db)")
+    add_tracking_uri(parser, help="the MLflow store the grid's runs go to and the table reads")
     parser.add_argument("--table-only", action="store_true", help="no runs: the table from the runs already made")
     parser.add_argument("--out", help="output folder (default: claims-<paper>/<time> beside the MLflow store)")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     paper = PAPERS[args.paper]
     args.models = args.models or list(paper.models)
-    args.uri = mlflow_uri(args.uri)
     if args.seeds < 1 or args.seed_from < 0 or not (0 < args.fraction <= 1) or args.jobs < 1:
         parser.error("--seeds must be >= 1, --seed-from >= 0, --fraction in (0, 1], --jobs >= 1")
     store = Path(args.store)
@@ -207,7 +205,7 @@ def main(argv=None) -> list[dict]:
     from mlflow.tracking import MlflowClient
 
     args, paper = parse_args(argv)
-    client = MlflowClient(args.uri)
+    client = MlflowClient(args.tracking_uri)
     cost, k_by_model = {}, {}
     if not args.table_only:
         seconds = run_grid(paper, args, [])
@@ -219,11 +217,12 @@ def main(argv=None) -> list[dict]:
         cost["grid"] = f"{seconds / 60:.1f} min wall"
     elif paper is CHAMELEON:
         k_by_model = {m: mean_k(client, paper, m) for m in args.models}
-    out = Path(args.out) if args.out else default_out(args.uri, args.paper)
+    out = Path(args.out) if args.out else default_out(args.tracking_uri, args.paper)
     result = compare_main(["--experiment", paper.mlflow_experiment, "--tag", f"experiment={paper.experiment}",
                            "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
                            "--fraction", str(args.fraction), "--budgets", *map(str, paper.budgets),
-                           "--metric", "run/run_s", "--uri", args.uri, "--out", str(out), "--no-mlflow-run"],
+                           "--metric", "run/run_s", "--tracking-uri", args.tracking_uri, "--out", str(out),
+                           "--no-mlflow-run"],
                           rename=paper.rows)
     cost["replays"] = replay_cost(result)
     cost["store"] = store_cost(args.store, _store_tasks(args.store, result))

@@ -31,7 +31,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from tuning.tools.compare.ablation import latest_sweep, newest_per, print_table, run_records  # noqa: E402
 from tuning.tools.dataset import compose  # noqa: E402
 from tuning.evaluator.fixed import FixedEvaluator  # noqa: E402
-from tuning.storage import mlflow_uri  # noqa: E402
+from tuning.tools.cli_common import add_tracking_uri  # noqa: E402
 from tuning.core.task import build_tasks  # noqa: E402
 
 GROUPS = ("cost_model", "search", "sampler", "evaluator")
@@ -67,8 +67,7 @@ def remeasure(runs: list[dict], passes: int, evaluator, hardware_overrides: list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                                                    "outputs/mlflow.db)")
+    add_tracking_uri(parser, help="the MLflow store holding the sweep's runs")
     parser.add_argument("--mlflow-experiment", default="tunelab")
     parser.add_argument("--experiment", required=True, help="the runs' experiment tag, e.g. adatune_ablation_reduced")
     parser.add_argument("--parent", help="only the children of this multirun parent run id")
@@ -79,7 +78,7 @@ def main() -> None:
     parser.add_argument("--hardware", nargs="+", default=["hardware=cpu"], metavar="OVERRIDE",
                         help="the hardware that re-measures, as Hydra overrides of conf/")
     args = parser.parse_args()
-    client = MlflowClient(mlflow_uri(args.uri))
+    client = MlflowClient(args.tracking_uri)
     _, runs = latest_sweep(client, args.mlflow_experiment, args.experiment, args.experiment, args.parent)
     with tempfile.TemporaryDirectory() as scratch:
         described = finalists(client, runs, args.top, Path(scratch))

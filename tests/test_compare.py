@@ -203,7 +203,7 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
         firsts.setdefault(lines[0]["seed"], []).append([r["config"] for r in lines[:8]])
     assert all(a == b for a, b in firsts.values()) and len(firsts) == 3  # common random numbers
 
-    main(["--experiment", "grid", "--baseline", "random", "--uri", uri, "--out", str(tmp_path / "cmp"),
+    main(["--experiment", "grid", "--baseline", "random", "--tracking-uri", uri, "--out", str(tmp_path / "cmp"),
           "--budgets", "16", "48", "64"])
     printed = capsys.readouterr().out
     assert "sa vs random" in printed and "first 8 measurements shared" in printed
@@ -232,7 +232,7 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
             main(argv)
         assert message in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no MLflow experiment 'none'"):
-        main(["--baseline", "x", "--experiment", "none", "--uri", f"sqlite:///{tmp_path}/m.db"])
+        main(["--baseline", "x", "--experiment", "none", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
 
 
 # ---- a grid over several models ----------------------------------------------------------------------

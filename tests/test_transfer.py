@@ -141,13 +141,13 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path):
 
     fill_store(store, hardware, kernels, seconds)
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--registry", registry,
+    done = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--tracking-uri", registry,
                            "--name", "pre", "--min-configs", "10"], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained on 3 kernels" in done.stdout and "registered models:/pre/1" in done.stdout
     assert "held out gemm_64" in done.stdout
-    without = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--registry", registry,
+    without = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--tracking-uri", registry,
                               "--name", "pre", "--min-configs", "10", "--exclude", "gemm_64"], cwd=REPO,
                              capture_output=True, text=True, timeout=600)
     assert without.returncode == 0 and "trained on 2 kernels" in without.stdout, without.stderr[-3000:]

@@ -209,10 +209,10 @@ def scheduled_network(tmp_path_factory):
     fill_store(store, hardware, kernels, seconds)
     fill_store(other, hardware, [(gemm_task("gemm_48", 48, 48, 48), 40)], seconds)  # another "network"
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    train = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
+    train = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--tracking-uri", registry,
                             "--name", "v", "--epochs", "5", "--holdout-store", str(other)], cwd=repo,
                            capture_output=True, text=True, timeout=600)
-    bad = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--registry", registry,
+    bad = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--tracking-uri", registry,
                           "--holdout", "resnet*"], cwd=repo, capture_output=True, text=True, timeout=600)
     run = subprocess.run([sys.executable, "run.py", "model=tiny_cnn", "search=value", "search.model=models:/v/1",
                           f"search.registry={registry}", "budget.trials=0", "tracking=none",
@@ -272,7 +272,7 @@ def improve(tmp_path, *extra):
     from value_models import shared_value_model
 
     reference, registry = shared_value_model()
-    return subprocess.run([sys.executable, "-m", "tuning.value", "improve", "--model", reference, "--registry", registry,
+    return subprocess.run([sys.executable, "-m", "tuning.value", "improve", "--model", reference, "--tracking-uri", registry,
                            "--store", str(tmp_path / "store.sqlite"), "--network", "gemm_64", "conv2d",
                            "--schedules", "2", "--epochs", "2", "--name", f"improved-{tmp_path.name}",
                            "--out", str(tmp_path / "loop"), "--override", "hardware=synthetic", *extra],

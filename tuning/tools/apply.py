@@ -25,6 +25,7 @@ from tuning.core.outcome import TaskOutcome, best_from_records, task_table
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
+from tuning.tools.cli_common import new_parser
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
@@ -116,10 +117,14 @@ def tracker_of(cfg, run_dir: Path):
     return tracker
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.tools.apply", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.apply", __doc__.split("\n\n")[0], prog)
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
-    on_run_folder(parser.parse_args(argv).run, apply_run)
+    return parser
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    on_run_folder(build_parser(prog).parse_args(argv).run, apply_run)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 
 `build` measures, on this host, a seeded random sample of each model's space (or the whole space
 when it has at most --exhaustive-limit configs), with the hardware and evaluator a run would use
-(Hydra overrides after the options, e.g. `hardware.build_workers=2 evaluator=adaptive`). It prints
+(Hydra overrides anywhere after `build`, e.g. `hardware.build_workers=2 evaluator=adaptive`). It prints
 how long it expects to take before starting, writes every result as it arrives, and skips what the
 store already holds: running the same command again resumes a killed build.
 `import` adds the records of earlier runs (single operators and whole models) whose saved config
@@ -30,6 +30,7 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +40,7 @@ from tqdm import tqdm
 
 from tuning.run_folder import take_lock, write_holder
 from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
+from tuning.tools.cli_common import add_command, new_parser
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
@@ -370,36 +372,95 @@ def t4_results(table: dict, keys: list, decisions_by_config: dict) -> dict:
 
 
 # ---- command line ------------------------------------------------------------------------------
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.tools.dataset", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    b = commands.add_parser("build", help="measure a random sample (or all) of each model's space")
-    b.add_argument("--store", required=True)
-    b.add_argument("--model", nargs="+", required=True, help="single-operator model options, e.g. conv_l8 gemm_512")
-    b.add_argument("--configs", type=int, default=2000, help="random configs per task (default 2000)")
-    b.add_argument("--exhaustive-limit", type=int, default=5000,
-                   help="measure every config of spaces at most this big (default 5000)")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--batch", type=int, default=32, help="configs built, then timed, together")
-    b.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate only")
-    b.add_argument("overrides", nargs="*", help="Hydra overrides for the hardware and evaluator")
-    i = commands.add_parser("import", help="add earlier runs' records")
-    i.add_argument("--store", required=True)
-    i.add_argument("records", nargs="+", help="run folders or their records.jsonl")
-    i.add_argument("--override", dest="overrides", action="append", default=[])
-    st = commands.add_parser("stats", help="per task: configs, best, median, coverage, drift")
-    st.add_argument("--store", required=True)
-    e = commands.add_parser("export", help="a task's table as a Kernel Tuner cache JSON file (and T4 results)")
-    e.add_argument("--store", required=True)
-    e.add_argument("--task", required=True, help="task name (e.g. conv_l8) or store key")
-    e.add_argument("--hardware", default="", help="hardware hash prefix, when the store holds several")
-    e.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+STORE_HELP = "the measurement store (an sqlite file)"
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.dataset", __doc__.split("\n\n")[0], prog)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     help="build, import, stats or export (each has its --help)")
+    add_build(add_command(commands, "build", help="measure a random sample (or all) of each model's space"))
+    add_import(add_command(commands, "import", help="add earlier runs' records"))
+    stats_cmd = add_command(commands, "stats", help="per task: configs, best, median, coverage, drift")
+    stats_cmd.add_argument("--store", required=True, help=STORE_HELP)
+    add_export(add_command(commands, "export",
+                           help="a task's table as a Kernel Tuner cache JSON file (and T4 results)"))
+    return parser
+
+
+def add_build(build_cmd) -> None:
+    build_cmd.add_argument("--store", required=True, help=f"{STORE_HELP}; created if missing (not by --dry-run)")
+    build_cmd.add_argument("--model", nargs="+", required=True, metavar="NAME",
+                           help="model config names, e.g. conv_l8 gemm_512 (a network: each of its kernels)")
+    build_cmd.add_argument("--configs", type=int, default=2000, help="random configs per task")
+    build_cmd.add_argument("--exhaustive-limit", type=int, default=5000,
+                           help="measure every config of spaces at most this big")
+    build_cmd.add_argument("--seed", type=int, default=0, help="seeds the sample; the same seed resumes a build")
+    build_cmd.add_argument("--batch", type=int, default=32, help="configs built, then timed, together")
+    build_cmd.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate only")
+    build_cmd.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                           help="Hydra overrides of the run config, e.g. hardware.build_workers=2 evaluator=adaptive "
+                                "(the hardware and evaluator measured with); anywhere after `build`")
+
+
+def add_import(import_cmd) -> None:
+    import_cmd.add_argument("--store", required=True, help=f"{STORE_HELP}; created if missing")
+    import_cmd.add_argument("records", nargs="+", metavar="RUN", help="run folders or their records.jsonl")
+    import_cmd.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="a dotlist override of each run's saved config, e.g. hardware.num_threads=2 "
+                                 "(repeatable)")
+
+
+def add_export(export_cmd) -> None:
+    export_cmd.add_argument("--store", required=True, help=STORE_HELP)
+    export_cmd.add_argument("--task", required=True, help="task name (e.g. conv_l8) or store key")
+    export_cmd.add_argument("--hardware", default="",
+                            help="hardware hash prefix, when the store holds several; default: any")
+    export_cmd.add_argument("--out", required=True, help="the Kernel Tuner cache file to write (T4 results beside it)")
+
+
+def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
+    parser = build_parser(prog)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "build":
+        unknown = gather_overrides(args, unknown, argv)
+        if not args.model:
+            parser.error("--model: expected model names (key=value words are Hydra overrides)")
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not Path(args.store).is_file() and args.command in ("stats", "export"):
         parser.error(f"--store: no such file {args.store!r}")
     for key in ("configs", "exhaustive_limit", "batch"):
         if getattr(args, key, 1) < (0 if key == "exhaustive_limit" else 1):
             parser.error(f"--{key.replace('_', '-')}: must be positive")
+    return args
+
+
+def gather_overrides(args, unknown: list[str], argv: list[str]) -> list[str]:
+    """build's Hydra overrides may be typed anywhere after `build`, but argparse takes only the first
+    run of them as positionals: a later run (after another option) comes back unknown, and a run
+    right after --model's names is taken as more names. All join args.overrides in the order typed
+    (of two overrides of one key the last wins); returns the unknown options."""
+    swallowed = [word for word in args.model if "=" in word]
+    args.model = [word for word in args.model if "=" not in word]
+    later = [word for word in unknown if not word.startswith("-")]
+    args.overrides = in_typed_order([*args.overrides, *swallowed, *later], argv)
+    return [word for word in unknown if word.startswith("-")]
+
+
+def in_typed_order(words: list[str], argv: list[str]) -> list[str]:
+    left = Counter(words)
+    ordered = []
+    for word in argv:
+        if left[word] > 0:
+            ordered.append(word)
+            left[word] -= 1
+    return ordered
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    args = parse_args(argv, prog)
     try:
         {"build": build, "import": import_records, "stats": stats, "export": export}[args.command](args)
     except StoreError as error:
@@ -408,4 +469,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

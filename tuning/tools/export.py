@@ -29,14 +29,15 @@ from tuning.core.outcome import TaskOutcome, best_from_records, best_so_far, wei
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
+from tuning.tools.cli_common import new_parser
 from tuning.tracking.plot import convergence_png
 from tuning.whole_model import is_whole_model
 
 
-def export_artifacts(parts, outcomes, out_dir: Path) -> None:
+def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
     """A finished tuning job's results into its folder and its MLflow run: best_schedules/,
-    database/ (the MetaSchedule database of the best schedules), convergence.png, and the records,
-    config, tasks and Hydra job log."""
+    database/ (the MetaSchedule database of the best schedules), convergence.png (titled `title`),
+    and the records, config, tasks and Hydra job log."""
     tracker, hardware = parts.tracker, parts.hardware
     for outcome in outcomes:
         if outcome.best_config is not None:
@@ -48,21 +49,21 @@ def export_artifacts(parts, outcomes, out_dir: Path) -> None:
     exported = hardware.export_database(measured, out_dir / "database", unmeasured) if measured or unmeasured else []
     for path in exported:
         tracker.log_artifact(path, "database")
-    tracker.log_artifact(_convergence(outcomes, out_dir))
+    tracker.log_artifact(_convergence(outcomes, out_dir, title))
     for name in ("records.jsonl", "config.yaml", "tasks.json"):
         tracker.log_artifact(str(out_dir / name))
     for log in out_dir.glob("*.log"):  # Hydra's job log
         tracker.log_artifact(str(log), "logs")
 
 
-def _convergence(outcomes, out_dir: Path) -> str:
+def _convergence(outcomes, out_dir: Path, title: str) -> str:
     """A single operator's best GFLOP/s so far; a model's estimated latency (sum of weight x best)."""
     if len(outcomes) == 1:
         return convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"),
-                               final=outcomes[0].best_gflops)
+                               final=outcomes[0].best_gflops, title=title)
     return convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")},
                            str(out_dir / "convergence.png"),
-                           ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes))
+                           ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes), title=title)
 
 
 def export_run(run_dir: Path, task_name: str | None = None) -> dict:
@@ -149,11 +150,16 @@ def _report(task, result: dict) -> None:
           + result["snippet_output"].replace("\n", " | ")[-400:])
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.tools.export", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.export", __doc__.split("\n\n")[0], prog)
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
-    parser.add_argument("--task", help="which kernel of a whole model (the names in the run's task table)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--task", help="which kernel of a whole model (the names in the run's task table); "
+                                       "default: the run's only task")
+    return parser
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    args = build_parser(prog).parse_args(argv)
     result = on_run_folder(args.run, lambda run_dir: export_run(run_dir, args.task))
     if not (result["correct"] and result["snippet_ok"]):
         sys.exit(1)

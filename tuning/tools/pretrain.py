@@ -28,22 +28,29 @@ from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from tuning.corpus import features, load_corpus, one_backend
+from tuning.tools.cli_common import add_tracking_uri, new_parser
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tuning.tools.pretrain", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.pretrain", __doc__.split("\n\n")[0], prog)
     parser.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
     parser.add_argument("--name", default="tunelab-xgb-ms", help="registered model name")
-    parser.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
-    parser.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: "
-                        "$MLFLOW_TRACKING_URI, else outputs/mlflow.db; tuning/storage.py)")
-    parser.add_argument("--experiment", default="pretrain")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hardware", default=None,
+                        help="keep rows of this hardware fingerprint (a prefix); default: every row "
+                             "(the stores must then hold one hardware)")
+    add_tracking_uri(parser, help="the MLflow store the model is logged and registered in")
+    parser.add_argument("--experiment", default="pretrain", help="the MLflow experiment of the training run")
+    parser.add_argument("--seed", type=int, default=0, help="seeds XGBoost")
     parser.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
     parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME",
                         help="kernels (by name) to leave out, e.g. the one a transfer test will tune")
+    return parser
+
+
+def parse_args(argv=None, prog: str | None = None):
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     for store in args.store:
         if not store.is_file():
@@ -76,8 +83,8 @@ def held_out(X, ratios, seed: int, names, keys) -> dict[str, float]:
     return scores
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def main(argv=None, prog: str | None = None) -> None:
+    args = parse_args(argv, prog)
     corpus = load_corpus(args.store, args.hardware, args.min_configs)
     unknown = set(args.exclude) - {t.task.name for t in corpus.tasks}
     if unknown:
@@ -94,10 +101,9 @@ def main(argv=None) -> None:
     ratios = [t.ratio for t in corpus.tasks]
     scores = held_out(X, ratios, args.seed, names, [t.task_key for t in corpus.tasks])
     final = model(args.seed).fit_kernels(X, ratios)
-    from tuning import storage
     from tuning.tracking.registry import register_booster
 
-    registry = storage.mlflow_uri(args.registry)
+    registry = args.tracking_uri
     tasks = [{"name": t.task.name, "key": t.task_key, "configs": len(t.configs), "store": t.store}
              for t in corpus.tasks]
     mean = float(np.mean(list(scores.values()))) if scores else float("nan")

@@ -26,14 +26,15 @@ from pathlib import Path
 
 from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
-from tuning.naming import run_name
+from tuning.naming import BEST_SO_FAR, run_name
 from tuning.core.records import RecordLog
 from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
+from tuning.tools.cli_common import add_tracking_uri, new_parser
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
 FINAL_METRICS_FILE = "final_metrics.json"
 SPOOL_FILE = "mlflow_pending.jsonl"  # metrics the store did not take during the run (the tracker's spool)
-CURVE_KEY = "tuning/best_gflops"
+CURVE_KEY = BEST_SO_FAR
 COPY_TAG = "tunelab.copy_of"  # on a copy in another store: the source run (see the module docstring)
 
 
@@ -47,8 +48,8 @@ def history(tasks, prior: dict, records) -> list[tuple[int, dict]]:
     points = []
     for record in (r for r in records if r.workload_key in by_key):
         task = by_key[record.workload_key]
-        [point] = curve_points(task, [record], step, *state.get(task.key, (0.0, 0)))
-        state[task.key] = (point[1]["tuning/best_gflops"], point[1]["tuning/invalid"])
+        [point] = curve_points(task, [record], step, *state.get(task.key, (0.0, 0)), per_task=len(by_key) > 1)
+        state[task.key] = (point[1][BEST_SO_FAR], point[1]["tuning/invalid"])
         points.append(point)
         step += 1
     return points
@@ -249,12 +250,18 @@ def _earlier_copy(tracker, source: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tuning.tools.sync", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.sync", __doc__.split("\n\n")[0], prog)
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
-    parser.add_argument("--tracking-uri", help="the MLflow store to write to (default: the run's tracking.uri)")
-    args = parser.parse_args(argv)
+    add_tracking_uri(parser, help="the MLflow store the run is written to (another store than its own gets a copy)",
+                     default_text="the run's own tracking.uri (its config.yaml)")
+    return parser
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    args = build_parser(prog).parse_args(argv)
     print(on_run_folder(args.run, lambda out_dir: sync(out_dir, args.tracking_uri), claim_folder=False))
+
 
 if __name__ == "__main__":
     main()

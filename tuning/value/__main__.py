@@ -30,34 +30,45 @@ import numpy as np
 from tqdm import tqdm
 
 from tuning.corpus import load_corpus, one_backend
+from tuning.tools.cli_common import add_command, add_tracking_uri, new_parser
 from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_tag, split
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tuning.value", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    train_cmd = commands.add_parser("train", help="train V on measurement stores and register it")
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.value", __doc__.split("\n\n")[0], prog)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     help="train (a new V) or improve (an existing V)")
+    add_train(add_command(commands, "train", help="train V on measurement stores and register it"))
+    add_improve(add_command(commands, "improve", help="the paper's Algorithm 2: V's own schedules measured, V refit",
+                            description=improve_doc()))
+    return parser
+
+
+def add_train(train_cmd) -> None:
     train_cmd.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
     train_cmd.add_argument("--name", default="tunelab-value", help="registered model name")
-    train_cmd.add_argument("--hardware", default=None, help="keep rows of this hardware fingerprint (a prefix)")
+    train_cmd.add_argument("--hardware", default=None,
+                           help="keep rows of this hardware fingerprint (a prefix); default: every row (the stores "
+                                "must then hold one hardware)")
     train_cmd.add_argument("--holdout", nargs="+", default=[], metavar="PATTERN",
-                       help="kernels (by name, shell patterns) left out of training and reported apart")
+                           help="kernels (by name, shell patterns) left out of training and reported apart")
     train_cmd.add_argument("--holdout-store", action="append", default=[], type=Path, metavar="STORE",
                            help="a store whose kernels are only evaluated, never trained on: a network left out "
                                 "(repeatable)")
     train_cmd.add_argument("--val-fraction", type=float, default=0.2, help="each kernel's configs held out")
     train_cmd.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
-    train_cmd.add_argument("--hidden", type=int, default=64)
-    train_cmd.add_argument("--layers", type=int, default=1)
-    train_cmd.add_argument("--epochs", type=int, default=40)
-    train_cmd.add_argument("--lr", type=float, default=3e-3)
-    train_cmd.add_argument("--batch", type=int, default=256)
-    train_cmd.add_argument("--seed", type=int, default=0)
-    train_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: "
-                           "$MLFLOW_TRACKING_URI, else outputs/mlflow.db; tuning/storage.py)")
-    train_cmd.add_argument("--experiment", default="value")
-    improve_cmd = commands.add_parser("improve", help="the paper's Algorithm 2: V's own schedules measured, V refit",
-                                      description=improve_doc())
+    train_cmd.add_argument("--hidden", type=int, default=64, help="hidden units of V's LSTM")
+    train_cmd.add_argument("--layers", type=int, default=1, help="V's LSTM layers")
+    train_cmd.add_argument("--epochs", type=int, default=40, help="passes over the training prefixes")
+    train_cmd.add_argument("--lr", type=float, default=3e-3, help="the optimiser's learning rate")
+    train_cmd.add_argument("--batch", type=int, default=256, help="prefixes per optimiser step")
+    train_cmd.add_argument("--seed", type=int, default=0,
+                           help="seeds the validation split, V's weights and the batches")
+    add_tracking_uri(train_cmd, help="the MLflow store V is logged and registered in", dest="registry")
+    train_cmd.add_argument("--experiment", default="value", help="the MLflow experiment of the training run")
+
+
+def add_improve(improve_cmd) -> None:
     improve_cmd.add_argument("--model", required=True, help="the V to start from (models:/<name>/<version>)")
     improve_cmd.add_argument("--store", required=True, type=Path, help="the measurement store the rounds measure into")
     improve_cmd.add_argument("--network", nargs="+", required=True, metavar="MODEL",
@@ -70,16 +81,22 @@ def parse_args(argv=None):
     improve_cmd.add_argument("--name", default="tunelab-value", help="registered model name of the improved V")
     improve_cmd.add_argument("--out", type=Path, default=Path("outputs") / "value_improve",
                              help="where the rounds done are kept (the same --out continues a killed loop)")
-    improve_cmd.add_argument("--val-fraction", type=float, default=0.2)
-    improve_cmd.add_argument("--min-configs", type=int, default=2)
+    improve_cmd.add_argument("--val-fraction", type=float, default=0.2,
+                             help="each kernel's configs held out of a refit")
+    improve_cmd.add_argument("--min-configs", type=int, default=2,
+                             help="kernels with fewer measured configs are skipped")
     improve_cmd.add_argument("--epochs", type=int, default=20, help="refit epochs a round, from V's weights")
-    improve_cmd.add_argument("--lr", type=float, default=3e-3)
-    improve_cmd.add_argument("--batch", type=int, default=256)
-    improve_cmd.add_argument("--seed", type=int, default=0)
-    improve_cmd.add_argument("--registry", default=None, help="MLflow tracking/registry URI (default: "
-                             "$MLFLOW_TRACKING_URI, else outputs/mlflow.db; tuning/storage.py)")
+    improve_cmd.add_argument("--lr", type=float, default=3e-3, help="the refit's learning rate")
+    improve_cmd.add_argument("--batch", type=int, default=256, help="prefixes per optimiser step")
+    improve_cmd.add_argument("--seed", type=int, default=0, help="seeds the schedules' noise, the split and the refits")
+    add_tracking_uri(improve_cmd, help="the MLflow store --model is read from and the improved V registered in",
+                     dest="registry")
     improve_cmd.add_argument("--override", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                              help="a Hydra override of the hardware or evaluator (hardware.num_threads=2); repeatable")
+
+
+def parse_args(argv=None, prog: str | None = None):
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     check(parser, args)
     return args
@@ -150,10 +167,8 @@ def train(args) -> None:
 
 
 def register_value(net, args, fingerprint, seen, outside, losses, results) -> str:
-    from tuning import storage
     from tuning.tracking.registry import register
 
-    args.registry = storage.mlflow_uri(args.registry)
     tasks = [{"name": k.name, "configs": len(k.configs)} for k in seen]
     metrics = {f"{part}/{key}": value for part, numbers in results.items() for key, value in numbers.items()}
     return register(
@@ -176,8 +191,8 @@ def improve_doc() -> str:
     return improve.__doc__.split("\n\n")[0]
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def main(argv=None, prog: str | None = None) -> None:
+    args = parse_args(argv, prog)
     if args.command == "train":
         train(args)
     else:

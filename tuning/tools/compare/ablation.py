@@ -47,7 +47,7 @@ def print_table(title: str, rows: list[list[str]]) -> None:
 def preset_argv(args, tag: str, fixed: list[str]) -> list[str]:
     """`python -m tuning.tools.compare` arguments for one `+experiment=` sweep's runs (tag `tag`)."""
     argv = ["--experiment", args.mlflow_experiment, "--tag", f"experiment={tag}", "--fraction", str(args.fraction),
-            "--uri", args.uri, *fixed]
+            "--tracking-uri", args.uri, *fixed]
     for parent in args.parent:
         argv += ["--parent", parent]
     return argv + (["--budgets", *map(str, args.budgets)] if args.budgets else [])
@@ -60,16 +60,17 @@ def run_preset(doc: str, prefix: str, fixed: list[str], rename: dict, argv=None)
 
     from mlflow.tracking import MlflowClient
 
+    from tuning.tools.cli_common import HelpFormatter, add_tracking_uri
     from tuning.tools.compare.cli import main
-    from tuning.storage import mlflow_uri
 
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", default=mlflow_uri())
-    parser.add_argument("--mlflow-experiment", default="tunelab")
+    parser = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter)
+    add_tracking_uri(parser, help="the MLflow store holding the sweep's runs", dest="uri")
+    parser.add_argument("--mlflow-experiment", default="tunelab", help="the MLflow experiment holding the runs")
     parser.add_argument("--experiment", help=f"{prefix} or {prefix}_reduced (default: the latest)")
     parser.add_argument("--parent", action="append", default=[], help="only the children of this multirun parent")
     parser.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best throughput")
-    parser.add_argument("--budgets", type=int, nargs="+")
+    parser.add_argument("--budgets", type=int, nargs="+", metavar="N",
+                        help="compare the incumbents after these many measurements; default: the comparison's")
     args = parser.parse_args(argv)
     tag, _ = latest_sweep(MlflowClient(args.uri), args.mlflow_experiment, prefix, args.experiment, None)
     print(f"+experiment={tag}\n")

@@ -38,10 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tuning.tools.cli_common import add_tracking_uri, new_parser
 from tuning.tools.compare.load import GROUPS, gather, job_runs
-from tuning.tools.compare.report import log_to_mlflow, write_outputs
+from tuning.tools.compare.report import log_to_mlflow, mlflow_links, write_outputs
 from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
-from tuning.storage import mlflow_uri
 
 
 def default_out_dir(uri: str) -> Path:
@@ -54,16 +54,17 @@ def default_out_dir(uri: str) -> Path:
     return base / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tuning.tools.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.compare", __doc__, prog)
     parser.add_argument("--experiment", default="tunelab", help="the MLflow experiment holding the runs")
     parser.add_argument("--parent", action="append", default=[], help="only children of this multirun parent run id")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag")
-    parser.add_argument("--model", help="only runs of this model.name")
+    parser.add_argument("--model", help="only runs of this model.name; default: every model")
     parser.add_argument("--baseline", required=True, help="the method every other is compared to (a name printed "
                                                           "in the table, e.g. sa or sa+greedy)")
-    parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS))
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="N",
+                        help="compare the incumbents after these many measurements; default: "
+                             + " ".join(map(str, DEFAULT_BUDGETS)))
     parser.add_argument("--seconds", type=float, nargs="+", default=[],
                         help="also compare the incumbents at these seconds since each run started (simulated "
                              "under hardware=replay), e.g. a paper's time budget")
@@ -73,14 +74,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="what makes a method: group names (their choice) or param keys, comma-separated")
     parser.add_argument("--metric", action="append", default=[],
                         help="also compare this final MLflow metric (lower is better, e.g. run/run_s), paired by seed")
-    parser.add_argument("--store", help="the measurement store, when it moved since the runs")
-    parser.add_argument("--uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                                                    "outputs/mlflow.db; tuning/storage.py)")
+    parser.add_argument("--store", help="the measurement store, when it moved since the runs; default: the one "
+                                        "each run's tasks.json names")
+    add_tracking_uri(parser, help="the MLflow store holding the runs (the comparison's own run goes there too)")
     parser.add_argument("--log-experiment", default="tunelab-compare", help="where the comparison's own run goes")
     parser.add_argument("--no-mlflow-run", action="store_true", help="write the files only")
     parser.add_argument("--out", help="output folder (default: compare/<time> beside a sqlite MLflow store, "
                                       "else outputs/compare/<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    return parser
+
+
+def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     problems = []
     if not (math.isfinite(args.fraction) and 0 < args.fraction <= 1):
@@ -101,13 +107,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None, rename: dict | None = None) -> Comparison:
-    """The command; `rename` (method name -> name shown) is for presets (experiments/*_table.py)."""
+def main(argv=None, rename: dict | None = None, prog: str | None = None) -> Comparison:
+    """The command; `rename` (method name -> name shown) is for presets (experiments/*_table.py), `prog`
+    the name usage shows."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow.tracking import MlflowClient
 
-    args = parse_args(argv)
-    uri = mlflow_uri(args.uri)
+    args = parse_args(argv, prog)
+    uri = args.tracking_uri
     client = MlflowClient(uri)
     runs = job_runs(client, args.experiment, args.parent, args.tag, args.model)
     with tempfile.TemporaryDirectory() as scratch:
@@ -125,7 +132,10 @@ def main(argv=None, rename: dict | None = None) -> Comparison:
     files = write_outputs(result, out_dir, described, args.seed)
     print((out_dir / "compare.md").read_text())
     print(f"files: {out_dir}")
+    comparison_run = None
     if not args.no_mlflow_run:
         run_id = log_to_mlflow(client, args.log_experiment, result, files, selection, uri)
         print(f"MLflow: run {run_id} in experiment {args.log_experiment!r} at {uri}")
+        comparison_run = client.get_run(run_id)
+    print("\n".join(mlflow_links(uri, runs, result, comparison_run)))
     return result
