@@ -254,7 +254,7 @@ def test_the_chameleon_command_replays_its_grid_and_prints_verdicts(tmp_path, ex
     store, _ = filled(tmp_path / "store.sqlite", count=200, spec=full_readings(spec))
     claims = experiment_script("claims")
     rows = claims.main(["chameleon", "--store", str(store.path), "--models", "gemm_64", "--seeds", "2",
-                        "--uri", f"sqlite:///{tmp_path}/mlflow.db", "--out", str(tmp_path / "out"),
+                        "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--out", str(tmp_path / "out"),
                         *SYNTHETIC_BACKEND, "budget.trials_per_task=64",
                         f"hydra.sweep.dir={tmp_path}/multirun/${{now:%H-%M-%S-%f}}"])
     assert {r["method"] for r in rows} >= {"SA+AS", "AE+AS", "SA+AS code"}

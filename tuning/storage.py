@@ -9,7 +9,7 @@ in one place, for a Hydra job (pass its composed cfg) and for the command-line t
     stores_dir(cfg=None)                  the folder measurement stores go to by default
 
 The MLflow URI's precedence, first that is set wins:
-    1. explicit: tracking.uri set on the command line or in a config, a tool's --uri / --registry
+    1. explicit: tracking.uri set on the command line or in a config, a tool's --tracking-uri
     2. the MLFLOW_TRACKING_URI environment variable (MLflow's own; a shell or a cluster job sets it)
     3. storage.mlflow_uri of the chosen storage option
     4. sqlite:///<outputs>/mlflow.db

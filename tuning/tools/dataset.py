@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from tuning.conf_dir import CONF_DIR
 from tuning.run_folder import take_lock, write_holder
 from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
 from tuning.tools.cli_common import add_command, new_parser
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
 
 
@@ -53,7 +53,7 @@ def compose(overrides: list[str]):
     from tuning.config import ConfigError, register, validate
 
     register()
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = hydra_compose("config", overrides=[*overrides, "tracking=none"], return_hydra_config=False)
     try:
         validate(cfg)

@@ -27,10 +27,10 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
+from tuning.conf_dir import CONF_DIR
 from tuning.corpus import features, load_corpus, one_backend
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -64,7 +64,7 @@ def model(seed: int):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    node = OmegaConf.load(CONF / "cost_model" / "xgb_ms.yaml")
+    node = OmegaConf.load(CONF_DIR / "cost_model" / "xgb_ms.yaml")
     return instantiate(OmegaConf.create({"seed": seed, "node": node}).node)
 
 
