@@ -93,7 +93,7 @@ def best_so_far(records: list[dict]) -> tuple[dict[int, float], set[int]]:
 def assert_curve_complete(run_dir: Path, uri: str, run_id: str | None = None) -> None:
     """Every round's end has its point (a stop mid-round adds one where it stopped), each the best so far."""
     client, found = mlflow_run(run_dir, uri, run_id)
-    logged = {m.step: m.value for m in client.get_metric_history(found.info.run_id, "tuning/best_gflops")}
+    logged = {m.step: m.value for m in client.get_metric_history(found.info.run_id, "best/gflops_so_far")}
     curve, ends = best_so_far(rows(run_dir))
     assert ends <= set(logged), f"curve points missing at steps {sorted(ends - set(logged))}"
     assert all(abs(value - curve[step]) <= 1e-6 * curve[step] for step, value in logged.items())
@@ -291,7 +291,7 @@ def store_outage_then_sync(tmp: Path, lock_s: float, trials: int) -> None:
     client, found = mlflow_run(run_dir, uri)
     assert found.info.status == "FINISHED"
     assert {a.path for a in client.list_artifacts(found.info.run_id)} >= {"records.jsonl", "config.yaml", "summary.txt"}
-    assert "tuning/final_gflops" in found.data.metrics
+    assert "best/final_gflops" in found.data.metrics
     assert_curve_complete(run_dir, uri)
     assert_round_metrics_complete(run_dir, uri)
 
@@ -350,7 +350,7 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
         assert mlflow_run(run_dir, uri)[1].info.status == "FINISHED"
         assert_curve_complete(run_dir, uri)
         assert_round_metrics_complete(run_dir, uri)
-        assert "tuning/final_gflops" in mlflow_run(run_dir, uri)[1].data.metrics
+        assert "best/final_gflops" in mlflow_run(run_dir, uri)[1].data.metrics
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()

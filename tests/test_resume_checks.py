@@ -207,8 +207,8 @@ def test_sync_into_another_store_twice_makes_one_copy(run_job, tmp_path, capsys)
     experiment = client.get_experiment_by_name("tunelab")
     [copy] = client.search_runs([experiment.experiment_id])
     assert copy.data.tags["tunelab.copied_from"] == str(run_dir)
-    assert len(client.get_metric_history(copy.info.run_id, "tuning/best_gflops")) == 16
-    assert len(client.get_metric_history(copy.info.run_id, "tuning/final_gflops")) == 1
+    assert len(client.get_metric_history(copy.info.run_id, "best/gflops_so_far")) == 16
+    assert len(client.get_metric_history(copy.info.run_id, "best/final_gflops")) == 1
     assert not (run_dir / "mlflow_run_id").exists()  # the folder names its run in its own store only
 
 

@@ -68,18 +68,18 @@ def test_single_run_mlflow_contents(single_run):
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == "gemm_64-sa-greedy-synthetic-0"
+    assert run.info.run_name == "gemm_64-sa-greedy-b100-synthetic-0"
     assert (tmp / "run" / "mlflow_run_id").read_text().strip() == run.info.run_id
 
-    history = client.get_metric_history(run.info.run_id, "tuning/best_gflops")
+    history = client.get_metric_history(run.info.run_id, "best/gflops_so_far")
     assert len(history) == 100  # one point per measurement, written a round at a time
     steps = [m.step for m in history]
     assert steps == sorted(steps) and max(steps) == 100
     values = [m.value for m in sorted(history, key=lambda m: m.step)]
     assert values == sorted(values), "best-so-far never falls"
-    for name in ("time/search_s", "time/model_s", "tuning/best_latency_us", "tuning/invalid",
-                 "tuning/final_gflops", "task/gemm_64/best_gflops", "model/rank_corr"):
+    for name in ("time/search_s", "time/model_s", "tuning/best_latency_us", "tuning/invalid", "model/rank_corr"):
         assert name in run.data.metrics, name
+    assert not any(name.startswith("task/") for name in run.data.metrics)  # one task: the run's metrics say it
 
     params = run.data.params
     assert params["budget.trials"] == "100" and params["seed"] == "0"
@@ -89,9 +89,10 @@ def test_single_run_mlflow_contents(single_run):
     tags = run.data.tags
     assert "budget.trials=100" in tags["overrides"] and tags["hardware"] == "synthetic"
     assert tags["mlflow.source.git.commit"] and tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
-    assert "gemm_64" in tags["mlflow.note.content"] and "final_gflops" in tags["mlflow.note.content"]
+    assert "gemm_64" in tags["mlflow.note.content"] and "best/final_gflops" in tags["mlflow.note.content"]
     assert "output_dir" not in params and tags["tunelab.output_dir"] == str(tmp / "run")
-    assert run.data.metrics["final_gflops"] > 0 and run.data.metrics["final_latency_us"] > 0
+    assert run.data.metrics["best/final_gflops"] > 0 and run.data.metrics["best/final_latency_us"] > 0
+    assert params["method"] == tags["method"] == "sa+greedy+xgb"
     kind = client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"]
     assert kind == "custom_model_development"  # MLflow's UI opens the runs table, not the GenAI view
 
@@ -111,7 +112,7 @@ def test_multirun_grid_one_parent_two_children(store, tmp_path):
     assert len(parents) == 1 and len(children) == 2
     parent = parents[0]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    assert sorted(c.info.run_name for c in children) == ["gemm_64-random-greedy-synthetic-0", "gemm_64-sa-greedy-synthetic-0"]
+    assert sorted(c.info.run_name for c in children) == ["gemm_64-random-greedy-b32-synthetic-0", "gemm_64-sa-greedy-b32-synthetic-0"]
     assert all(c.info.status == "FINISHED" for c in children)
     assert parent.info.status == "FINISHED"
     for job in ("0", "1"):
@@ -127,8 +128,8 @@ def test_resume_continues_the_same_mlflow_run(store, tmp_path):
     client, runs = all_runs(store, "resume")
     assert len(runs) == 1, "a resume must reopen the run, not start another"
     run = runs[0]
-    assert run.info.status == "FINISHED" and run.info.run_name == "gemm_64-random-greedy-synthetic-0"
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "tuning/best_gflops")]
+    assert run.info.status == "FINISHED" and run.info.run_name == "gemm_64-random-greedy-b96-synthetic-0"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "best/gflops_so_far")]
     assert 64 in steps and 96 in steps
     assert len((run_dir / "records.jsonl").read_text().splitlines()) == 96
     assert not (tmp_path / "resumed").exists()  # the folder Hydra made for the resuming job held nothing

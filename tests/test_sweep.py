@@ -317,13 +317,26 @@ def test_kmeans_threshold_sweep_writes_a_study_that_a_second_invocation_resumes(
         trial = study.trials[int(tags["optuna.trial"])]
         assert float(tags["optuna.param.sampler.threshold"]) == trial.params["sampler.threshold"]
         assert float(child.data.params["sampler.threshold"]) == pytest.approx(trial.params["sampler.threshold"])
-        assert child.data.metrics["tuning/final_gflops"] == pytest.approx(trial.value)
+        assert child.data.metrics["best/final_gflops"] == pytest.approx(trial.value)
     latest = max(parents, key=lambda r: r.info.start_time)
     best = study.best_trial
     assert latest.data.tags["optuna.best_trial"] == str(best.number)
     assert float(latest.data.params["best.sampler.threshold"]) == pytest.approx(best.params["sampler.threshold"])
     assert latest.data.metrics["best.final_gflops"] == pytest.approx(best.value)
     assert {a.path for a in client.list_artifacts(latest.info.run_id)} >= {"optimization_results.yaml", "trials.csv"}
+    [line] = [line for line in second.stdout.splitlines() if "best trial" in line]
+    assert f"best trial {best.number}, final_gflops=" in line and "3 COMPLETE" in line
+    assert latest.data.tags["mlflow.note.content"] == line.removeprefix("tunelab: ")  # the parent's description
+    assert f"/runs/{latest.info.run_id}?workflowType=machine_learning" in second.stdout
+
+
+def test_a_grid_prints_its_parent_runs_link(tmp_path):
+    done = sweep(tmp_path, "search=random,sa", "budget.trials=16")
+    _, [parent], children = mlflow_runs(tmp_path)
+    assert len(children) == 2
+    [line] = [line for line in done.stdout.splitlines() if "MLflow parent run" in line]
+    assert line.endswith(f"/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+                         "?workflowType=machine_learning")
 
 
 def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):

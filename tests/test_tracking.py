@@ -42,9 +42,9 @@ def test_run_lifecycle_metrics_params_artifacts(tmp_path):
     assert f"mlflow ui --backend-store-uri {uri}" in tracker.location
 
     for step in range(1000):
-        tracker.log_metrics({"tuning/best_gflops": step * 0.5, "task/conv_l8/best_latency_us": 1e3 - step,
+        tracker.log_metrics({"best/gflops_so_far": step * 0.5, "task/conv_l8/best_latency_us": 1e3 - step,
                              "tuning/invalid": math.nan if step % 2 else 0.0}, step=step)
-    tracker.log_metrics({"tuning/best_gflops": math.inf}, step=1000)
+    tracker.log_metrics({"best/gflops_so_far": math.inf}, step=1000)
     report = tmp_path / "records.jsonl"
     report.write_text('{"a": 1}\n')
     tracker.log_artifact(str(report))
@@ -63,7 +63,7 @@ def test_run_lifecycle_metrics_params_artifacts(tmp_path):
     assert any(len(k) == 250 for k in run.data.params)
     assert run.data.tags["git_commit"] == "abc" and run.data.tags["n"] == "1"
     assert run.data.tags["status_note"] == "ok"
-    assert len(client.get_metric_history(run_id, "tuning/best_gflops")) == 1000  # inf dropped
+    assert len(client.get_metric_history(run_id, "best/gflops_so_far")) == 1000  # inf dropped
     assert len(client.get_metric_history(run_id, "task/conv_l8/best_latency_us")) == 1000
     assert len(client.get_metric_history(run_id, "tuning/invalid")) == 500  # nan dropped
     artifacts = {a.path for a in client.list_artifacts(run_id)}
@@ -82,7 +82,7 @@ def test_parent_and_children_in_one_process(tmp_path):
     for job in range(3):
         tracker = MlflowTracker(uri, "tunelab")
         ids.append(tracker.start(f"job{job}", {"job": job}, {}, parent=str(sweep)))
-        tracker.log_metrics({"tuning/best_gflops": job}, step=1)
+        tracker.log_metrics({"best/gflops_so_far": job}, step=1)
         tracker.end()
     client, found = runs(uri)
     parents = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
@@ -98,7 +98,7 @@ def _start_child(uri, sweep, job, barrier):
     tracker = MlflowTracker(uri, "tunelab")
     barrier.wait(timeout=60)  # all four hit the store at once
     tracker.start(f"job{job}", {"job": job}, {}, parent=sweep)
-    tracker.log_metrics({"tuning/best_gflops": float(job)}, step=1)
+    tracker.log_metrics({"best/gflops_so_far": float(job)}, step=1)
     tracker.end()
 
 
@@ -129,7 +129,7 @@ def test_resume_appends_to_the_same_run(tmp_path):
     first = MlflowTracker(uri, "tunelab", flush_every=10)
     run_id = first.start("job", params, {})
     for step in range(5):
-        first.log_metrics({"tuning/best_gflops": step}, step=step)
+        first.log_metrics({"best/gflops_so_far": step}, step=step)
     first.end("KILLED")
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(run_id).info.status == "KILLED"
@@ -138,14 +138,14 @@ def test_resume_appends_to_the_same_run(tmp_path):
     assert second.start("job", {**params, "resumed_from": 5}, {"resumed": True}, resume_run_id=run_id) == run_id
     assert client.get_run(run_id).info.status == "RUNNING"
     for step in range(5, 12):
-        second.log_metrics({"tuning/best_gflops": step}, step=step)
+        second.log_metrics({"best/gflops_so_far": step}, step=step)
     second.end()
 
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params == {"search": "sa", "seed": "0", "resumed_from": "5"}
     assert run.data.tags["resumed"] == "True"
-    history = client.get_metric_history(run_id, "tuning/best_gflops")
+    history = client.get_metric_history(run_id, "best/gflops_so_far")
     assert sorted(m.step for m in history) == list(range(12))
     _, found = runs(uri)
     assert len(found) == 1

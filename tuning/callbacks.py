@@ -29,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tuning.cost_model.base import model_input
+from tuning.naming import BEST_SO_FAR
 from tuning.store import TaskRows
 from tuning.whole_model import is_whole_model
 
@@ -101,8 +102,9 @@ class ProgressBar(MeasureCallback):
 
 
 class StepMetrics(MeasureCallback):
-    """Per round, at step = measurements so far: tuning/* (best so far, invalid), time/* (under a
-    simulated clock also time/simulated_s), hardware/gauge_us (the drift gauge), task/<name>/*,
+    """Per round, at step = measurements so far: best/gflops_so_far, tuning/* (best latency so far,
+    invalid), time/* (under a simulated clock also time/simulated_s), hardware/gauge_us (the drift
+    gauge), task/<name>/* (a run of several tasks),
     round/*, search/*, sampler/*, evaluator/* and model/rank_corr, the Spearman correlation of the
     cost model's throughput estimate (taken before the round was measured) with the measured one.
     Flushed every round; the curve part (`curve_metrics`) can be rebuilt from records.jsonl."""
@@ -122,7 +124,8 @@ class StepMetrics(MeasureCallback):
         task, outcome, parts = tuner.task, tuner.outcome, tuner.parts
         new = len(report.results)
         before = best_and_invalid(task, tuner.records[:len(tuner.records) - new])
-        for step, point in curve_points(task, tuner.records[len(tuner.records) - new:], report.measured - new, *before):
+        for step, point in curve_points(task, tuner.records[len(tuner.records) - new:], report.measured - new, *before,
+                                        per_task=len(report.outcomes) > 1):
             self.tracker.log_metrics(point, step=step)  # buffered: one write per round
         metrics = {f"time/{k}": v for k, v in outcome.times.items()}
         if parts.hardware.simulated_clock:
@@ -142,7 +145,8 @@ class StepMetrics(MeasureCallback):
         self.tracker.flush()  # every round: a kill loses at most the round being measured
 
 
-def curve_points(task, records, step: int, best: float = 0.0, invalid: int = 0) -> list[tuple[int, dict]]:
+def curve_points(task, records, step: int, best: float = 0.0, invalid: int = 0,
+                 per_task: bool = False) -> list[tuple[int, dict]]:
     """The tuning curve's points at each of `records` (one per measurement, steps step+1, ...), from
     the task's best GFLOP/s and invalid count before them: what `python -m tuning.tools.sync` rebuilds."""
     points = []
@@ -151,7 +155,7 @@ def curve_points(task, records, step: int, best: float = 0.0, invalid: int = 0) 
         if record.result.ok:
             best = max(best, record.result.gflops(task.flops))
         invalid += not record.result.ok
-        points.append((step, curve_metrics(task, best, invalid)))
+        points.append((step, curve_metrics(task, best, invalid, per_task)))
     return points
 
 
@@ -160,12 +164,15 @@ def best_and_invalid(task, records) -> tuple[float, int]:
             sum(not r.result.ok for r in records))
 
 
-def curve_metrics(task, best_gflops: float, invalid: int) -> dict:
-    """The tuning curve's point after a round of `task`: what `python -m tuning.tools.sync` rebuilds from records."""
-    metrics = {"tuning/best_gflops": best_gflops,
-               "tuning/best_latency_us": task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf,
-               "tuning/invalid": invalid}
-    return {**metrics, **{f"task/{task.name}/{k.split('/')[-1]}": v for k, v in metrics.items()}}
+def curve_metrics(task, best_gflops: float, invalid: int, per_task: bool = False) -> dict:
+    """The tuning curve's point after a round of `task`: what `python -m tuning.tools.sync` rebuilds from
+    records; `per_task` (a run of several tasks) also under task/<name>/, which one task's run would repeat."""
+    latency_us = task.flops / best_gflops / 1e3 if best_gflops > 0 else math.inf
+    metrics = {BEST_SO_FAR: best_gflops, "tuning/best_latency_us": latency_us, "tuning/invalid": invalid}
+    if per_task:
+        metrics.update({f"task/{task.name}/best_gflops": best_gflops, f"task/{task.name}/best_latency_us": latency_us,
+                        f"task/{task.name}/invalid": invalid})
+    return metrics
 
 
 class StoreWriter(MeasureCallback):

@@ -1,14 +1,16 @@
-"""A tuning job's result, once every task's best is re-measured: its final metrics, per task
-`task/<name>/final_latency_us`, `final_gflops` (and `best_true_us`, the store's median of the best
-config, with a measurement store), then the run's headline (`final_gflops`, `final_latency_us` or a
-whole model's `final_latency_ms`), `tuning/*` totals and `run/*` seconds, logged at step = the
-measurements of the run and saved to the run folder (tuning/tools/sync.py `save_final_metrics`); and
-`print_result`, the summary printed when the job ends."""
+"""A tuning job's result, once every task's best is re-measured: its final metrics, logged at step =
+the measurements of the run and saved to the run folder (tuning/tools/sync.py `save_final_metrics`):
+the run's headline (tuning/naming.py: `best/final_gflops`, and `best/final_latency_us` or a whole
+model's `best/final_latency_ms`), `tuning/*` totals and `run/*` seconds; a run of several tasks also
+per task `task/<name>/final_latency_us`, `final_gflops` (and `best_true_us`, the store's median of the
+best config, with a measurement store), which one task's run would only repeat. And `print_result`,
+the summary printed when the job ends."""
 from __future__ import annotations
 
 import math
 
 from tuning.core.outcome import summary, weighted_latency_ms
+from tuning.naming import FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US
 from tuning.whole_model import e2e_line
 from tuning.tools.sync import save_final_metrics
 
@@ -18,24 +20,32 @@ TIME_KEYS = ("search_s", "model_s", "build_s", "run_s")
 def log_final_metrics(outcomes, parts, progress, tuning_wall_s: float, out_dir, store_writer=None) -> None:
     """`progress`: the loop's Progress (measurements, simulated seconds); `tuning_wall_s`: the
     seconds of tuning and the final re-measurements."""
-    totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes) for key in TIME_KEYS}
-    totals["run/tuning_wall_s"] = tuning_wall_s
-    if parts.hardware.simulated_clock:
-        totals["run/simulated_s"] = progress.simulated_s
+    several = len(outcomes) > 1
     for outcome in outcomes:
         if store_writer is not None and outcome.best_config is not None:
             outcome.true_cost = store_writer.truth(outcome.task, parts.hardware.space(outcome.task),
                                                    outcome.best_config)
-        if math.isfinite(outcome.best_cost):
+        if several and math.isfinite(outcome.best_cost):
             parts.tracker.log_metrics(task_metrics(outcome), step=progress.measured)
-    if len(outcomes) == 1 and outcomes[0].true_cost:
-        totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
-    final = {**headline_metrics(outcomes), "tuning/final_gflops": sum(o.best_gflops for o in outcomes),
-             "tuning/measurements": progress.measured,
-             "tuning/new_measurements": progress.measured - sum(o.reused for o in outcomes),
-             "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals}
+    final = {**headline_metrics(outcomes), **run_totals(outcomes, parts, progress, tuning_wall_s)}
     parts.tracker.log_metrics(final, step=progress.measured)
     save_final_metrics(out_dir, progress.measured, {k: v for k, v in final.items() if math.isfinite(v)})
+
+
+def run_totals(outcomes, parts, progress, tuning_wall_s: float) -> dict:
+    """tuning/* counts and run/* seconds; tuning/final_gflops (the tasks' GFLOP/s summed, what a sweep's
+    `final_gflops` objective is) only for several tasks: for one it is the headline again."""
+    totals = {f"run/{key}": sum(o.times.get(key, 0.0) for o in outcomes) for key in TIME_KEYS}
+    totals["run/tuning_wall_s"] = tuning_wall_s
+    if parts.hardware.simulated_clock:
+        totals["run/simulated_s"] = progress.simulated_s
+    if len(outcomes) == 1 and outcomes[0].true_cost:
+        totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
+    if len(outcomes) > 1:
+        totals["tuning/final_gflops"] = sum(o.best_gflops for o in outcomes)
+    return {"tuning/measurements": progress.measured,
+            "tuning/new_measurements": progress.measured - sum(o.reused for o in outcomes),
+            "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals}
 
 
 def task_metrics(outcome) -> dict:
@@ -45,14 +55,14 @@ def task_metrics(outcome) -> dict:
 
 
 def headline_metrics(outcomes) -> dict:
-    """The run's result, re-measured, first in MLflow's columns: final_gflops (a whole model's: its
+    """The run's result, re-measured, first on its MLflow page: best/final_gflops (a whole model's: its
     FLOPs over its weighted kernel latency, not a sum of per-kernel rates) and the latency."""
     if len(outcomes) == 1:
-        return {"final_gflops": outcomes[0].best_gflops, "final_latency_us": outcomes[0].best_cost * 1e6}
+        return {FINAL_GFLOPS: outcomes[0].best_gflops, FINAL_LATENCY_US: outcomes[0].best_cost * 1e6}
     latency_ms = weighted_latency_ms(outcomes)
     flops = sum(o.task.weight * o.task.flops for o in outcomes)
-    return {"final_gflops": flops / latency_ms / 1e6 if math.isfinite(latency_ms) and latency_ms > 0 else 0.0,
-            "final_latency_ms": latency_ms}
+    return {FINAL_GFLOPS: flops / latency_ms / 1e6 if math.isfinite(latency_ms) and latency_ms > 0 else 0.0,
+            FINAL_LATENCY_MS: latency_ms}
 
 
 def print_result(outcomes, e2e: dict | None, tracker, out_dir) -> None:

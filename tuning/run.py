@@ -41,7 +41,7 @@ from tuning.store_wiring import check_store_space, wire_store
 from tuning.sweep import Pruning
 from tuning.tools.sync import SPOOL_FILE, save_tasks
 from tuning.tracking.job_run import end_job_run, start_job_run
-from tuning.tracking.tags import method_name
+from tuning.tracking.tags import figure_title, method_name
 from tuning.trial import current_trial
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
 
@@ -58,6 +58,7 @@ class Job:
     tasks: list
     prior: dict  # records reused from tuning.database, by workload key
     store_writer: StoreWriter | None
+    figure_title: str = ""  # method, workload and seed (tuning/naming.py figure_title)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> JobResult:
     parts, tasks, plan, store_writer, prior = _prepare(cfg, parts, out_dir)
     plan = with_plan_size(plan, parts.search.default_plan_size, tasks, parts.hardware)
     # config.yaml and the tracked params hold the numbers the run uses
-    job = Job(plan.applied(cfg), out_dir, parts, tasks, prior, store_writer)
+    job = Job(plan.applied(cfg), out_dir, parts, tasks, prior, store_writer, figure_title(hydra, cfg))
     _write_run_files(job, hydra)
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
     pruning = Pruning(trial, job.cfg.objective, plan.trials) if trial is not None else None
@@ -225,7 +226,7 @@ def _tune(job: Job, run: RunInfo) -> tuple:
 def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     """The artifacts, a whole model's end-to-end check (not for a pruned trial) and summary.txt."""
     cfg, parts, out_dir = job.cfg, job.parts, job.out_dir
-    export_artifacts(parts, outcomes, out_dir)
+    export_artifacts(parts, outcomes, out_dir, job.figure_title)
     e2e = None
     if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
         e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir)

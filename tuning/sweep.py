@@ -1,5 +1,6 @@
 """A sweep's MLflow parent run and a sweep job's side of Optuna: pruning, trial tags, the sweep's
-summary on its parent run (and the sweeper's way to end that run KILLED).
+summary printed and on its parent run, the parent run's link printed (and the sweeper's way to end
+that run KILLED).
 
 The parent run is opened by the launching process before any job (SweepParent, a Hydra callback),
 and its id handed to the jobs in the environment (mlflow_tracker.PARENT_RUN_ENV); a job on a launcher
@@ -64,11 +65,13 @@ def trial_tags(trial) -> dict:
 class SweepParent(Callback):
     """Hydra callback: before a multirun's first job, its MLflow parent run, created in the launching
     process; the jobs get its id through the environment (launchers that start them from this
-    process's environment: basic, joblib) or find it by its tag (any other)."""
+    process's environment: basic, joblib) or find it by its tag (any other). After the last job, the
+    parent run's link is printed."""
 
     def __init__(self):
         self._handed = False
         self._before: str | None = None  # the environment's value before this multirun set it
+        self._link = ""
 
     def on_multirun_start(self, config, **kwargs) -> None:
         from tuning.tracking.mlflow_tracker import PARENT_RUN_ENV
@@ -83,12 +86,15 @@ class SweepParent(Callback):
         if run_id:
             self._handed, self._before = True, os.environ.get(PARENT_RUN_ENV)
             os.environ[PARENT_RUN_ENV] = run_id
+            self._link = tracker.run_page(run_id)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         from tuning.tracking.mlflow_tracker import PARENT_RUN_ENV
 
         if not self._handed:
             return
+        if self._link:
+            print(f"tunelab: the sweep's MLflow parent run (its jobs are its children): {self._link}")
         if self._before is None:
             os.environ.pop(PARENT_RUN_ENV, None)
         else:
@@ -119,8 +125,9 @@ def _save_sweep_config(config) -> None:
 
 class SweepSummary(Callback):
     """Hydra callback: after a multirun whose sweeper wrote optimization_results.yaml (the
-    Optuna sweeper), log the best trial's params and value (or the Pareto front) on the
-    sweep's parent run, with the results files as artifacts."""
+    Optuna sweeper), print its best trial (or Pareto front) in one line and log it on the sweep's
+    parent run: the best params, value and that line (the run's description), the results files as
+    artifacts."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
@@ -128,9 +135,11 @@ class SweepSummary(Callback):
         if not results_file.exists():
             return
         results = OmegaConf.to_container(OmegaConf.load(results_file))
+        line = best_line(results)
+        print(f"tunelab: {line}")
         names = results["objectives"]
         tags = {"optuna.study": results["study_name"], "optuna.storage": str(results["storage"]),
-                "optuna.directions": ",".join(results["directions"]),
+                "optuna.directions": ",".join(results["directions"]), "mlflow.note.content": line,
                 **{f"optuna.trials.{state}": str(n) for state, n in results["trials"].items()}}
         params, metrics = {}, {}
         if "best_params" in results:
@@ -142,6 +151,22 @@ class SweepSummary(Callback):
         files = [sweep_dir / name for name in (RESULTS_FILE, "trials.csv", "pareto_front.csv")]
         artifacts = [str(f) for f in files if f.exists()]
         _tracker(config).log_to_parent(_parent_key(config), params, metrics, tags, artifacts)
+
+
+def best_line(results: dict) -> str:
+    """A finished study in one line, from its optimization_results.yaml: the best trial's value and
+    params (a Pareto front's trials for several objectives), then its trials by state."""
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(results["trials"].items()))
+    study = f"sweep {results['study_name']} ({counts})"
+    if "best_params" in results:
+        params = " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in results["best_params"].items())
+        return (f"{study}: best trial {results['best_trial']}, {results['objectives'][0]}={results['best_value']:.6g} "
+                f"({results['directions'][0]}) with {params or 'no swept params'}")
+    if "pareto_front" in results:
+        trials = ", ".join(str(t["trial"]) for t in results["pareto_front"])
+        return f"{study}: Pareto front of {' and '.join(results['objectives'])}: trials {trials} (pareto_front.csv)"
+    return f"{study}: no trial completed"
 
 
 def end_parent(config, status: str) -> None:

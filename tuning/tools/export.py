@@ -34,10 +34,10 @@ from tuning.tracking.plot import convergence_png
 from tuning.whole_model import is_whole_model
 
 
-def export_artifacts(parts, outcomes, out_dir: Path) -> None:
+def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
     """A finished tuning job's results into its folder and its MLflow run: best_schedules/,
-    database/ (the MetaSchedule database of the best schedules), convergence.png, and the records,
-    config, tasks and Hydra job log."""
+    database/ (the MetaSchedule database of the best schedules), convergence.png (titled `title`),
+    and the records, config, tasks and Hydra job log."""
     tracker, hardware = parts.tracker, parts.hardware
     for outcome in outcomes:
         if outcome.best_config is not None:
@@ -49,21 +49,21 @@ def export_artifacts(parts, outcomes, out_dir: Path) -> None:
     exported = hardware.export_database(measured, out_dir / "database", unmeasured) if measured or unmeasured else []
     for path in exported:
         tracker.log_artifact(path, "database")
-    tracker.log_artifact(_convergence(outcomes, out_dir))
+    tracker.log_artifact(_convergence(outcomes, out_dir, title))
     for name in ("records.jsonl", "config.yaml", "tasks.json"):
         tracker.log_artifact(str(out_dir / name))
     for log in out_dir.glob("*.log"):  # Hydra's job log
         tracker.log_artifact(str(log), "logs")
 
 
-def _convergence(outcomes, out_dir: Path) -> str:
+def _convergence(outcomes, out_dir: Path, title: str) -> str:
     """A single operator's best GFLOP/s so far; a model's estimated latency (sum of weight x best)."""
     if len(outcomes) == 1:
         return convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"),
-                               final=outcomes[0].best_gflops)
+                               final=outcomes[0].best_gflops, title=title)
     return convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")},
                            str(out_dir / "convergence.png"),
-                           ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes))
+                           ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes), title=title)
 
 
 def export_run(run_dir: Path, task_name: str | None = None) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
-from tuning.naming import run_name
+from tuning.naming import BEST_SO_FAR, run_name
 from tuning.core.records import RecordLog
 from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
 from tuning.tools.cli_common import add_tracking_uri, new_parser
@@ -34,7 +34,7 @@ from tuning.tools.cli_common import add_tracking_uri, new_parser
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
 FINAL_METRICS_FILE = "final_metrics.json"
 SPOOL_FILE = "mlflow_pending.jsonl"  # metrics the store did not take during the run (the tracker's spool)
-CURVE_KEY = "tuning/best_gflops"
+CURVE_KEY = BEST_SO_FAR  # a run logged under its earlier name (tuning/best_gflops) gets the whole curve again
 COPY_TAG = "tunelab.copy_of"  # on a copy in another store: the source run (see the module docstring)
 
 
@@ -48,8 +48,8 @@ def history(tasks, prior: dict, records) -> list[tuple[int, dict]]:
     points = []
     for record in (r for r in records if r.workload_key in by_key):
         task = by_key[record.workload_key]
-        [point] = curve_points(task, [record], step, *state.get(task.key, (0.0, 0)))
-        state[task.key] = (point[1]["tuning/best_gflops"], point[1]["tuning/invalid"])
+        [point] = curve_points(task, [record], step, *state.get(task.key, (0.0, 0)), per_task=len(by_key) > 1)
+        state[task.key] = (point[1][BEST_SO_FAR], point[1]["tuning/invalid"])
         points.append(point)
         step += 1
     return points

@@ -9,10 +9,11 @@ artifacts. The loop drives it in this order:
         `tags` values are stringified. `parent` is a multirun key (e.g. the
         Hydra sweep dir): every job started with the same key becomes a
         child of one shared parent run, also across processes.
-        `resume_run_id` reopens an earlier run instead of creating one;
-        params it already has are not logged again.
-    tracker.log_metrics({"tuning/best_gflops": 12.3, ...}, step=measurements)
-        Buffered; non-finite values are dropped. Keys may contain '/'.
+        `resume_run_id` reopens an earlier run instead of creating one (it
+        takes `run_name`); params it already has are not logged again.
+    tracker.log_metrics({"best/gflops_so_far": 12.3, ...}, step=measurements)
+        Buffered; non-finite values are dropped. Keys may contain '/' (MLflow's
+        UI groups charts by the text before the last one).
     tracker.log_artifact(path, artifact_path=None)   copy a local file into the run
     tracker.log_text(text, artifact_file)            write a text artifact
     tracker.set_tags(tags)
@@ -29,6 +30,9 @@ artifacts. The loop drives it in this order:
                                                      every call is a no-op; the run folder keeps all,
                                                      `python -m tuning.tools.sync` rebuilds the run from it)
     tracker.location                                 where to find the run, for humans
+    tracker.run_page(run_id) -> str                  how to open a run of the tracker's experiment in
+                                                     the store's UI, once connected ('' when nothing is
+                                                     tracked)
     tracker.download(run_id, artifact, dst_dir)      fetch an artifact of any run in the store
                                                      (needs no open run); returns the local path
     tracker.log_to_parent(parent, params, metrics, tags, artifacts)
@@ -102,6 +106,9 @@ class Tracker(Component):
     @abstractmethod
     def location(self) -> str:
         """Where to find the run, for humans."""
+
+    def run_page(self, run_id: str) -> str:
+        return ""
 
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         raise FileNotFoundError(f"{type(self).__name__} keeps no runs to download {artifact} from")

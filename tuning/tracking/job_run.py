@@ -1,5 +1,5 @@
-"""A tuning job's MLflow run: started with its name, params and tags (a resumed run continues its
-own run, its curve rebuilt from the records), and ended with the job's status (an Optuna trial's
+"""A tuning job's MLflow run: started with its name, params (the config's, and `method`) and tags (a
+resumed run continues its own run under its new name, its curve rebuilt from the records), and ended with the job's status (an Optuna trial's
 `optuna.state` tag beside it; a stopped run's last round backfilled from the records)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tuning.core.records import RecordError, RecordLog
 from tuning.sweep import trial_tags
 from tuning.tools.sync import backfill, history
 from tuning.tracking.base import run_params
-from tuning.tracking.tags import job_run_name, run_tags
+from tuning.tracking.tags import job_run_name, method_label, run_tags
 
 RUN_ID_FILE = "mlflow_run_id"
 OPTUNA_STATES = {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}  # any other status: FAIL
@@ -23,6 +23,7 @@ def start_job_run(tracker, cfg, hydra: dict, out_dir: Path, tasks, prior, trial=
     run_id_file = out_dir / RUN_ID_FILE
     resumed_id = run_id_file.read_text().strip() if run_id_file.exists() else None
     params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
+    params["method"] = method_label(hydra, cfg)  # beside the class paths of search._target_ and the rest
     tags = {**run_tags(hydra, cfg), **path_tags, **(trial_tags(trial) if trial is not None else {})}
     run_id = tracker.start(job_run_name(hydra, cfg, trial), params, tags, parent=hydra.get("sweep_dir"),
                            resume_run_id=resumed_id)

@@ -49,6 +49,10 @@ METRICS_PER_BATCH = 1000
 # GenAI view (traces, judges, prompts) instead of the runs table and metric charts
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
+# MLflow 3's UI opens in its GenAI view unless a link asks for the model-training one (runs, metric charts)
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a database store by default
+
 # "Creating initial MLflow database tables...", alembic's migrations, "Started monitoring system metrics"
 QUIET_LOGGERS = ("mlflow.store.db.utils", "alembic", "mlflow.system_metrics")
 
@@ -128,9 +132,9 @@ class MlflowTracker(Tracker):
 
         run = self._existing_run(resume_run_id) if resume_run_id else None
         reopened = run is not None
-        if reopened:
+        if reopened:  # renamed: a resume with a larger budget is a run of that budget
             self._run_id = run.info.run_id
-            self._client.update_run(self._run_id, status="RUNNING")
+            self._client.update_run(self._run_id, status="RUNNING", name=run_name)
             already_logged = set(run.data.params)
         else:
             run = self._client.create_run(self._experiment_id, run_name=run_name,
@@ -336,13 +340,16 @@ class MlflowTracker(Tracker):
         if self._experiment_id is not None:
             experiment += f" (id {self._experiment_id})"
         run = f"run={self._run_id}" if self._run_id else "run=(not started)"
-        # MLflow 3's UI opens in its GenAI view unless the link asks for the model-training one
-        page = f"/#/experiments/{self._experiment_id}?workflowType=machine_learning"
-        if self.uri.startswith(("http://", "https://")):
-            browse = self.uri.rstrip("/") + page
-        else:
-            browse = f"mlflow ui --backend-store-uri {self.uri}, then open http://127.0.0.1:5000{page}"
-        return f"{self.uri}  {experiment}  {run}\n  browse: {browse}"
+        return f"{self.uri}  {experiment}  {run}\n  browse: {self._browse(f'/#/experiments/{self._experiment_id}')}"
+
+    def run_page(self, run_id: str) -> str:
+        return self._browse(f"/#/experiments/{self._experiment_id}/runs/{run_id}")
+
+    def _browse(self, route: str) -> str:
+        """How to open a route of MLflow's UI in its model-training view."""
+        address = f"{ui_address(self.uri)}{route}?{MODEL_TRAINING_VIEW}"
+        serve = ui_command(self.uri)
+        return f"{serve}, then open {address}" if serve else address
 
     # -- helpers -----------------------------------------------------------
 
@@ -513,6 +520,20 @@ def experiment_problems(key: str, name) -> list[str]:
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         return [f"{key}: control characters (newlines, tabs, ...) are not allowed, got {name!r}"]
     return []
+
+
+def ui_address(uri: str) -> str:
+    """Where MLflow's UI for the store `uri` is: the server itself, or `mlflow ui` on this host."""
+    return uri.rstrip("/") if _is_server(uri) else LOCAL_UI
+
+
+def ui_command(uri: str) -> str | None:
+    """The command that serves a database store's UI (None for a server, which serves its own)."""
+    return None if _is_server(uri) else f"mlflow ui --backend-store-uri {uri}"
+
+
+def _is_server(uri: str) -> bool:
+    return uri.startswith(tuple(f"{scheme}://" for scheme in SERVER_SCHEMES))
 
 
 def sqlite_path(uri: str | None) -> Path | None:

@@ -5,9 +5,10 @@ import math
 
 
 def convergence_png(curves: dict[str, list[tuple[int, float]]], path: str,
-                    ylabel: str = "best GFLOP/s", final: float | None = None) -> str:
+                    ylabel: str = "best GFLOP/s", final: float | None = None, title: str = "") -> str:
     """`final`: the run's result (its best re-measured at the end), drawn as a dashed line: the
-    curve is the best *reading* while tuning, which a noisy host biases up."""
+    curve is the best *reading* while tuning, which a noisy host biases up. `title`: which run it is
+    (method, workload, seed: tuning/naming.py figure_title), after "Convergence: "."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on tuning machines
@@ -22,7 +23,7 @@ def convergence_png(curves: dict[str, list[tuple[int, float]]], path: str,
         ax.axhline(final, linestyle="--", color="black", linewidth=1, label=f"re-measured best: {final:.4g}")
     ax.set_xlabel("measurements")
     ax.set_ylabel(ylabel)
-    ax.set_title("Convergence")
+    ax.set_title(f"Convergence: {title}" if title else "Convergence")
     ax.grid(alpha=0.3)
     if any(curves.values()) or (final is not None and math.isfinite(final) and final > 0):
         ax.legend()

@@ -1,6 +1,7 @@
 """A tuning job's MLflow run name, tags and note: what ran, by whom, from which commit, and which
 metric is its result. `run_tags` fills the run page's Source, Git commit, Created by and Description
-(MLflow's own `mlflow.*` tags) beside tunelab's `choice.<group>`, `model`, `seed` and `overrides`."""
+(MLflow's own `mlflow.*` tags) beside tunelab's `method` (sa+greedy+xgb: a column the runs table can
+show), `choice.<group>`, `model`, `seed` and `overrides`."""
 from __future__ import annotations
 
 import os
@@ -26,8 +27,22 @@ def method_name(hydra: dict, cfg) -> str:
     return f"{choice(hydra, cfg, 'search')}+{choice(hydra, cfg, 'sampler')}"
 
 
+def choices(hydra: dict, cfg) -> dict:
+    """Every NOTE_GROUPS group -> the option it was given."""
+    return {group: choice(hydra, cfg, group) for group in NOTE_GROUPS}
+
+
+def method_label(hydra: dict, cfg) -> str:
+    """search+sampler+cost_model[+evaluator] (tuning/naming.py): the `method` param and tag."""
+    return naming.method_label(choices(hydra, cfg))
+
+
+def figure_title(hydra: dict, cfg) -> str:
+    return naming.figure_title(cfg, choices(hydra, cfg))
+
+
 def job_run_name(hydra: dict, cfg, trial=None) -> str:
-    name = naming.run_name(cfg, {g: choice(hydra, cfg, g) for g in ("search", "sampler", "hardware")})
+    name = naming.run_name(cfg, choices(hydra, cfg))
     return name if trial is None else f"{name}-trial{trial.number}"
 
 
@@ -44,6 +59,7 @@ def run_tags(hydra: dict, cfg) -> dict:
         "torch_version": _version("torch"),  # its metadata: importing torch costs a second
         "model": cfg.model.name,
         "experiment": hydra.get("choices", {}).get("experiment") or "none",
+        "method": method_label(hydra, cfg),
         **{f"choice.{group}": choice(hydra, cfg, group) for group in NOTE_GROUPS},
         "seed": str(cfg.seed),
         # rows of an experiment (+experiment/adatune_row=..., +experiment/chameleon_row=...): what
@@ -55,17 +71,18 @@ def run_tags(hydra: dict, cfg) -> dict:
 
 def note(hydra: dict, cfg, overrides: str) -> str:
     """The run page's description: what ran, where its files are, which metric is the result."""
-    picked = {g: choice(hydra, cfg, g) for g in NOTE_GROUPS}
+    picked = choices(hydra, cfg)
     return (f"{naming.workload_label(cfg.model)} tuned by search={picked['search']} sampler={picked['sampler']} "
             f"(cost_model={picked['cost_model']}, evaluator={picked['evaluator']}) on hardware={picked['hardware']}: "
             f"{cfg.budget.trials} measurements, seed {cfg.seed}. Command: `python run.py {overrides}`. "
             f"The result is {headline_names(cfg)} (the best schedule re-measured at the end"
-            f"{'; `e2e/*` times the whole model' if is_whole_model(cfg.model) else ''}); `tuning/best_gflops` is "
-            f"the best reading while tuning, one point per measurement. Records, config and log: {cfg.output_dir}.")
+            f"{'; `e2e/*` times the whole model' if is_whole_model(cfg.model) else ''}); `{naming.BEST_SO_FAR}` "
+            f"is the best reading while tuning, one point per measurement. Records, config and log: {cfg.output_dir}.")
 
 
 def headline_names(cfg) -> str:
-    return "`final_gflops` / `final_latency_ms`" if is_whole_model(cfg.model) else "`final_gflops` / `final_latency_us`"
+    latency = naming.FINAL_LATENCY_MS if is_whole_model(cfg.model) else naming.FINAL_LATENCY_US
+    return f"`{naming.FINAL_GFLOPS}` / `{latency}`"
 
 
 def user() -> str:

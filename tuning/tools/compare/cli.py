@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 from tuning.tools.compare.load import GROUPS, gather, job_runs
-from tuning.tools.compare.report import log_to_mlflow, write_outputs
+from tuning.tools.compare.report import log_to_mlflow, mlflow_links, write_outputs
 from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
 
 
@@ -132,7 +132,10 @@ def main(argv=None, rename: dict | None = None, prog: str | None = None) -> Comp
     files = write_outputs(result, out_dir, described, args.seed)
     print((out_dir / "compare.md").read_text())
     print(f"files: {out_dir}")
+    comparison_run = None
     if not args.no_mlflow_run:
         run_id = log_to_mlflow(client, args.log_experiment, result, files, selection, uri)
         print(f"MLflow: run {run_id} in experiment {args.log_experiment!r} at {uri}")
+        comparison_run = client.get_run(run_id)
+    print("\n".join(mlflow_links(uri, runs, result, comparison_run)))
     return result

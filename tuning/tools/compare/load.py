@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
 from tuning.core.records import RecordError, RecordLog
+from tuning.naming import with_current_names
 
 
 GROUPS = ("search", "sampler", "cost_model", "evaluator")
@@ -56,7 +57,7 @@ class LoadedRun:
     init_random: int
     records: list
     tasks: list[dict]
-    metrics: dict = field(default_factory=dict)  # the run's final MLflow metrics
+    metrics: dict = field(default_factory=dict)  # the run's final MLflow metrics (an older run's under today's names too)
     host: str = ""  # the hardware that measured it: option, CPU model, target (its describe() tags)
 
 
@@ -85,7 +86,7 @@ def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
     return LoadedRun(run.info.run_id, run.info.run_name or run.info.run_id,
                      {key: _method_part(run, key) for key in method_by}, seed, params.get("model.name", ""),
                      0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks,
-                     dict(run.data.metrics), _host(tags))
+                     with_current_names(run.data.metrics), _host(tags))
 
 
 def measured_rounds(records) -> int:

@@ -184,7 +184,10 @@ def curves_png(result: Comparison, task: str, path: Path, rng) -> Path:
     axes[1].set_xscale("log")
     axes[0].set_ylabel(f"incumbent's true latency (us; {'store' if truth.source.startswith('store') else 'readings'})")
     axes[0].legend()
-    fig.suptitle(f"{task}: median over seeds, bootstrap 95% band")
+    methods = result.by_method(task)
+    seeds = sorted({c.seed for curves in methods.values() for c in curves})
+    fig.suptitle(f"{task}: {len(methods)} methods (baseline {result.baseline}), median over seeds {_ranges(seeds)}, "
+                 "bootstrap 95% band")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -239,6 +242,35 @@ def log_to_mlflow(client, experiment: str, result: Comparison, files: list[Path]
         client.log_artifact(run.info.run_id, str(path))
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
+
+
+# ---- links into MLflow's UI ---------------------------------------------------------------------
+def mlflow_links(uri: str, runs, result: Comparison, comparison_run=None) -> list[str]:
+    """Where to look in MLflow's UI (its model-training view): the comparison's own run, and MLflow's
+    compare-runs page of the runs compared (their metric charts, params and tags side by side);
+    `runs`: the MLflow runs the selection found, `comparison_run`: the one log_to_mlflow made."""
+    from tuning.tracking.mlflow_tracker import MODEL_TRAINING_VIEW, ui_address, ui_command
+
+    base = ui_address(uri)
+    lines = [f"MLflow UI{f' (serve it: {ui_command(uri)})' if ui_command(uri) else ''}:"]
+    if comparison_run is not None:
+        info = comparison_run.info
+        lines.append(f"  the comparison: {base}/#/experiments/{info.experiment_id}/runs/{info.run_id}"
+                     f"?{MODEL_TRAINING_VIEW}")
+    compared = {c.run_id for c in result.curves}
+    lines.append(f"  the compared runs' charts: {base}{compare_runs_page([r for r in runs if r.info.run_id in compared])}")
+    return lines
+
+
+def compare_runs_page(runs) -> str:
+    """MLflow's compare-runs route; its page reads `runs` only as the query's first key."""
+    from urllib.parse import quote
+
+    from tuning.tracking.mlflow_tracker import MODEL_TRAINING_VIEW
+
+    ids = json.dumps([r.info.run_id for r in runs])
+    experiments = json.dumps(sorted({r.info.experiment_id for r in runs}))
+    return f"/#/compare-runs?runs={quote(ids)}&experiments={quote(experiments)}&{MODEL_TRAINING_VIEW}"
 
 
 # ---- the claims table (experiments/claims.py) ----------------------------------------------------
