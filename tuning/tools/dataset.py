@@ -119,7 +119,7 @@ def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
               f"(store: {Path(args.store).expanduser()}{'' if store else ', not created by a dry run'})", flush=True)
         if args.dry_run:
             return
-        with tqdm(total=total, unit="config", dynamic_ncols=True) as bar:
+        with tqdm(total=total, unit="config", dynamic_ncols=True, disable=None) as bar:
             for table, todo in jobs:
                 bar.set_description(table.task.name)
                 for start in range(0, len(todo), args.batch):

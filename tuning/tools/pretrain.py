@@ -72,7 +72,7 @@ def held_out(X, ratios, seed: int, names, keys) -> dict[str, float]:
     """Leave-one-kernel-out Spearman correlation of predicted and measured throughput ratios. A
     kernel found in several stores is one kernel: all of its entries are held out together."""
     scores = {}
-    for key in tqdm(list(dict.fromkeys(keys)), desc="held-out kernels", unit="kernel"):
+    for key in tqdm(list(dict.fromkeys(keys)), desc="held-out kernels", unit="kernel", disable=None):
         inside = [i for i, k in enumerate(keys) if k == key]
         others = [j for j in range(len(X)) if keys[j] != key]
         if not others:
@@ -93,7 +93,7 @@ def main(argv=None, prog: str | None = None) -> None:
     corpus.skipped += [f"{t.store}: {t.task.name}: --exclude" for t in corpus.tasks if t.task.name in args.exclude]
     corpus.tasks = [t for t in corpus.tasks if t.task.name not in args.exclude]
     backend, fingerprint = one_backend(corpus)
-    with tqdm(total=corpus.configs, desc="per-store features", unit="config") as bar:
+    with tqdm(total=corpus.configs, desc="per-store features", unit="config", disable=None) as bar:
         X = features(corpus, backend, "per_store", progress=lambda task: bar.update(len(task.configs)))
     for reason in corpus.skipped:
         print(f"tunelab: skipped {reason}", file=sys.stderr)

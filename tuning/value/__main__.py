@@ -151,7 +151,7 @@ def train(args) -> None:
         print(f"tunelab: {len(shared)} held-out kernel(s) are also in the training stores (the same computation "
               f"in two networks): V has seen their configs", file=sys.stderr)
     seen, held = split(inside, args.val_fraction, np.random.default_rng(args.seed))
-    with tqdm(total=args.epochs, desc="training V", unit="epoch") as bar:
+    with tqdm(total=args.epochs, desc="training V", unit="epoch", disable=None) as bar:
         net, losses = fit(seen, args.hidden, args.layers, args.epochs, args.lr, args.batch, args.seed,
                           progress=lambda epoch, loss: (bar.update(), bar.set_postfix(loss=f"{loss:.4f}")))
     results = {"train": complete_errors(net, seen), "heldout_configs": complete_errors(net, held),
