@@ -195,7 +195,8 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     finish(run_py("-m", "model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, f"hardware.store={store.path}",
                   "hardware.on_miss=error", "model.space=store", "search=random,sa", "seed=0,1,2",
-                  "budget.trials=48", "budget.init_random=8", f"tracking.uri={uri}", "tracking.experiment=grid",
+                  "budget.trials=48", "budget.plan_size=16", "budget.init_random=8", f"tracking.uri={uri}",
+                  "tracking.experiment=grid",
                   f"hydra.sweep.dir={tmp_path}/multirun", tmp=tmp_path), timeout=300)
     firsts = {}
     for path in sorted((tmp_path / "multirun").glob("*/records.jsonl")):
@@ -208,6 +209,7 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "sa vs random" in printed and "first 8 measurements shared" in printed
     assert "budgets 64 left out" in printed
+    assert "single round" not in printed  # three rounds of 16: each search saw measurements
     table = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()
     assert sum(line.startswith("budget,") for line in table) == 4  # 2 budgets x 2 methods
     assert (tmp_path / "cmp" / "curves_gemm_64.png").stat().st_size > 10_000
@@ -220,6 +222,20 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"compare.md", "compare.csv",
                                                                          "curves_gemm_64.png"}
     assert (tmp_path / "mlartifacts").is_dir()  # beside the store, never ./mlruns of the working directory
+
+
+def test_a_run_measured_in_a_single_round_is_counted_as_such():
+    """compare warns about runs whose search never saw a measurement: each task's rounds are counted."""
+    from types import SimpleNamespace
+
+    from tuning.tools.compare.load import measured_rounds
+
+    def records(*task_rounds):
+        return [SimpleNamespace(task=task, round=r) for task, r in task_rounds]
+
+    assert measured_rounds(records(("a", 0), ("a", 0), ("b", 0))) == 1
+    assert measured_rounds(records(("a", 0), ("b", 0), ("b", 1))) == 2
+    assert measured_rounds([]) == 0
 
 
 def test_compare_rejects_bad_arguments(tmp_path, capsys):
