@@ -284,7 +284,7 @@ def store_outage_then_sync(tmp: Path, lock_s: float, trials: int) -> None:
     locked.wait(30)
     _, err = done(proc)
     holder.join()
-    assert "python -m tuning.tools.sync" in err and len(rows(run_dir)) == trials
+    assert "tunelab sync" in err and len(rows(run_dir)) == trials
     assert (run_dir / "status").read_text().strip() == "FINISHED"
     out, _ = module(tmp, "tuning.tools.sync", str(run_dir))
     assert "status FINISHED" in out
@@ -343,7 +343,7 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
     _, err = done(proc)
-    assert "python -m tuning.tools.sync" in err and len(rows(run_dir)) == 256
+    assert "tunelab sync" in err and len(rows(run_dir)) == 256
     server = mlflow_server(tmp_path, port)
     try:
         module(tmp_path, "tuning.tools.sync", str(run_dir))
@@ -409,7 +409,7 @@ def test_a_tracker_whose_store_fails_goes_offline_once_and_never_raises(tmp_path
     tracker.set_tags({"b": "c"})
     tracker.end("FINISHED")  # nothing raised, nothing more tried
     assert len(calls) == tried
-    assert capsys.readouterr().err.count("tuning.tools.sync") == 1
+    assert capsys.readouterr().err.count("tunelab sync") == 1
 
 
 def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):

@@ -39,7 +39,7 @@ def test_run_lifecycle_metrics_params_artifacts(tmp_path):
                       "tiles": [1, 2, 4], "note": "x" * 7000, "k" * 300: 1})
     run_id = tracker.start("gemm-sa-greedy-3", params, tags={"git_commit": "abc", "n": 1})
     assert run_id and run_id in tracker.location
-    assert f"mlflow ui --backend-store-uri {uri}" in tracker.location
+    assert f"tunelab ui --tracking-uri {uri}" in tracker.location
 
     for step in range(1000):
         tracker.log_metrics({"best/gflops_so_far": step * 0.5, "task/conv_l8/best_latency_us": 1e3 - step,

@@ -115,7 +115,7 @@ def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
     register_booster(tiny_booster(width=164), "pre", registry, "pretrain", {}, {}, {"tunelab.features": "per_store"})
     params = {"features": "per_store", "registry": registry}
     [problem] = MetaScheduleXGBoost.check({**params, "pretrained": "models:/nothing/1"}, "cost_model")
-    assert problem.startswith("cost_model.pretrained: no registered model") and "tuning.tools.pretrain" in problem
+    assert problem.startswith("cost_model.pretrained: no registered model") and "tunelab pretrain" in problem
     [problem] = MetaScheduleXGBoost.check({**params, "features": "both", "pretrained": "pre/1"}, "cost_model")
     assert "reads features per_store, not cost_model.features=both" in problem
     assert MetaScheduleXGBoost.check({**params, "pretrained": "pre/1"}, "cost_model") == []

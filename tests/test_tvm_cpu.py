@@ -270,7 +270,7 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
         _, stderr = proc.communicate()
         pytest.fail(f"still running 120 s after Ctrl-C; its last output:\n{stderr[-3000:]}")
     assert proc.returncode == 130, stderr[-3000:]
-    assert f"continue with: python run.py resume={run_dir}" in stderr
+    assert f"continue with: tunelab run resume={run_dir}" in stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
 
 

@@ -151,7 +151,7 @@ def _prepare(cfg, parts, out_dir: Path) -> tuple:
         raise
     except KeyboardInterrupt as interrupt:  # e.g. during a whole model's import: nothing measured yet
         parts.hardware.close()
-        again = f"python run.py resume={out_dir}" if cfg.resume else "the same command"
+        again = f"tunelab run resume={out_dir}" if cfg.resume else "the same command"
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}) before the first measurement; nothing was "
               f"measured; run {again} again", file=sys.stderr)
         raise
@@ -187,13 +187,13 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         status = "KILLED"
         again = ("re-running the sweep runs this trial again" if trial is not None
-                 else f"continue with: python run.py resume={out_dir}")
+                 else f"continue with: tunelab run resume={out_dir}")
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
     except (StoreError, ConfigError) as error:  # the store's disk filled up, a link where the run writes
         print(f"\ntunelab: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
-              f"once that is mended continue with: python run.py resume={out_dir}", file=sys.stderr)
+              f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
         raise JobFailed(str(error)) from None
     finally:
         mark_status(out_dir, status)

@@ -36,5 +36,5 @@ def check_store_space(cfg, tasks, hardware) -> None:
     for task in tasks:
         if hardware.space(task).size == 0:
             raise ConfigError(f"model.space: the store {hardware.store} holds no reading of {task.name} for this "
-                              "hardware and evaluator (python -m tuning.tools.dataset stats lists what it holds)")
+                              "hardware and evaluator (tunelab dataset stats lists what it holds)")
 

@@ -97,7 +97,7 @@ class MetaScheduleXGBoost(CostModel):
         try:
             version = resolve(params["pretrained"], registry)
         except RegistryError as error:
-            return [f"{group}.pretrained: {error} (python -m tuning.tools.pretrain registers one)"]
+            return [f"{group}.pretrained: {error} (tunelab pretrain registers one)"]
         trained_on = version.tags.get("tunelab.features")
         if trained_on != params["features"]:
             return [f"{group}.pretrained: {params['pretrained']} reads features {trained_on}, not "
@@ -108,7 +108,7 @@ class MetaScheduleXGBoost(CostModel):
             return [f"{group}.pretrained: {error}"]
         if params["features"] == "per_store" and booster.num_features() != PER_STORE_WIDTH:
             return [f"{group}.pretrained: {params['pretrained']} reads rows of {booster.num_features()} features, "
-                    f"not TVM's {PER_STORE_WIDTH} per-store features (python -m tuning.tools.pretrain registers one)"]
+                    f"not TVM's {PER_STORE_WIDTH} per-store features (tunelab pretrain registers one)"]
         return []  # knob rows have another width in every task's space: checked on first use
 
     def _pretrained(self, width: int) -> xgb.Booster | None:

@@ -118,7 +118,7 @@ class ReplayHardware(Hardware):
         if params["create"] and params["on_miss"] != "measure":
             return [f"{group}.create: a new store can only fill up with on_miss=measure, got on_miss={params['on_miss']}"]
         if not params["create"] and not Path(str(params["store"])).expanduser().is_file():
-            return [f"{group}.store: no such file {params['store']!r} (build one: python -m tuning.tools.dataset build; "
+            return [f"{group}.store: no such file {params['store']!r} (build one: tunelab dataset build; "
                     f"or start one with {group}.create=true)"]
         reason = unwritable(Path(str(params["store"])).expanduser())
         if reason and params["on_miss"] == "measure":

@@ -1,7 +1,7 @@
 """search=value: schedules proposed by a learned value function, no cost model, no measurement to choose.
 
 The fifth seed paper (Steiner et al., "Value function based performance optimization of deep learning
-workloads"): V (`python -m tuning.value train`, registered in MLflow) predicts the best runtime any
+workloads"): V (`tunelab value train`, registered in MLflow) predicts the best runtime any
 completion of a partial schedule can reach; a schedule is built one decision at a time, keeping the
 lowest-valued states (tuning/value/beam.py). Each round:
 
@@ -58,16 +58,16 @@ class ValueSearch(Search):
                             f"set {group}.greedy=false for a beam search")
         if not params.get("model"):
             return problems + [f"{group}.model: required: a registered value function "
-                               "(python -m tuning.value train registers one)"]
+                               "(tunelab value train registers one)"]
         from tuning.tracking.registry import RegistryError, default_registry, resolve
 
         try:
             version = resolve(params["model"], params.get("registry") or default_registry())
         except RegistryError as error:
-            return problems + [f"{group}.model: {error} (python -m tuning.value train registers one)"]
+            return problems + [f"{group}.model: {error} (tunelab value train registers one)"]
         if version.tags.get("tunelab.kind") != "value" or "tunelab.value_net" not in version.tags:
             problems.append(f"{group}.model: {params['model']} is not a value function (its tunelab.kind tag is "
-                            f"{version.tags.get('tunelab.kind')!r}); python -m tuning.value train registers one")
+                            f"{version.tags.get('tunelab.kind')!r}); tunelab value train registers one")
             return problems
         from tuning.value.net import load_value
 

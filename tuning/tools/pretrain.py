@@ -121,7 +121,7 @@ def main(argv=None, prog: str | None = None) -> None:
         print(f"  held out {name}: Spearman {score:.3f}")
     if scores:
         print(f"  mean held-out Spearman {mean:.3f}")
-    print(f"registered {reference} in {registry}\nuse it: python run.py search=evolutionary cost_model=xgb_ms "
+    print(f"registered {reference} in {registry}\nuse it: tunelab run search=evolutionary cost_model=xgb_ms "
           f"cost_model.pretrained={reference}")
 
 

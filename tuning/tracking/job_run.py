@@ -44,7 +44,7 @@ def end_job_run(tracker, status: str, out_dir: Path, tasks, prior, pruned: bool 
     tracker.end(status, parent_status="KILLED" if interrupted else "FINISHED")
     if tracker.offline:
         print(f"tunelab: MLflow is missing part of this run ({tracker.offline}); once the store is "
-              f"back: python -m tuning.tools.sync {out_dir}", file=sys.stderr)
+              f"back: tunelab sync {out_dir}", file=sys.stderr)
 
 
 def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:

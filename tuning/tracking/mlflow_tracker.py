@@ -323,7 +323,7 @@ class MlflowTracker(Tracker):
         detail = " ".join(str(error).split())[:300]
         self.offline = f"could not {what} in {self.uri} after {self.retry_s:g} s: {type(error).__name__}: {detail}"
         print(f"tunelab: MLflow {self.offline}\n  the run goes on without MLflow; its folder keeps everything "
-              "(python -m tuning.tools.sync <run dir> rebuilds the MLflow run)", file=sys.stderr)
+              "(tunelab sync <run dir> rebuilds the MLflow run)", file=sys.stderr)
 
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         from mlflow.exceptions import MlflowException
@@ -529,7 +529,7 @@ def ui_address(uri: str) -> str:
 
 def ui_command(uri: str) -> str | None:
     """The command that serves a database store's UI (None for a server, which serves its own)."""
-    return None if _is_server(uri) else f"mlflow ui --backend-store-uri {uri}"
+    return None if _is_server(uri) else f"tunelab ui --tracking-uri {uri}"
 
 
 def _is_server(uri: str) -> bool:

@@ -106,7 +106,7 @@ def _download_booster(reference: str, version, registry_uri: str, folder: Path) 
             found = [name for name in BOOSTER_FILES if name in present]
             if not found:
                 raise RegistryError(f"{reference} holds no saved xgboost booster ({', '.join(BOOSTER_FILES)}); "
-                                    "python -m tuning.tools.pretrain registers one")
+                                    "tunelab pretrain registers one")
             return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{root.rstrip('/')}/{found[0]}",
                                                             dst_path=str(folder)))
     except RegistryError:

@@ -163,7 +163,7 @@ def train(args) -> None:
         if numbers:
             print(f"  {part.replace('_', ' ')}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                                              for k, v in numbers.items()))
-    print(f"registered {reference} in {args.registry}\nuse it: python run.py search=value search.model={reference}")
+    print(f"registered {reference} in {args.registry}\nuse it: tunelab run search=value search.model={reference}")
 
 
 def register_value(net, args, fingerprint, seen, outside, losses, results) -> str:

@@ -227,7 +227,7 @@ def load_value(reference: str, registry_uri: str) -> ValueNet:
         net = ValueNet(int(shape["hidden"]), int(shape["layers"]))
     except (KeyError, ValueError, TypeError) as error:
         raise RegistryError(f"{reference} has no readable tunelab.value_net tag ({error!r}); "
-                            "python -m tuning.value train registers value functions") from None
+                            "tunelab value train registers value functions") from None
     state = _weights(reference, version.run_id, registry_uri)
     try:
         net.load_state_dict(state)

@@ -18,7 +18,7 @@ def latest_sweep(client, mlflow_experiment: str, prefix: str, tag: str | None, p
     runs = find_runs(client, mlflow_experiment, where, [parent] if parent else [], limit=5000)
     if not runs:
         raise SystemExit(f"no finished runs of +experiment={prefix}... found "
-                         f"(run: python run.py -m +experiment={prefix}_reduced)")
+                         f"(run: tunelab run -m +experiment={prefix}_reduced)")
     tag = tag or runs[0].data.tags["experiment"]  # the latest experiment, when not told
     return tag, [r for r in runs if r.data.tags.get("experiment") == tag]
 
