@@ -54,14 +54,11 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """The job config `tunelab run OVERRIDES` would run (with its `hydra` node), for inspection or edits."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    from tunelab.run import experiments_added
+    from tunelab.run import job_overrides
     from tuning.conf_dir import CONF_DIR
-    from tuning.config import ConfigError, moved_overrides, register
+    from tuning.config import register
 
-    argv = experiments_added(_as_overrides(overrides))
-    moved = moved_overrides(argv)
-    if moved:
-        raise ConfigError("; ".join(moved))
+    argv = job_overrides(_as_overrides(overrides))
     register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=JOB_NAME):
         return hydra_compose("config", overrides=argv, return_hydra_config=True)

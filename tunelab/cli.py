@@ -25,8 +25,8 @@ def usage() -> str:
     return ("usage: tunelab COMMAND [ARGS...]\n\ntensor-program autotuning on one harness (TVM, Hydra, MLflow, "
             "Optuna)\n\ncommands:\n" + "\n".join(lines)
             + "\n\n`tunelab COMMAND --help` shows a command's options (`tunelab run --help`: every config group).\n"
-              "The MLflow location: `--tracking-uri` in every tool, `tracking.uri=` in run; both default to "
-              "$MLFLOW_TRACKING_URI, else outputs/mlflow.db.")
+              "The MLflow location: `--tracking-uri` in the tools that talk to MLflow, `tracking.uri=` in run; "
+              "both default to $MLFLOW_TRACKING_URI, else outputs/mlflow.db.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"tunelab: unknown command {name!r}; one of: {', '.join(COMMANDS)}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    if name == "run":
-        module.cli(rest, prog="tunelab run")
-    else:
-        module.main(rest, prog=f"tunelab {name}")
+    importlib.import_module(COMMANDS[name][0]).main(rest, prog=f"tunelab {name}")
     return 0
 
 

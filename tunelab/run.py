@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from tuning.conf_dir import CONF_DIR
-from tuning.config import moved_overrides, register
+from tuning.config import ConfigError, moved_overrides, register
 
 register()
 
@@ -29,12 +29,21 @@ def experiments_added(argv: list[str]) -> list[str]:
     return [f"+{a}" if a.split("=", 1)[0].split("/")[0] == "experiment" and "=" in a else a for a in argv]
 
 
-def cli(argv: list[str] | None = None, prog: str | None = None) -> None:
-    """Run Hydra on `argv` (default: the command line) as the program `prog`; exits like a command."""
-    argv = experiments_added(sys.argv[1:] if argv is None else list(argv))
+def job_overrides(argv: list[str]) -> list[str]:
+    """The overrides as Hydra takes them (experiments_added); a key that moved is a ConfigError."""
+    argv = experiments_added(argv)
     moved = moved_overrides(argv)
     if moved:
-        print("tunelab: invalid config:\n  " + "\n  ".join(moved), file=sys.stderr)
+        raise ConfigError("invalid config:\n  " + "\n  ".join(moved))
+    return argv
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Run Hydra on `argv` (default: the command line) as the program `prog`; exits like a command."""
+    try:
+        argv = job_overrides(sys.argv[1:] if argv is None else list(argv))
+    except ConfigError as error:
+        print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [prog or sys.argv[0], *argv]  # Hydra reads its arguments from sys.argv
     try:

@@ -60,7 +60,6 @@ class BudgetPlan:
         return (f"budget: {self.trials} measurements over {len(tasks)} kernels, {self.min_trials_per_task} "
                 f"each first, {per_round} (budget.trials=N or budget.trials_per_task=N to change)")
 
-
     def no_feedback(self, tasks) -> str | None:
         """A warning when no task can get a second round: the search never sees a measurement, so
         methods differ only in their first guesses. None when the budget feeds the search."""

@@ -117,8 +117,9 @@ def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> JobResult:
     callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(job.cfg, tasks, parts.evaluator)]
                  + [callback for callback in (pruning, store_writer) if callback is not None])
     log.info(plan.line(tasks))
-    if plan.no_feedback(tasks):
-        log.warning(plan.no_feedback(tasks))
+    warning = plan.no_feedback(tasks)
+    if warning:
+        log.warning(warning)
     start_job_run(parts.tracker, job.cfg, hydra, out_dir, tasks, prior, trial)
     outcomes, e2e, clock = _tune_and_export(job, plan, method_name(hydra, job.cfg), callbacks, trial, pruning)
     print_result(outcomes, e2e, parts.tracker, out_dir)

@@ -1,6 +1,7 @@
 """A tuning job's MLflow run: started with its name, params (the config's, and `method`) and tags (a
-resumed run continues its own run under its new name, its curve rebuilt from the records), and ended with the job's status (an Optuna trial's
-`optuna.state` tag beside it; a stopped run's last round backfilled from the records)."""
+resumed run continues its own run under its new name, its curve rebuilt from the records), and ended
+with the job's status (an Optuna trial's `optuna.state` tag beside it; a stopped run's last round
+backfilled from the records)."""
 from __future__ import annotations
 
 import sys

@@ -174,7 +174,7 @@ class MlflowTracker(Tracker):
         return run if run.info.experiment_id == self._experiment_id else None
 
     def unreachable(self) -> str | None:
-        if not self.uri.startswith(("http://", "https://")):
+        if not _is_server(self.uri):
             return None
         import requests
 
@@ -347,7 +347,7 @@ class MlflowTracker(Tracker):
 
     def _browse(self, route: str) -> str:
         """How to open a route of MLflow's UI in its model-training view."""
-        address = f"{ui_address(self.uri)}{route}?{MODEL_TRAINING_VIEW}"
+        address = ui_link(self.uri, route)
         serve = ui_command(self.uri)
         return f"{serve}, then open {address}" if serve else address
 
@@ -525,6 +525,11 @@ def experiment_problems(key: str, name) -> list[str]:
 def ui_address(uri: str) -> str:
     """Where MLflow's UI for the store `uri` is: the server itself, or `mlflow ui` on this host."""
     return uri.rstrip("/") if _is_server(uri) else LOCAL_UI
+
+
+def ui_link(uri: str, route: str) -> str:
+    """A route of MLflow's UI for the store `uri` (e.g. /#/experiments/1), in its model-training view."""
+    return f"{ui_address(uri)}{route}?{MODEL_TRAINING_VIEW}"
 
 
 def ui_command(uri: str) -> str | None:

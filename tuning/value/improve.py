@@ -98,10 +98,9 @@ def improve(args) -> None:
     from tuning.corpus import load_corpus
     from tuning.tools.dataset import compose, full_readings, model_tasks
     from tuning.store import MeasurementStore, fingerprint
-    from tuning.tracking.registry import default_registry, register, resolve
+    from tuning.tracking.registry import register, resolve
     from tuning.value.net import complete_errors, fit, kernels_of, load_value, log_value, shape_tag, split
 
-    args.registry = args.registry or default_registry()
     args.out.mkdir(parents=True, exist_ok=True)
     progress = read_progress(args.out / "progress.json", args)
     cfgs = [compose([f"model={name}", *args.overrides]) for name in args.network]

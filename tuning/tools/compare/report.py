@@ -249,16 +249,15 @@ def mlflow_links(uri: str, runs, result: Comparison, comparison_run=None) -> lis
     """Where to look in MLflow's UI (its model-training view): the comparison's own run, and MLflow's
     compare-runs page of the runs compared (their metric charts, params and tags side by side);
     `runs`: the MLflow runs the selection found, `comparison_run`: the one log_to_mlflow made."""
-    from tuning.tracking.mlflow_tracker import MODEL_TRAINING_VIEW, ui_address, ui_command
+    from tuning.tracking.mlflow_tracker import ui_address, ui_command, ui_link
 
-    base = ui_address(uri)
     lines = [f"MLflow UI{f' (serve it: {ui_command(uri)})' if ui_command(uri) else ''}:"]
     if comparison_run is not None:
         info = comparison_run.info
-        lines.append(f"  the comparison: {base}/#/experiments/{info.experiment_id}/runs/{info.run_id}"
-                     f"?{MODEL_TRAINING_VIEW}")
-    compared = {c.run_id for c in result.curves}
-    lines.append(f"  the compared runs' charts: {base}{compare_runs_page([r for r in runs if r.info.run_id in compared])}")
+        lines.append(f"  the comparison: {ui_link(uri, f'/#/experiments/{info.experiment_id}/runs/{info.run_id}')}")
+    compared_ids = {c.run_id for c in result.curves}
+    compared = [r for r in runs if r.info.run_id in compared_ids]
+    lines.append(f"  the compared runs' charts: {ui_address(uri)}{compare_runs_page(compared)}")
     return lines
 
 
