@@ -15,6 +15,7 @@ COMMANDS = {
     "dataset": ("tuning.tools.dataset", "build or inspect a measurement store (a dataset of timed configs)"),
     "pretrain": ("tuning.tools.pretrain", "train a cost model on measurement stores and register it in MLflow"),
     "value": ("tuning.value.__main__", "value-function search: train, improve, schedule without measuring"),
+    "rpc-server": ("tuning.hardware.rpc_server", "serve this machine's device to a TVM RPC tracker (hardware/runner=rpc)"),
     "ui": ("tunelab.ui", "serve the MLflow UI on the lab's tracking store"),
 }
 

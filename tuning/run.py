@@ -35,6 +35,7 @@ from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_ta
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.resume import check_records, check_resume, prior_records, resolve_resume
+from tuning.hardware.runners.base import NoDeviceLeft
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
 from tuning.store import StoreError
 from tuning.store_wiring import check_store_space, wire_store
@@ -134,7 +135,7 @@ def _prepare(cfg, parts, out_dir: Path) -> tuple:
     """Every check before the run folder is written: (parts, tasks, budget, store writer, prior
     records). Bad input ends the job with exit status 2; an interrupt says nothing was measured."""
     try:
-        problem = parts.tracker.unreachable()
+        problem = parts.tracker.unreachable() or parts.hardware.unreachable()
         if problem:
             raise ConfigError(problem)
         records = check_records(out_dir) if cfg.resume else []
@@ -192,7 +193,7 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
-    except (StoreError, ConfigError) as error:  # the store's disk filled up, a link where the run writes
+    except (StoreError, ConfigError, NoDeviceLeft) as error:  # a full disk, a link where it writes, no device
         print(f"\ntunelab: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
               f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
         raise JobFailed(str(error)) from None

@@ -39,6 +39,9 @@ Every backend provides:
     evaluate_model(model_cfg, seed, database_dir, out_dir, timing) -> dict
         Compile the model with the exported database, check its output, and time
         it against the untuned build and torch (keys: latency_ms, match, ...).
+    unreachable() -> str | None
+                             why its devices cannot be used (no tracker, no server of the key, a
+                             target they cannot run), naming the key; checked before any work
     describe() -> dict       target, device, versions: logged as tags.
     fingerprint() -> dict    what makes this hardware's readings comparable (default: describe());
                              with the measurement settings it keys the measurement store
@@ -105,6 +108,11 @@ class Hardware(Component):
         if params.get("reuse") and not params.get("store"):
             return [f"{group}.reuse: needs {group}.store=FILE (the measurement store whose readings are reused)"]
         return []
+
+    def unreachable(self) -> str | None:
+        """Why its devices cannot be reached or cannot run what it builds, naming the key; checked
+        before the run folder is written (a remote device: seconds, not a hang)."""
+        return None
 
     def describe(self) -> dict:
         return {}

@@ -16,7 +16,8 @@ from tuning.hardware.tvm_backend import TVMHardware
 
 class CPUHardware(TVMHardware):
     """Hyperparameters:
-    mcpu           LLVM cpu name; "auto" asks LLVM for the host's (e.g. znver3)
+    mcpu           LLVM cpu name; "auto" asks LLVM for the device's (e.g. znver3): the host's, or
+                   what a remote runner's devices report
     num_threads    runtime threads for measuring (TVM_NUM_THREADS); also the target's num-cores
     build_workers  parallel build processes
     weight_prepack whole models: let schedules choose the (constant) weights' layout; the rewrite is
@@ -45,10 +46,10 @@ class CPUHardware(TVMHardware):
 
     @property
     def target(self) -> dict:
-        if self.mcpu == "auto":
+        if self.mcpu == "auto":  # the device's own, where the runner's devices say which it is
             from tvm.target.codegen import llvm_get_system_cpu
 
-            self.mcpu = str(llvm_get_system_cpu())
+            self.mcpu = self.runner.identity().get("mcpu") or str(llvm_get_system_cpu())
         return {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.num_threads}
 
     def worker_env(self) -> dict:
@@ -58,7 +59,7 @@ class CPUHardware(TVMHardware):
         return {"TVM_NUM_THREADS": 1}  # a compile must not steal the measuring cores' threads
 
     def describe(self) -> dict:
-        return {**super().describe(), "num_threads": self.num_threads, "cpu_model": _cpu_model()}
+        return {"num_threads": self.num_threads, "cpu_model": _cpu_model(), **super().describe()}
 
 
 def _cpu_model() -> str:

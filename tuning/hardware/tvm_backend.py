@@ -69,6 +69,10 @@ class TVMHardware(Hardware):
                      build_workers=self.build_workers, num_threads=self.num_threads,
                      weight_prepack=self.weight_prepack)
 
+    def unreachable(self) -> str | None:
+        """The runner's devices reached, then checked against the target (which may be theirs)."""
+        return self.runner.unreachable() or self.attached().unusable()
+
     def attached(self) -> Runner:
         """The runner, handed this hardware's Setup on first use."""
         if self.runner.setup is None:
@@ -156,7 +160,7 @@ class TVMHardware(Hardware):
         import tvm
 
         return {"hardware": self.name, "target": str(self.target), "device": self.device,
-                "tvm_version": tvm.__version__}
+                "tvm_version": tvm.__version__, **self.runner.describe()}
 
     def close(self) -> None:
         self.runner.close()

@@ -114,10 +114,18 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
     import tvm
 
     start = time.perf_counter()
-    dev = tvm_device(device)
     lib = tvm.runtime.load_module(lib_path)
+    return check_and_time(lib, tvm_device(device), device_kind(device), _references[_key(workload, target)],
+                          args, spec, start)
+
+
+def check_and_time(lib, dev, kind: str, reference: tuple, args: list, spec: dict, start: float) -> dict:
+    """A loaded library on `dev` (this host's, or a remote session's): its output checked against
+    `reference` (inputs, expected output), then timed by the device's own time_evaluator."""
+    import tvm
+
     function = lib[lib.entry_name]
-    inputs, expected = _references[_key(workload, target)]
+    inputs, expected = reference
     same_layout = [list(a.shape) for a in inputs] == [shape for shape, _ in args[:len(inputs)]]
     if same_layout:
         tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
@@ -138,7 +146,7 @@ def run(workload: dict, target: dict, device: str, lib_path: str, args: list, sp
         costs = _time_until_stable(lib, dev, tensors, CVStop(**spec["cv_stop"]))
     else:
         # TVM's cache flush is a CPU preprocessor; other devices have no equivalent
-        flush = spec["cache_flush"] and device_kind(device) == "cpu"
+        flush = spec["cache_flush"] and kind == "cpu"
         evaluator = lib.time_evaluator(
             lib.entry_name, dev, number=spec["number"], repeat=spec["repeat"],
             min_repeat_ms=spec["min_repeat_ms"], f_preproc="cache_flush_cpu_non_first_arg" if flush else "",

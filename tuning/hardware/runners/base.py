@@ -32,11 +32,26 @@ class DeviceLost(RuntimeError):
     """Raised by `run_one` when its device is gone (a board unplugged, an RPC server that died)."""
 
 
+class NoDeviceLeft(RuntimeError):
+    """Raised when a runner has no device to time on and none came back: the run stops, every
+    measurement so far is kept, and `resume=` continues it."""
+
+
 class Runner(Component):
     """Builds a TVM backend's candidates and times them on its devices. The hardware calls:
 
         attach(setup)            first: what to build for (Setup); `devices` is known from here on
-        devices -> list[str]     the devices it times on, "kind:index" ("cpu:0", "cuda:1")
+        devices -> list[str]     the devices it times on now, "kind:index" ("cpu:0", "cuda:1") or a
+                                 transport's names ("local@10.0.0.2:9091")
+        unreachable() -> str | None
+                                 before attach and any work: why its devices cannot be reached at all
+                                 (a remote runner: no tracker, no server of the key), naming the key
+        unusable() -> str | None after attach: why its devices cannot run what the Setup builds
+        identity() -> dict       what its devices say of themselves ({}: this host, the hardware
+                                 knows it; a remote runner: the remote CPU's "cpu_model", "mcpu",
+                                 "triple"), read before attach: `mcpu: auto` takes the device's
+        describe() -> dict       tags that make its readings comparable, merged into the hardware's
+                                 describe() and so into the store's fingerprint ({} for this host)
         measure(task, configs, spec, on_result=None) -> list[MeasureResult]
                                  Hardware.measure: prepare, build, gauge, run_batch, in that order
                                  (not overridden); every result carries the gauge reading
@@ -48,8 +63,9 @@ class Runner(Component):
         build(task, configs, spec) -> list[built]
                                  the whole batch, in order: one `built` per config, opaque to the
                                  hardware (a library file, its arguments, or a build error)
-        gauge() -> seconds | None
-                                 the drift gauge kernel's reading now; None when it could not run
+        gauge() -> seconds | {device: seconds} | None
+                                 the drift gauge kernel's reading now (per device where it has
+                                 several); None when it could not run
         run_batch(task, configs, built, spec, on_result=None) -> list[MeasureResult]
                                  time the built batch with nothing compiling: one result per config,
                                  in order, each carrying the effective config in `.config`. A runner
@@ -95,13 +111,25 @@ class Runner(Component):
     def devices(self) -> list[str]:
         raise NotImplementedError(f"{type(self).__name__} names no devices")
 
+    def unreachable(self) -> str | None:
+        return None
+
+    def unusable(self) -> str | None:
+        return None
+
+    def identity(self) -> dict:
+        return {}
+
+    def describe(self) -> dict:
+        return {}
+
     def prepare(self, task) -> None:
         pass
 
     def build(self, task, configs, spec) -> list:
         raise NotImplementedError(f"{type(self).__name__} builds nothing")
 
-    def gauge(self) -> float | None:
+    def gauge(self) -> float | dict | None:
         return None
 
     def run_one(self, task, config, built, spec, device: str) -> MeasureResult:
@@ -127,7 +155,7 @@ class Runner(Component):
         gauge = self.gauge()  # read with the batch, after building, before timing
 
         def with_gauge(i, result):
-            result.gauge_s = gauge
+            result.gauge_s = gauge.get(result.device) if isinstance(gauge, dict) else gauge
             if on_result:
                 on_result(i, result)
 

@@ -1,6 +1,6 @@
 """hardware/runner=local: build and time on this host (no TVM import at module level).
 
-`build_workers` long-lived build processes and one run process (tuning/hardware/workers.py) run
+The host's build processes (host_builds.py) and one run process (tuning/hardware/workers.py) run
 tvm_worker.py's functions; the run process times on the device "<kind>:<device_index>" of this
 host. A worker that hangs or crashes is restarted, and a restarted run worker gets its references
 again. Exported schedules are checked, and libraries built, in this process; whole models in
@@ -9,14 +9,13 @@ e2e.py's workers. The only module that knows the default device index.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
 from tuning.hardware.runners.base import Runner
+from tuning.hardware.runners.host_builds import HostBuilds
 from tuning.hardware.workers import Worker
 from tuning.core.records import MeasureResult
 
@@ -32,9 +31,8 @@ class LocalRunner(Runner):
 
     def __init__(self, device_index: int = 0):
         self.device_index = device_index
-        self.builders: list[Worker] = []
+        self.builds: HostBuilds | None = None
         self.run_worker: Worker | None = None
-        self.libs: str | None = None
         self._prepared: set = set()
 
     @property
@@ -48,13 +46,10 @@ class LocalRunner(Runner):
     def start(self) -> None:
         if self.run_worker is not None:
             return
-        init, target = f"{WORKER}:init", self.setup.target
-        self.builders = [Worker(self.setup.build_env, init, init_args=(target,))
-                         for _ in range(self.setup.build_workers)]
-        self.run_worker = Worker(self.setup.env, init, init_args=(target,))
-        self.libs = tempfile.mkdtemp(prefix="tunelab-libs-")
-        with ThreadPoolExecutor(len(self.builders) + 1) as pool:
-            list(pool.map(lambda w: w.ensure_started(), [*self.builders, self.run_worker]))
+        self.builds = HostBuilds(self.setup.target, self.setup.build_env, self.setup.build_workers)
+        self.run_worker = Worker(self.setup.env, f"{WORKER}:init", init_args=(self.setup.target,))
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda start: start(), [self.builds.start, self.run_worker.ensure_started]))
 
     def prepare(self, task) -> None:
         self.start()
@@ -67,29 +62,9 @@ class LocalRunner(Runner):
         self._prepared.add(task.key)
 
     def build(self, task, configs, spec) -> list[dict]:
-        """Builders in parallel, each serving one call at a time; one dict per config, in order:
-        {"error", "message", "build_s", "config", "args", "path"}."""
+        """The host's build processes (host_builds.py), in parallel."""
         self.start()
-        paths = [os.path.join(self.libs, f"{task.key}-{i}-{time.time_ns()}.so") for i in range(len(configs))]
-        jobs = list(zip(configs, paths))
-
-        def build_shard(worker, shard):
-            return {path: self._build_one(worker, task, config, path, spec) for config, path in shard}
-
-        built = {}
-        n = len(self.builders)
-        with ThreadPoolExecutor(n) as pool:
-            for part in pool.map(build_shard, self.builders, [jobs[i::n] for i in range(n)]):
-                built.update(part)
-        return [{**built[path], "path": path} for path in paths]
-
-    def _build_one(self, worker, task, config, path, spec) -> dict:
-        status, value = worker.call(f"{WORKER}:build", task.workload, self.setup.target, list(config), path,
-                                    timeout=spec.build_timeout_s)
-        if status == "ok":
-            return value
-        kind = "timeout" if status == "timeout" else "build"
-        return {"error": kind, "message": str(value), "build_s": spec.build_timeout_s if kind == "timeout" else 0.0}
+        return self.builds.build(task, configs, spec)
 
     def run_one(self, task, config, built: dict, spec, device: str) -> MeasureResult:
         """Time one built candidate; its library file is removed afterwards."""
@@ -147,13 +122,12 @@ class LocalRunner(Runner):
                               weight_prepack=self.setup.weight_prepack)
 
     def close(self) -> None:
-        for worker in [*self.builders, *([self.run_worker] if self.run_worker else [])]:
-            worker.close()
-        self.builders, self.run_worker = [], None
+        if self.builds:
+            self.builds.close()
+        if self.run_worker:
+            self.run_worker.close()
+        self.builds, self.run_worker = None, None
         self._prepared.clear()
-        if self.libs:
-            shutil.rmtree(self.libs, ignore_errors=True)
-            self.libs = None
 
 
 def this_host() -> LocalRunner:

@@ -1,0 +1,105 @@
+"""The lab's RPC server: TVM's own server, plus a function that says which device it is.
+
+    tunelab rpc-server --tracker 127.0.0.1:9190 --key local [--host 127.0.0.1] [--port 9091]
+                       [--cpus 0] [--threads 1] [--name NAME]
+
+TVM's stock server (`python -m tvm.exec.rpc_server`) reports no CPU identity, so a store could not
+tell readings from two kinds of boards apart. This one starts the same `tvm.rpc.Server` with a
+`server_init_callback` that registers `tunelab.device_identity` (rpc_worker.IDENTITY_FUNCTION):
+the device's name (its address, or --name), CPU model, LLVM cpu and triple, runtime threads and
+TVM version, as JSON. The remote runner keys the measurement store by it and takes `mcpu: auto`
+from it. `--cpus` pins the server (and every session it forks) to those cores and `--threads` sets
+TVM_NUM_THREADS for its kernels, so two servers on one host each time on their own core.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from tuning.tools.cli_common import new_parser
+
+IDENTITY_FUNCTION = "tunelab.device_identity"
+
+
+def identity(name: str | None) -> dict:
+    """What this process's device is (called in a session, a fork of the server); named by its
+    address and the port TVM's server bound, unless `name` is given."""
+    import platform
+
+    import tvm
+    from tvm.rpc.server import PopenRPCServerState
+    from tvm.target.codegen import llvm_get_system_cpu, llvm_get_system_triple
+
+    state = PopenRPCServerState.current
+    name = name or f"{state.custom_addr or state.host}:{state.port}"
+    return {"name": name, "cpu_model": _cpu_model(), "mcpu": str(llvm_get_system_cpu()),
+            "triple": str(llvm_get_system_triple()), "num_threads": os.environ.get("TVM_NUM_THREADS", ""),
+            "cpus": sorted(os.sched_getaffinity(0)), "hostname": platform.node(), "tvm_version": tvm.__version__}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def register_identity(name: str | None) -> None:
+    """The server_init_callback: runs in the server process before it binds its port."""
+    import tvm_ffi
+
+    tvm_ffi.register_global_func(IDENTITY_FUNCTION, lambda: json.dumps(identity(name)), override=True)
+
+
+def build_parser(prog: str | None = None):
+    parser = new_parser("python -m tuning.hardware.rpc_server", __doc__.split("\n\n")[0], prog)
+    parser.add_argument("--tracker", required=True, help="the tracker, host:port")
+    parser.add_argument("--key", required=True, help="the device key this server registers under")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=9091, help="the first port to try (TVM searches upward)")
+    parser.add_argument("--port-end", type=int, default=9199, help="the end of the port search, exclusive")
+    parser.add_argument("--custom-addr", default=None, help="the address reported to the tracker, if not --host")
+    parser.add_argument("--name", default=None, help="the device's name in records (default: address:port)")
+    parser.add_argument("--cpus", default=None, help="pin the server to these cores, e.g. 0 or 0,1")
+    parser.add_argument("--threads", type=int, default=None, help="TVM_NUM_THREADS of its kernels")
+    return parser
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    args = build_parser(prog).parse_args(argv)
+    host, _, port = args.tracker.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"rpc-server: --tracker expects host:port, got {args.tracker!r}")
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    if args.threads:
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    from tvm import rpc
+
+    server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
+                        custom_addr=args.custom_addr, server_init_callback=_callback(args.name))
+    name = args.name or f"{args.custom_addr or args.host}:{server.port}"
+    print(f"rpc-server: {name} registered under key {args.key!r} with the tracker at {args.tracker}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.proc.join()
+    finally:
+        server.terminate()
+
+
+def _callback(name: str):
+    import functools
+
+    return functools.partial(register_identity, name)
+
+
+if __name__ == "__main__":
+    main()
