@@ -31,6 +31,8 @@ def e2e_line(e2e: dict) -> str:
     parts.append(f"vs untuned {latency['untuned'] / latency['tuned']:.1f}x")
     verdict = "match" if e2e["match"] else "DO NOT match"
     parts.append(f"outputs {verdict} {e2e['reference']} (max abs diff {e2e['max_abs_diff']:.2e})")
+    if e2e.get("remote_device"):
+        parts.append(f"on {e2e['remote_device']} (torch checked here, not timed: it does not run there)")
     return "  ".join(parts) + f"  [{e2e['num_threads']} threads]"
 
 

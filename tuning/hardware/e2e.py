@@ -4,7 +4,9 @@
                    target=..., device=..., env=..., num_threads=..., weight_prepack=...)
 
 The caller (TVMHardware) passes its TVM target, device string ("cpu", "cpu:0",
-"cuda:1"; tvm_device.py) and the measuring process's environment. The TVM builds and the torch module
+"cuda:1"; tvm_device.py) and the measuring process's environment; with `remote` (a tracker, key,
+priority and session timeout) the builds run and are timed on a server of the key, each run by the
+device's own clock, and torch (which does not run there) checks the output but is not timed. The TVM builds and the torch module
 live in two worker processes (e2e_worker.py); torch gets `num_threads`
 threads (None: its default). Tuned and torch are timed in
 alternating blocks (BLOCKS each, an untimed call first): this host's speed
@@ -26,14 +28,14 @@ BLOCKS = 5
 
 
 def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: dict, device: str, env: dict,
-                   num_threads: int | None, weight_prepack: bool) -> dict:
+                   num_threads: int | None, weight_prepack: bool, remote: dict | None = None) -> dict:
     timeout = timing.get("timeout_s", 3600)
     workers = {"tvm": Worker(env, f"{WORKER}:init_tvm", init_args=(target,))}
     if model_cfg["kind"] == "network":
         workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads} if num_threads else {}, f"{WORKER}:init_torch")
     try:
         tvm_side = _call(workers["tvm"], "prepare_tvm", model_cfg, seed, target, device, str(database_dir),
-                         weight_prepack, timeout=timeout)
+                         weight_prepack, remote, timeout=timeout)
         outputs = dict(tvm_side["outputs"])
         owner = {"tuned": workers["tvm"], "untuned": workers["tvm"]}
         if "torch" in workers:
@@ -42,7 +44,8 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
             if not np.array_equal(torch_side["example"], tvm_side["example"]):
                 raise RuntimeError("the torch and TVM workers built different inputs from the same seed")
             outputs.update(torch_side["outputs"])
-            owner["torch"] = workers["torch"]
+            if not remote:  # torch runs on this host only: its output checks a remote run, its time does not compare
+                owner["torch"] = workers["torch"]
         times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, timeout)
         times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
                                  0.0, timeout=timeout)
@@ -51,7 +54,10 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
             worker.close()
     np.save(os.path.join(out_dir, "e2e_input.npy"), tvm_side["example"])
     np.save(os.path.join(out_dir, "e2e_output.npy"), outputs["tuned"])
-    return _verdict(outputs, times, num_threads, tvm_side)
+    verdict = _verdict(outputs, times, num_threads, tvm_side)
+    if remote:
+        verdict["remote_device"] = tvm_side["remote_device"]
+    return verdict
 
 
 def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[float]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 _variants: dict = {}  # name -> a callable that runs the model once on the stored input
+_device_timed: dict = {}  # name -> runs -> seconds per run, timed on a remote device by its own clock
 
 
 def init_tvm(target: dict) -> None:
@@ -25,9 +26,10 @@ def init_torch() -> None:
 
 
 def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_dir: str,
-                weight_prepack: bool) -> dict:
+                weight_prepack: bool, remote: dict | None = None) -> dict:
     """Compile tuned and untuned for `target`, load them on `device` (a device string: "cpu",
-    "cuda:1"); returns their outputs, the input, and compile seconds."""
+    "cuda:1") of this host or, with `remote` (tracker, key, priority, session_timeout_s), of a server
+    of the key; returns their outputs, the input, compile seconds and the remote device's name."""
     import tvm
     from tvm import relax
 
@@ -42,13 +44,55 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_
     started = time.perf_counter()
     untuned = relax.build(loaded.mod, target=make_target(target))
     compile_untuned_s = time.perf_counter() - started
-    dev = tvm_device(device)
-    x = tvm.runtime.tensor(loaded.example, dev)
-    for name, executable in (("tuned", tuned), ("untuned", untuned)):
-        vm = relax.VirtualMachine(executable, dev)
-        _variants[name] = (lambda vm=vm: _first_tensor(vm["main"](x)))
+    executables = {"tuned": tuned, "untuned": untuned}
+    if remote:
+        name = _load_remotely(executables, remote, device, loaded.example)
+    else:
+        dev = tvm_device(device)
+        x = tvm.runtime.tensor(loaded.example, dev)
+        for variant, executable in executables.items():
+            vm = relax.VirtualMachine(executable, dev)
+            _variants[variant] = (lambda vm=vm: _first_tensor(vm["main"](x)))
+        name = None
     return {"example": loaded.example, "compile_tuned_s": compile_tuned_s, "compile_untuned_s": compile_untuned_s,
-            "outputs": {name: _variants[name]().numpy() for name in ("tuned", "untuned")}}
+            "outputs": {variant: _variants[variant]().numpy() for variant in executables}, "remote_device": name}
+
+
+def _load_remotely(executables: dict, remote: dict, device: str, example) -> str:
+    """Each executable exported, uploaded to one server of the key and loaded in a VM there; its
+    runs timed by the device's own clock (relax VM time_evaluator). The device's name."""
+    import json
+    import os
+    import tempfile
+
+    import tvm
+    from tvm import relax, rpc
+
+    from tuning.hardware.rpc_server import IDENTITY_FUNCTION
+    from tuning.hardware.tvm_device import parse_device
+
+    host, port = remote["tracker"].rsplit(":", 1)
+    session = rpc.connect_tracker(host, int(port)).request(remote["key"], priority=remote["priority"],
+                                                           session_timeout=remote["session_timeout_s"])
+    kind, index = parse_device(device)
+    dev = session.device(kind, index)
+    x = tvm.runtime.tensor(example, dev)
+    folder = tempfile.mkdtemp(prefix="tunelab-e2e-")
+    for variant, executable in executables.items():
+        path = os.path.join(folder, f"{variant}.so")
+        executable.export_library(path)
+        session.upload(path)
+        vm = relax.VirtualMachine(session.load_module(f"{variant}.so"), dev)
+        vm.set_input("main", x)  # the stateful calls: a tuple output cannot come back over RPC otherwise
+        _variants[variant] = (lambda vm=vm: (vm.invoke_stateful("main"), _first_tensor(vm.get_outputs("main")))[1])
+        _device_timed[variant] = (lambda runs, vm=vm: list(
+            vm.time_evaluator("invoke_stateful", dev, number=1, repeat=runs)("main").results))
+    _variants["session"] = session  # held for as long as the worker lives
+    try:
+        name = json.loads(session.get_function(IDENTITY_FUNCTION)()).get("name")
+    except (AttributeError, RuntimeError):
+        name = None
+    return f"{remote['key']}@{name}" if name else f"{remote['key']} (TVM's stock server)"
 
 
 def prepare_torch(network: str, seed: int, num_threads: int | None) -> dict:
@@ -72,6 +116,8 @@ def prepare_torch(network: str, seed: int, num_threads: int | None) -> dict:
 def time_block(name: str, runs: int, min_runs: int, max_seconds: float) -> list[float]:
     """Seconds of up to `runs` back-to-back calls (at least `min_runs`, stopping after `max_seconds`),
     after one untimed call (warm-up; the other process's idle threads go to sleep meanwhile)."""
+    if name in _device_timed:  # a remote device: its own clock, never the network's
+        return _device_timed[name](max(runs, min_runs))
     call = _variants[name]
     call()
     times: list[float] = []

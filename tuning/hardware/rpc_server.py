@@ -21,6 +21,17 @@ import sys
 from tuning.tools.cli_common import new_parser
 
 IDENTITY_FUNCTION = "tunelab.device_identity"
+# x86 instruction-set extensions a target's -mcpu can switch on, in one spelling for /proc/cpuinfo's
+# flags and LLVM's features (lower case, no "_", "-" or "."; cpuinfo says pni for sse3, bmi1 for bmi)
+ISA_EXTENSIONS = frozenset(
+    "sse3 ssse3 sse41 sse42 sse4a popcnt avx avx2 fma fma4 xop f16c bmi bmi2 adx sha aes pclmul vaes vpclmulqdq "
+    "gfni avx512f avx512bw avx512cd avx512dq avx512vl avx512vnni avx512bf16 avx512fp16 avx512vbmi avx512vbmi2 "
+    "avx512ifma avx512bitalg avx512vpopcntdq avxvnni avxifma avxvnniint8 amxtile amxint8 amxbf16 amxfp16".split())
+
+
+def isa_name(feature: str) -> str:
+    name = feature.lower().replace("_", "").replace("-", "").replace(".", "")
+    return {"pni": "sse3", "pclmulqdq": "pclmul", "bmi1": "bmi", "shani": "sha"}.get(name, name)
 
 
 def identity(name: str | None) -> dict:
@@ -34,9 +45,22 @@ def identity(name: str | None) -> dict:
 
     state = PopenRPCServerState.current
     name = name or f"{state.custom_addr or state.host}:{state.port}"
-    return {"name": name, "cpu_model": _cpu_model(), "mcpu": str(llvm_get_system_cpu()),
+    return {"name": name, "cpu_model": _cpu_model(), "isa": _isa(), "mcpu": str(llvm_get_system_cpu()),
             "triple": str(llvm_get_system_triple()), "num_threads": os.environ.get("TVM_NUM_THREADS", ""),
             "cpus": sorted(os.sched_getaffinity(0)), "hostname": platform.node(), "tvm_version": tvm.__version__}
+
+
+def _isa() -> list[str] | None:
+    """The device's instruction-set extensions from /proc/cpuinfo (None where it has no flags line)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    flags = {isa_name(flag) for flag in line.split(":", 1)[1].split()}
+                    return sorted(flags & ISA_EXTENSIONS)
+    except OSError:
+        pass
+    return None
 
 
 def _cpu_model() -> str:

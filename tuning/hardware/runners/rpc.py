@@ -129,6 +129,16 @@ class RPCRunner(Runner):
         if triple and triple.split("-")[0] != host_triple.split("-")[0]:
             return (f"{GROUP}.key={self.key}: its devices are {triple} and this host builds for {host_triple}; "
                     f"cross-compiling for a remote architecture is not supported")
+        threads = self.identity().get("num_threads")
+        if threads and self.setup.num_threads and int(threads) != self.setup.num_threads:
+            log.warning("rpc: the servers of key %s run kernels on %s thread(s) and the target is built for %s "
+                        "(hardware.num_threads): set hardware.num_threads=%s", self.key, threads,
+                        self.setup.num_threads, threads)
+        missing = missing_extensions(self.setup.target, self.identity().get("isa"))
+        if missing:
+            return (f"{GROUP}.key={self.key}: its devices ({self.identity().get('cpu_model')}) lack "
+                    f"{', '.join(missing)}, which kernels built for the target {self.setup.target} may use "
+                    f"(set hardware.mcpu=auto, or the devices' own LLVM cpu name)")
         readings = self._gauge_each(dropping=False)
         for device, reading in readings.items():
             if "seconds" not in reading:
@@ -199,7 +209,7 @@ class RPCRunner(Runner):
                   "session_timeout_s": self.session_timeout_s, "timeout_s": self.connect_timeout_s}
         return evaluate_model(model_cfg, seed, database_dir, out_dir, timing, target=self.setup.target,
                               device=self.setup.device, env={"TVM_NUM_THREADS": 1},
-                              num_threads=self.setup.num_threads, weight_prepack=self.setup.weight_prepack,
+                              num_threads=int(self.identity().get("num_threads") or self.setup.num_threads or 0) or None, weight_prepack=self.setup.weight_prepack,
                               remote=remote)
 
     def close(self) -> None:
@@ -324,6 +334,20 @@ def same_device_kind(first: dict, other: dict) -> bool:
     """Whether two servers' identities are the same kind of device (CPU model, LLVM cpu, threads)."""
     fields = ("cpu_model", "mcpu", "triple", "num_threads")
     return all(first.get(f) == other.get(f) for f in fields)
+
+
+def missing_extensions(target: dict, device_isa: list | None) -> list[str]:
+    """The x86 extensions the target's -mcpu switches on that the device reports it lacks ([] when
+    the device reports none: TVM's stock server; the gauge run then finds out)."""
+    if device_isa is None or target.get("kind") != "llvm":
+        return []
+    from tvm.target.codegen import llvm_get_cpu_features
+
+    from tuning.hardware.rpc_server import ISA_EXTENSIONS, isa_name
+    from tuning.hardware.tvm_space import make_target
+
+    wanted = {isa_name(f) for f in llvm_get_cpu_features(make_target(target))} & ISA_EXTENSIONS
+    return sorted(wanted - set(device_isa))
 
 
 def _host_triple() -> str:
