@@ -4,8 +4,10 @@
                        [--cpus 0] [--threads 1] [--name NAME]
 
 TVM's stock server (`python -m tvm.exec.rpc_server`) reports no CPU identity, so a store could not
-tell readings from two kinds of boards apart. This one starts the same `tvm.rpc.Server` with a
-`server_init_callback` that registers `tunelab.device_identity` (rpc_worker.IDENTITY_FUNCTION):
+tell readings from two kinds of boards apart, and it stops serving for good once a session ends
+abnormally (a client that vanished mid-call, a kernel that crashed its session). This one starts the
+same `tvm.rpc.Server` with a `server_init_callback` that keeps it serving after such a session and
+registers `tunelab.device_identity` (rpc_worker.IDENTITY_FUNCTION):
 the device's name (its address, or --name), CPU model, LLVM cpu and triple, runtime threads and
 TVM version, as JSON. The remote runner keys the measurement store by it and takes `mcpu: auto`
 from it. `--cpus` pins the server (and every session it forks) to those cores and `--threads` sets
@@ -76,11 +78,33 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def register_identity(name: str | None) -> None:
-    """The server_init_callback: runs in the server process before it binds its port."""
+def prepare_server(name: str | None) -> None:
+    """The server_init_callback: runs in the server process before it binds its port. Registers the
+    identity function, and keeps the server serving after a session that ended abnormally."""
     import tvm_ffi
+    from tvm.rpc import server
 
     tvm_ffi.register_global_func(IDENTITY_FUNCTION, lambda: json.dumps(identity(name)), override=True)
+    server._serving = _surviving(server._serving)
+
+
+def _surviving(serving):
+    """TVM's `_serving` raises when a session's process exits non-zero (a client that vanished
+    mid-call, a kernel that crashed), which ends the server's listening thread: the server stays
+    up but never serves or registers again. This one logs it and goes on."""
+    import functools
+    import logging
+
+    @functools.wraps(serving)
+    def serve(sock, addr, opts, load_library):
+        folder = os.getcwd()
+        try:
+            serving(sock, addr, opts, load_library)
+        except RuntimeError as error:
+            logging.getLogger("RPCServer").warning("session from %s ended abnormally (%s); serving again", addr, error)
+            os.chdir(folder)
+
+    return serve
 
 
 def build_parser(prog: str | None = None):
@@ -89,7 +113,8 @@ def build_parser(prog: str | None = None):
     parser.add_argument("--key", required=True, help="the device key this server registers under")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=9091, help="the first port to try (TVM searches upward)")
-    parser.add_argument("--port-end", type=int, default=9199, help="the end of the port search, exclusive")
+    parser.add_argument("--port-end", type=int, default=None, help="the end of the port search, exclusive "
+                        "(default: --port + 100)")
     parser.add_argument("--custom-addr", default=None, help="the address reported to the tracker, if not --host")
     parser.add_argument("--name", default=None, help="the device's name in records (default: address:port)")
     parser.add_argument("--cpus", default=None, help="pin the server to these cores, e.g. 0 or 0,1")
@@ -108,7 +133,7 @@ def main(argv=None, prog: str | None = None) -> None:
         os.environ["TVM_NUM_THREADS"] = str(args.threads)
     from tvm import rpc
 
-    server = rpc.Server(args.host, args.port, args.port_end, tracker_addr=(host, int(port)), key=args.key,
+    server = rpc.Server(args.host, args.port, args.port_end or args.port + 100, tracker_addr=(host, int(port)), key=args.key,
                         custom_addr=args.custom_addr, server_init_callback=_callback(args.name))
     name = args.name or f"{args.custom_addr or args.host}:{server.port}"
     print(f"rpc-server: {name} registered under key {args.key!r} with the tracker at {args.tracker}", flush=True)
@@ -122,7 +147,7 @@ def main(argv=None, prog: str | None = None) -> None:
 def _callback(name: str):
     import functools
 
-    return functools.partial(register_identity, name)
+    return functools.partial(prepare_server, name)
 
 
 if __name__ == "__main__":

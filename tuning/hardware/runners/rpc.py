@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tuning.core.records import MeasureResult
-from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Runner
+from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Runner, _Batch
 from tuning.hardware.runners.host_builds import HostBuilds
 from tuning.hardware.workers import Worker
 
@@ -153,8 +153,11 @@ class RPCRunner(Runner):
             self.builds = HostBuilds(self.setup.target, self.setup.build_env, self.setup.build_workers)
             self.builds.start()
         if not self._hold_some(self.wait_for_devices_s):
-            raise NoDeviceLeft(f"no device of key {self.key!r} at the tracker {self.tracker} for "
-                               f"{GROUP}.wait_for_devices_s={self.wait_for_devices_s} s")
+            raise NoDeviceLeft(self._none_left())
+
+    def _none_left(self) -> str:
+        return (f"no device of key {self.key!r} at the tracker {self.tracker} for "
+                f"{GROUP}.wait_for_devices_s={self.wait_for_devices_s} s")
 
     def build(self, task, configs, spec) -> list[dict]:
         return self.builds.build(task, configs, spec)
@@ -166,8 +169,25 @@ class RPCRunner(Runner):
         return seconds or None
 
     def run_batch(self, task, configs, built, spec, on_result=None) -> list[MeasureResult]:
+        """Runner.run_batch over the held devices, again and again: configs that no device was left to
+        take wait for a device to come back (NoDeviceLeft after `wait_for_devices_s`), so only the
+        candidates in flight when a device went are `device_lost`."""
+        batch, todo = _Batch(configs, on_result), list(range(len(configs)))
         self._hold_some(0)  # a device that came back since the gauge joins this batch
-        return super().run_batch(task, configs, built, spec, on_result)
+        while todo:
+            if not self._hold_some(self.wait_for_devices_s):
+                raise NoDeviceLeft(self._none_left())
+            untaken: list[int] = []
+
+            def handed(j, result, todo=todo, untaken=untaken):
+                if result.error == "device_lost" and result.device is None:
+                    untaken.append(todo[j])
+                else:
+                    batch.deliver(todo[j], result)
+
+            super().run_batch(task, [configs[i] for i in todo], [built[i] for i in todo], spec, handed)
+            todo = untaken
+        return batch.results
 
     def run_one(self, task, config, built: dict, spec, device: str) -> MeasureResult:
         """Upload, check, time and remove one library on `device`; the host's copy is removed too."""

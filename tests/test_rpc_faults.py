@@ -1,0 +1,107 @@
+"""Faults of remote devices, on real TVM RPC: a tracker and two lab servers, each in its own network
+namespace (tests/rpc_hosts.py; loopback with SIGSTOP for the cut where namespaces cannot be made).
+
+Mid-run one server is killed and the other's link is cut for 10 s: the run still measures its whole
+budget, the candidates in flight are `device_lost` records, no config is measured twice, every
+record names its device, and the cut device rejoins once its link is back. Killing the host process
+mid-run and `resume=` continue as for local runs, on the same servers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rpc_hosts import REPO, Cluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.tvm]
+KEY = "board"
+FAST = ["evaluator.repeat=3", "evaluator.min_repeat_ms=20", "evaluator.final_repeat=3", "tracking=none",
+        "hardware.num_threads=1", "hardware/runner=rpc", f"hardware.runner.key={KEY}", "model=gemm_64"]
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def start_run(run_dir: Path, cluster: Cluster, *overrides: str) -> subprocess.Popen:
+    command = [sys.executable, "run.py", *FAST, f"hardware.runner.tracker={cluster.tracker}",
+               f"hydra.run.dir={run_dir}", *overrides]
+    log = open(run_dir.parent / f"{run_dir.name}.log", "w")
+    return subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def output(run_dir: Path) -> str:
+    return (run_dir.parent / f"{run_dir.name}.log").read_text()
+
+
+def wait_for_records(run_dir: Path, count: int, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(records(run_dir)) < count:
+        assert proc.poll() is None, output(run_dir)[-3000:]
+        assert time.monotonic() < deadline, f"fewer than {count} records after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_path):
+    budget = 48
+    with Cluster(KEY, servers=2, namespaces=True, log_dir=tmp_path) as cluster:
+        if cluster.fallback:
+            warnings.warn(f"RPC fault test: {cluster.fallback}; the link cut is a SIGSTOP of the server")
+        run_dir = tmp_path / "run"
+        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8",
+                         "hardware.runner.devices=2", "evaluator.timeout_s=4", "hardware.runner.upload_timeout_s=2",
+                         "hardware.runner.wait_for_devices_s=120")  # silent for 6 s: lost, then back
+        wait_for_records(run_dir, 10, proc)
+        cluster.kill(0)
+        cluster.cut(1)
+        cut_at = time.time()
+        time.sleep(10)
+        cluster.restore(1)
+        proc.wait(timeout=600)
+    assert proc.returncode == 0, output(run_dir)[-3000:]
+    written = records(run_dir)
+    results = [r["result"] for r in written]
+    assert len(written) == budget  # the whole budget, on the devices left
+    configs = [tuple(r["config"]) for r in written]
+    assert len(set(configs)) == len(configs), "a config was measured twice"
+    assert all(r.get("device", "").startswith(f"{KEY}@") for r in results), "a record names no device"
+    errors = Counter(r["error"] for r in results if r["error"])
+    assert set(errors) <= {"device_lost"}, errors  # nothing a device did is blamed on a kernel
+    assert errors["device_lost"] >= 2  # one candidate in flight on each
+    lost = {r["device"] for r in results if r["error"]}
+    assert len(lost) == 2, lost
+    rejoined = {r["result"]["device"] for r in written if r["time"] > cut_at + 10 and r["result"]["error"] is None}
+    assert len(rejoined) == 1, "the cut device did not come back (or the killed one did)"
+    assert "lost device" in output(run_dir)
+
+
+def test_killing_the_host_mid_run_then_resume_measures_the_rest_on_the_servers(tmp_path):
+    budget = 24
+    with Cluster(KEY, servers=2, log_dir=tmp_path) as cluster:
+        run_dir = tmp_path / "run"
+        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2")
+        wait_for_records(run_dir, 10, proc)
+        os.killpg(proc.pid, signal.SIGKILL)  # the host process and its workers, as a power cut would
+        proc.wait(timeout=30)
+        before = records(run_dir)
+        assert 10 <= len(before) < budget
+        cluster.wait_registered(2, timeout_s=60)  # the dead client's sessions end; the servers are free again
+        resumed = subprocess.run([sys.executable, "run.py", f"resume={run_dir}"], cwd=REPO, capture_output=True,
+                                 text=True, timeout=600)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    after = records(run_dir)
+    assert len(after) == budget and after[:len(before)] == before
+    configs = [tuple(r["config"]) for r in after]
+    assert len(set(configs)) == len(configs)
+    assert all(r["result"]["error"] is None and r["result"]["device"].startswith(f"{KEY}@") for r in after)
