@@ -1,6 +1,7 @@
-"""Test hosts for the RPC runner: TVM's tracker and the lab's RPC servers, started and stopped by a test.
+"""Local RPC hosts: TVM's tracker and the lab's RPC servers on this machine, started and stopped by
+a test, a benchmark or a demo (no TVM import here; the processes import it).
 
-`Cluster(key, servers=2, namespaces=True)` puts each server in its own network namespace, joined to
+`Cluster(key, servers=2)` starts them on loopback; `namespaces=True` puts each server in its own network namespace, joined to
 this host by a veth pair on a private bridge (addresses that exist only inside this machine), so a
 test can cut a device's link (`cut`/`restore`: the host end of its veth goes down and up) as well as
 kill it (`kill`). Without root or `ip netns`, the servers run on loopback and a cut is a SIGSTOP of
@@ -17,8 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -87,13 +86,20 @@ class Cluster:
 
     # ---- processes ----------------------------------------------------------------------------------
     def start(self) -> "Cluster":
-        self.tracker_proc = self._spawn("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", self.host,
-                                                    "--port", str(self.port), "--port-end", str(self.port + 1)])
-        self._wait_for_port(self.host, self.port)
+        self.start_tracker()
         for i in range(self.count):
             self.servers.append(self._spawn(f"server{i}", self._server_command(i)))
         self.wait_registered(self.count)
         return self
+
+    def start_tracker(self) -> None:
+        self.tracker_proc = self._spawn("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", self.host,
+                                                    "--port", str(self.port), "--port-end", str(self.port + 1)])
+        self._wait_for_port(self.host, self.port)
+
+    def stop_tracker(self) -> None:
+        os.killpg(self.tracker_proc.pid, signal.SIGKILL)
+        self.tracker_proc.wait(timeout=30)
 
     def _server_command(self, i: int) -> list[str]:
         host = f"{self.subnet}.{10 + i}" if self.namespaces else "127.0.0.1"
@@ -106,9 +112,8 @@ class Cluster:
         return ["ip", "netns", "exec", self._ns(i), *command] if self.namespaces else command
 
     def _spawn(self, name: str, command: list[str]) -> subprocess.Popen:
-        log = open(self.log_dir / f"rpc-{self.tag}-{name}.log", "w")
-        return subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        with open(self.log_dir / f"rpc-{self.tag}-{name}.log", "w") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     @staticmethod
     def _wait_for_port(host: str, port: int, timeout_s: float = 60) -> None:
@@ -140,6 +145,10 @@ class Cluster:
     def kill(self, i: int) -> None:
         os.killpg(self.servers[i].pid, signal.SIGKILL)
         self.servers[i].wait(timeout=30)
+
+    def restart(self, i: int) -> None:
+        """A killed server started again (it registers with the tracker when the tracker is up)."""
+        self.servers[i] = self._spawn(f"server{i}", self._server_command(i))
 
     def cut(self, i: int) -> None:
         if self.namespaces:
