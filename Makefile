@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d" " -f1)
 STORE  := sqlite:///$(CURDIR)/outputs/mlflow.db
 
-.PHONY: setup demo test test-full ui clean
+.PHONY: setup demo rpc-demo test test-full ui clean
 
 setup: $(STAMP)
 
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: with the local CPU wheel in place nothing pulls the CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,rpc]'
 	# the methodology score's reference (tests/test_compare.py); only its numpy/scipy parts are used,
 	# so not its kernel_tuner, yappi, progressbar2 and nonconformist
 	$(BIN)/python -m pip install --quiet --no-deps autotuning-methodology==1.1.0
@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml setup.py
 # A real tuning run on the default workload (conv_l8 = ResNet-18 conv task 11) in a few minutes.
 demo: setup
 	$(BIN)/tunelab run
+
+# The same kind of run measured on two RPC servers through TVM's tracker, all on this machine:
+# starts them, tunes, shows the tracker's view, stops them (examples/rpc_demo.sh).
+rpc-demo: setup
+	PYTHON=$(BIN)/python examples/rpc_demo.sh
 
 test: setup
 	$(BIN)/python -m pytest -q
