@@ -60,6 +60,7 @@ class Cluster:
         if os.geteuid() != 0:
             self.fallback = "not root: no network namespaces, servers on loopback"
             return False
+        self._remove_namespaces()  # a killed earlier test of the same process id may have left them
         try:
             _ip("link", "add", self._bridge(), "type", "bridge")
             _ip("addr", "add", f"{self.subnet}.1/24", "dev", self._bridge())

@@ -20,7 +20,8 @@ import numpy as np
 
 from tuning.hardware.rpc_server import IDENTITY_FUNCTION
 from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes
-from tuning.hardware.tvm_worker import _compile, _key, check_and_time, gauge_module, reference_arrays
+from tuning.hardware.tvm_worker import (_compile, _key, check_and_time, gauge_module, reference_arrays,
+                                        without_torch)
 
 
 _session: dict = {}  # "remote", "identity", "opened"
@@ -29,6 +30,7 @@ _gauges: dict = {}
 
 
 def init() -> None:
+    without_torch()
     import tvm  # noqa: F401 - pay the import at worker start
 
 

@@ -34,8 +34,19 @@ GAUGE_THREAD_BLOCK = 16  # on a GPU: 16 x 16 threads a block, one output element
 
 def init(target: dict) -> None:
     """Pay the imports once, at worker start (tensor intrinsics for the target's kind only)."""
+    without_torch()
     fast_tensor_intrin_import(target.get("kind", "llvm"))
     import tvm  # noqa: F401
+
+
+def without_torch() -> None:
+    """Keep torch out of a process that never uses it: tvm_ffi imports torch eagerly when it is
+    installed (about 2 of the 2.7 s `import tvm` takes on a 2-core host, paid by every worker
+    start); a None entry in sys.modules makes that import fail at once, as if torch were absent."""
+    import sys
+
+    if "tvm" not in sys.modules:
+        sys.modules.setdefault("torch", None)
 
 
 def _key(workload: dict, target: dict) -> str:

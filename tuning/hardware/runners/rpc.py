@@ -69,7 +69,10 @@ class RPCRunner(Runner):
         self._held: dict[str, Worker] = {}
         self._identity: dict | None = None
         self._numbers = itertools.count()
-        self.stats = {"sessions": 0, "session_s": 0.0, "upload_s": 0.0, "run_s": 0.0, "timed": 0, "lost": 0}
+        # where the time goes (experiments/bench_rpc.py): seconds summed over candidates, except build_wall_s
+        self.stats = {"sessions": 0, "session_s": 0.0, "build_wall_s": 0.0, "queue_s": 0.0, "upload_s": 0.0,
+                      "run_s": 0.0, "timed": 0, "lost": 0}
+        self._batch_started = 0.0
 
     @classmethod
     def check(cls, params, group):
@@ -160,7 +163,10 @@ class RPCRunner(Runner):
                 f"{GROUP}.wait_for_devices_s={self.wait_for_devices_s} s")
 
     def build(self, task, configs, spec) -> list[dict]:
-        return self.builds.build(task, configs, spec)
+        started = time.perf_counter()
+        built = self.builds.build(task, configs, spec)
+        self.stats["build_wall_s"] += time.perf_counter() - started
+        return built
 
     def gauge(self) -> dict | None:
         """The drift gauge on each held device: {device: seconds}."""
@@ -185,6 +191,7 @@ class RPCRunner(Runner):
                 else:
                     batch.deliver(todo[j], result)
 
+            self._batch_started = time.perf_counter()
             super().run_batch(task, [configs[i] for i in todo], [built[i] for i in todo], spec, handed)
             todo = untaken
         return batch.results
@@ -203,6 +210,7 @@ class RPCRunner(Runner):
         worker = self._held.get(device)
         if worker is None:
             raise DeviceLost("its session was closed")
+        self.stats["queue_s"] += time.perf_counter() - self._batch_started  # built, waiting for a device
         status, value = worker.call(f"{WORKER}:run", task.workload, self.setup.target, self.setup.device,
                                     built["path"], built["args"], asdict(spec),
                                     timeout=spec.timeout_s + self.upload_timeout_s)

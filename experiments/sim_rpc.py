@@ -1,0 +1,137 @@
+"""The remote runner's scheduling with 64 and 256 simulated devices: device utilisation and the build workers
+needed to keep them busy.
+
+    python experiments/sim_rpc.py --readings outputs/bench_rpc/readings.json
+    python experiments/sim_rpc.py --readings R.json --devices 64 256 --workers 1 4 16 64 --upload-s 0.05
+
+Real code, simulated devices: `Runner.measure` and `Runner.run_batch` (tuning/hardware/runners/base.py,
+what the RPC runner runs: build the whole batch, read the gauge, spread the batch over the devices,
+one thread per device) drive a runner whose devices sleep instead of timing. Each candidate draws a
+(build_s, run_s) pair from real readings (experiments/bench_rpc.py --out, or any run's
+records.jsonl); a device spends upload_s + 2 x latency_s + run_s on it; the host builds a batch in
+`workers` parallel processes, sharded as HostBuilds shards it. Every second is scaled by
+`--time-scale` so that a simulated hour takes seconds; the figures are in simulated seconds.
+
+Utilisation = the devices' busy seconds / (devices x wall seconds). A batch is `--batch` configs
+(default: the tuner's plan_size, 64) or `--batch-per-device` x devices: with fewer configs in a
+batch than devices, the rest of the devices have nothing to take. The build workers needed: the
+fewest of `--workers` whose utilisation is within 10% of the best the grid reached.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tuning.core.measure import MeasureSpec
+from tuning.core.records import MeasureResult
+from tuning.core.task import gemm_task
+from tuning.hardware.runners.base import Runner
+
+TASK = gemm_task("gemm_64", 64, 64, 64)
+
+
+class SimulatedDevices(Runner):
+    """`count` devices that sleep the readings' seconds; builds sleep the batch's build makespan."""
+
+    def __init__(self, count: int, workers: int, readings: np.ndarray, upload_s: float, latency_s: float,
+                 time_scale: float, rng: np.random.Generator):
+        self.count, self.workers = count, workers
+        self.readings, self.upload_s, self.latency_s = readings, upload_s, latency_s
+        self.scale, self.rng = time_scale, rng
+        self.busy_s = 0.0
+        self.build_wall_s = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def devices(self) -> list[str]:
+        return [f"sim:{i}" for i in range(self.count)]
+
+    def build(self, task, configs, spec) -> list:
+        drawn = self.readings[self.rng.integers(len(self.readings), size=len(configs))]
+        shards = [drawn[i::self.workers, 0].sum() for i in range(self.workers)]  # HostBuilds: jobs[i::n]
+        makespan = max(shards)
+        self.build_wall_s += makespan
+        time.sleep(makespan * self.scale)
+        return [{"build_s": b, "run_s": r} for b, r in drawn]
+
+    def run_one(self, task, config, built, spec, device) -> MeasureResult:
+        seconds = self.upload_s + 2 * self.latency_s + built["run_s"]
+        time.sleep(seconds * self.scale)
+        with self._lock:
+            self.busy_s += seconds
+        return MeasureResult(costs=[1e-3], run_s=built["run_s"], build_s=built["build_s"], config=tuple(config),
+                             device=device)
+
+
+def load_readings(path: Path) -> np.ndarray:
+    """(build_s, run_s) pairs from bench_rpc.py's JSON or a records.jsonl."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        pairs = [(r["build_s"], r["run_s"]) for block in json.loads(text)["blocks"] for r in block["readings"]]
+    else:
+        results = [json.loads(line)["result"] for line in text.splitlines() if line.strip()]
+        pairs = [(r["build_s"], r["run_s"]) for r in results if r.get("error") is None]
+    if not pairs:
+        raise SystemExit(f"{path}: no readings")
+    return np.array(pairs, dtype=float)
+
+
+def simulate(devices: int, workers: int, batch: int, batches: int, readings, args) -> dict:
+    runner = SimulatedDevices(devices, workers, readings, args.upload_s, args.latency_s, args.time_scale,
+                              np.random.default_rng(args.seed))
+    configs = [(i,) for i in range(batch)]
+    started = time.perf_counter()
+    for _ in range(batches):
+        runner.measure(TASK, configs, MeasureSpec())
+    wall = (time.perf_counter() - started) / args.time_scale
+    return {"devices": devices, "workers": workers, "batch": batch, "wall_s": wall,
+            "utilisation": runner.busy_s / (devices * wall), "build_share": runner.build_wall_s / wall,
+            "per_minute": 60 * batch * batches / wall}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readings", required=True, type=Path, help="bench_rpc.py --out JSON, or a records.jsonl")
+    parser.add_argument("--devices", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128])
+    parser.add_argument("--batch", type=int, default=64, help="configs per batch (the tuner's plan_size)")
+    parser.add_argument("--batch-per-device", type=int, default=4, help="also simulate batches of this x devices")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--upload-s", type=float, default=None, help="default: the readings' mean upload, else 0.005")
+    parser.add_argument("--latency-s", type=float, default=0.001, help="one-way network latency per call")
+    parser.add_argument("--time-scale", type=float, default=0.01, help="real seconds per simulated second")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    readings = load_readings(args.readings)
+    if args.upload_s is None:
+        args.upload_s = measured_upload(args.readings)
+    print(f"readings: {len(readings)} from {args.readings}; build_s mean {readings[:, 0].mean():.3f}, run_s mean "
+          f"{readings[:, 1].mean():.3f}; upload {args.upload_s:.4f} s, latency {args.latency_s:.4f} s; "
+          f"time scale {args.time_scale}")
+    for devices in args.devices:
+        for batch in dict.fromkeys([args.batch, args.batch_per_device * devices]):
+            rows = [simulate(devices, w, batch, args.batches, readings, args) for w in args.workers]
+            best = max(r["utilisation"] for r in rows)
+            needed = next(r["workers"] for r in rows if r["utilisation"] >= 0.9 * best)
+            print(f"\n{devices} devices, batches of {batch}: workers needed {needed} "
+                  f"(utilisation within 10% of the grid's best, {best:.0%})")
+            print(f"{'workers':>8} {'utilisation':>12} {'build share':>12} {'cand/min':>10}")
+            for r in rows:
+                print(f"{r['workers']:>8} {r['utilisation']:>12.1%} {r['build_share']:>12.1%} {r['per_minute']:>10.0f}")
+
+
+def measured_upload(path: Path) -> float:
+    if path.suffix != ".json":
+        return 0.005
+    blocks = json.loads(path.read_text())["blocks"]
+    timed = sum(b["stats"]["timed"] for b in blocks)
+    return sum(b["stats"]["upload_s"] for b in blocks) / timed if timed else 0.005
+
+
+if __name__ == "__main__":
+    main()
