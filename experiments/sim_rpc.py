@@ -5,17 +5,19 @@ needed to keep them busy.
     python experiments/sim_rpc.py --readings R.json --devices 64 256 --workers 1 4 16 64 --upload-s 0.05
 
 Real code, simulated devices: `Runner.measure` and `Runner.run_batch` (tuning/hardware/runners/base.py,
-what the RPC runner runs: build the whole batch, read the gauge, spread the batch over the devices,
-one thread per device) drive a runner whose devices sleep instead of timing. Each candidate draws a
-(build_s, run_s) pair from real readings (experiments/bench_rpc.py --out, or any run's
-records.jsonl); a device spends upload_s + 2 x latency_s + run_s on it; the host builds a batch in
-`workers` parallel processes, sharded as HostBuilds shards it. Every second is scaled by
-`--time-scale` so that a simulated hour takes seconds; the figures are in simulated seconds.
+what the RPC runner runs: build the whole batch, read the gauge on every device, spread the batch
+over the devices, one thread per device, results handed on in order) drive a runner whose devices
+sleep instead of timing, in real time, so the runner's own overhead (threads, hand-offs) is real.
+Each candidate draws a (build_s, run_s) pair from real readings (experiments/bench_rpc.py --out, or
+any run's records.jsonl); a device spends upload_s + 2 x latency_s + run_s on it, and gauge_s on the
+gauge. The build phase is not slept: for each number of build workers its wall time is the makespan
+of the batch's drawn build seconds sharded as HostBuilds shards them (jobs[i::workers]), added to
+the run phase's measured wall time.
 
 Utilisation = the devices' busy seconds / (devices x wall seconds). A batch is `--batch` configs
 (default: the tuner's plan_size, 64) or `--batch-per-device` x devices: with fewer configs in a
-batch than devices, the rest of the devices have nothing to take. The build workers needed: the
-fewest of `--workers` whose utilisation is within 10% of the best the grid reached.
+batch than devices, the other devices have nothing to take. The build workers needed: the fewest
+of `--workers` whose utilisation is within 10% of the best the grid reached.
 """
 from __future__ import annotations
 
@@ -36,15 +38,14 @@ TASK = gemm_task("gemm_64", 64, 64, 64)
 
 
 class SimulatedDevices(Runner):
-    """`count` devices that sleep the readings' seconds; builds sleep the batch's build makespan."""
+    """`count` devices that sleep the readings' run seconds; `build` only draws the readings."""
 
-    def __init__(self, count: int, workers: int, readings: np.ndarray, upload_s: float, latency_s: float,
-                 time_scale: float, rng: np.random.Generator):
-        self.count, self.workers = count, workers
-        self.readings, self.upload_s, self.latency_s = readings, upload_s, latency_s
-        self.scale, self.rng = time_scale, rng
+    def __init__(self, count: int, readings: np.ndarray, upload_s: float, latency_s: float, gauge_s: float,
+                 rng: np.random.Generator):
+        self.count, self.readings = count, readings
+        self.upload_s, self.latency_s, self.gauge_s, self.rng = upload_s, latency_s, gauge_s, rng
         self.busy_s = 0.0
-        self.build_wall_s = 0.0
+        self.drawn_builds: list[np.ndarray] = []  # each batch's build seconds, in config order
         self._lock = threading.Lock()
 
     @property
@@ -53,19 +54,24 @@ class SimulatedDevices(Runner):
 
     def build(self, task, configs, spec) -> list:
         drawn = self.readings[self.rng.integers(len(self.readings), size=len(configs))]
-        shards = [drawn[i::self.workers, 0].sum() for i in range(self.workers)]  # HostBuilds: jobs[i::n]
-        makespan = max(shards)
-        self.build_wall_s += makespan
-        time.sleep(makespan * self.scale)
+        self.drawn_builds.append(drawn[:, 0])
         return [{"build_s": b, "run_s": r} for b, r in drawn]
+
+    def gauge(self) -> None:
+        time.sleep(self.gauge_s)  # every device reads it at once
 
     def run_one(self, task, config, built, spec, device) -> MeasureResult:
         seconds = self.upload_s + 2 * self.latency_s + built["run_s"]
-        time.sleep(seconds * self.scale)
+        time.sleep(seconds)
         with self._lock:
             self.busy_s += seconds
         return MeasureResult(costs=[1e-3], run_s=built["run_s"], build_s=built["build_s"], config=tuple(config),
                              device=device)
+
+
+def build_makespan(build_s: np.ndarray, workers: int) -> float:
+    """The build phase's wall seconds: HostBuilds gives worker i the jobs i, i+workers, ..."""
+    return max(build_s[i::workers].sum() for i in range(min(workers, len(build_s))))
 
 
 def load_readings(path: Path) -> np.ndarray:
@@ -81,16 +87,22 @@ def load_readings(path: Path) -> np.ndarray:
     return np.array(pairs, dtype=float)
 
 
-def simulate(devices: int, workers: int, batch: int, batches: int, readings, args) -> dict:
-    runner = SimulatedDevices(devices, workers, readings, args.upload_s, args.latency_s, args.time_scale,
+def simulate(devices: int, batch: int, batches: int, readings, args) -> tuple[float, float, list]:
+    """The run phases measured: (their wall seconds, the devices' busy seconds, each batch's builds)."""
+    runner = SimulatedDevices(devices, readings, args.upload_s, args.latency_s, args.gauge_s,
                               np.random.default_rng(args.seed))
     configs = [(i,) for i in range(batch)]
     started = time.perf_counter()
     for _ in range(batches):
         runner.measure(TASK, configs, MeasureSpec())
-    wall = (time.perf_counter() - started) / args.time_scale
-    return {"devices": devices, "workers": workers, "batch": batch, "wall_s": wall,
-            "utilisation": runner.busy_s / (devices * wall), "build_share": runner.build_wall_s / wall,
+    return time.perf_counter() - started, runner.busy_s, runner.drawn_builds
+
+
+def with_workers(devices: int, batch: int, batches: int, workers: int, measured: tuple) -> dict:
+    run_wall, busy, builds = measured
+    build_wall = sum(build_makespan(b, workers) for b in builds)
+    wall = run_wall + build_wall
+    return {"workers": workers, "utilisation": busy / (devices * wall), "build_share": build_wall / wall,
             "per_minute": 60 * batch * batches / wall}
 
 
@@ -104,18 +116,19 @@ def main(argv=None) -> None:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--upload-s", type=float, default=None, help="default: the readings' mean upload, else 0.005")
     parser.add_argument("--latency-s", type=float, default=0.001, help="one-way network latency per call")
-    parser.add_argument("--time-scale", type=float, default=0.01, help="real seconds per simulated second")
+    parser.add_argument("--gauge-s", type=float, default=0.07, help="the drift gauge's seconds on a device")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     readings = load_readings(args.readings)
     if args.upload_s is None:
         args.upload_s = measured_upload(args.readings)
     print(f"readings: {len(readings)} from {args.readings}; build_s mean {readings[:, 0].mean():.3f}, run_s mean "
-          f"{readings[:, 1].mean():.3f}; upload {args.upload_s:.4f} s, latency {args.latency_s:.4f} s; "
-          f"time scale {args.time_scale}")
+          f"{readings[:, 1].mean():.3f}; upload {args.upload_s:.4f} s, latency {args.latency_s:.4f} s, "
+          f"gauge {args.gauge_s:.3f} s")
     for devices in args.devices:
         for batch in dict.fromkeys([args.batch, args.batch_per_device * devices]):
-            rows = [simulate(devices, w, batch, args.batches, readings, args) for w in args.workers]
+            measured = simulate(devices, batch, args.batches, readings, args)
+            rows = [with_workers(devices, batch, args.batches, w, measured) for w in args.workers]
             best = max(r["utilisation"] for r in rows)
             needed = next(r["workers"] for r in rows if r["utilisation"] >= 0.9 * best)
             print(f"\n{devices} devices, batches of {batch}: workers needed {needed} "
