@@ -29,30 +29,20 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.core.measure import MeasureSpec
+from hydra.utils import instantiate
+
 from tuning.core.task import build_tasks
-from tuning.hardware.cpu import CPUHardware
 from tuning.hardware.rpc_hosts import Cluster
-from tuning.hardware.runners.rpc import RPCRunner
+from tuning.tools.dataset import compose
 
 KEY = "bench"
 
 
-def model_task(name: str):
-    from omegaconf import OmegaConf
-
-    from tuning.conf_dir import CONF_DIR
-
-    return build_tasks(OmegaConf.load(Path(CONF_DIR) / "model" / f"{name}.yaml"))[0]
-
-
-def evaluator_spec(name: str) -> MeasureSpec:
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from tuning.conf_dir import CONF_DIR
-
-    return instantiate(OmegaConf.load(Path(CONF_DIR) / "evaluator" / f"{name}.yaml")).spec
+def job(model: str, evaluator: str, tracker: str, devices: int):
+    """The run config: hardware=cpu (one thread, one build process) timing through hardware/runner=rpc."""
+    return compose([f"model={model}", f"evaluator={evaluator}", "hardware=cpu", "hardware/runner=rpc",
+                    "hardware.num_threads=1", "hardware.build_workers=1", f"hardware.runner.tracker={tracker}",
+                    f"hardware.runner.key={KEY}", f"hardware.runner.devices={devices}"])
 
 
 def fresh_configs(space, rng, count: int, seen: set) -> list[tuple]:
@@ -65,11 +55,13 @@ def fresh_configs(space, rng, count: int, seen: set) -> list[tuple]:
     return configs
 
 
-def measure_block(cluster: Cluster, task, devices: int, batches: int, batch: int, spec, rng, seen) -> dict:
+def measure_block(cluster: Cluster, args, devices: int, rng, seen) -> dict:
     """One block: `batches` batches measured on `devices` held servers; wall seconds, the runner's
     stats and each candidate's (build_s, run_s, device)."""
-    hardware = CPUHardware(num_threads=1, build_workers=1,
-                           runner=RPCRunner(tracker=cluster.tracker, key=KEY, devices=devices))
+    cfg = job(args.model, args.evaluator, cluster.tracker, devices)
+    task, spec = build_tasks(cfg.model)[0], instantiate(cfg.evaluator).spec
+    hardware = instantiate(cfg.hardware)
+    batch, batches = args.batch, args.batches
     try:
         problem = hardware.unreachable()
         if problem:
@@ -120,14 +112,14 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="write every block's readings here (JSON) for sim_rpc.py")
     args = parser.parse_args(argv)
-    task, spec = model_task(args.model), evaluator_spec(args.evaluator)
     rng, seen = np.random.default_rng(args.seed), set()
     order = [[1, 2], [2, 1]] * (max(args.blocks, 2) // 2)
     with Cluster(KEY, servers=2, log_dir=Path(tempfile.mkdtemp(prefix="bench-rpc-"))) as cluster:
         blocks = []
         for devices in (d for pair in order for d in pair):
-            blocks.append(measure_block(cluster, task, devices, args.batches, args.batch, spec, rng, seen))
+            blocks.append(measure_block(cluster, args, devices, rng, seen))
             cluster.wait_registered(2)  # both servers free again before the next block
+    spec = instantiate(job(args.model, args.evaluator, "127.0.0.1:9190", 1).evaluator).spec
     print(f"{args.model}: {args.batch} configs a batch, {args.batches} batches a block, seed {args.seed}; "
           f"evaluator={args.evaluator} (repeat {spec.repeat}, min_repeat_ms {spec.min_repeat_ms})")
     summarize(blocks)

@@ -32,8 +32,8 @@ def cluster(tmp_path_factory):
         yield started
 
 
-def job(tmp_path: Path, cluster, *overrides: str) -> list[str]:
-    return ["model=gemm_64", f"output_dir={tmp_path / 'run'}", f"hardware.runner.tracker={cluster.tracker}",
+def job(tmp_path: Path, cluster, *overrides: str, model: str = "gemm_64") -> list[str]:
+    return [f"model={model}", f"output_dir={tmp_path / 'run'}", f"hardware.runner.tracker={cluster.tracker}",
             *FAST, *overrides]
 
 
@@ -53,6 +53,15 @@ def test_a_remote_run_spreads_a_batch_over_both_servers_and_names_them(tmp_path,
         descriptions = [json.loads(row[0]) for row in opened.execute("SELECT description FROM hardware")]
     assert [(d["runner"], d["rpc_key"], d["device_threads"]) for d in descriptions] == [("rpc", KEY, "1")]
     assert "unknown" not in descriptions[0]["cpu_model"]
+
+
+@pytest.mark.slow
+def test_a_whole_model_is_tuned_then_applied_and_timed_on_a_server(tmp_path, cluster):
+    outcome = tunelab.tune(job(tmp_path, cluster, "budget.trials=32", "e2e.runs=5", model="tiny_cnn"))
+    servers = {f"{KEY}@127.0.0.1:{server['addr'][1]}" for server in cluster.summary()["server_info"]}
+    assert outcome.e2e["match"] and outcome.e2e["remote_device"] in servers
+    assert set(outcome.e2e["latency_ms"]) == {"tuned", "untuned"}  # torch does not run there: not timed
+    assert all(r.result.device in servers for records in outcome.records.values() for r in records)
 
 
 def host_lacks_some_extension() -> str:

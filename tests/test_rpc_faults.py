@@ -126,3 +126,27 @@ def test_a_tracker_restart_mid_run_is_survived_and_a_restarted_server_rejoins(tm
     assert len(written) == budget and {r["result"]["error"] for r in written} <= {None, "device_lost"}
     assert len({r["result"]["device"] for r in written if r["time"] > back_at + 5}) == 2, "server 0 did not rejoin"
     assert "does not answer" in output(run_dir)
+
+
+def test_with_every_device_gone_the_run_stops_saying_how_to_resume_and_resume_finishes(tmp_path):
+    budget = 24
+    with Cluster(KEY, servers=1, log_dir=tmp_path) as cluster:
+        run_dir = tmp_path / "run"
+        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8",
+                         "hardware.runner.wait_for_devices_s=3")
+        wait_for_records(run_dir, 4, proc)
+        cluster.kill(0)
+        assert proc.wait(timeout=120) == 1
+        said = output(run_dir)
+        assert "no device of key 'board'" in said and f"tunelab run resume={run_dir}" in said, said[-2000:]
+        before = records(run_dir)
+        assert 4 <= len(before) < budget
+        assert all(r["result"]["error"] in (None, "device_lost") for r in before)
+        cluster.restart(0)
+        cluster.wait_registered(1)
+        resumed = subprocess.run([sys.executable, "run.py", f"resume={run_dir}"], cwd=REPO, capture_output=True,
+                                 text=True, timeout=600)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    after = records(run_dir)
+    assert len(after) == budget and after[:len(before)] == before
+    assert len({tuple(r["config"]) for r in after}) == budget

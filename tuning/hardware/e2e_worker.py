@@ -12,6 +12,7 @@ import time
 
 _variants: dict = {}  # name -> a callable that runs the model once on the stored input
 _device_timed: dict = {}  # name -> runs -> seconds per run, timed on a remote device by its own clock
+_sessions: list = []  # a remote device's session, held for as long as the worker lives
 
 
 def init_tvm(target: dict) -> None:
@@ -87,7 +88,7 @@ def _load_remotely(executables: dict, remote: dict, device: str, example) -> str
         _variants[variant] = (lambda vm=vm: (vm.invoke_stateful("main"), _first_tensor(vm.get_outputs("main")))[1])
         _device_timed[variant] = (lambda runs, vm=vm: list(
             vm.time_evaluator("invoke_stateful", dev, number=1, repeat=runs)("main").results))
-    _variants["session"] = session  # held for as long as the worker lives
+    _sessions.append(session)
     try:
         name = json.loads(session.get_function(IDENTITY_FUNCTION)()).get("name")
     except (AttributeError, RuntimeError):

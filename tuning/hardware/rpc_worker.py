@@ -61,7 +61,10 @@ def _identity(remote) -> dict:
 def run(workload: dict, target: dict, kind: str, lib_path: str, args: list, spec: dict) -> dict:
     """Upload, check, time and remove one library; the tvm_worker.run dict plus "upload_s"."""
     reference = _reference(workload, target)
-    _renew_before_expiry(spec["timeout_s"] + 30)
+    try:
+        _renew_before_expiry(spec["timeout_s"] + 30)
+    except Exception as error:  # noqa: BLE001 - no new session: this device is gone for now
+        return {"lost": f"could not renew the session: {type(error).__name__}: {error}"}
     remote = _session["remote"]
     name = os.path.basename(lib_path)
     start = time.perf_counter()

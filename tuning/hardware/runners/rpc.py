@@ -23,6 +23,7 @@ import itertools
 import logging
 import socket
 import struct
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -73,6 +74,7 @@ class RPCRunner(Runner):
         self.stats = {"sessions": 0, "session_s": 0.0, "build_wall_s": 0.0, "queue_s": 0.0, "upload_s": 0.0,
                       "run_s": 0.0, "timed": 0, "lost": 0}
         self._batch_started = 0.0
+        self._stats_lock = threading.Lock()
 
     @classmethod
     def check(cls, params, group):
@@ -210,7 +212,7 @@ class RPCRunner(Runner):
         worker = self._held.get(device)
         if worker is None:
             raise DeviceLost("its session was closed")
-        self.stats["queue_s"] += time.perf_counter() - self._batch_started  # built, waiting for a device
+        self._count(queue_s=time.perf_counter() - self._batch_started)  # built, waiting for a device
         status, value = worker.call(f"{WORKER}:run", task.workload, self.setup.target, self.setup.device,
                                     built["path"], built["args"], asdict(spec),
                                     timeout=spec.timeout_s + self.upload_timeout_s)
@@ -219,12 +221,15 @@ class RPCRunner(Runner):
             raise DeviceLost(value["lost"] if status == "ok" else f"{status}: {value}")
         if status != "ok":
             return MeasureResult.failed("run", str(value), **timings)
-        self.stats["upload_s"] += value.get("upload_s", 0.0)
-        self.stats["run_s"] += value["run_s"]
-        self.stats["timed"] += 1
+        self._count(upload_s=value.get("upload_s", 0.0), run_s=value["run_s"], timed=1)
         if value["error"]:
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
         return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""), **timings)
+
+    def _count(self, **amounts) -> None:
+        with self._stats_lock:  # the device threads add to them at once
+            for name, amount in amounts.items():
+                self.stats[name] += amount
 
     # ---- whole models ---------------------------------------------------------------------------------
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing) -> dict:
@@ -232,6 +237,9 @@ class RPCRunner(Runner):
         a server is free for it); torch does not run there and is not timed."""
         from tuning.hardware.e2e import evaluate_model
 
+        problem = self.unreachable()  # a session request for a key with no server would wait for good
+        if problem:
+            raise RuntimeError(problem)
         self._release()
         remote = {"tracker": self.tracker, "key": self.key, "priority": self.priority,
                   "session_timeout_s": self.session_timeout_s, "timeout_s": self.connect_timeout_s}
@@ -280,7 +288,7 @@ class RPCRunner(Runner):
         started = time.perf_counter()
         status, value = worker.call(f"{WORKER}:connect", self.tracker, self.key, self.priority, self.session_timeout_s,
                                     timeout=self.connect_timeout_s + 60)  # + the worker's TVM import
-        self.stats["session_s"] += time.perf_counter() - started
+        self._count(session_s=time.perf_counter() - started)
         if status != "ok":
             worker.close()
             log.warning("rpc: no session with a server of key %s: %s", self.key, str(value)[-300:])
@@ -294,7 +302,7 @@ class RPCRunner(Runner):
             return
         name = f"{self.key}@{value['name']}" if value.get("name") else f"{self.key}#{next(self._numbers)}"
         self._held[name] = worker
-        self.stats["sessions"] += 1
+        self._count(sessions=1)
 
     def _gauge_each(self, dropping: bool) -> dict[str, dict]:
         def read(item):
@@ -317,7 +325,7 @@ class RPCRunner(Runner):
         worker = self._held.pop(device, None)
         if worker is not None:
             worker.close()  # its socket closes: the server ends the session and registers again
-            self.stats["lost"] += 1
+            self._count(lost=1)
             log.warning("rpc: lost device %s", device)
 
     def _release(self) -> None:
