@@ -1,6 +1,6 @@
 """Remote measuring with 1 and 2 real RPC servers, side by side: candidates per minute and where the time goes.
 
-    python experiments/bench_rpc.py                                  # gemm_64, 4 blocks of 2 x 16 candidates
+    python experiments/bench_rpc.py                                  # gemm_64, 8 blocks of 2 x 16 candidates
     python experiments/bench_rpc.py --model conv_l8 --batch 8 --blocks 2
     python experiments/bench_rpc.py --out outputs/bench_rpc/readings.json   # readings for sim_rpc.py
 
@@ -105,7 +105,7 @@ def summarize(blocks: list[dict]) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gemm_64", help="a single-operator model (conf/model/)")
-    parser.add_argument("--blocks", type=int, default=4, help="blocks, in 1-2-2-1 order (even)")
+    parser.add_argument("--blocks", type=int, default=8, help="blocks, in 1-2-2-1 order (an even number)")
     parser.add_argument("--batches", type=int, default=2, help="batches per block")
     parser.add_argument("--batch", type=int, default=16, help="configs per batch (a tuning round's plan_size)")
     parser.add_argument("--evaluator", default="fixed", help="the evaluator whose settings time each candidate")
@@ -113,10 +113,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="write every block's readings here (JSON) for sim_rpc.py")
     args = parser.parse_args(argv)
     rng, seen = np.random.default_rng(args.seed), set()
-    order = [[1, 2], [2, 1]] * (max(args.blocks, 2) // 2)
+    order = ([1, 2, 2, 1] * -(-args.blocks // 4))[:max(2, args.blocks - args.blocks % 2)]
     with Cluster(KEY, servers=2, log_dir=Path(tempfile.mkdtemp(prefix="bench-rpc-"))) as cluster:
         blocks = []
-        for devices in (d for pair in order for d in pair):
+        for devices in order:
             blocks.append(measure_block(cluster, args, devices, rng, seen))
             cluster.wait_registered(2)  # both servers free again before the next block
     spec = instantiate(job(args.model, args.evaluator, "127.0.0.1:9190", 1).evaluator).spec
