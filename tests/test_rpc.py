@@ -96,7 +96,8 @@ def test_a_stock_tvm_server_is_named_by_the_runner_and_its_cpu_is_unknown(tmp_pa
     with Cluster("stock", servers=1, stock=True, log_dir=tmp_path) as stock:
         runner = RPCRunner(tracker=stock.tracker, key="stock", connect_timeout_s=30)
         try:
-            assert runner.unreachable() is None and runner.identity() == {}
+            assert runner.unreachable() is None
+            assert runner.identity() == {} and runner.devices == ["stock#0"]  # a session, with no identity
             assert runner.describe()["cpu_model"] == "unknown (TVM's stock RPC server, key stock)"
             runner.attach(Setup(target={"kind": "llvm", "num-cores": 1}, device="cpu"))
             assert runner.unusable() is None  # the gauge kernel ran there
@@ -130,3 +131,20 @@ def test_bad_runner_values_are_rejected_by_validation_naming_the_key(compose_cfg
     cfg = compose_cfg("hardware/runner=rpc", override)
     with pytest.raises(ConfigError, match=rf"{key}:"):
         validate(cfg, dict(cfg.hydra.runtime.choices))
+
+
+@pytest.mark.slow
+def test_a_session_near_its_timeout_is_renewed_on_the_same_server(tmp_path):
+    """The device process's own renewal, in this process: the old session (held open by the gauge's
+    tensors too) must close, or the only server of the key could never be asked for again."""
+    from tuning.hardware import rpc_worker
+
+    with Cluster("renew", servers=1, log_dir=tmp_path) as one:
+        identity = rpc_worker.connect(one.tracker, "renew", 1, 60)
+        assert "seconds" in rpc_worker.gauge({"kind": "llvm", "num-cores": 1}, "cpu")
+        rpc_worker._session["opened"] -= 55  # 5 s left: a 10 s candidate would outlast it
+        started = time.monotonic()
+        assert rpc_worker._renew_before_expiry(10) is None
+        assert time.monotonic() - started < 10 and rpc_worker._session["identity"]["name"] == identity["name"]
+        assert "seconds" in rpc_worker.gauge({"kind": "llvm", "num-cores": 1}, "cpu")
+        rpc_worker._session.clear()

@@ -1,5 +1,6 @@
 """Faults of remote devices, on real TVM RPC: a tracker and two lab servers, each in its own network
-namespace (tests/rpc_hosts.py; loopback with SIGSTOP for the cut where namespaces cannot be made).
+namespace (tuning/hardware/rpc_hosts.py; loopback with SIGSTOP for the cut where namespaces cannot be
+made).
 
 Mid-run one server is killed and the other's link is cut for 10 s: the run still measures its whole
 budget, the candidates in flight are `device_lost` records, no config is measured twice, every
@@ -34,16 +35,37 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def start_run(run_dir: Path, cluster: Cluster, *overrides: str) -> subprocess.Popen:
+@pytest.fixture
+def runs():
+    """Run processes a test started: killed with their workers when it ends, passed or not."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def start_run(run_dir: Path, cluster: Cluster, *overrides: str, runs: list | None = None) -> subprocess.Popen:
     command = [sys.executable, "run.py", *FAST, f"hardware.runner.tracker={cluster.tracker}",
                f"hydra.run.dir={run_dir}", *overrides]
-    log = open(run_dir.parent / f"{run_dir.name}.log", "w")
-    return subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    if runs is not None:
+        runs.append(proc)
+    return proc
 
 
 def output(run_dir: Path) -> str:
     return (run_dir.parent / f"{run_dir.name}.log").read_text()
+
+
+def resume(run_dir: Path) -> list[dict]:
+    """`resume=` run to its end; the records then."""
+    done = subprocess.run([sys.executable, "run.py", f"resume={run_dir}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return records(run_dir)
 
 
 def wait_for_records(run_dir: Path, count: int, proc: subprocess.Popen, timeout_s: float = 300) -> None:
@@ -54,7 +76,7 @@ def wait_for_records(run_dir: Path, count: int, proc: subprocess.Popen, timeout_
         time.sleep(0.1)
 
 
-def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_path):
+def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_path, runs):
     budget = 48
     with Cluster(KEY, servers=2, namespaces=True, log_dir=tmp_path) as cluster:
         if cluster.fallback:
@@ -62,7 +84,7 @@ def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_p
         run_dir = tmp_path / "run"
         proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8",
                          "hardware.runner.devices=2", "evaluator.timeout_s=4", "hardware.runner.upload_timeout_s=2",
-                         "hardware.runner.wait_for_devices_s=120")  # silent for 6 s: lost, then back
+                         "hardware.runner.wait_for_devices_s=120", runs=runs)  # silent for 6 s: lost, then back
         wait_for_records(run_dir, 10, proc)
         cluster.kill(0)
         cluster.cut(1)
@@ -87,66 +109,64 @@ def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_p
     assert "lost device" in output(run_dir)
 
 
-def test_killing_the_host_mid_run_then_resume_measures_the_rest_on_the_servers(tmp_path):
+def test_killing_the_host_mid_run_then_resume_measures_the_rest_on_the_servers(tmp_path, runs):
     budget = 24
     with Cluster(KEY, servers=2, log_dir=tmp_path) as cluster:
         run_dir = tmp_path / "run"
-        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2")
+        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2",
+                         runs=runs)
         wait_for_records(run_dir, 10, proc)
         os.killpg(proc.pid, signal.SIGKILL)  # the host process and its workers, as a power cut would
         proc.wait(timeout=30)
         before = records(run_dir)
         assert 10 <= len(before) < budget
         cluster.wait_registered(2, timeout_s=60)  # the dead client's sessions end; the servers are free again
-        resumed = subprocess.run([sys.executable, "run.py", f"resume={run_dir}"], cwd=REPO, capture_output=True,
-                                 text=True, timeout=600)
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    after = records(run_dir)
+        after = resume(run_dir)
     assert len(after) == budget and after[:len(before)] == before
     configs = [tuple(r["config"]) for r in after]
     assert len(set(configs)) == len(configs)
     assert all(r["result"]["error"] is None and r["result"]["device"].startswith(f"{KEY}@") for r in after)
 
 
-def test_a_tracker_restart_mid_run_is_survived_and_a_restarted_server_rejoins(tmp_path):
-    budget = 48
+def test_a_tracker_restart_mid_run_is_survived_and_restarted_servers_rejoin(tmp_path, runs):
+    budget = 32
     with Cluster(KEY, servers=2, log_dir=tmp_path) as cluster:
         run_dir = tmp_path / "run"
-        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2")
+        proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2",
+                         runs=runs)
         wait_for_records(run_dir, 4, proc)
-        cluster.stop_tracker()  # the session held goes on; asking for another waits for the tracker
+        cluster.stop_tracker()
         cluster.kill(0)
+        cluster.kill(1)  # no device left, and no tracker to ask for one: the run waits and asks again
         time.sleep(3)
         cluster.start_tracker()
         cluster.restart(0)
+        cluster.restart(1)
         back_at = time.time()
         proc.wait(timeout=600)
     assert proc.returncode == 0, output(run_dir)[-3000:]
     written = records(run_dir)
     assert len(written) == budget and {r["result"]["error"] for r in written} <= {None, "device_lost"}
-    assert len({r["result"]["device"] for r in written if r["time"] > back_at + 5}) == 2, "server 0 did not rejoin"
-    assert "does not answer" in output(run_dir)
+    later = {r["result"]["device"] for r in written if r["time"] > back_at and r["result"]["error"] is None}
+    assert len(later) == 2, later  # both servers, back through the new tracker
 
 
-def test_with_every_device_gone_the_run_stops_saying_how_to_resume_and_resume_finishes(tmp_path):
+def test_with_every_device_gone_the_run_stops_saying_how_to_resume_and_resume_finishes(tmp_path, runs):
     budget = 24
     with Cluster(KEY, servers=1, log_dir=tmp_path) as cluster:
         run_dir = tmp_path / "run"
         proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8",
-                         "hardware.runner.wait_for_devices_s=3")
+                         "hardware.runner.wait_for_devices_s=3", runs=runs)
         wait_for_records(run_dir, 4, proc)
         cluster.kill(0)
         assert proc.wait(timeout=120) == 1
         said = output(run_dir)
-        assert "no device of key 'board'" in said and f"tunelab run resume={run_dir}" in said, said[-2000:]
+        assert "hardware.runner.key=board: no device of the key" in said and f"tunelab run resume={run_dir}" in said, said[-2000:]
         before = records(run_dir)
         assert 4 <= len(before) < budget
         assert all(r["result"]["error"] in (None, "device_lost") for r in before)
         cluster.restart(0)
         cluster.wait_registered(1)
-        resumed = subprocess.run([sys.executable, "run.py", f"resume={run_dir}"], cwd=REPO, capture_output=True,
-                                 text=True, timeout=600)
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    after = records(run_dir)
+        after = resume(run_dir)
     assert len(after) == budget and after[:len(before)] == before
     assert len({tuple(r["config"]) for r in after}) == budget

@@ -78,11 +78,11 @@ def _load_remotely(executables: dict, remote: dict, device: str, example) -> str
     kind, index = parse_device(device)
     dev = session.device(kind, index)
     x = tvm.runtime.tensor(example, dev)
-    folder = tempfile.mkdtemp(prefix="tunelab-e2e-")
     for variant, executable in executables.items():
-        path = os.path.join(folder, f"{variant}.so")
-        executable.export_library(path)
-        session.upload(path)
+        with tempfile.TemporaryDirectory(prefix="tunelab-e2e-") as folder:
+            path = os.path.join(folder, f"{variant}.so")
+            executable.export_library(path)
+            session.upload(path)
         vm = relax.VirtualMachine(session.load_module(f"{variant}.so"), dev)
         vm.set_input("main", x)  # the stateful calls: a tuple output cannot come back over RPC otherwise
         _variants[variant] = (lambda vm=vm: (vm.invoke_stateful("main"), _first_tensor(vm.get_outputs("main")))[1])

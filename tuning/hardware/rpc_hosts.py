@@ -11,6 +11,7 @@ pinned to one core with one thread, or TVM's stock server with `stock=True`.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -18,6 +19,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+_clusters = itertools.count()
 
 
 def free_port() -> int:
@@ -35,8 +39,9 @@ class Cluster:
                  log_dir: Path | None = None):
         self.key, self.count, self.stock = key, servers, stock
         self.log_dir = Path(log_dir or "/tmp")
-        self.tag = f"{os.getpid() % 10000}"
-        self.subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
+        number = next(_clusters) % 100
+        self.tag = f"{os.getpid() % 1000}{number:02d}"  # names unique per process and cluster, under 15 chars
+        self.subnet = f"10.{200 + number % 50}.{os.getpid() % 250}"
         self.fallback = None
         self.namespaces = namespaces and self._make_namespaces()
         self.host = f"{self.subnet}.1" if self.namespaces else "127.0.0.1"
@@ -166,16 +171,19 @@ class Cluster:
         self.stopped.discard(i)
 
     def stop(self) -> None:
-        for i in list(self.stopped):
-            self.restore(i)
-        for proc in [*self.servers, *([self.tracker_proc] if self.tracker_proc else [])]:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=30)
-        if self.namespaces:
-            self._remove_namespaces()
+        """Everything it started, whatever fails on the way."""
+        try:
+            for i in list(self.stopped):
+                self.restore(i)
+        finally:
+            for proc in [*self.servers, *([self.tracker_proc] if self.tracker_proc else [])]:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    pass
+            if self.namespaces:
+                self._remove_namespaces()
 
     def __enter__(self) -> "Cluster":
         try:

@@ -46,7 +46,8 @@ def identity(name: str | None) -> dict:
     from tvm.target.codegen import llvm_get_system_cpu, llvm_get_system_triple
 
     state = PopenRPCServerState.current
-    name = name or f"{state.custom_addr or state.host}:{state.port}"
+    address = state.custom_addr or (platform.node() if state.host in ("0.0.0.0", "::", "") else state.host)
+    name = name or f"{address}:{state.port}"
     return {"name": name, "cpu_model": _cpu_model(), "isa": _isa(), "mcpu": str(llvm_get_system_cpu()),
             "triple": str(llvm_get_system_triple()), "num_threads": os.environ.get("TVM_NUM_THREADS", ""),
             "cpus": sorted(os.sched_getaffinity(0)), "hostname": platform.node(), "tvm_version": tvm.__version__}
@@ -116,7 +117,8 @@ def build_parser(prog: str | None = None):
     parser.add_argument("--port-end", type=int, default=None, help="the end of the port search, exclusive "
                         "(default: --port + 100)")
     parser.add_argument("--custom-addr", default=None, help="the address reported to the tracker, if not --host")
-    parser.add_argument("--name", default=None, help="the device's name in records (default: address:port)")
+    parser.add_argument("--name", default=None, help="the device's name in records (default: address:port, "
+                        "the host's name for an address of every interface)")
     parser.add_argument("--cpus", default=None, help="pin the server to these cores, e.g. 0 or 0,1")
     parser.add_argument("--threads", type=int, default=None, help="TVM_NUM_THREADS of its kernels")
     return parser
@@ -135,8 +137,7 @@ def main(argv=None, prog: str | None = None) -> None:
 
     server = rpc.Server(args.host, args.port, args.port_end or args.port + 100, tracker_addr=(host, int(port)), key=args.key,
                         custom_addr=args.custom_addr, server_init_callback=_callback(args.name))
-    name = args.name or f"{args.custom_addr or args.host}:{server.port}"
-    print(f"rpc-server: {name} registered under key {args.key!r} with the tracker at {args.tracker}", flush=True)
+    print(f"rpc-server: {args.custom_addr or args.host}:{server.port} registered under key {args.key!r} with the tracker at {args.tracker}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.proc.join()

@@ -11,6 +11,7 @@ returns (a cut link) is the worker's timeout, which the runner treats the same w
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -58,37 +59,48 @@ def _identity(remote) -> dict:
     return identity if isinstance(identity, dict) else {}
 
 
-def run(workload: dict, target: dict, kind: str, lib_path: str, args: list, spec: dict) -> dict:
-    """Upload, check, time and remove one library; the tvm_worker.run dict plus "upload_s"."""
+def run(workload: dict, target: dict, kind: str, lib_path: str, args: list, spec: dict, longest_s: float) -> dict:
+    """Upload, check, time and remove one library; the tvm_worker.run dict plus "upload_s".
+    `longest_s`: the most this call may take (the session is renewed first if it would expire)."""
     reference = _reference(workload, target)
-    try:
-        _renew_before_expiry(spec["timeout_s"] + 30)
-    except Exception as error:  # noqa: BLE001 - no new session: this device is gone for now
-        return {"lost": f"could not renew the session: {type(error).__name__}: {error}"}
+    problem = _renew_before_expiry(longest_s)
+    if problem:
+        return {"lost": problem}
     remote = _session["remote"]
     name = os.path.basename(lib_path)
     start = time.perf_counter()
     try:
         remote.upload(lib_path)
         lib = remote.load_module(name)
-    except Exception as error:  # noqa: BLE001 - a session that is gone, or a library it cannot load
-        return _failure("run", error)
-    upload_s = time.perf_counter() - start
-    try:
+        upload_s = time.perf_counter() - start
         result = check_and_time(lib, remote.device(kind, 0), kind, reference, args, spec, time.perf_counter())
-    except Exception as error:  # noqa: BLE001
-        return _failure("run", error)
+    except Exception as error:  # noqa: BLE001 - a session that is gone, or a kernel that failed on a live one
+        failure = _failure("run", error)
+        if "lost" not in failure:
+            _remove(name)
+        return failure
     _remove(name)
     return {**result, "upload_s": upload_s}
 
 
-def _renew_before_expiry(margin_s: float) -> None:
+def _renew_before_expiry(margin_s: float) -> str | None:
     """A fresh session when the server's session timeout would strike within `margin_s` (the server
-    kills a session at its timeout, whatever it is doing)."""
+    kills a session at its timeout, whatever it is doing); why not, when the device cannot go on
+    under its name (no new session, or one with another server)."""
     session_timeout_s = _session["again"][3]
-    if session_timeout_s and time.monotonic() - _session["opened"] > session_timeout_s - margin_s:
-        _session["remote"] = None  # closes the old session: its server goes back to the tracker
-        connect(*_session["again"])
+    if not session_timeout_s or time.monotonic() - _session["opened"] <= session_timeout_s - margin_s:
+        return None
+    name = _session["identity"].get("name")
+    _gauges.clear()  # its tensors hold the old session open
+    _session["remote"] = None
+    gc.collect()  # the old session closes: its server goes back to the tracker
+    try:
+        identity = connect(*_session["again"])
+    except Exception as error:  # noqa: BLE001 - no new session: this device is gone for now
+        return f"could not renew the session: {type(error).__name__}: {error}"
+    if identity.get("name") != name:
+        return f"the renewed session reached another server ({identity.get('name')})"
+    return None
 
 
 def _failure(kind: str, error: Exception) -> dict:
@@ -132,10 +144,11 @@ def gauge(target: dict, kind: str) -> dict:
     try:
         if "evaluator" not in _gauges:
             mod = gauge_module(target)
-            path = os.path.join(tempfile.mkdtemp(prefix="tunelab-gauge-"), "gauge.so")
-            _compile(mod, target).export_library(path)
             remote = _session["remote"]
-            remote.upload(path)
+            with tempfile.TemporaryDirectory(prefix="tunelab-gauge-") as folder:
+                path = os.path.join(folder, "gauge.so")
+                _compile(mod, target).export_library(path)
+                remote.upload(path)
             lib = remote.load_module("gauge.so")
             dev = remote.device(kind, 0)
             tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from tuning.hardware.base import Hardware
-from tuning.hardware.runners.base import Runner, Setup, check_node
+from tuning.hardware.runners.base import NoDeviceLeft, Runner, Setup, check_node
 from tuning.hardware.runners.local import this_host
 
 
@@ -71,7 +71,10 @@ class TVMHardware(Hardware):
 
     def unreachable(self) -> str | None:
         """The runner's devices reached, then checked against the target (which may be theirs)."""
-        return self.runner.unreachable() or self.attached().unusable()
+        try:
+            return self.runner.unreachable() or self.attached().unusable()
+        except NoDeviceLeft as error:  # e.g. every server of the key busy with other clients
+            return str(error)
 
     def attached(self) -> Runner:
         """The runner, handed this hardware's Setup on first use."""

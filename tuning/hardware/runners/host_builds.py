@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from tuning.hardware.workers import Worker
 
@@ -54,3 +55,11 @@ class HostBuilds:
         for worker in self.workers:
             worker.close()
         shutil.rmtree(self.libs, ignore_errors=True)
+
+
+def then_removed(built: dict, result_of):
+    """`result_of()`, with the built library's file removed afterwards, whatever happens."""
+    try:
+        return result_of()
+    finally:
+        Path(built["path"]).unlink(missing_ok=True)

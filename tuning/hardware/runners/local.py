@@ -12,10 +12,9 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from pathlib import Path
 
 from tuning.hardware.runners.base import Runner
-from tuning.hardware.runners.host_builds import HostBuilds
+from tuning.hardware.runners.host_builds import HostBuilds, then_removed
 from tuning.hardware.workers import Worker
 from tuning.core.records import MeasureResult
 
@@ -68,10 +67,7 @@ class LocalRunner(Runner):
 
     def run_one(self, task, config, built: dict, spec, device: str) -> MeasureResult:
         """Time one built candidate; its library file is removed afterwards."""
-        try:
-            return self._time(task, config, built, spec, device)
-        finally:
-            Path(built["path"]).unlink(missing_ok=True)
+        return then_removed(built, lambda: self._time(task, config, built, spec, device))
 
     def _time(self, task, config, built: dict, spec, device: str) -> MeasureResult:
         effective = tuple(built.get("config") or config)

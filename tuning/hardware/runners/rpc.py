@@ -27,11 +27,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from pathlib import Path
 
 from tuning.core.records import MeasureResult
 from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Runner, _Batch
-from tuning.hardware.runners.host_builds import HostBuilds
+from tuning.hardware.runners.host_builds import HostBuilds, then_removed
 from tuning.hardware.workers import Worker
 
 WORKER = "tuning.hardware.rpc_worker"
@@ -75,6 +74,7 @@ class RPCRunner(Runner):
                       "run_s": 0.0, "timed": 0, "lost": 0}
         self._batch_started = 0.0
         self._stats_lock = threading.Lock()
+        self._sessions_lock = threading.Lock()  # _held and _identity: device threads drop, a pool opens
 
     @classmethod
     def check(cls, params, group):
@@ -95,9 +95,10 @@ class RPCRunner(Runner):
         return list(self._held)
 
     def identity(self) -> dict:
-        """What the key's devices say of themselves (the lab's server); {} from TVM's stock server."""
-        if self._identity is None:
-            self._hold_some(self.connect_timeout_s)
+        """What the key's devices say of themselves (the lab's server); {} from TVM's stock server.
+        NoDeviceLeft when no session opens: `mcpu: auto` must not quietly become this host's."""
+        if self._identity is None and not self._hold_some(self.connect_timeout_s):
+            raise NoDeviceLeft(self.unreachable() or self._none_left(self.connect_timeout_s))
         return self._identity or {}
 
     def describe(self) -> dict:
@@ -145,11 +146,13 @@ class RPCRunner(Runner):
                     f"{', '.join(missing)}, which kernels built for the target {self.setup.target} may use "
                     f"(set hardware.mcpu=auto, or the devices' own LLVM cpu name)")
         readings = self._gauge_each(dropping=False)
-        for device, reading in readings.items():
-            if "seconds" not in reading:
-                self._drop(device)
-                return (f"{GROUP}.key={self.key}: device {device} cannot run kernels built for the target "
-                        f"{self.setup.target} ({reading.get('lost') or reading.get('message')})")
+        failed = {device: r.get("lost") or r.get("message") for device, r in readings.items() if "seconds" not in r}
+        for device in failed:
+            self._drop(device)  # a device that came back joins at the next batch
+        if failed and len(failed) == len(readings):
+            device, why = next(iter(failed.items()))
+            return (f"{GROUP}.key={self.key}: device {device} could not run the gauge kernel built for the "
+                    f"target {self.setup.target} ({why})")
         return None
 
     # ---- measuring ----------------------------------------------------------------------------------
@@ -158,11 +161,11 @@ class RPCRunner(Runner):
             self.builds = HostBuilds(self.setup.target, self.setup.build_env, self.setup.build_workers)
             self.builds.start()
         if not self._hold_some(self.wait_for_devices_s):
-            raise NoDeviceLeft(self._none_left())
+            raise NoDeviceLeft(self._none_left(self.wait_for_devices_s))
 
-    def _none_left(self) -> str:
-        return (f"no device of key {self.key!r} at the tracker {self.tracker} for "
-                f"{GROUP}.wait_for_devices_s={self.wait_for_devices_s} s")
+    def _none_left(self, waited_s: float) -> str:
+        return (f"{GROUP}.key={self.key}: no device of the key at the tracker {self.tracker} became free within "
+                f"{waited_s} s")
 
     def build(self, task, configs, spec) -> list[dict]:
         started = time.perf_counter()
@@ -184,7 +187,7 @@ class RPCRunner(Runner):
         self._hold_some(0)  # a device that came back since the gauge joins this batch
         while todo:
             if not self._hold_some(self.wait_for_devices_s):
-                raise NoDeviceLeft(self._none_left())
+                raise NoDeviceLeft(self._none_left(self.wait_for_devices_s))
             untaken: list[int] = []
 
             def handed(j, result, todo=todo, untaken=untaken):
@@ -200,10 +203,7 @@ class RPCRunner(Runner):
 
     def run_one(self, task, config, built: dict, spec, device: str) -> MeasureResult:
         """Upload, check, time and remove one library on `device`; the host's copy is removed too."""
-        try:
-            return self._time(task, config, built, spec, device)
-        finally:
-            Path(built["path"]).unlink(missing_ok=True)
+        return then_removed(built, lambda: self._time(task, config, built, spec, device))
 
     def _time(self, task, config, built: dict, spec, device: str) -> MeasureResult:
         timings = {"build_s": built["build_s"], "config": tuple(built.get("config") or config), "device": device}
@@ -214,7 +214,7 @@ class RPCRunner(Runner):
             raise DeviceLost("its session was closed")
         self._count(queue_s=time.perf_counter() - self._batch_started)  # built, waiting for a device
         status, value = worker.call(f"{WORKER}:run", task.workload, self.setup.target, self.setup.device,
-                                    built["path"], built["args"], asdict(spec),
+                                    built["path"], built["args"], asdict(spec), spec.timeout_s + self.upload_timeout_s,
                                     timeout=spec.timeout_s + self.upload_timeout_s)
         if status in ("timeout", "crash") or (status == "ok" and "lost" in value):
             self._drop(device)
@@ -293,15 +293,18 @@ class RPCRunner(Runner):
             worker.close()
             log.warning("rpc: no session with a server of key %s: %s", self.key, str(value)[-300:])
             return
-        if self._identity is None:
-            self._identity = value
-        elif not same_device_kind(self._identity, value):
-            worker.close()
-            log.warning("rpc: %s is a %s, not the run's %s: not used (readings from different devices never "
-                        "mix)", value.get("name"), value.get("cpu_model"), self._identity.get("cpu_model"))
-            return
-        name = f"{self.key}@{value['name']}" if value.get("name") else f"{self.key}#{next(self._numbers)}"
-        self._held[name] = worker
+        with self._sessions_lock:
+            if self._identity is None:
+                self._identity = value
+            elif not same_device_kind(self._identity, value):
+                worker.close()
+                log.warning("rpc: %s is a %s, not the run's %s: not used (readings from different devices never "
+                            "mix)", value.get("name"), value.get("cpu_model"), self._identity.get("cpu_model"))
+                return
+            name = f"{self.key}@{value['name']}" if value.get("name") else f"{self.key}#{next(self._numbers)}"
+            if name in self._held:  # two servers that report the same name: keep both, told apart
+                name = f"{name}#{next(self._numbers)}"
+            self._held[name] = worker
         self._count(sessions=1)
 
     def _gauge_each(self, dropping: bool) -> dict[str, dict]:
@@ -322,16 +325,18 @@ class RPCRunner(Runner):
         return readings
 
     def _drop(self, device: str) -> None:
-        worker = self._held.pop(device, None)
+        with self._sessions_lock:
+            worker = self._held.pop(device, None)
         if worker is not None:
             worker.close()  # its socket closes: the server ends the session and registers again
             self._count(lost=1)
             log.warning("rpc: lost device %s", device)
 
     def _release(self) -> None:
-        for worker in self._held.values():
+        with self._sessions_lock:
+            held, self._held = self._held, {}
+        for worker in held.values():
             worker.close()
-        self._held.clear()
 
     # ---- the tracker ----------------------------------------------------------------------------------
     def _address(self) -> tuple[str, int]:
@@ -355,11 +360,9 @@ class RPCRunner(Runner):
 
 
 def registered_keys(summary: dict) -> set[str]:
-    """The device keys with a server registered (free or busy)."""
-    keys = set(summary.get("queue_info", {}))
-    for server in summary.get("server_info", []):
-        keys.add(str(server.get("key", "")).partition(":")[2] or str(server.get("key", "")))
-    return keys
+    """The device keys with a server registered (free or busy); the tracker's queue_info also names
+    keys that were only ever asked for."""
+    return {str(server.get("key", "")).removeprefix("server:") for server in summary.get("server_info", [])}
 
 
 def free_servers(summary: dict, key: str) -> int:
