@@ -239,7 +239,7 @@ class Pace(MeasureCallback):
         build_s = sum(r.build_s for r in new) / len(new)
         final_s = self.finalists * (build_s + sum(r.run_s for r in new) / len(new))
         e2e_s = 2 * self.kernels * build_s + self.e2e_timing_s if self.kernels else 0.0
-        log.info(f"estimate: {_minutes(tuning_s + final_s + e2e_s)} more on this host ({per:.2g} s per measurement "
+        log.info(f"estimate: {_minutes(tuning_s + final_s + e2e_s)} more at this pace ({per:.2g} s per measurement "
                  f"in the first round x {self.run.trials - report.measured} to go, + {_minutes(final_s)} "
                  f"re-measuring the best" + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")
 
