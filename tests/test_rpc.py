@@ -4,7 +4,7 @@ A real tuning run spreads gemm_64's candidates over both servers and every recor
 that timed it; the store keys the readings by the remote device's identity; bad settings (no
 tracker, an unknown key, a target the device cannot run) fail before any work, in seconds, naming
 the key; TVM's stock server (which says nothing of itself) works too, under a name the runner gives
-it. Faults (a server killed, a link cut, the host process killed) are tests/test_rpc_faults.py's.
+it (slow, as are a whole model and session renewal). Faults (a server killed, a link cut, the host process killed) are tests/test_rpc_faults.py's.
 """
 from __future__ import annotations
 
@@ -90,6 +90,7 @@ def test_bad_settings_fail_before_any_work_within_seconds_naming_the_key(tmp_pat
     cluster.wait_registered(2, timeout_s=15)  # every session it opened was given back
 
 
+@pytest.mark.slow  # its own tracker and server: 10-12 s
 def test_a_stock_tvm_server_is_named_by_the_runner_and_its_cpu_is_unknown(tmp_path):
     from tuning.hardware.runners.base import Setup
 
