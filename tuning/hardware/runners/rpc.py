@@ -237,16 +237,32 @@ class RPCRunner(Runner):
         a server is free for it); torch does not run there and is not timed."""
         from tuning.hardware.e2e import evaluate_model
 
-        problem = self.unreachable()  # a session request for a key with no server would wait for good
-        if problem:
-            raise RuntimeError(problem)
+        threads = int(self.identity().get("num_threads") or self.setup.num_threads or 0) or None
         self._release()
+        self._wait_for_a_free_server()  # TVM's session request for a busy key would wait for good
         remote = {"tracker": self.tracker, "key": self.key, "priority": self.priority,
-                  "session_timeout_s": self.session_timeout_s, "timeout_s": self.connect_timeout_s}
+                  "session_timeout_s": self.session_timeout_s}
         return evaluate_model(model_cfg, seed, database_dir, out_dir, timing, target=self.setup.target,
-                              device=self.setup.device, env={"TVM_NUM_THREADS": 1},
-                              num_threads=int(self.identity().get("num_threads") or self.setup.num_threads or 0) or None, weight_prepack=self.setup.weight_prepack,
-                              remote=remote)
+                              device=self.setup.device, env={"TVM_NUM_THREADS": 1}, num_threads=threads,
+                              weight_prepack=self.setup.weight_prepack, remote=remote)
+
+    def _wait_for_a_free_server(self) -> None:
+        """NoDeviceLeft naming the key when the tracker or the key is gone, or no server of it is free
+        within `wait_for_devices_s`."""
+        problem = self.unreachable()
+        deadline = time.monotonic() + self.wait_for_devices_s
+        while not problem and self._free_now() == 0:
+            if time.monotonic() > deadline:
+                problem = self.unreachable() or self._none_left(self.wait_for_devices_s)
+            time.sleep(0.5)
+        if problem:
+            raise NoDeviceLeft(problem)
+
+    def _free_now(self) -> int:
+        try:
+            return free_servers(self._summary(), self.key)
+        except OSError:  # the tracker restarting: none free this time
+            return 0
 
     def close(self) -> None:
         self._release()
