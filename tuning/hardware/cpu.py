@@ -59,10 +59,11 @@ class CPUHardware(TVMHardware):
         return {"TVM_NUM_THREADS": 1}  # a compile must not steal the measuring cores' threads
 
     def describe(self) -> dict:
-        return {"num_threads": self.num_threads, "cpu_model": _cpu_model(), **super().describe()}
+        return {"num_threads": self.num_threads, "cpu_model": cpu_model(), **super().describe()}
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This machine's CPU model from /proc/cpuinfo ("unknown" without one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

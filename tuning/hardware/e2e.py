@@ -6,9 +6,9 @@
 The caller (TVMHardware) passes its TVM target, device string ("cpu", "cpu:0",
 "cuda:1"; tvm_device.py) and the measuring process's environment; with `remote` (a tracker, key,
 priority and session timeout) the builds run and are timed on a server of the key, each run by the
-device's own clock, and torch (which does not run there) checks the output but is not timed. The TVM builds and the torch module
-live in two worker processes (e2e_worker.py); torch gets `num_threads`
-threads (None: its default). Tuned and torch are timed in
+device's own clock, and torch (which does not run there) checks the output but is not timed. The
+TVM builds and the torch module live in two worker processes (e2e_worker.py); torch gets
+`num_threads` threads (None: its default). Tuned and torch are timed in
 alternating blocks (BLOCKS each, an untimed call first): this host's speed
 drifts by ~25% over tens of seconds, so one long block each would compare two
 different machines. The untuned build (seconds per call) gets `min_runs` calls.

@@ -1,8 +1,8 @@
 """Local RPC hosts: TVM's tracker and the lab's RPC servers on this machine, started and stopped by
 a test, a benchmark or a demo (no TVM import here; the processes import it).
 
-`Cluster(key, servers=2)` starts them on loopback; `namespaces=True` puts each server in its own network namespace, joined to
-this host by a veth pair on a private bridge (addresses that exist only inside this machine), so a
+`Cluster(key, servers=2)` starts them on loopback; `namespaces=True` puts each server in its own
+network namespace, joined to this host by a veth pair on a private bridge (addresses that exist only inside this machine), so a
 test can cut a device's link (`cut`/`restore`: the host end of its veth goes down and up) as well as
 kill it (`kill`). Without root or `ip netns`, the servers run on loopback and a cut is a SIGSTOP of
 the server's processes (it stops answering, as a cut link does); `fallback` says why. The tracker is

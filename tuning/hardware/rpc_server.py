@@ -45,10 +45,12 @@ def identity(name: str | None) -> dict:
     from tvm.rpc.server import PopenRPCServerState
     from tvm.target.codegen import llvm_get_system_cpu, llvm_get_system_triple
 
+    from tuning.hardware.cpu import cpu_model
+
     state = PopenRPCServerState.current
     address = state.custom_addr or (platform.node() if state.host in ("0.0.0.0", "::", "") else state.host)
     name = name or f"{address}:{state.port}"
-    return {"name": name, "cpu_model": _cpu_model(), "isa": _isa(), "mcpu": str(llvm_get_system_cpu()),
+    return {"name": name, "cpu_model": cpu_model(), "isa": _isa(), "mcpu": str(llvm_get_system_cpu()),
             "triple": str(llvm_get_system_triple()), "num_threads": os.environ.get("TVM_NUM_THREADS", ""),
             "cpus": sorted(os.sched_getaffinity(0)), "hostname": platform.node(), "tvm_version": tvm.__version__}
 
@@ -64,19 +66,6 @@ def _isa() -> list[str] | None:
     except OSError:
         pass
     return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def prepare_server(name: str | None) -> None:
@@ -135,9 +124,10 @@ def main(argv=None, prog: str | None = None) -> None:
         os.environ["TVM_NUM_THREADS"] = str(args.threads)
     from tvm import rpc
 
-    server = rpc.Server(args.host, args.port, args.port_end or args.port + 100, tracker_addr=(host, int(port)), key=args.key,
-                        custom_addr=args.custom_addr, server_init_callback=_callback(args.name))
-    print(f"rpc-server: {args.custom_addr or args.host}:{server.port} registered under key {args.key!r} with the tracker at {args.tracker}", flush=True)
+    server = rpc.Server(args.host, args.port, args.port_end or args.port + 100, tracker_addr=(host, int(port)),
+                        key=args.key, custom_addr=args.custom_addr, server_init_callback=_callback(args.name))
+    print(f"rpc-server: {args.custom_addr or args.host}:{server.port} registered under key {args.key!r} with the "
+          f"tracker at {args.tracker}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.proc.join()

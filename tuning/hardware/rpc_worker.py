@@ -17,11 +17,9 @@ import os
 import tempfile
 import time
 
-import numpy as np
-
 from tuning.hardware.rpc_server import IDENTITY_FUNCTION
-from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes
-from tuning.hardware.tvm_worker import (_compile, _key, check_and_time, gauge_module, reference_arrays,
+from tuning.hardware.tvm_space import HOST_TARGET
+from tuning.hardware.tvm_worker import (_compile, _key, check_and_time, gauge_module, gauge_timer, reference_arrays,
                                         without_torch)
 
 
@@ -137,25 +135,18 @@ def _reference(workload: dict, target: dict) -> tuple:
 
 
 def gauge(target: dict, kind: str) -> dict:
-    """The drift gauge kernel (tvm_worker.gauge's) timed on the device: {"seconds"} or {"lost"} /
+    """The drift gauge (tvm_worker.gauge_timer) timed on the device: {"seconds"} or {"lost"} /
     {"error"} (a device that cannot run what this target builds)."""
-    import tvm
-
     try:
-        if "evaluator" not in _gauges:
+        if "timer" not in _gauges:
             mod = gauge_module(target)
             remote = _session["remote"]
             with tempfile.TemporaryDirectory(prefix="tunelab-gauge-") as folder:
                 path = os.path.join(folder, "gauge.so")
                 _compile(mod, target).export_library(path)
                 remote.upload(path)
-            lib = remote.load_module("gauge.so")
-            dev = remote.device(kind, 0)
-            tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]
-            evaluator = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=3, min_repeat_ms=20)
-            _gauges.update(evaluator=evaluator, tensors=tensors)
-        seconds = _gauges["evaluator"](*_gauges["tensors"]).results
+            _gauges["timer"] = gauge_timer(mod, remote.load_module("gauge.so"), remote.device(kind, 0))
+        return {"seconds": _gauges["timer"]()}
     except Exception as error:  # noqa: BLE001
         _gauges.clear()
         return _failure("run", error)
-    return {"seconds": float(np.median(seconds))}

@@ -218,18 +218,23 @@ def gauge_module(target: dict):
 
 
 def gauge(target: dict, device: str) -> float:
-    """Median seconds of the gauge kernel (3 repeats of >= 20 ms each); built once per worker."""
-    import tvm
-
+    """Median seconds of the gauge kernel (gauge_timer's); built once per worker."""
     key = json.dumps([target, device], sort_keys=True)
     if key not in _gauges:
         mod = gauge_module(target)
-        lib = _compile(mod, target)
-        dev = tvm_device(device)
-        tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]
-        _gauges[key] = (lib.time_evaluator(lib.entry_name, dev, number=1, repeat=3, min_repeat_ms=20), tensors)
-    evaluator, tensors = _gauges[key]
-    return float(np.median(evaluator(*tensors).results))
+        _gauges[key] = gauge_timer(mod, _compile(mod, target), tvm_device(device))
+    return _gauges[key]()
+
+
+def gauge_timer(mod, lib, dev):
+    """A call that reads the gauge kernel `lib` (built from `mod`) on `dev`, this host's or a remote
+    session's: the median of 3 repeats of >= 20 ms each, in seconds. One place for these settings, so
+    every device's readings compare."""
+    import tvm
+
+    tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]
+    evaluator = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=3, min_repeat_ms=20)
+    return lambda: float(np.median(evaluator(*tensors).results))
 
 
 def _time_until_stable(lib, device, tensors, rule: CVStop) -> list[float]:

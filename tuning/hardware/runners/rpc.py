@@ -130,19 +130,19 @@ class RPCRunner(Runner):
         if not self._hold_some(self.connect_timeout_s):
             return (f"{GROUP}.key={self.key}: no server of the key became free within "
                     f"{GROUP}.connect_timeout_s={self.connect_timeout_s} s (all busy with other clients?)")
-        triple = self.identity().get("triple")
-        host_triple = _host_triple()
+        identity = self.identity()
+        triple, host_triple = identity.get("triple"), _host_triple()
         if triple and triple.split("-")[0] != host_triple.split("-")[0]:
             return (f"{GROUP}.key={self.key}: its devices are {triple} and this host builds for {host_triple}; "
                     f"cross-compiling for a remote architecture is not supported")
-        threads = self.identity().get("num_threads")
+        threads = identity.get("num_threads")
         if threads and self.setup.num_threads and int(threads) != self.setup.num_threads:
             log.warning("rpc: the servers of key %s run kernels on %s thread(s) and the target is built for %s "
                         "(hardware.num_threads): set hardware.num_threads=%s", self.key, threads,
                         self.setup.num_threads, threads)
-        missing = missing_extensions(self.setup.target, self.identity().get("isa"))
+        missing = missing_extensions(self.setup.target, identity.get("isa"))
         if missing:
-            return (f"{GROUP}.key={self.key}: its devices ({self.identity().get('cpu_model')}) lack "
+            return (f"{GROUP}.key={self.key}: its devices ({identity.get('cpu_model')}) lack "
                     f"{', '.join(missing)}, which kernels built for the target {self.setup.target} may use "
                     f"(set hardware.mcpu=auto, or the devices' own LLVM cpu name)")
         readings = self._gauge_each(dropping=False)
@@ -184,8 +184,7 @@ class RPCRunner(Runner):
         take wait for a device to come back (NoDeviceLeft after `wait_for_devices_s`), so only the
         candidates in flight when a device went are `device_lost`."""
         batch, todo = _Batch(configs, on_result), list(range(len(configs)))
-        self._hold_some(0)  # a device that came back since the gauge joins this batch
-        while todo:
+        while todo:  # each pass first asks for more sessions: a device that came back since joins
             if not self._hold_some(self.wait_for_devices_s):
                 raise NoDeviceLeft(self._none_left(self.wait_for_devices_s))
             untaken: list[int] = []
