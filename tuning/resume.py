@@ -64,7 +64,7 @@ def resolve_resume(cfg, hydra: dict):
     if ignored:
         print(f"tunelab: resuming {out_dir} with its saved config; ignoring {' '.join(ignored)} "
               "(only budget.*, tracking.uri and reset_state may change on resume)", file=sys.stderr)
-    old.merge_with(OmegaConf.from_dotlist(kept))
+    old.merge_with(_override_values(kept))
     old.reset_state = bool(cfg.get("reset_state", False))  # this command's switch, never the saved run's
     old.resume = str(out_dir)
     old.output_dir = str(out_dir)
@@ -74,6 +74,17 @@ def resolve_resume(cfg, hydra: dict):
 
 RESUME_OVERRIDES = ("budget.", "tracking.uri=")
 RESUME_SWITCHES = ("reset_state=",)  # read from this command's config, not merged into the saved one
+
+
+def _override_values(overrides: list[str]):
+    """The overrides as a config, their values parsed as Hydra parses them: a multirun's job gets its
+    overrides escaped (tracking.uri=http\\://host\\:5000), which a plain dotlist would keep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    values = OmegaConf.create()
+    for override in OverridesParser.create().parse_overrides(overrides):
+        OmegaConf.update(values, override.key_or_group, override.value(), force_add=True)
+    return values
 
 
 def _saved_choices(out_dir: Path, hydra: dict) -> dict:

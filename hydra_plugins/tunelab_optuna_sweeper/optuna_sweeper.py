@@ -2,7 +2,7 @@
 
     study  = the named study in `storage` (created, or resumed: n_trials is its total)
     until the study has n_trials trials taken (finished, or running in any sweep process):
-        under the study's lock (sqlite: a file beside the database; other storages: none):
+        under the study's lock (sqlite: a file beside the database; PostgreSQL: an advisory lock):
             fail the dead trials (heartbeat older than grace_period), enqueue their params again
             trials = up to n_jobs x study.ask(search space)
         nothing left to ask but another process's trials still run: wait for them (they may be dead)
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import hashlib
 import logging
 import math
 import threading
@@ -48,6 +49,12 @@ from . import search_space
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = trial_side.RESULTS_FILE
+# PostgreSQL connections: give up on an unreachable server after 10 s; TCP keepalives both ways (the
+# client's, and the server's for this session through `options`), so that a lost server is noticed here
+# and a client whose node died is noticed there, its session and advisory lock ended within a minute
+PG_CONNECT_ARGS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
+                   "keepalives_count": 4,
+                   "options": "-c tcp_keepalives_idle=20 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=4"}
 POLL_S = 1.0  # how often a sweep waiting for another process's trials looks again
 # Optuna 5 warns on every ask() of a heartbeat storage outside study.optimize; this sweeper beats itself.
 _ASK_WARNING = "Heartbeat of storage is supposed to be used with Study.optimize"
@@ -135,7 +142,7 @@ class OptunaSweeper(Sweeper):
         return [str(n) for n in names] if names and len(names) == count else [f"value_{i}" for i in range(count)]
 
     def _study(self, directions) -> optuna.Study:
-        with _study_lock(self.storage):  # two sweeps creating one sqlite study would race on its tables
+        with _study_lock(self.storage, self.study_name):  # two sweeps creating one sqlite study would race on its tables
             study = optuna.create_study(storage=self._open_storage(), study_name=self.study_name,
                                         directions=directions, load_if_exists=True,
                                         pruner=instantiate(self.pruner_conf) if self.pruner_conf else None)
@@ -147,13 +154,15 @@ class OptunaSweeper(Sweeper):
 
     def _open_storage(self):
         """The storage URL, or with heartbeats its RDBStorage: stale trials are failed and handed to `_dead`."""
+        # a server database: connections checked before use, so a restarted server is reconnected to
+        engine = {"pool_pre_ping": True, "connect_args": PG_CONNECT_ARGS} if _is_postgres(self.storage) else None
         if self.heartbeat_interval is None:
-            return self.storage
+            return optuna.storages.RDBStorage(self.storage, engine_kwargs=engine) if engine else self.storage
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeat_interval is experimental in Optuna 5
             self._rdb = optuna.storages.RDBStorage(self.storage, heartbeat_interval=self.heartbeat_interval,
                                                    grace_period=self.grace_period,
-                                                   heartbeat_stale_trial_callback=self._dead)
+                                                   heartbeat_stale_trial_callback=self._dead, engine_kwargs=engine)
         return self._rdb
 
     def _total(self, space) -> int:
@@ -179,7 +188,7 @@ class OptunaSweeper(Sweeper):
     def _next_batch(self, study, space, n_trials: int) -> list | None:
         """Under the study's lock: fail dead trials, count the taken ones, ask for up to n_jobs more.
         [] while only other processes' running trials are left (they may yet die), None when done."""
-        with _study_lock(self.storage):
+        with _study_lock(self.storage, study.study_name):
             self._fail_dead(study)
             if not self._seeded:  # seeded here, so a sweep started beside another sees its first trials
                 study.sampler, self._seeded = self._sampler(len(study.trials), space), True
@@ -304,18 +313,41 @@ class _Heartbeat:
 
 
 @contextmanager
-def _study_lock(storage):
-    """A one-host guard for a sqlite study: serialises the study's creation and each "fail dead, count,
-    ask" between sweep processes on this host (a lock file beside the database; sqlite is one host's
-    anyway). Other databases (PostgreSQL) need no file at all and are not serialised: two sweeps there
-    may overshoot n_trials by a batch."""
+def _study_lock(storage, study_name: str):
+    """Serialises the study's creation and each "fail dead, count, ask" between sweep processes.
+    sqlite: a lock file beside the database (sqlite is one host's anyway). PostgreSQL: a session
+    advisory lock on the study's name, held on a connection of its own, which the server frees when
+    that connection ends, so a sweep that dies with its node never leaves the study locked. Other
+    databases (MySQL) are not serialised: two sweeps there may overshoot n_trials by a batch."""
     path = sqlite_path(storage)
-    if path is None:
+    if path is not None:
+        with open(path.with_name(path.name + ".lock"), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+            yield
+    elif _is_postgres(storage):
+        with _advisory_lock(storage, f"tunelab optuna study {study_name}"):
+            yield
+    else:
         yield
-        return
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
-        yield
+
+
+def _is_postgres(storage) -> bool:
+    return bool(storage) and str(storage).split("://", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
+
+
+@contextmanager
+def _advisory_lock(storage: str, name: str):
+    import sqlalchemy
+
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    engine = sqlalchemy.create_engine(storage, poolclass=sqlalchemy.pool.NullPool, connect_args=PG_CONNECT_ARGS)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            conn.commit()
+            yield  # the connection's end (closed here, or lost) frees the lock
+    finally:
+        engine.dispose()
 
 
 def _absolute_sqlite(storage):
