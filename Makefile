@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d" " -f1)
 STORE  := sqlite:///$(CURDIR)/outputs/mlflow.db
 
-.PHONY: setup demo rpc-demo test test-full ui clean
+CLUSTER := $(VENV)/.cluster-$(shell cat pyproject.toml setup.py | cksum | cut -d" " -f1)
+
+.PHONY: setup setup-cluster demo rpc-demo cluster-demo test test-full ui clean
 
 setup: $(STAMP)
 
@@ -20,6 +22,15 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet --no-deps autotuning-methodology==1.1.0
 	rm -f $(VENV)/.installed-* && touch $@
 
+# Ray, psycopg and Hydra's Ray launcher, the last without its pins: it asks for cloudpickle<3, which
+# the installed joblib cannot use, and runs on cloudpickle 3 (docs/scaling.md)
+setup-cluster: $(CLUSTER)
+
+$(CLUSTER): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,rpc,cluster]'
+	$(BIN)/python -m pip install --quiet --no-deps hydra-ray-launcher==1.2.2
+	rm -f $(VENV)/.cluster-* && touch $@
+
 # A real tuning run on the default workload (conv_l8 = ResNet-18 conv task 11) in a few minutes.
 demo: setup
 	$(BIN)/tunelab run
@@ -29,11 +40,17 @@ demo: setup
 rpc-demo: setup
 	PYTHON=$(BIN)/python examples/rpc_demo.sh
 
+# On this machine: PostgreSQL, an MLflow server and a Ray head plus a worker node; an Optuna sweep
+# (2 trials at a time, synthetic hardware) and a 4-job real grid on them; where each result is; all
+# stopped again, also on Ctrl-C (examples/cluster_demo.py; HOLD=1 keeps them up until Ctrl-C).
+cluster-demo: setup-cluster
+	$(BIN)/python examples/cluster_demo.py $(if $(HOLD),--hold)
+
 test: setup
 	$(BIN)/python -m pytest -q
 
 # Everything, including the slow real-hardware checks.
-test-full: setup
+test-full: setup-cluster
 	@command -v chromium >/dev/null || apt-get install -y -q chromium >/dev/null 2>&1 \
 		|| echo "no chromium (apt-get install -y chromium): the MLflow UI browser test will skip"
 	$(BIN)/python -m pytest -q -m ""

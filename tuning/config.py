@@ -26,7 +26,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 from tuning.core.component import MAX_SEED, Component, check_range, check_requirements
 from tuning.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.storage import StorageSchema, register_resolver
-from tuning.storage import problems as storage_problems
+from tuning.storage import problems as storage_problems, unresolved as unresolved_storage
 from tuning.core.task import conv2d_output_shape
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
@@ -175,6 +175,8 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
     problems += _check_objective(cfg.objective)
     problems += check_range("objective.report_every", cfg.objective.report_every, 1, None)
     problems += storage_problems(cfg.storage)
+    if unresolved_storage(cfg.storage):  # the components' settings read these keys
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     classes = {}
     for group in COMPONENT_GROUPS:
         cls, group_problems = _check_component(group, cfg[group])

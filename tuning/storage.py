@@ -24,6 +24,7 @@ the Optuna sweeper).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -82,7 +83,9 @@ def problems(node, group: str = "storage") -> list[str]:
     schema's to refuse)."""
     if node is None:
         return []
-    found = []
+    found = unresolved(node, group)
+    if found:
+        return found
     if node.get("mlflow_uri") is not None:
         from tuning.tracking.mlflow_tracker import uri_problems
 
@@ -91,6 +94,21 @@ def problems(node, group: str = "storage") -> list[str]:
         found += _optuna_problems(f"{group}.optuna_uri", node.get("optuna_uri"))
     if node.get("stores_dir") is not None:
         found += _folder_problems(f"{group}.stores_dir", node.get("stores_dir"))
+    return found
+
+
+def unresolved(node, group: str = "storage") -> list[str]:
+    """Values that cannot be resolved: an environment variable a storage option reads that is not set."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    found = []
+    for key in ("mlflow_uri", "optuna_uri", "stores_dir"):
+        try:
+            node.get(key)
+        except InterpolationResolutionError as error:
+            variable = re.search(r"Environment variable '([^']+)' not found", str(error))
+            found.append(f"{group}.{key}: " + (f"the environment variable {variable[1]} is not set" if variable
+                                                 else f"cannot be resolved ({str(error).splitlines()[0]})"))
     return found
 
 
