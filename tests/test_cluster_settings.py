@@ -116,10 +116,10 @@ def test_storage_cluster_without_its_environment_is_refused_naming_the_keys(tmp_
 
 def test_storage_cluster_reads_its_places_from_the_environment(monkeypatch):
     monkeypatch.setenv("TUNELAB_MLFLOW_URI", "http://mlflow.lab:5000")
-    monkeypatch.setenv("TUNELAB_OPTUNA_URI", "postgresql+psycopg://lab@db.lab/optuna")
+    monkeypatch.setenv("TUNELAB_OPTUNA_URI", "postgresql://lab@db.lab/optuna")
     cfg = composed("storage=cluster", "hparams_search=kmeans_threshold", hydra=True)
     assert cfg.storage.mlflow_uri == "http://mlflow.lab:5000"
-    assert cfg.hydra.sweeper.storage == "postgresql+psycopg://lab@db.lab/optuna"
+    assert cfg.hydra.sweeper.storage == "postgresql://lab@db.lab/optuna"
 
 
 def test_a_retried_job_reads_its_escaped_multirun_overrides_as_hydra_does():

@@ -506,8 +506,7 @@ def _driver_problems(key: str, uri: str) -> list[str]:
     except (ArgumentError, NoSuchModuleError, ValueError) as error:
         return [f"{key}: not a database URL SQLAlchemy reads ({error})"]
     except ImportError as error:
-        hint = (" (psycopg 3, from the [cluster] extra, is spelled postgresql+psycopg://)"
-                if uri.startswith(("postgresql://", "postgres://")) else "")
+        hint = " (pip install 'tunelab[cluster]' installs psycopg)" if uri.startswith("postgres") else ""
         return [f"{key}: {uri.split(':', 1)[0]} needs its Python driver, which is not installed ({error}){hint}"]
     return []
 
