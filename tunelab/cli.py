@@ -12,7 +12,7 @@ COMMANDS = {
     "export": ("tuning.tools.export", "a run's best kernel as a shared library and a script that calls it"),
     "apply": ("tuning.tools.apply", "apply a (finished or killed) whole-model run's schedules and time the model"),
     "sync": ("tuning.tools.sync", "rebuild or repair a run's MLflow run from its folder"),
-    "dataset": ("tuning.tools.dataset", "build or inspect a measurement store (a dataset of timed configs)"),
+    "dataset": ("tuning.tools.dataset", "build, inspect or copy a measurement store (a dataset of timed configs)"),
     "pretrain": ("tuning.tools.pretrain", "train a cost model on measurement stores and register it in MLflow"),
     "value": ("tuning.value.__main__", "value-function search: train, improve, schedule without measuring"),
     "rpc-server": ("tuning.hardware.rpc_server", "serve this machine's device to a TVM RPC tracker (hardware/runner=rpc)"),

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.store import MeasurementStore, space_signature
+from tuning.store import MeasurementStore, display_location, space_signature, store_argument
 from tuning.core.features import model_features
 from tuning.core.task import Task
 
@@ -58,8 +58,8 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
     """Every (hardware, kernel, space) of the stores at `paths` with at least `min_configs` configs
     that ran; `hardware` keeps one fingerprint (a prefix is enough)."""
     corpus = Corpus()
-    for path in map(Path, paths):
-        store = MeasurementStore(path, read_only=True)
+    for path in map(store_argument, map(str, paths)):  # a file, or a postgresql:// URL as it is
+        store, where = MeasurementStore(path, read_only=True), display_location(path)
         try:
             for fingerprint, task_key, space in sorted(store.keys()):
                 if hardware and not fingerprint.startswith(hardware):
@@ -67,12 +67,12 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
                 info = store.task_info(task_key) or {}
                 workload, name = info.get("workload") or {}, info.get("name") or task_key
                 if "op" not in workload or (workload["op"] == "tir" and "mod" not in workload):
-                    corpus.skipped.append(f"{path}: {name}: no workload to rebuild the kernel from (a network "
+                    corpus.skipped.append(f"{where}: {name}: no workload to rebuild the kernel from (a network "
                                           f"kernel stored before stores kept its TIR: import its run again)")
                     continue
                 truths = store.truths(fingerprint, task_key, space, min_readings=1)
                 if len(truths) < min_configs:
-                    corpus.skipped.append(f"{path}: {name}: {len(truths)} configs that ran (< {min_configs})")
+                    corpus.skipped.append(f"{where}: {name}: {len(truths)} configs that ran (< {min_configs})")
                     continue
                 configs = sorted(truths)
                 corpus.tasks.append(TaskCorpus(str(path), fingerprint, task_key, space,
@@ -91,11 +91,13 @@ def spaces(corpus: Corpus, backend, progress=None) -> list:
     for task in corpus.tasks:
         space = backend.space(task.task)
         if space_signature(space) != task.space:
-            corpus.skipped.append(f"{task.store}: {task.task.name}: its space is not the one TVM generates now")
+            corpus.skipped.append(f"{display_location(task.store)}: {task.task.name}: its space is not the one TVM "
+                                  "generates now")
             continue
         valid = [c for c in task.configs if space.is_valid(c)]
         if len(valid) != len(task.configs):
-            corpus.skipped.append(f"{task.store}: {task.task.name}: {len(task.configs) - len(valid)} configs "
+            corpus.skipped.append(f"{display_location(task.store)}: {task.task.name}: "
+                                  f"{len(task.configs) - len(valid)} configs "
                                   f"outside the space left out")
             keep = [space.is_valid(c) for c in task.configs]
             task.configs, task.seconds = valid, task.seconds[keep]
@@ -128,7 +130,7 @@ def one_backend(corpus: Corpus):
     if not corpus.tasks:
         raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
     store, fingerprint = fingerprints[0]
-    return backend_for(Path(store), fingerprint), fingerprint
+    return backend_for(store_argument(store), fingerprint), fingerprint
 
 
 def backend_for(store_path: Path, fingerprint: str):
@@ -142,10 +144,11 @@ def backend_for(store_path: Path, fingerprint: str):
     finally:
         store.close()
     if description.get("hardware") != "cpu":
-        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} is {description.get('hardware')!r}; "
-                         f"pre-training rebuilds spaces for hardware=cpu only")
+        raise SystemExit(f"tunelab: {display_location(store_path)}: hardware {fingerprint} is "
+                         f"{description.get('hardware')!r}; pre-training rebuilds spaces for hardware=cpu only")
     try:
         target = ast.literal_eval(description.get("target", ""))
         return CPUHardware(mcpu=str(target["mcpu"]), num_threads=int(target["num-cores"]))
     except (ValueError, SyntaxError, KeyError, TypeError):
-        raise SystemExit(f"tunelab: {store_path}: hardware {fingerprint} has no readable target") from None
+        raise SystemExit(f"tunelab: {display_location(store_path)}: hardware {fingerprint} has no readable "
+                         "target") from None

@@ -1,4 +1,5 @@
-"""The measurement store: every reading of every (hardware, kernel, config), kept in one sqlite file.
+"""The measurement store: every reading of every (hardware, kernel, config), kept in one sqlite file
+or one PostgreSQL database (tuning/store_postgres.py).
 
 Measure once, compare many (docs/store.md). A row is one measurement of one config:
 
@@ -16,6 +17,16 @@ Measure once, compare many (docs/store.md). A row is one measurement of one conf
     error, message, build_s, run_s, gauge_s (the drift gauge read with the row's batch),
     measured_at (unix time), source (run, remeasure, dataset, import)
 
+A store is named by a path (sqlite) or a URL `postgresql://user@host:port/db` (also
+`postgresql+psycopg://`): `MeasurementStore(location)`, `connect_store` and `open_store` give the
+backend that location names. Both backends hold the same tables, columns, keys and format row and
+answer every query the same way: the reading and parsing is `MeasurementStore`'s, one
+implementation; a backend (`SqliteStore` below, `PostgresStore`) connects, checks or creates its
+schema, runs statements (placeholders, `INSERT OR IGNORE`, `instr`) and says what went wrong in
+words. `copy_store` copies one store into another, either backend to either (`dataset copy`). What
+follows is the sqlite backend; tuning/store_postgres.py says how PostgreSQL connects, creates,
+reads only and fails.
+
 sqlite in WAL mode: readers never block the writer; writers from several processes (sweep trials,
 joblib workers) queue on the lock (busy timeout) and each row is one transaction, so a killed
 writer loses at most the row it was writing and leaves the file readable. WAL needs a local disk
@@ -23,16 +34,17 @@ writer loses at most the row it was writing and leaves the file readable. WAL ne
 within the physical bounds of tuning/core/plausible.py for its task and hardware) is skipped and counted
 in `stats`.
 
-Opening is explicit about writing. A writer (`read_only=False`: runs, builds, imports) creates the
-file and its schema, and is refused (StoreError) when the file or its folder cannot be written
-("cannot be written: read-only file system"), when the disk is full ("disk full"), or when the file
-is another program's database. A reader (`read_only=True`: compare, `dataset stats`/`export`,
-`dataset build --dry-run`, replay with on_miss=error, the training corpus) never creates, migrates
-or writes the file: sqlite's `mode=ro` (which, on a WAL store in a writable folder, may still add
-the `-wal`/`-shm` files beside it); in a folder that cannot be written (read-only media), where no
-sqlite writer can work either, `immutable=1`, which needs no `-shm` file. A file without the meta
-table and format row is "not a tunelab measurement store". `open_store(path, key)` opens at once,
-so a command refuses a bad store before any work, naming its option (`hardware.store`, `--store`).
+Opening is explicit about writing. A writer (`read_only=False`: runs, builds, imports, the target of
+a copy) creates the file and its schema, and is refused (StoreError) when the file or its folder
+cannot be written ("cannot be written: read-only file system"), when the disk is full ("disk full"),
+or when the file is another program's database. A reader (`read_only=True`: compare, `dataset
+stats`/`export`, `dataset build --dry-run`, the source of a copy, replay with on_miss=error, the
+training corpus) never creates, migrates or writes the file: sqlite's `mode=ro` (which, on a WAL
+store in a writable folder, may still add the `-wal`/`-shm` files beside it); in a folder that
+cannot be written (read-only media), where no sqlite writer can work either, `immutable=1`, which
+needs no `-shm` file. A file without the meta table and format row is "not a tunelab measurement
+store". `open_store(path, key)` opens at once, so a command refuses a bad store before any work,
+naming its option (`hardware.store`, `--store`).
 """
 from __future__ import annotations
 
@@ -78,6 +90,8 @@ COLUMNS = {  # what the lab reads of each table
                  "run_s", "gauge_s", "measured_at", "source"},
 }
 OWN_TABLES = set(COLUMNS)
+READING_COLUMNS = ("hardware", "task", "space", "config", "decisions", "costs", "error", "message", "build_s",
+                   "run_s", "gauge_s", "measured_at", "source")  # a reading's columns but its id, in write order
 
 
 class StoreError(ValueError):
@@ -128,8 +142,224 @@ class Row:
 
 
 class MeasurementStore:
+    """A measurement store: the queries and their untrusted-input checks, whatever holds the rows.
+
+    `MeasurementStore(location, busy_timeout_s, read_only)` gives the backend the location names: a
+    `SqliteStore` for a path, a `PostgresStore` (tuning/store_postgres.py) for a postgresql:// URL.
+    Either opens one connection per process on first use (safe to pass to workers: pickling drops
+    it). A backend provides `_fetch`, `_stream`, `_write`, `_insert_many`, `_insert_ignore`, `_FIND`,
+    `location`, `address`, `size_bytes` and `close`; queries here are written with `?` placeholders."""
+
+    backend = ""
+    _FIND = "instr"  # the SQL function giving a substring's position (0: absent)
+
+    def __new__(cls, location=None, *args, **kwargs):
+        if cls is MeasurementStore:
+            named = location if location is not None else kwargs.get("path", kwargs.get("url"))
+            cls = _postgres_class() if is_store_url(named) else SqliteStore
+        return super().__new__(cls)
+
+    read_only: bool
+    busy_timeout_s: float
+    _bounds: dict  # (hardware, task) -> plausible.Bounds
+
+    # ---- what a backend provides ----------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        """The store's name in messages (a URL without its password)."""
+        raise NotImplementedError
+
+    @property
+    def address(self) -> str:
+        """Where another process finds the store: a file's absolute path, a URL without its password."""
+        raise NotImplementedError
+
+    def _fetch(self, query: str, args=()) -> list:
+        """Every row of a query; a damaged store is a StoreError in words."""
+        raise NotImplementedError
+
+    def _stream(self, query: str, args=(), size: int = 5000):
+        """A query's rows in lists of at most `size`, read as they are consumed."""
+        raise NotImplementedError
+
+    def _write(self, statements: list, done=None) -> None:
+        """(query, args) statements in one transaction. `done`, a (query, args) that finds the
+        write's row, tells a backend that retries a write after a lost connection whether the
+        lost attempt committed."""
+        raise NotImplementedError
+
+    def _insert_many(self, table: str, columns: tuple, rows: list, ignore: bool = False) -> None:
+        """Rows into a table in one transaction (`ignore`: rows whose key is held are left out)."""
+        raise NotImplementedError
+
+    def _insert_ignore(self, table: str, columns: tuple) -> str:
+        raise NotImplementedError
+
+    def _stored(self, value):
+        """A text value as this backend can store it."""
+        return value
+
+    def size_bytes(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # ---- writing ------------------------------------------------------------------------------
+    def register(self, hardware: str, description: dict, task_key: str, task, space: str | None = None,
+                 space_size: float | None = None) -> None:
+        statements = []
+        if space is not None and space_size is not None:
+            statements.append((self._insert_ignore("spaces", ("key", "size")), (space, float(space_size))))
+        statements.append((self._insert_ignore("hardware", ("hash", "description")),
+                           (hardware, json.dumps(description, sort_keys=True, default=str))))
+        workload = json.dumps(task.workload, sort_keys=True)
+        statements.append((self._insert_ignore("tasks", ("key", "name", "flops", "workload")),
+                           (task_key, task.name, float(task.flops), workload)))
+        if "mod" in task.workload:  # a network kernel registered by an older tunelab without its TIR
+            statements.append((f"UPDATE tasks SET workload = ? WHERE key = ? AND {self._FIND}(workload, '\"mod\"') = 0",
+                               (workload, task_key)))
+        self._write(statements)
+
+    def add(self, hardware: str, task_key: str, space: str, config, decisions: dict, result,
+            source: str = "run", measured_at: float | None = None) -> None:
+        """One MeasureResult as one row, in its own transaction."""
+        assert source in SOURCES, source
+        row = (hardware, task_key, space, _config_text(config), json.dumps(decisions, default=list),
+               json.dumps([float(c) for c in result.costs]), result.error, result.message or "",
+               float(result.build_s), float(result.run_s), result.gauge_s,
+               time.time() if measured_at is None else measured_at, source)
+        written = ("SELECT 1 FROM readings WHERE hardware = ? AND task = ? AND space = ? AND config = ? AND costs = ? "
+                   "AND message = ? AND measured_at = ? AND source = ? LIMIT 1",
+                   (*row[:4], row[5], row[7], row[11], row[12]))
+        self._write([(f"INSERT INTO readings({', '.join(READING_COLUMNS)}) VALUES ({', '.join('?' * len(row))})",
+                      row)], done=written)
+
+    # ---- reading ------------------------------------------------------------------------------
+    def rows(self, hardware: str, task_key: str, space: str, config=None) -> list[Row]:
+        """Rows in the order they were written (one config's, or the whole task's)."""
+        query = ("SELECT config, costs, error, message, build_s, run_s, gauge_s, measured_at, source FROM readings "
+                 "WHERE hardware = ? AND task = ? AND space = ?")
+        args = [hardware, task_key, space]
+        if config is not None:
+            query += " AND config = ?"
+            args.append(_config_text(config))
+        limits = self.bounds(hardware, task_key)
+        return [row for row in (_parse_row(raw, limits) for raw in self._fetch(query + " ORDER BY id", args))
+                if row is not None]
+
+    def bounds(self, hardware: str, task_key: str) -> plausible.Bounds:
+        """The plausible costs of the task's readings on this hardware (tuning/core/plausible.py), read
+        once per (hardware, task) a process asks for: a registered task's flops never change."""
+        if (hardware, task_key) not in self._bounds:
+            flops = next(iter(self._fetch("SELECT flops FROM tasks WHERE key = ?", (task_key,))), None)
+            if flops is None:
+                return plausible.bounds(None, {})  # not registered yet: nothing to remember
+            self._bounds[hardware, task_key] = plausible.bounds(flops[0], self.hardware_info(hardware))
+        return self._bounds[hardware, task_key]
+
+    def first(self, hardware: str, task_key: str, space: str, config) -> Row | None:
+        """The earliest row of a config: what a replay answers, whatever was added since."""
+        rows = self.rows(hardware, task_key, space, config)
+        return rows[0] if rows else None
+
+    def configs(self, hardware: str, task_key: str, space: str) -> list[tuple]:
+        """Every config with a row, in first-measured order."""
+        seen: dict = {}
+        for (text,) in self._fetch("SELECT config FROM readings WHERE hardware = ? AND task = ? AND space = ? "
+                                   "ORDER BY id", (hardware, task_key, space)):
+            config = _parse_config(text)
+            if config is not None:
+                seen.setdefault(config, None)
+        return list(seen)
+
+    def truth(self, hardware: str, task_key: str, space: str, config, min_readings: int = 3) -> float | None:
+        """The median of every reading of a config (seconds), or None with fewer than `min_readings`."""
+        readings = [c for row in self.rows(hardware, task_key, space, config) if row.ok for c in row.costs]
+        return statistics.median(readings) if len(readings) >= min_readings else None
+
+    def truths(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, float]:
+        """`truth` of every config of a task at once (configs with fewer readings are left out)."""
+        readings: dict = {}
+        for row in self.rows(hardware, task_key, space):
+            if row.ok:
+                readings.setdefault(row.config, []).extend(row.costs)
+        return {c: statistics.median(r) for c, r in readings.items() if len(r) >= min_readings}
+
+    def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
+        """Each config's stored decisions, from its earliest row whose decisions parse (rows whose
+        config or decisions do not parse are left out)."""
+        found: dict = {}
+        for config_text, decisions_text in self._fetch(
+                "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ? ORDER BY id",
+                (hardware, task_key, space)):
+            config = _parse_config(config_text)
+            try:
+                decisions = json.loads(decisions_text)
+            except (TypeError, ValueError, RecursionError):
+                continue
+            if config is not None and isinstance(decisions, dict):
+                found.setdefault(config, decisions)
+        return found
+
+    def gauge_median(self, hardware: str) -> float | None:
+        values = self.gauge_readings(hardware)
+        return statistics.median(values) if values else None
+
+    def keys(self) -> list[tuple[str, str, str]]:
+        """(hardware, task, space) triples that have rows."""
+        return [tuple(map(str, key)) for key in self._fetch("SELECT DISTINCT hardware, task, space FROM readings")]
+
+    def task_info(self, task_key: str) -> dict | None:
+        found = self._fetch("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,))
+        if not found:
+            return None
+        row = found[0]
+        try:
+            workload = json.loads(row[2])
+        except (TypeError, ValueError, RecursionError):  # RecursionError: a nesting bomb
+            workload = {}
+        flops = row[1] if isinstance(row[1], (int, float)) and math.isfinite(row[1]) and row[1] >= 0 else 0.0
+        return {"name": str(row[0]), "flops": flops,
+                "workload": workload if isinstance(workload, dict) else {}}
+
+    def space_size(self, space: str) -> float | None:
+        row = next(iter(self._fetch("SELECT size FROM spaces WHERE key = ?", (space,))), None)
+        return row[0] if row and isinstance(row[0], (int, float)) and row[0] > 0 else None
+
+    def gauge_readings(self, hardware: str) -> list[float]:
+        return [v for (v,) in self._fetch("SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0",
+                                          (hardware,)) if isinstance(v, float) and math.isfinite(v)]
+
+    def hardware_info(self, hardware: str) -> dict:
+        """The hardware's stored description ({} when absent or not a JSON object)."""
+        row = self._fetch("SELECT description FROM hardware WHERE hash = ?", (hardware,))
+        try:
+            description = json.loads(row[0][0]) if row else {}
+        except (TypeError, ValueError, RecursionError):
+            return {}
+        return description if isinstance(description, dict) else {}
+
+    def count(self) -> int:
+        return self._fetch("SELECT COUNT(*) FROM readings")[0][0]
+
+    def unreadable(self) -> int:
+        """Rows skipped because their values are not valid or their costs not plausible."""
+        return sum(_parse_row(raw, self.bounds(hardware, task_key)) is None for hardware, task_key, *raw in self._fetch(
+            "SELECT hardware, task, config, costs, error, message, build_s, run_s, gauge_s, measured_at, source "
+            "FROM readings"))
+
+    def measurement_seconds(self, hardware: str, limit: int = 500) -> list:
+        """build_s + run_s of the hardware's latest `limit` rows (what a build estimates its time from)."""
+        return [seconds for (seconds,) in self._fetch(
+            "SELECT build_s + run_s FROM readings WHERE hardware = ? ORDER BY id DESC LIMIT ?", (hardware, limit))]
+
+
+class SqliteStore(MeasurementStore):
     """One sqlite file; a connection per process, opened on first use (safe to pass to workers).
     `read_only` never creates, migrates or writes the file (see the module docstring)."""
+
+    backend = "sqlite"
 
     def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 120.0, read_only: bool = False):
         self.path = Path(path).expanduser()
@@ -138,6 +368,17 @@ class MeasurementStore:
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
         self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    @property
+    def address(self) -> str:
+        return str(self.path.resolve())
+
+    def size_bytes(self) -> int:
+        return self.path.stat().st_size
 
     # ---- connection ---------------------------------------------------------------------------
     @property
@@ -304,34 +545,6 @@ class MeasurementStore:
     def __getstate__(self):
         return {**self.__dict__, "_conn": None, "_pid": None}
 
-    # ---- writing ------------------------------------------------------------------------------
-    def register(self, hardware: str, description: dict, task_key: str, task, space: str | None = None,
-                 space_size: float | None = None) -> None:
-        with self._transaction():
-            if space is not None and space_size is not None:
-                self.conn.execute("INSERT OR IGNORE INTO spaces VALUES (?, ?)", (space, float(space_size)))
-            self.conn.execute("INSERT OR IGNORE INTO hardware VALUES (?, ?)",
-                              (hardware, json.dumps(description, sort_keys=True, default=str)))
-            workload = json.dumps(task.workload, sort_keys=True)
-            self.conn.execute("INSERT OR IGNORE INTO tasks VALUES (?, ?, ?, ?)",
-                              (task_key, task.name, float(task.flops), workload))
-            if "mod" in task.workload:  # a network kernel registered by an older tunelab without its TIR
-                self.conn.execute("UPDATE tasks SET workload = ? WHERE key = ? AND instr(workload, '\"mod\"') = 0",
-                                  (workload, task_key))
-
-    def add(self, hardware: str, task_key: str, space: str, config, decisions: dict, result,
-            source: str = "run", measured_at: float | None = None) -> None:
-        """One MeasureResult as one row, in its own transaction."""
-        assert source in SOURCES, source
-        row = (hardware, task_key, space, _config_text(config), json.dumps(decisions, default=list),
-               json.dumps([float(c) for c in result.costs]), result.error, result.message or "",
-               float(result.build_s), float(result.run_s), result.gauge_s,
-               time.time() if measured_at is None else measured_at, source)
-        with self._transaction():
-            self.conn.execute("INSERT INTO readings(hardware, task, space, config, decisions, costs, error, message,"
-                              " build_s, run_s, gauge_s, measured_at, source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-
-    # ---- reading ------------------------------------------------------------------------------
     def _fetch(self, query: str, args=()) -> list:
         """Every row of a query; a damaged file (a corrupt page, a changed table) is a StoreError."""
         try:
@@ -339,128 +552,164 @@ class MeasurementStore:
         except sqlite3.Error as error:
             raise self._failure(error) from None
 
-    def rows(self, hardware: str, task_key: str, space: str, config=None) -> list[Row]:
-        """Rows in the order they were written (one config's, or the whole task's)."""
-        query = ("SELECT config, costs, error, message, build_s, run_s, gauge_s, measured_at, source FROM readings "
-                 "WHERE hardware = ? AND task = ? AND space = ?")
-        args = [hardware, task_key, space]
-        if config is not None:
-            query += " AND config = ?"
-            args.append(_config_text(config))
-        limits = self.bounds(hardware, task_key)
-        return [row for row in (_parse_row(raw, limits) for raw in self._fetch(query + " ORDER BY id", args))
-                if row is not None]
-
-    def bounds(self, hardware: str, task_key: str) -> plausible.Bounds:
-        """The plausible costs of the task's readings on this hardware (tuning/core/plausible.py), read
-        once per (hardware, task) a process asks for: a registered task's flops never change."""
-        if (hardware, task_key) not in self._bounds:
-            flops = next(iter(self._fetch("SELECT flops FROM tasks WHERE key = ?", (task_key,))), None)
-            if flops is None:
-                return plausible.bounds(None, {})  # not registered yet: nothing to remember
-            self._bounds[hardware, task_key] = plausible.bounds(flops[0], self.hardware_info(hardware))
-        return self._bounds[hardware, task_key]
-
-    def first(self, hardware: str, task_key: str, space: str, config) -> Row | None:
-        """The earliest row of a config: what a replay answers, whatever was added since."""
-        rows = self.rows(hardware, task_key, space, config)
-        return rows[0] if rows else None
-
-    def configs(self, hardware: str, task_key: str, space: str) -> list[tuple]:
-        """Every config with a row, in first-measured order."""
-        seen: dict = {}
-        for (text,) in self._fetch("SELECT config FROM readings WHERE hardware = ? AND task = ? AND space = ? "
-                                         "ORDER BY id", (hardware, task_key, space)):
-            config = _parse_config(text)
-            if config is not None:
-                seen.setdefault(config, None)
-        return list(seen)
-
-    def truth(self, hardware: str, task_key: str, space: str, config, min_readings: int = 3) -> float | None:
-        """The median of every reading of a config (seconds), or None with fewer than `min_readings`."""
-        readings = [c for row in self.rows(hardware, task_key, space, config) if row.ok for c in row.costs]
-        return statistics.median(readings) if len(readings) >= min_readings else None
-
-    def truths(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, float]:
-        """`truth` of every config of a task at once (configs with fewer readings are left out)."""
-        readings: dict = {}
-        for row in self.rows(hardware, task_key, space):
-            if row.ok:
-                readings.setdefault(row.config, []).extend(row.costs)
-        return {c: statistics.median(r) for c, r in readings.items() if len(r) >= min_readings}
-
-    def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
-        """Each config's stored decisions (rows whose config or decisions do not parse are left out)."""
-        found: dict = {}
-        for config_text, decisions_text in self._fetch(
-                "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ?",
-                (hardware, task_key, space)):
-            config = _parse_config(config_text)
-            try:
-                decisions = json.loads(decisions_text)
-            except (TypeError, ValueError, RecursionError):
-                continue
-            if config is not None and isinstance(decisions, dict):
-                found.setdefault(config, decisions)
-        return found
-
-    def gauge_median(self, hardware: str) -> float | None:
-        values = self.gauge_readings(hardware)
-        return statistics.median(values) if values else None
-
-    def keys(self) -> list[tuple[str, str, str]]:
-        """(hardware, task, space) triples that have rows."""
-        return [tuple(map(str, key)) for key in self._fetch("SELECT DISTINCT hardware, task, space FROM readings")]
-
-    def task_info(self, task_key: str) -> dict | None:
-        found = self._fetch("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,))
-        if not found:
-            return None
-        row = found[0]
+    def _stream(self, query: str, args=(), size: int = 5000):
         try:
-            workload = json.loads(row[2])
-        except (TypeError, ValueError, RecursionError):  # RecursionError: a nesting bomb
-            workload = {}
-        flops = row[1] if isinstance(row[1], (int, float)) and math.isfinite(row[1]) and row[1] >= 0 else 0.0
-        return {"name": str(row[0]), "flops": flops,
-                "workload": workload if isinstance(workload, dict) else {}}
+            cursor = self.conn.execute(query, args)
+            while rows := cursor.fetchmany(size):
+                yield rows
+        except sqlite3.Error as error:
+            raise self._failure(error) from None
 
-    def space_size(self, space: str) -> float | None:
-        row = next(iter(self._fetch("SELECT size FROM spaces WHERE key = ?", (space,))), None)
-        return row[0] if row and isinstance(row[0], (int, float)) and row[0] > 0 else None
+    def _write(self, statements: list, done=None) -> None:
+        with self._transaction():
+            for query, args in statements:
+                self.conn.execute(query, args)
 
-    def gauge_readings(self, hardware: str) -> list[float]:
-        return [v for (v,) in self._fetch("SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0",
-                                                (hardware,)) if isinstance(v, float) and math.isfinite(v)]
+    def _insert_ignore(self, table: str, columns: tuple) -> str:
+        return f"INSERT OR IGNORE INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
 
-    def hardware_info(self, hardware: str) -> dict:
-        """The hardware's stored description ({} when absent or not a JSON object)."""
-        row = self._fetch("SELECT description FROM hardware WHERE hash = ?", (hardware,))
-        try:
-            description = json.loads(row[0][0]) if row else {}
-        except (TypeError, ValueError, RecursionError):
-            return {}
-        return description if isinstance(description, dict) else {}
+    def _insert_many(self, table: str, columns: tuple, rows: list, ignore: bool = False) -> None:
+        verb = "INSERT OR IGNORE" if ignore else "INSERT"
+        with self._transaction():
+            self.conn.executemany(f"{verb} INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                                  rows)
 
-    def count(self) -> int:
-        return self._fetch("SELECT COUNT(*) FROM readings")[0][0]
 
-    def unreadable(self) -> int:
-        """Rows skipped because their values are not valid or their costs not plausible."""
-        return sum(_parse_row(raw, self.bounds(hardware, task_key)) is None for hardware, task_key, *raw in self._fetch(
-            "SELECT hardware, task, config, costs, error, message, build_s, run_s, gauge_s, measured_at, source "
-            "FROM readings"))
+URL_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+
+
+def is_store_url(location) -> bool:
+    """Whether `location` names a PostgreSQL store (a postgresql:// URL) rather than a sqlite file."""
+    return isinstance(location, str) and location.strip().lower().startswith(URL_SCHEMES)
+
+
+def display_location(location) -> str:
+    """A store's location as messages and saved files may show it: a URL without its password."""
+    if is_store_url(location):
+        from tuning.store_postgres import without_password
+
+        return without_password(location)
+    return str(location)
+
+
+def store_argument(text: str):
+    """A command-line store option: a postgresql:// URL as it is, else a Path."""
+    return text if is_store_url(text) else Path(text)
+
+
+def _postgres_class():
+    from tuning.store_postgres import PostgresStore
+
+    return PostgresStore
+
+
+def connect_store(location, read_only: bool = False, busy_timeout_s: float = 120.0) -> MeasurementStore:
+    """The store a path (sqlite) or a postgresql:// URL names; it connects on first use (open_store
+    connects at once)."""
+    return MeasurementStore(location, busy_timeout_s=busy_timeout_s, read_only=read_only)
 
 
 def open_store(path, key: str, read_only: bool = False) -> MeasurementStore:
-    """The store at `path`, opened now: a file that cannot be read (or, for a writer, written) is
-    refused before any work, by a StoreError naming the option `key` it came from."""
-    store = MeasurementStore(path, read_only=read_only)
+    """The store at `path` (a file, or a postgresql:// URL), opened now: a store that cannot be read
+    (or, for a writer, written) is refused before any work, by a StoreError naming the option `key`
+    it came from."""
+    store = connect_store(path, read_only=read_only)
     try:
         store.conn
     except StoreError as error:
         raise StoreError(f"{key}: {error}") from None
     return store
+
+
+@dataclass
+class CopyCounts:
+    """What `copy_store` did: readings copied, readings the target held already, readings no reader
+    would accept (left behind), and the new rows of the describing tables (hardware, tasks, spaces,
+    meta) with those that were not valid."""
+
+    copied: int = 0
+    held: int = 0
+    unreadable: int = 0
+    described: int = 0
+    invalid: int = 0
+
+
+def _text(value) -> bool:
+    return isinstance(value, str)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_DESCRIBING = (  # table, columns, what a valid row holds
+    ("meta", ("key", "value"), lambda r: _text(r[0]) and _text(r[1]) and r[0] != "format"),
+    ("hardware", ("hash", "description"), lambda r: _text(r[0]) and _text(r[1])),
+    ("tasks", ("key", "name", "flops", "workload"), lambda r: _text(r[0]) and _text(r[1]) and _number(r[2])
+     and _text(r[3])),
+    ("spaces", ("key", "size"), lambda r: _text(r[0]) and _number(r[1])),
+)
+
+
+def copy_store(source: MeasurementStore, target: MeasurementStore, chunk: int = 5000, progress=None) -> CopyCounts:
+    """Every row of `source` that `target` lacks, into `target` (either backend to either).
+
+    The describing tables first (a key the target holds keeps its row), then the readings in id
+    order, as they are (not re-parsed, the target gives them new ids in the same order), `chunk` rows
+    per transaction. The source is untrusted: only readings `_parse_row` accepts are copied (the
+    rest count as unreadable), and a reading the target holds already (the same hardware, task,
+    space, config, costs, error, message, measured_at and source) is skipped, so a copy that was
+    killed resumes when run again. `progress(n)` is called after each chunk of n source rows."""
+    counts = CopyCounts()
+    for table, columns, valid in _DESCRIBING:
+        rows = []
+        for raw in source._fetch(f"SELECT {', '.join(columns)} FROM {table}"):
+            row = tuple(map(target._stored, raw))
+            if valid(row):
+                rows.append(row)
+            elif not (table == "meta" and row[0] == "format"):  # the target has its own
+                counts.invalid += 1
+        before = target._fetch(f"SELECT COUNT(*) FROM {table}")[0][0]
+        target._insert_many(table, columns, rows, ignore=True)
+        counts.described += target._fetch(f"SELECT COUNT(*) FROM {table}")[0][0] - before
+    held: dict = {}  # (hardware, task, space) -> the target's readings of it, as identities
+    for batch in source._stream(f"SELECT {', '.join(READING_COLUMNS)} FROM readings ORDER BY id", size=chunk):
+        new = []
+        for raw in batch:
+            row = _copyable(tuple(map(target._stored, raw)), source)
+            if row is None:
+                counts.unreadable += 1
+                continue
+            key = row[:3]
+            if key not in held:
+                held[key] = set(map(tuple, target._fetch(
+                    "SELECT config, costs, error, message, measured_at, source FROM readings "
+                    "WHERE hardware = ? AND task = ? AND space = ?", key)))
+            identity = (row[3], row[5], row[6], row[7], row[11], row[12])
+            if identity in held[key]:
+                counts.held += 1
+                continue
+            held[key].add(identity)
+            new.append(row)
+        if new:
+            target._insert_many("readings", READING_COLUMNS, new)
+        counts.copied += len(new)
+        if progress:
+            progress(len(batch))
+    return counts
+
+
+def _copyable(row: tuple, source: MeasurementStore) -> tuple | None:
+    """A source reading as the target stores it (a missing message is ''), or None when a reader
+    would skip it (or no store could hold it: a key or text that is not text)."""
+    hardware, task, space, config, decisions, costs, error, message, build_s, run_s, gauge_s, measured_at, what = row
+    if not (all(map(_text, (hardware, task, space, config, decisions, costs, what)))
+            and (error is None or _text(error)) and (message is None or _text(message))):
+        return None
+    if _parse_row((config, costs, error, message, build_s, run_s, gauge_s, measured_at, what),
+                  source.bounds(hardware, task)) is None:
+        return None
+    return (*row[:7], message or "", *row[8:])
 
 
 def unwritable(path: Path) -> str | None:

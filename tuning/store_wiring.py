@@ -10,7 +10,7 @@ from __future__ import annotations
 from tuning.callbacks import StoreWriter
 from tuning.config import ConfigError
 from tuning.hardware.replay import store_path, with_store, writes_store
-from tuning.store import open_store
+from tuning.store import display_location, open_store
 
 
 def wire_store(cfg, hardware, spec) -> tuple:
@@ -35,6 +35,7 @@ def check_store_space(cfg, tasks, hardware) -> None:
         return
     for task in tasks:
         if hardware.space(task).size == 0:
-            raise ConfigError(f"model.space: the store {hardware.store} holds no reading of {task.name} for this "
-                              "hardware and evaluator (tunelab dataset stats lists what it holds)")
+            raise ConfigError(f"model.space: the store {display_location(hardware.store)} holds no reading of "
+                              f"{task.name} for this hardware and evaluator (tunelab dataset stats lists what it "
+                              "holds)")
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tuning.hardware.base import Hardware
 from tuning.core.records import MeasureResult
-from tuning.store import MeasurementStore, TaskRows, reading_settings, unwritable
+from tuning.store import MeasurementStore, TaskRows, display_location, is_store_url, reading_settings, unwritable
 
 ON_MISS = ("measure", "error")
 
@@ -81,12 +81,14 @@ class ReplayHardware(Hardware):
 
     Hyperparameters:
     backend          the hardware whose readings the store holds (a hardware config node)
-    store            the measurement store file (required)
+    store            the measurement store file, or a PostgreSQL store's postgresql:// URL (required)
     on_miss          measure (on the backend; the row is added) | error (a `not_in_store` record)
     normalise        scale readings to the drift gauge (see the module docstring)
     simulated_clock  record times count stored seconds, not the wall clock (reproducible replays)
     create           start a new store file when `store` does not exist (on_miss=measure only; off by
-                     default so a mistyped path is an error, not a silent fresh store)
+                     default so a mistyped path is an error, not a silent fresh store). A PostgreSQL
+                     store is checked when the run opens it, not here: its database must exist (an
+                     empty one becomes a store when a run may measure into it)
     """
 
     options = {"on_miss": ON_MISS}
@@ -117,13 +119,9 @@ class ReplayHardware(Hardware):
                     f"(e.g. {group}.store=stores/lab.sqlite)"]
         if params["create"] and params["on_miss"] != "measure":
             return [f"{group}.create: a new store can only fill up with on_miss=measure, got on_miss={params['on_miss']}"]
-        if not params["create"] and not Path(str(params["store"])).expanduser().is_file():
-            return [f"{group}.store: no such file {params['store']!r} (build one: tunelab dataset build; "
-                    f"or start one with {group}.create=true)"]
-        reason = unwritable(Path(str(params["store"])).expanduser())
-        if reason and params["on_miss"] == "measure":
-            return [f"{group}.store: {params['store']} cannot be written: {reason} (a replay that only reads the "
-                    f"store: {group}.on_miss=error)"]
+        problem = None if is_store_url(str(params["store"])) else _file_problem(params, group)
+        if problem:  # a database is reached and checked when the run opens it (store_wiring.wire_store)
+            return [problem]
         backend = params["backend"]
         if not isinstance(backend, dict) or "_target_" not in backend:
             return [f"{group}.backend: expected a hardware config node with _target_, got {backend!r}"]
@@ -153,7 +151,7 @@ class ReplayHardware(Hardware):
         return self._restricted[task.key]
 
     def describe(self) -> dict:
-        return {**self.backend.describe(), "replay_store": str(self.store), "on_miss": self.on_miss,
+        return {**self.backend.describe(), "replay_store": display_location(self.store), "on_miss": self.on_miss,
                 "normalise": self.normalise}
 
     def close(self) -> None:
@@ -183,7 +181,8 @@ class ReplayHardware(Hardware):
             if rows[config] is not None:
                 results[i] = self._answer(rows[config], spec, table.hardware_key, config)
             elif self.on_miss == "error":
-                results[i] = MeasureResult.failed("not_in_store", f"no reading of {list(config)} in {self.store}",
+                results[i] = MeasureResult.failed("not_in_store",
+                                                  f"no reading of {list(config)} in {display_location(self.store)}",
                                                   config=config)
         return self._stream(task, configs, spec, results, on_result)
 
@@ -258,6 +257,20 @@ def _truncate(costs: list, spec) -> list:
             break
         taken.append(cost)
     return taken
+
+
+def _file_problem(params, group: str) -> str | None:
+    """What is wrong with a replay's store file, before any work: missing, or not writable by a
+    replay that may measure."""
+    path = Path(str(params["store"])).expanduser()
+    if not params["create"] and not path.is_file():
+        return (f"{group}.store: no such file {params['store']!r} (build one: tunelab dataset build; "
+                f"or start one with {group}.create=true)")
+    reason = unwritable(path)
+    if reason and params["on_miss"] == "measure":
+        return (f"{group}.store: {params['store']} cannot be written: {reason} (a replay that only reads the "
+                f"store: {group}.on_miss=error)")
+    return None
 
 
 def _check_backend(node: dict, group: str) -> list[str]:

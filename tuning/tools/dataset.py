@@ -1,10 +1,14 @@
-"""Fill, inspect and export a measurement store (tuning/store.py; docs/store.md).
+"""Fill, inspect, export and copy a measurement store (tuning/store.py; docs/store.md).
 
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
     python -m tuning.tools.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
     python -m tuning.tools.dataset stats  --store stores/host.sqlite
     python -m tuning.tools.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
+    python -m tuning.tools.dataset copy   --store stores/host.sqlite --to postgresql://lab@db:5432/tunelab
+
+A store is a sqlite file or a PostgreSQL database named by its URL (postgresql://user@host:port/db;
+tuning/store_postgres.py); every command takes either.
 
 `build` measures, on this host, a seeded random sample of each model's space (or the whole space
 when it has at most --exhaustive-limit configs), with the hardware and evaluator a run would use
@@ -16,12 +20,21 @@ names the same hardware and evaluator settings as a composition with the given o
 config is untrusted (tuning/run_folder.py `load_config`): one naming a class the lab does not
 register is skipped, nothing in it instantiated.
 
-One builder per store: `build` and `import` hold an OS lock on `<store>.build.lock` from before they
-plan until they end, and a second one on the same store is refused at once (naming the holder's pid),
-since each plans from what the store held at its start and both would add the same configs. `import`
-adds no reading the store already holds (a run made with that store wrote its rows itself). `stats`,
-`export` and `build --dry-run` only read the store (they never create or change it); `build` and
-`import` are refused before any work when the store cannot be written.
+`copy` copies every row of one store into another (sqlite to PostgreSQL or back, or between two of
+either): the hardware, task and space descriptions, then the readings in the order they were
+written, in batches. The source is untrusted: a reading no reader would accept is left behind and
+counted as unreadable. A reading the target holds already (the same hardware, task, space, config,
+costs, error, message, time and source) is skipped, so running a killed copy again resumes it. It
+prints how many readings it copied and skipped.
+
+One builder per store: `build`, `import` and `copy` (of its target) hold an OS lock on
+`<store>.build.lock` (for a PostgreSQL store, an advisory lock in its database) from
+before they plan until they end, and a second one on the same store is refused at once (naming the
+holder's pid), since each plans from what the store held at its start and both would add the same
+configs. `import` adds no reading the store already holds (a run made with that store wrote its rows
+itself). `stats`, `export`, `build --dry-run` and the source of `copy` only read the store (they
+never create or change it); `build`, `import` and `copy` are refused before any work when their
+store cannot be written.
 """
 from __future__ import annotations
 
@@ -40,7 +53,7 @@ from tqdm import tqdm
 
 from tuning.conf_dir import CONF_DIR
 from tuning.run_folder import take_lock, write_holder
-from tuning.store import MeasurementStore, StoreError, TaskRows, open_store
+from tuning.store import MeasurementStore, StoreError, TaskRows, copy_store, is_store_url, open_store
 from tuning.tools.cli_common import add_command, new_parser
 
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
@@ -78,21 +91,20 @@ def plan(space, count: int, exhaustive_limit: int, seed: int) -> list[tuple]:
 
 
 def seconds_per_measurement(store, key: str) -> float:
-    rows = store.conn.execute("SELECT build_s + run_s FROM readings WHERE hardware = ? ORDER BY id DESC LIMIT 500",
-                              (key,)).fetchall()
-    return statistics.median(r[0] for r in rows) if len(rows) >= 20 else DEFAULT_SECONDS
+    seconds = store.measurement_seconds(key, 500)
+    return statistics.median(seconds) if len(seconds) >= 20 else DEFAULT_SECONDS
 
 
 def build(args) -> None:
     cfgs = [compose([f"model={name}", *args.overrides]) for name in args.model]
     if args.dry_run:
-        exists = Path(args.store).expanduser().is_file()
+        exists = is_store_url(args.store) or Path(args.store).expanduser().is_file()
         plan_build(args, cfgs, open_store(args.store, "--store", read_only=True) if exists else None)
         return
     store = open_store(args.store, "--store")
-    with sole_builder(store.path):
+    with sole_builder(store):
         plan_build(args, cfgs, store)
-    print(f"store: {store.path} ({store.count():,} rows)")
+    print(f"store: {store.location} ({store.count():,} rows)")
 
 
 def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
@@ -116,7 +128,8 @@ def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
         total = sum(len(todo) for _, todo in jobs)
         per = seconds_per_measurement(store, jobs[0][0].hardware_key) if jobs and store else DEFAULT_SECONDS
         print(f"about {total:,} measurements x {per:.2f} s = {_duration(total * per)} on this host "
-              f"(store: {Path(args.store).expanduser()}{'' if store else ', not created by a dry run'})", flush=True)
+              f"(store: {store.location if store else Path(args.store).expanduser()}"
+              f"{'' if store else ', not created by a dry run'})", flush=True)
         if args.dry_run:
             return
         with tqdm(total=total, unit="config", dynamic_ncols=True, disable=None) as bar:
@@ -133,16 +146,23 @@ def build_lock(store_path: Path) -> Path:
 
 
 @contextmanager
-def sole_builder(store_path: Path):
+def sole_builder(store, key: str = "--store"):
     """Hold the store's build lock (an OS lock, dropped when the process ends however it ends);
-    refused at once, naming the holder's pid, while another build holds it."""
+    refused at once, naming the holder's pid, while another build holds it. A PostgreSQL store's
+    lock is an advisory lock in its database (PostgresStore.builder_lock), held by a connection, which holds
+    across machines."""
+    if getattr(store, "backend", "") == "postgresql":
+        with store.builder_lock(key):
+            yield
+        return
+    store_path = getattr(store, "path", store)
     lock = build_lock(store_path)
     try:
         handle, owner = take_lock(lock)
     except OSError as error:
-        raise StoreError(f"--store: cannot use the build lock {lock} ({error.strerror})") from None
+        raise StoreError(f"{key}: cannot use the build lock {lock} ({error.strerror})") from None
     if owner is not None:
-        raise StoreError(f"--store: {store_path} is being filled by another build (pid {owner}); wait for it "
+        raise StoreError(f"{key}: {store_path} is being filled by another build (pid {owner}); wait for it "
                          "to end (running the same build again then measures only what it did not)")
     try:
         write_holder(handle)
@@ -185,9 +205,9 @@ def import_records(args) -> None:
     the composition's is skipped with a message (its readings mean something else). Imports and
     builds into one store take turns (its build lock)."""
     store = open_store(args.store, "--store")
-    with sole_builder(store.path):
+    with sole_builder(store):
         added = sum(_import_run(store, Path(path), args.overrides) for path in args.records)
-    print(f"added {added:,} rows; store: {store.path} ({store.count():,} rows)")
+    print(f"added {added:,} rows; store: {store.location} ({store.count():,} rows)")
 
 
 def _import_run(store, path: Path, overrides: list[str]) -> int:
@@ -263,7 +283,7 @@ def stats(args) -> None:
     """Per (hardware, task): configs, rows, errors, best and median, coverage of the space, drift."""
     store = open_store(args.store, "--store", read_only=True)
     unreadable = store.unreadable()  # every row parsed: once
-    print(f"store: {store.path}  {store.count():,} rows  ({store.path.stat().st_size / 2**20:.1f} MiB"
+    print(f"store: {store.location}  {store.count():,} rows  ({store.size_bytes() / 2**20:.1f} MiB"
           f"{f', {unreadable} unreadable rows skipped' if unreadable else ''})")
     for hardware in sorted({h for h, _, _ in store.keys()}):
         info = store.hardware_info(hardware)
@@ -371,20 +391,36 @@ def t4_results(table: dict, keys: list, decisions_by_config: dict) -> dict:
     return {"schema_version": "1.0.0", "metadata": {"timeunit": "milliseconds"}, "results": results}
 
 
+# ---- copy ---------------------------------------------------------------------------------------
+def copy(args) -> None:
+    """Every row of --store that --to lacks, into --to (store.copy_store), under --to's build lock."""
+    source = open_store(args.store, "--store", read_only=True)
+    target = open_store(args.to, "--to")
+    if source.address == target.address:
+        raise StoreError(f"--to: {target.location} is the store copied from")
+    with sole_builder(target, "--to"), tqdm(total=source.count(), unit="row", dynamic_ncols=True, disable=None) as bar:
+        counts = copy_store(source, target, progress=bar.update)
+    print(f"copied {counts.copied:,} readings from {source.location} to {target.location}; skipped "
+          f"{counts.held:,} it held already and {counts.unreadable:,} unreadable; {counts.described:,} new "
+          f"hardware, task and space rows{f' ({counts.invalid:,} invalid ones skipped)' if counts.invalid else ''}; "
+          f"the store now holds {target.count():,} readings")
+
+
 # ---- command line ------------------------------------------------------------------------------
-STORE_HELP = "the measurement store (an sqlite file)"
+STORE_HELP = "the measurement store (an sqlite file, or a PostgreSQL database: postgresql://user@host:port/db)"
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.dataset", __doc__.split("\n\n")[0], prog)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     help="build, import, stats or export (each has its --help)")
+                                     help="build, import, stats, export or copy (each has its --help)")
     add_build(add_command(commands, "build", help="measure a random sample (or all) of each model's space"))
     add_import(add_command(commands, "import", help="add earlier runs' records"))
     stats_cmd = add_command(commands, "stats", help="per task: configs, best, median, coverage, drift")
     stats_cmd.add_argument("--store", required=True, help=STORE_HELP)
     add_export(add_command(commands, "export",
                            help="a task's table as a Kernel Tuner cache JSON file (and T4 results)"))
+    add_copy(add_command(commands, "copy", help="copy a store's rows into another (sqlite or PostgreSQL, either way)"))
     return parser
 
 
@@ -419,6 +455,13 @@ def add_export(export_cmd) -> None:
     export_cmd.add_argument("--out", required=True, help="the Kernel Tuner cache file to write (T4 results beside it)")
 
 
+def add_copy(copy_cmd) -> None:
+    copy_cmd.add_argument("--store", required=True, help="the store copied from (only read): an sqlite file or a "
+                                                         "postgresql:// URL")
+    copy_cmd.add_argument("--to", required=True, help="the store copied into (created if missing): an sqlite file "
+                                                      "or a postgresql:// URL")
+
+
 def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
     parser = build_parser(prog)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -429,7 +472,7 @@ def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
             parser.error("--model: expected model names (key=value words are Hydra overrides)")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if not Path(args.store).is_file() and args.command in ("stats", "export"):
+    if args.command in ("stats", "export", "copy") and not is_store_url(args.store) and not Path(args.store).is_file():
         parser.error(f"--store: no such file {args.store!r}")
     for key in ("configs", "exhaustive_limit", "batch"):
         if getattr(args, key, 1) < (0 if key == "exhaustive_limit" else 1):
@@ -462,7 +505,7 @@ def in_typed_order(words: list[str], argv: list[str]) -> list[str]:
 def main(argv=None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
     try:
-        {"build": build, "import": import_records, "stats": stats, "export": export}[args.command](args)
+        {"build": build, "import": import_records, "stats": stats, "export": export, "copy": copy}[args.command](args)
     except StoreError as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)

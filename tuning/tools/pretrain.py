@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -29,13 +28,15 @@ from tqdm import tqdm
 
 from tuning.conf_dir import CONF_DIR
 from tuning.corpus import features, load_corpus, one_backend
+from tuning.store import display_location, is_store_url, store_argument
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.pretrain", __doc__.split("\n\n")[0], prog)
-    parser.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
+    parser.add_argument("--store", action="append", required=True, type=store_argument,
+                        help="a measurement store: a file or a postgresql:// URL (repeatable)")
     parser.add_argument("--name", default="tunelab-xgb-ms", help="registered model name")
     parser.add_argument("--hardware", default=None,
                         help="keep rows of this hardware fingerprint (a prefix); default: every row "
@@ -53,7 +54,7 @@ def parse_args(argv=None, prog: str | None = None):
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     for store in args.store:
-        if not store.is_file():
+        if not is_store_url(store) and not store.is_file():
             parser.error(f"--store: {store} is not a file")
     if args.min_configs < 2:
         parser.error("--min-configs: must be >= 2")
@@ -104,12 +105,13 @@ def main(argv=None, prog: str | None = None) -> None:
     from tuning.tracking.registry import register_booster
 
     registry = args.tracking_uri
-    tasks = [{"name": t.task.name, "key": t.task_key, "configs": len(t.configs), "store": t.store}
+    tasks = [{"name": t.task.name, "key": t.task_key, "configs": len(t.configs),
+              "store": display_location(t.store)}
              for t in corpus.tasks]
     mean = float(np.mean(list(scores.values()))) if scores else float("nan")
     reference = register_booster(
         final.booster, args.name, registry, args.experiment,
-        params={"stores": ",".join(map(str, args.store)), "features": "per_store", "kernels": len(tasks),
+        params={"stores": ",".join(map(display_location, args.store)), "features": "per_store", "kernels": len(tasks),
                 "excluded": ",".join(args.exclude) or "none",
                 "configs": corpus.configs, "seed": args.seed, "hardware": fingerprint},
         metrics={**({"heldout_spearman_mean": mean} if scores else {}),

@@ -97,14 +97,15 @@ def backfill(tracker, points) -> int:
 # ---- what the folder holds ----------------------------------------------------------------------
 def save_tasks(out_dir: Path, tasks, store_rows=None) -> None:
     """tasks.json: each task's name, key, flops and weight; with a measurement store also where its
-    rows are (`store`: the file's absolute path, `store_key`: [hardware, task, space]), which is
+    rows are (`store`: the file's absolute path or the database's URL without its password,
+    `store_key`: [hardware, task, space]), which is
     how `python -m tuning.tools.compare` scores the run by the store's truth."""
     rows = []
     for task in tasks:
         row = {"name": task.name, "key": task.key, "flops": task.flops, "weight": task.weight}
         if store_rows is not None:
             table = store_rows(task)
-            row.update(store=str(table.store.path.resolve()), store_key=list(table.key))
+            row.update(store=table.store.address, store_key=list(table.key))
         rows.append(row)
     (out_dir / TASKS_FILE).write_text(json.dumps(rows))
 

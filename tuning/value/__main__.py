@@ -30,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tuning.corpus import load_corpus, one_backend
+from tuning.store import display_location, is_store_url, store_argument
 from tuning.tools.cli_common import add_command, add_tracking_uri, new_parser
 from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_tag, split
 
@@ -45,14 +46,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def add_train(train_cmd) -> None:
-    train_cmd.add_argument("--store", action="append", required=True, type=Path, help="a measurement store (repeatable)")
+    train_cmd.add_argument("--store", action="append", required=True, type=store_argument,
+                           help="a measurement store: a file or a postgresql:// URL (repeatable)")
     train_cmd.add_argument("--name", default="tunelab-value", help="registered model name")
     train_cmd.add_argument("--hardware", default=None,
                            help="keep rows of this hardware fingerprint (a prefix); default: every row (the stores "
                                 "must then hold one hardware)")
     train_cmd.add_argument("--holdout", nargs="+", default=[], metavar="PATTERN",
                            help="kernels (by name, shell patterns) left out of training and reported apart")
-    train_cmd.add_argument("--holdout-store", action="append", default=[], type=Path, metavar="STORE",
+    train_cmd.add_argument("--holdout-store", action="append", default=[], type=store_argument, metavar="STORE",
                            help="a store whose kernels are only evaluated, never trained on: a network left out "
                                 "(repeatable)")
     train_cmd.add_argument("--val-fraction", type=float, default=0.2, help="each kernel's configs held out")
@@ -70,7 +72,8 @@ def add_train(train_cmd) -> None:
 
 def add_improve(improve_cmd) -> None:
     improve_cmd.add_argument("--model", required=True, help="the V to start from (models:/<name>/<version>)")
-    improve_cmd.add_argument("--store", required=True, type=Path, help="the measurement store the rounds measure into")
+    improve_cmd.add_argument("--store", required=True, type=store_argument,
+                             help="the measurement store the rounds measure into (a file or a postgresql:// URL)")
     improve_cmd.add_argument("--network", nargs="+", required=True, metavar="MODEL",
                              help="model config names whose kernels are scheduled (resnet18, squeezenet1_0, conv_l8, ...)")
     improve_cmd.add_argument("--rounds", type=int, default=2, help="rounds of Alg. 2 (the paper: 2)")
@@ -117,7 +120,7 @@ def check(parser, args) -> None:
     if args.command == "train":
         for option, stores in (("--store", args.store), ("--holdout-store", args.holdout_store)):
             for store in stores:
-                if not store.is_file():
+                if not is_store_url(store) and not store.is_file():
                     parser.error(f"{option}: {store} is not a file")
         return
     if not (np.isfinite(args.noise) and args.noise >= 0):
@@ -174,8 +177,8 @@ def register_value(net, args, fingerprint, seen, outside, losses, results) -> st
     return register(
         lambda mlflow: log_value(mlflow, net, args.name),
         args.name, args.registry, args.experiment,
-        params={"stores": ",".join(map(str, args.store)), "holdout": ",".join(args.holdout) or "none",
-                "holdout_stores": ",".join(map(str, args.holdout_store)) or "none",
+        params={"stores": ",".join(map(display_location, args.store)), "holdout": ",".join(args.holdout) or "none",
+                "holdout_stores": ",".join(map(display_location, args.holdout_store)) or "none",
                 "val_fraction": args.val_fraction, "hidden": args.hidden, "layers": args.layers,
                 "epochs": args.epochs, "lr": args.lr, "batch": args.batch, "seed": args.seed,
                 "kernels": len(seen), "hardware": fingerprint},

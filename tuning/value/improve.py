@@ -97,7 +97,7 @@ def improve(args) -> None:
 
     from tuning.corpus import load_corpus
     from tuning.tools.dataset import compose, full_readings, model_tasks
-    from tuning.store import MeasurementStore, fingerprint
+    from tuning.store import MeasurementStore, display_location, fingerprint
     from tuning.tracking.registry import register, resolve
     from tuning.value.net import complete_errors, fit, kernels_of, load_value, log_value, shape_tag, split
 
@@ -126,7 +126,8 @@ def improve(args) -> None:
                 lambda mlflow: log_value(mlflow, net, args.name), args.name, args.registry, "value-improve",
                 params={"round": round_index, "from_model": f"models:/{version.name}/{version.version}",
                         "networks": ",".join(args.network), "schedules": args.schedules, "noise": args.noise,
-                        "beam": args.beam, "epochs": args.epochs, "seed": args.seed, "store": str(args.store)},
+                        "beam": args.beam, "epochs": args.epochs, "seed": args.seed,
+                        "store": display_location(args.store)},
                 metrics={**metrics, **errors, "final_loss": losses[-1]},
                 tags={**shape_tag(net), "tunelab.hardware": key, "tunelab.round": str(round_index),
                       "tunelab.tasks": json.dumps([{"name": k.name, "configs": len(k.configs)} for k in seen])})

@@ -134,7 +134,7 @@ def method_labels(runs: list[LoadedRun], method_by) -> dict[str, str]:
 def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict, list[str]]:
     """task name -> TaskTruth: from the store the runs recorded (or `store_override`) when every run of
     the task names the same rows, else from the pooled readings of the compared runs."""
-    from tuning.store import MeasurementStore, StoreError
+    from tuning.store import MeasurementStore, StoreError, display_location, is_store_url
 
     notes, found, stores = [], {}, {}
     by_task = defaultdict(list)
@@ -148,16 +148,17 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
             path = paths.pop()
             named_by = "--store" if store_override else "the runs' tasks.json"
             try:
-                if not Path(path).is_file():
+                if not is_store_url(path) and not Path(path).is_file():
                     raise StoreError(f"{path}: no such file (--store names where it is now)")
                 store = stores.setdefault(path, MeasurementStore(path, read_only=True))  # only read, never changed
                 by_config = store.truths(*keys.pop())
             except StoreError as error:
                 raise SystemExit(f"tuning.tools.compare: {error} (the store {named_by} names)") from None
             if by_config:
-                found[name] = TaskTruth(by_config, min(by_config.values()), f"store {path}")
+                found[name] = TaskTruth(by_config, min(by_config.values()), f"store {display_location(path)}")
                 continue
-            notes.append(f"{name}: the store {path} holds no reading of it; scored by the runs' own readings")
+            notes.append(f"{name}: the store {display_location(path)} holds no reading of it; scored by the runs' "
+                         "own readings")
         else:
             notes.append(f"{name}: not every run used the same measurement store; scored by the runs' own readings "
                          "(the minimum of noisy readings is biased low)")
