@@ -254,8 +254,21 @@ class RayNodes:
         raise RuntimeError(f"Ray: fewer than {count} nodes alive after {timeout_s:g} s; see {self.folder}")
 
     def kill_worker(self, i: int) -> None:
-        """The worker node dies at once: its raylet and every process it started (SIGKILL)."""
-        stop_group(self.workers[i], signal.SIGKILL)
+        """The worker node dies at once: its raylet and every process it started (SIGKILL), whatever
+        session Ray put them in."""
+        import psutil
+
+        node = self.workers[i]
+        try:
+            tree = psutil.Process(node.pid).children(recursive=True)
+        except psutil.Error:
+            tree = []
+        stop_group(node, signal.SIGKILL)
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
         self.workers[i] = None
 
     def stop(self) -> None:
