@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -125,12 +127,16 @@ def _tuning_job(hydra_context, sweep_config: DictConfig, task_function, singleto
     if Path(launch_dir).is_dir():
         os.chdir(launch_dir)
     if cpus:
+        began = time.monotonic()
         pinned = cpu_slots.hold(cpus)
-        log.info(f"job {sweep_config.hydra.job.num}: pinned to CPUs {pinned}")
+        waited = time.monotonic() - began
+        print(f"tunelab: job {sweep_config.hydra.job.num} pinned to CPUs {pinned} of this node"
+              + (f" (after {waited:.0f} s waiting for other jobs to free them)" if waited >= 1 else ""),
+              file=sys.stderr, flush=True)
     job_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
     if holds_run(job_dir) and "resume" in sweep_config and not sweep_config.resume:
-        log.warning(f"job {sweep_config.hydra.job.num}: {job_dir} holds the run of an attempt whose node died; "
-                    "resuming it")
+        print(f"tunelab: job {sweep_config.hydra.job.num}: {job_dir} holds the run of an attempt whose node died; "
+              "resuming it", file=sys.stderr, flush=True)
         with open_dict(sweep_config):
             sweep_config.resume = str(job_dir)
     try:
