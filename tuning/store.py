@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -586,9 +587,7 @@ def is_store_url(location) -> bool:
 def display_location(location) -> str:
     """A store's location as messages and saved files may show it: a URL without its password."""
     if is_store_url(location):
-        from tuning.store_postgres import without_password
-
-        return without_password(location)
+        return _server_backend().without_password(location)
     return str(location)
 
 
@@ -597,10 +596,16 @@ def store_argument(text: str):
     return text if is_store_url(text) else Path(text)
 
 
-def _postgres_class():
-    from tuning.store_postgres import PostgresStore
+SERVER_BACKEND = "tuning.store_postgres"  # imported by name: that module builds on this one
 
-    return PostgresStore
+
+def _server_backend():
+    """The PostgreSQL backend's module, imported when a URL is first named."""
+    return importlib.import_module(SERVER_BACKEND)
+
+
+def _postgres_class():
+    return _server_backend().PostgresStore
 
 
 def connect_store(location, read_only: bool = False, busy_timeout_s: float = 120.0) -> MeasurementStore:
