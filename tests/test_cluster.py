@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -259,3 +260,57 @@ def test_a_run_outlives_its_mlflow_server_and_sync_delivers_what_it_missed(servi
         assert max(steps) == 64
     finally:
         server.stop()
+
+
+def test_a_sweep_that_died_with_its_node_is_finished_by_a_sweep_on_another(services, tmp_path):
+    """The sweep process SIGKILLed mid-trial (as when its node dies) while it may hold the study's
+    advisory lock: its heartbeats stop, its connections end, and a sweep started elsewhere fails its
+    trial once stale, runs its params again and finishes the study."""
+    optuna_url = services.pg.create_database("optuna_dead")
+    store_url = services.pg.create_database("store_dead")
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    common = ("hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5")
+    killed = run_sweep(first, sweep_command(first, optuna_url, services.mlflow.uri, store_url, "hardware.delay_s=0.2",
+                                            "budget.trials=4000", *common), lab_env(first))
+    records = first / "sweep" / "trial_0" / "records.jsonl"
+    deadline = time.monotonic() + 180
+    while not (records.exists() and records.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed.kill()
+    killed.wait(60)
+    again = run_sweep(second, sweep_command(second, optuna_url, services.mlflow.uri, store_url, "budget.trials=16",
+                                            *common), lab_env(second))
+    finished(again, second / "sweep.log")
+    import optuna
+
+    trials = optuna.load_study(study_name=STUDY, storage=optuna_url).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    [retry] = [t for t in trials if t.user_attrs.get("retry_of") == 0]
+    assert retry.params == trials[0].params
+
+
+def test_a_job_whose_ray_task_cannot_finish_fails_its_own_trial_only(tmp_path):
+    """No retries, and one trial's job killed: that trial is FAIL, its batch-mate COMPLETE, and the
+    sweep goes on to its n_trials (a Ray instance of the sweep's own: address null)."""
+    optuna_url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    command = sweep_command(tmp_path, optuna_url, f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "store.sqlite"),
+                            "hardware.delay_s=0.1", "budget.trials=64", "hydra.sweeper.n_trials=4",
+                            "hydra.sweeper.n_jobs=2", "hydra.sweeper.max_failure_rate=1.0", "hydra/launcher=ray",
+                            "hydra.launcher.ray.remote.max_retries=0")
+    sweep = run_sweep(tmp_path, command, lab_env(tmp_path, {"RAY_AUTH_MODE": "disabled",
+                                                           "RAY_USAGE_STATS_ENABLED": "0"}))
+    try:
+        job_dir = tmp_path / "sweep" / "trial_0"
+        deadline = time.monotonic() + 180
+        while holder_pid(job_dir) is None or not (job_dir / "records.jsonl").exists():
+            assert time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(holder_pid(job_dir), signal.SIGKILL)
+    finally:
+        text = finished(sweep, tmp_path / "sweep.log")
+    assert "did not finish: WorkerCrashedError" in text
+    import optuna
+
+    trials = optuna.load_study(study_name=STUDY, storage=optuna_url).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE", "COMPLETE"], text[-3000:]

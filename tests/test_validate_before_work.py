@@ -63,8 +63,8 @@ def test_a_tracking_uri_mlflow_cannot_keep_runs_in_is_refused(compose_cfg, tmp_p
 
 @pytest.mark.skipif(importlib.util.find_spec("psycopg2") is not None, reason="psycopg2 is installed here")
 def test_a_database_without_its_driver_is_refused(compose_cfg):
-    message = refused(compose_cfg("tracking.uri='postgresql://user@dbhost/mlflow'"))
-    assert "tracking.uri: postgresql needs its Python driver" in message
+    message = refused(compose_cfg("tracking.uri='postgresql+pg8000://user@dbhost/mlflow'"))
+    assert "tracking.uri: postgresql+pg8000 needs its Python driver" in message
 
 
 def test_a_sqlite_database_an_empty_file_and_a_new_path_are_accepted(compose_cfg, tmp_path):

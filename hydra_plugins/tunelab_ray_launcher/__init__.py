@@ -1,5 +1,6 @@
-"""hydra/launcher=ray is the lab's launcher (ray_launcher.py here; the work is in tuning/ray_launcher.py): Hydra's Ray launcher plugin with
-each job pinned to CPUs of its own, retried jobs resuming their folder and a failed job failing alone.
+"""hydra/launcher=ray is the lab's launcher (ray_launcher.py here; the work is _launch.py's): Hydra's
+Ray launcher plugin with each job pinned to CPUs of its own, retried jobs resuming their folder and a
+failed job failing alone.
 
 Registered here, after the plugin's own entry of the same name (imported first, so that whichever
 order Hydra discovers plugins in, this entry is the one kept). Nothing here imports Ray: without the

@@ -1,5 +1,6 @@
 """The launcher class Hydra instantiates for hydra/launcher=ray (Hydra takes launchers only from the
-hydra_plugins package); the work is tuning/ray_launcher.py's, imported with Ray when a multirun starts."""
+hydra_plugins package); the work is _launch.py's, imported with Ray when a multirun starts (Hydra's
+plugin scan skips modules whose names start with an underscore)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,6 +20,6 @@ class RayLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from tuning.ray_launcher import launch
+        from ._launch import launch
 
         return launch(self, job_overrides, initial_job_idx)

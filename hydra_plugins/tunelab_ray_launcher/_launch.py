@@ -48,7 +48,7 @@ FORWARDED_ENV = ("TUNELAB_", "MLFLOW_", "TVM_")
 
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-    """`launcher` is hydra_plugins/tunelab_ray_launcher's: its ray_cfg (init, remote), pin_cpus and
+    """`launcher` is ray_launcher.RayLauncher: its ray_cfg (init, remote), pin_cpus and
     Hydra's context."""
     setup_globals()
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
