@@ -314,3 +314,37 @@ def test_a_job_whose_ray_task_cannot_finish_fails_its_own_trial_only(tmp_path):
 
     trials = optuna.load_study(study_name=STUDY, storage=optuna_url).trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE", "COMPLETE"], text[-3000:]
+
+
+def cluster_processes() -> list[str]:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if any(mark in line for mark in ("bin/postgres", "mlflow server", "raylet", "gcs_server", "run.py -m")):
+            found.append(f"{process.pid} {line[:120]}")
+    return found
+
+
+def test_the_cluster_demo_stops_everything_on_ctrl_c(tmp_path):
+    """make cluster-demo's script, interrupted while its sweep runs: every service and the multirun stop."""
+    before = cluster_processes()
+    folder = Path(tempfile.mkdtemp(prefix="tunelab-demo-"))
+    folder.chmod(0o755)  # its PostgreSQL runs as the postgres user, who must reach its data folder
+    demo = subprocess.Popen([sys.executable, "examples/cluster_demo.py", "--folder", str(folder)], cwd=REPO,
+                            env=lab_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in demo.stdout:
+        seen.append(line)
+        if "pinned to CPUs" in line:  # a sweep's job runs on a Ray node
+            break
+    demo.send_signal(signal.SIGINT)
+    rest, _ = demo.communicate(timeout=180)
+    text = "".join(seen) + rest
+    assert demo.returncode == 0 and "interrupted" in text and "stopped;" in text, text[-3000:]
+    deadline = time.monotonic() + 30
+    while (left := [p for p in cluster_processes() if p not in before]) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == []
+    shutil.rmtree(folder, ignore_errors=True)
