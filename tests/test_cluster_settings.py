@@ -127,3 +127,12 @@ def test_a_retried_job_reads_its_escaped_multirun_overrides_as_hydra_does():
 
     values = _override_values(["tracking.uri=http\\://127.0.0.1\\:5000", "budget.trials=64"])
     assert OmegaConf.to_container(values) == {"tracking": {"uri": "http://127.0.0.1:5000"}, "budget": {"trials": 64}}
+
+
+def test_a_database_password_never_becomes_an_mlflow_param():
+    from tuning.tracking.base import flatten
+
+    flat = flatten({"hardware": {"store": "postgresql://lab:s3cret@db.lab:5432/store"},
+                    "storage": {"optuna_uri": "postgresql://lab@db.lab/optuna", "stores_dir": "/a:b@c"}})
+    assert flat["hardware.store"] == "postgresql://lab:***@db.lab:5432/store"
+    assert flat["storage.optuna_uri"] == "postgresql://lab@db.lab/optuna" and flat["storage.stores_dir"] == "/a:b@c"

@@ -160,9 +160,16 @@ class MeasurementStore:
             cls = _postgres_class() if is_store_url(named) else SqliteStore
         return super().__new__(cls)
 
-    read_only: bool
-    busy_timeout_s: float
-    _bounds: dict  # (hardware, task) -> plausible.Bounds
+    def _start(self, busy_timeout_s: float, read_only: bool) -> None:
+        """What every backend's __init__ sets: no connection yet (one per process, on first use)."""
+        self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
+        self._conn = None
+        self._pid: int | None = None
+        self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
+
+    def __getstate__(self):
+        return {**self.__dict__, "_conn": None, "_pid": None}
 
     # ---- what a backend provides ----------------------------------------------------------------
     @property
@@ -364,11 +371,7 @@ class SqliteStore(MeasurementStore):
 
     def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 120.0, read_only: bool = False):
         self.path = Path(path).expanduser()
-        self.busy_timeout_s = busy_timeout_s
-        self.read_only = read_only
-        self._conn: sqlite3.Connection | None = None
-        self._pid: int | None = None
-        self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
+        self._start(busy_timeout_s, read_only)
 
     @property
     def location(self) -> str:
@@ -543,8 +546,6 @@ class SqliteStore(MeasurementStore):
             self._conn.close()
         self._conn = None
 
-    def __getstate__(self):
-        return {**self.__dict__, "_conn": None, "_pid": None}
 
     def _fetch(self, query: str, args=()) -> list:
         """Every row of a query; a damaged file (a corrupt page, a changed table) is a StoreError."""

@@ -119,12 +119,8 @@ class PostgresStore(MeasurementStore):
 
     def __init__(self, url: str, busy_timeout_s: float = 120.0, read_only: bool = False):
         self.url = _libpq_url(str(url))
-        self.busy_timeout_s = busy_timeout_s
-        self.read_only = read_only
-        self._conn = None
-        self._pid: int | None = None
+        self._start(busy_timeout_s, read_only)
         self._reached = False  # a connection was made once: losing one later is waited out
-        self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
 
     @property
     def location(self) -> str:
@@ -133,9 +129,6 @@ class PostgresStore(MeasurementStore):
     @property
     def address(self) -> str:
         return self.location
-
-    def __getstate__(self):
-        return {**self.__dict__, "_conn": None, "_pid": None}
 
     # ---- connection ---------------------------------------------------------------------------
     @property

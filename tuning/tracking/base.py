@@ -50,6 +50,7 @@ retried, then given up on (`offline`). __init__ stores settings only: no I/O, no
 from __future__ import annotations
 
 import json
+import re
 from abc import abstractmethod
 from collections.abc import Mapping
 
@@ -177,6 +178,9 @@ def option_name(choice: str | None, target: str, aliases: Mapping | None = None)
     return (aliases or {}).get(name, name)
 
 
+URL_PASSWORD = re.compile(r"(://[^:/@\s]+):[^@/\s]+@")  # scheme://user:password@host
+
+
 def flatten(cfg: dict, prefix: str = "") -> dict[str, str | int | float | bool]:
     """Nested dicts -> {'a.b.c': value}; lists -> JSON strings; None -> 'null'."""
     flat: dict[str, str | int | float | bool] = {}
@@ -190,7 +194,9 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str | int | float | bool]:
             flat[name] = json.dumps(list(value), default=str)
         elif value is None:
             flat[name] = "null"
-        elif isinstance(value, (str, int, float, bool)):
+        elif isinstance(value, str):
+            flat[name] = URL_PASSWORD.sub(r"\1:***@", value)  # a database URL's password is no param
+        elif isinstance(value, (int, float, bool)):
             flat[name] = value
         else:
             flat[name] = str(value)
