@@ -348,3 +348,17 @@ def test_the_cluster_demo_stops_everything_on_ctrl_c(tmp_path):
         time.sleep(1)
     assert left == []
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_ray_address_with_no_cluster_behind_it_is_an_error_naming_the_key(tmp_path):
+    from tuning.cluster_hosts import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "run.py", "-m", "hardware=synthetic", "model=gemm_64", "seed=0,1",
+                           "budget.trials=8", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={address}",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, env=lab_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and time.monotonic() - started < 60
+    assert f"hydra.launcher.ray.init.address: no Ray cluster at {address}" in done.stderr
+    assert not list((tmp_path / "sweep").glob("*/records.jsonl"))

@@ -55,7 +55,9 @@ except TimeoutError as error:
     sys.exit(3)
 import os
 print("HOLDS", cpus, sorted(os.sched_getaffinity(0)), flush=True)
+print("AT", time.time(), flush=True)
 time.sleep(float(sys.argv[3]))
+print("DONE", time.time(), flush=True)  # before the process ends, which frees its CPUs
 """
 
 
@@ -136,3 +138,20 @@ def test_a_database_password_never_becomes_an_mlflow_param():
                     "storage": {"optuna_uri": "postgresql://lab@db.lab/optuna", "stores_dir": "/a:b@c"}})
     assert flat["hardware.store"] == "postgresql://lab:***@db.lab:5432/store"
     assert flat["storage.optuna_uri"] == "postgresql://lab@db.lab/optuna" and flat["storage.stores_dir"] == "/a:b@c"
+
+
+def test_cpus_go_to_waiting_jobs_in_the_order_they_asked(tmp_path):
+    """A job waiting for the whole node is not overtaken by a later job that needs one CPU."""
+    first = holder(tmp_path, 64, 5, 2.5)  # the whole node, until both others wait for it
+    held_by(first)
+    whole = holder(tmp_path, 64, 60, 2)  # asks next, for the whole node
+    time.sleep(0.5)
+    one = holder(tmp_path, 1, 60, 0)  # asks last, for one CPU
+    held_by(whole)
+    held_by(one)
+    got_one = float(one.stdout.readline().split()[1])
+    whole.stdout.readline()
+    whole_done = float(whole.stdout.readline().split()[1])
+    assert got_one >= whole_done  # the one-CPU job got its CPU only once the earlier job was done
+    for process in (first, whole, one):
+        assert process.wait(30) == 0

@@ -9,7 +9,8 @@ jobs placed on one node would share its cores and time each other's noise. `hold
 to them (its build and timing workers inherit the pinning) and keeps them until the process ends.
 Holders are OS locks on one file per CPU in a node-local folder ($TUNELAB_CPU_SLOTS, else
 /dev/shm/tunelab-cpus): a holder that dies, even by SIGKILL, frees its CPUs at once. Taking them is
-atomic (one node-wide lock while choosing), so jobs waiting for CPUs never split them between them.
+atomic (one node-wide lock while choosing), so jobs waiting for CPUs never split them between them,
+and first come, first served (a queue of tickets), so a waiting job is not overtaken by later ones.
 """
 from __future__ import annotations
 
@@ -63,26 +64,59 @@ def hold(count: int, wait_s: float = 24 * 3600.0, poll_s: float = 0.5) -> list[i
     count = max(1, min(count, len(allowed)))
     folder = slots_dir()
     deadline, said = time.monotonic() + wait_s, False
-    while True:
-        taken = _take(folder, allowed, count)
-        if taken:
-            _held.extend(taken)
-            cpus = held()
-            os.sched_setaffinity(0, cpus)
-            return cpus
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{count} of this node's CPUs {allowed} not free within {wait_s:g} s "
-                               f"(held by other jobs: lock files in {folder})")
-        if not said:
-            log.info(f"waiting for {count} free CPU(s) of {allowed}: other jobs on this node hold them")
-            said = True
-        time.sleep(poll_s)
+    ticket = _join_queue(folder)
+    try:
+        while True:
+            taken = _take(folder, allowed, count, ticket)
+            if taken:
+                _held.extend(taken)
+                cpus = held()
+                os.sched_setaffinity(0, cpus)
+                return cpus
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{count} of this node's CPUs {allowed} not free within {wait_s:g} s "
+                                   f"(held by other jobs: lock files in {folder})")
+            if not said:
+                log.info(f"waiting for {count} free CPU(s) of {allowed}: other jobs on this node hold them")
+                said = True
+            time.sleep(poll_s)
+    finally:
+        ticket.unlink(missing_ok=True)
 
 
-def _take(folder: Path, allowed: list[int], count: int) -> list:
-    """(cpu, open lock file) for `count` free CPUs, or [] (nothing held) when fewer are free."""
+def _join_queue(folder: Path) -> Path:
+    """This process's place in the node's queue: jobs get CPUs in the order they asked for them, so
+    a job that waits is not overtaken, again and again, by jobs started after it."""
+    queue = folder / "queue"
+    queue.mkdir(exist_ok=True)
+    ticket = queue / f"{time.time_ns():020d}-{os.getpid()}"
+    ticket.touch()
+    return ticket
+
+
+def _first_in_line(ticket: Path) -> bool:
+    """Whether no live process asked before this one (tickets of dead processes are removed)."""
+    for entry in sorted(ticket.parent.iterdir()):
+        if entry == ticket:
+            return True
+        try:
+            os.kill(int(entry.name.rpartition("-")[2]), 0)
+            return False
+        except ProcessLookupError:
+            entry.unlink(missing_ok=True)
+        except (ValueError, PermissionError):  # not a ticket; or a live process of another user
+            if entry.name.rpartition("-")[2].isdigit():
+                return False
+    return True
+
+
+def _take(folder: Path, allowed: list[int], count: int, ticket: Path) -> list:
+    """(cpu, open lock file) for `count` free CPUs when this process is first in line, or [] (nothing
+    held) when it is not or fewer are free."""
     with open(folder / "choosing.lock", "a") as choosing:
         fcntl.flock(choosing, fcntl.LOCK_EX)
+        if not _first_in_line(ticket):
+            return []
         taken = []
         for cpu in allowed:
             handle = open(folder / f"cpu{cpu}.lock", "a")
