@@ -171,6 +171,15 @@ class MeasurementStore:
     def __getstate__(self):
         return {**self.__dict__, "_conn": None, "_pid": None}
 
+    def _check_format(self, conn) -> None:
+        """No trigger (or rule), and this version's format row: the first checks of an untrusted store."""
+        self._refuse_triggers(conn)
+        found = self._format(conn)
+        if found is None:
+            raise StoreError(f"{self.location}: not a tunelab measurement store (no format row)")
+        if found != str(FORMAT):
+            raise StoreError(f"{self.location}: store format {found}, this tunelab reads format {FORMAT}")
+
     # ---- what a backend provides ----------------------------------------------------------------
     @property
     def location(self) -> str:
@@ -501,12 +510,7 @@ class SqliteStore(MeasurementStore):
     def _check_store(self, conn) -> None:
         """The format row, every table with the columns the lab reads, and no trigger (the file is
         untrusted)."""
-        self._refuse_triggers(conn)
-        found = self._format(conn)
-        if found is None:
-            raise StoreError(f"{self.path}: not a tunelab measurement store (no format row)")
-        if found != str(FORMAT):
-            raise StoreError(f"{self.path}: store format {found}, this tunelab reads format {FORMAT}")
+        self._check_format(conn)
         tables = _tables(conn)
         for table, columns in COLUMNS.items():
             missing = (columns - {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

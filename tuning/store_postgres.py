@@ -233,12 +233,7 @@ class PostgresStore(MeasurementStore):
     def _check_store(self, conn) -> None:
         """The format row, every table with the columns the lab reads, and no trigger or rule (the
         database is untrusted)."""
-        self._refuse_triggers(conn)
-        found = self._format(conn)
-        if found is None:
-            raise StoreError(f"{self.location}: not a tunelab measurement store (no format row)")
-        if found != str(FORMAT):
-            raise StoreError(f"{self.location}: store format {found}, this tunelab reads format {FORMAT}")
+        self._check_format(conn)
         relations = self._relations(conn)
         have: dict = {}
         for table, column in conn.execute("SELECT table_name, column_name FROM information_schema.columns "
