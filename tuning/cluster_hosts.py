@@ -30,14 +30,10 @@ import sys
 import time
 from pathlib import Path
 
+from tuning.hardware.rpc_hosts import free_port
+
 DEBIAN_BIN = Path("/usr/lib/postgresql")
 PG_USER = "tunelab"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None = None, what: str = "") -> None:

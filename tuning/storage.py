@@ -112,8 +112,13 @@ def unresolved(node, group: str = "storage") -> list[str]:
     return found
 
 
+def database_scheme(uri) -> str:
+    """A database URL's dialect without its driver (postgresql+psycopg:// -> postgresql); '' for no URL."""
+    return str(uri).split("://", 1)[0].split("+", 1)[0].lower() if uri and "://" in str(uri) else ""
+
+
 def _optuna_problems(key: str, uri: str) -> list[str]:
-    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    scheme = database_scheme(uri)
     if scheme not in OPTUNA_SCHEMES:
         return [f"{key}: {uri!r} is not a database URL Optuna keeps studies in "
                 f"({', '.join(f'{s}://' for s in OPTUNA_SCHEMES)}), e.g. sqlite:////abs/path/optuna.db"]

@@ -149,7 +149,8 @@ class MeasurementStore:
     `SqliteStore` for a path, a `PostgresStore` (tuning/store_postgres.py) for a postgresql:// URL.
     Either opens one connection per process on first use (safe to pass to workers: pickling drops
     it). A backend provides `_fetch`, `_stream`, `_write`, `_insert_many`, `_insert_ignore`, `_FIND`,
-    `location`, `address`, `size_bytes` and `close`; queries here are written with `?` placeholders."""
+    `location`, `address`, `size_bytes`, `builder_lock`, `close`, and for `_check_format` `_format` and
+    `_refuse_triggers`; queries here are written with `?` placeholders."""
 
     backend = ""
     _FIND = "instr"  # the SQL function giving a substring's position (0: absent)
@@ -217,6 +218,11 @@ class MeasurementStore:
         return value
 
     def size_bytes(self) -> int:
+        raise NotImplementedError
+
+    def builder_lock(self, key: str = "--store"):
+        """A context holding the store's one-builder lock (`dataset build`, `import`, `copy`): refused
+        at once, naming the holder, while another builder holds it; freed however the builder ends."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -392,6 +398,27 @@ class SqliteStore(MeasurementStore):
 
     def size_bytes(self) -> int:
         return self.path.stat().st_size
+
+    @contextmanager
+    def builder_lock(self, key: str = "--store"):
+        """An OS lock on `<file>.build.lock`, beside the file itself (two paths to one store, a link,
+        share it), holding the holder's pid for whoever is refused."""
+        from tuning.run_folder import take_lock, write_holder  # the run folder's lock, not imported with every store
+
+        resolved = self.path.resolve()
+        lock = resolved.with_name(resolved.name + ".build.lock")
+        try:
+            handle, owner = take_lock(lock)
+        except OSError as error:
+            raise StoreError(f"{key}: cannot use the build lock {lock} ({error.strerror})") from None
+        if owner is not None:
+            raise StoreError(f"{key}: {self.path} is being filled by another build (pid {owner}); wait for it "
+                             "to end (running the same build again then measures only what it did not)")
+        try:
+            write_holder(handle)
+            yield
+        finally:
+            handle.close()  # closing the file drops the lock; the file stays (removing it would race a new build)
 
     # ---- connection ---------------------------------------------------------------------------
     @property

@@ -42,6 +42,7 @@ from optuna.trial import TrialState
 
 from tuning import trial as trial_side
 from tuning.run_folder import terminated_by_signals
+from tuning.storage import database_scheme
 from tuning.tracking.mlflow_tracker import sqlite_path
 
 from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
@@ -332,7 +333,7 @@ def _study_lock(storage, study_name: str):
 
 
 def _is_postgres(storage) -> bool:
-    return bool(storage) and str(storage).split("://", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
+    return database_scheme(storage) in ("postgresql", "postgres")
 
 
 @contextmanager

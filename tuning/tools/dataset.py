@@ -52,7 +52,6 @@ import numpy as np
 from tqdm import tqdm
 
 from tuning.conf_dir import CONF_DIR
-from tuning.run_folder import take_lock, write_holder
 from tuning.store import MeasurementStore, StoreError, TaskRows, copy_store, is_store_url, open_store
 from tuning.tools.cli_common import add_command, new_parser
 
@@ -139,36 +138,13 @@ def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
                     measure_into(table, hardware, spec, todo[start:start + args.batch], on_row=lambda: bar.update(1))
 
 
-def build_lock(store_path: Path) -> Path:
-    """Beside the store file itself: two paths to one store (a link) share one lock."""
-    store_path = Path(store_path).resolve()
-    return store_path.with_name(store_path.name + ".build.lock")
-
-
 @contextmanager
 def sole_builder(store, key: str = "--store"):
-    """Hold the store's build lock (an OS lock, dropped when the process ends however it ends);
-    refused at once, naming the holder's pid, while another build holds it. A PostgreSQL store's
-    lock is an advisory lock in its database (PostgresStore.builder_lock), held by a connection, which holds
-    across machines."""
-    if getattr(store, "backend", "") == "postgresql":
-        with store.builder_lock(key):
-            yield
-        return
-    store_path = getattr(store, "path", store)
-    lock = build_lock(store_path)
-    try:
-        handle, owner = take_lock(lock)
-    except OSError as error:
-        raise StoreError(f"{key}: cannot use the build lock {lock} ({error.strerror})") from None
-    if owner is not None:
-        raise StoreError(f"{key}: {store_path} is being filled by another build (pid {owner}); wait for it "
-                         "to end (running the same build again then measures only what it did not)")
-    try:
-        write_holder(handle)
+    """Hold the store's build lock (store.builder_lock: an OS lock beside a sqlite file, an advisory
+    lock in a PostgreSQL database, dropped however the build ends); refused at once, naming the
+    holder, while another build holds it."""
+    with store.builder_lock(key):
         yield
-    finally:
-        handle.close()  # closing the file drops the lock; the file stays (removing it would race a new build)
 
 
 def model_tasks(cfg, hardware) -> list:
