@@ -42,6 +42,9 @@ Every backend provides:
     unreachable() -> str | None
                              why its devices cannot be used (no tracker, no server of the key, a
                              target they cannot run), naming the key; checked before any work
+    unnamed() -> str | None  why it cannot describe itself without its devices (a GPU whose name is
+                             read from the device), naming the key: what a replay of its readings,
+                             which never measures, must still be told (default None)
     describe() -> dict       target, device, versions: logged as tags.
     fingerprint() -> dict    what makes this hardware's readings comparable (default: describe());
                              with the measurement settings it keys the measurement store
@@ -112,6 +115,9 @@ class Hardware(Component):
     def unreachable(self) -> str | None:
         """Why its devices cannot be reached or cannot run what it builds, naming the key; checked
         before the run folder is written (a remote device: seconds, not a hang)."""
+        return None
+
+    def unnamed(self) -> str | None:
         return None
 
     def describe(self) -> dict:

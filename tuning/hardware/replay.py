@@ -150,6 +150,13 @@ class ReplayHardware(Hardware):
             self._restricted[task.key] = RestrictedSpace(space, configs) if configs else _EMPTY
         return self._restricted[task.key]
 
+    def unreachable(self) -> str | None:
+        """A replay that never measures (on_miss=error) needs no device, only a backend that can
+        describe itself (its fingerprint keys the store's rows)."""
+        if self.on_miss == "error":
+            return self.backend.unnamed()
+        return self.backend.unreachable() or self.backend.unnamed()
+
     def describe(self) -> dict:
         return {**self.backend.describe(), "replay_store": display_location(self.store), "on_miss": self.on_miss,
                 "normalise": self.normalise}

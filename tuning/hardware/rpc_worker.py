@@ -19,8 +19,8 @@ import time
 
 from tuning.hardware.rpc_server import IDENTITY_FUNCTION
 from tuning.hardware.tvm_space import HOST_TARGET
-from tuning.hardware.tvm_worker import (_compile, _key, check_and_time, gauge_module, gauge_timer, reference_arrays,
-                                        without_torch)
+from tuning.hardware.tvm_worker import (_compile, _key, check_and_time, export, gauge_module, gauge_timer,
+                                        reference_arrays, without_torch)
 
 
 _session: dict = {}  # "remote", "identity", "opened"
@@ -143,7 +143,7 @@ def gauge(target: dict, kind: str) -> dict:
             remote = _session["remote"]
             with tempfile.TemporaryDirectory(prefix="tunelab-gauge-") as folder:
                 path = os.path.join(folder, "gauge.so")
-                _compile(mod, target).export_library(path)
+                export(_compile(mod, target), target, path)
                 remote.upload(path)
             _gauges["timer"] = gauge_timer(mod, remote.load_module("gauge.so"), remote.device(kind, 0))
         return {"seconds": _gauges["timer"]()}

@@ -76,6 +76,10 @@ class TVMHardware(Hardware):
         except NoDeviceLeft as error:  # e.g. every server of the key busy with other clients
             return str(error)
 
+    def unbuildable(self) -> str | None:
+        """Why this host cannot build kernels for the target (a compiler it lacks), naming the key."""
+        return None
+
     def attached(self) -> Runner:
         """The runner, handed this hardware's Setup on first use."""
         if self.runner.setup is None:

@@ -30,3 +30,13 @@ def tvm_device(device: str):
         return tvm.device(kind, index)
     except ValueError:
         raise ValueError(f"device {device!r}: TVM knows no device kind {kind!r}") from None
+
+
+def device_name(device: str) -> str | None:
+    """The name a device of this host reports (e.g. "NVIDIA H100 80GB HBM3"); None when this host
+    has no such device (e.g. a CUDA device where no driver or CUDA runtime is loaded)."""
+    dev = tvm_device(device)
+    try:
+        return str(dev.device_name) if dev.exist else None
+    except Exception:  # noqa: BLE001 - TVM raises where the device's API is not enabled at all
+        return None

@@ -44,7 +44,8 @@ def fast_tensor_intrin_import(target_kind: str = "llvm") -> None:
     package.__path__ = [path]
     package.__package__ = "tvm.s_tir.tensor_intrin"
     sys.modules["tvm.s_tir.tensor_intrin"] = package
-    importlib.import_module("tvm.s_tir.tensor_intrin." + ("cuda" if target_kind == "cuda" else "x86"))
+    if target_kind != "cuda":  # the cuda rules the lab uses need no intrinsic (space_generator)
+        importlib.import_module("tvm.s_tir.tensor_intrin.x86")
 
 
 # TOPI marks pooling blocks with a `schedule_rule` annotation naming a custom rule that only some
@@ -168,8 +169,22 @@ def tune_context(mod, target: dict, task_name: str = "task"):
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
     # A fixed rand_state: the sketches' own (sampled) decisions decide some knobs' ranges (a compute
     # location's loop count follows earlier choices), so every process must generate the same sketches.
-    return ms.TuneContext(mod=mod, target=make_target(target), space_generator=ms.space_generator.PostOrderApply(),
+    return ms.TuneContext(mod=mod, target=make_target(target), space_generator=space_generator(target),
                           task_name=task_name, rand_state=0)
+
+
+def space_generator(target: dict):
+    """MetaSchedule's post-order design-space generator with the target's default rules. A cuda
+    target gets MetaSchedule's "cuda" rules (multi-level tiling bound to threads with shared-memory
+    caching, cross-thread reduction, auto-bind, its postprocessors, GPU verification last), not
+    the "cuda-tensorcore" set TVM picks for sm_80 and later, whose extra rules tile for tensor-core
+    (wmma/mma) intrinsics and need every CUDA tensor intrinsic registered first: 8.5 s of imports in
+    every process, for float16 workloads the lab does not tune (docs/gpus.md)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if target.get("kind") == "cuda":
+        return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+    return ms.space_generator.PostOrderApply()
 
 
 def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:

@@ -75,6 +75,17 @@ def _compile(mod, target):
     return tvm.tirx.build(mod, target=make_target(target))
 
 
+def export(lib, target: dict, lib_path: str) -> None:
+    """A built module as a shared library; a cuda target's kernels compiled to a cubin by nvcc here
+    (cuda_compile.py), so a kernel that does not compile is a build error before it is timed."""
+    if target.get("kind") == "cuda":
+        from tuning.hardware.cuda_compile import export_compiled
+
+        export_compiled(lib, target["arch"], lib_path)
+    else:
+        lib.export_library(lib_path)
+
+
 def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     start = time.perf_counter()
     schedules = task_schedules(workload, target)
@@ -85,7 +96,7 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     try:
         mod = _without_layout_rewrite(sch.mod)
         args = [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
-        _compile(mod, target).export_library(lib_path)
+        export(_compile(mod, target), target, lib_path)
     except Exception:  # noqa: BLE001
         return {"error": "build", "message": traceback.format_exc(limit=3), "config": list(effective),
                 "build_s": time.perf_counter() - start}

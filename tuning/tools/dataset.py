@@ -6,6 +6,8 @@
     python -m tuning.tools.dataset stats  --store stores/host.sqlite
     python -m tuning.tools.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
     python -m tuning.tools.dataset copy   --store stores/host.sqlite --to postgresql://lab@db:5432/tunelab
+    python -m tuning.tools.dataset gpu-batch export --model conv_l8 --configs 500 --out packs hardware.arch=sm_90
+    python -m tuning.tools.dataset import --store stores/h100.sqlite packs/conv_l8   # a timed pack's readings
 
 A store is a sqlite file or a PostgreSQL database named by its URL (postgresql://user@host:port/db;
 tuning/store_postgres.py); every command takes either.
@@ -19,6 +21,10 @@ store already holds: running the same command again resumes a killed build.
 names the same hardware and evaluator settings as a composition with the given overrides; a saved
 config is untrusted (tuning/run_folder.py `load_config`): one naming a class the lab does not
 register is skipped, nothing in it instantiated.
+
+`gpu-batch export` builds a batch of candidates into packs that a GPU host with only TVM's runtime
+times (tuning/tools/gpu_batch.py; docs/gpus.md); `import` of a pack's folder adds the readings
+its runner wrote.
 
 `copy` copies every row of one store into another (sqlite to PostgreSQL or back, or between two of
 either): the hardware, task and space descriptions, then the readings in the order they were
@@ -45,33 +51,18 @@ import statistics
 import sys
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from tuning.conf_dir import CONF_DIR
 from tuning.store import MeasurementStore, StoreError, TaskRows, copy_store, is_store_url, open_store
+from tuning.hardware.gpu_pack import PackError
+from tuning.tools.run_config import compose, full_readings, model_tasks
 from tuning.tools.cli_common import add_command, new_parser
+from tuning.tools.gpu_batch import add_gpu_batch, export as gpu_batch_export
 
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
-
-
-def compose(overrides: list[str]):
-    """The run config these overrides give (the same defaults and validation as run.py)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    from tuning.config import ConfigError, register, validate
-
-    register()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = hydra_compose("config", overrides=[*overrides, "tracking=none"], return_hydra_config=False)
-    try:
-        validate(cfg)
-    except ConfigError as error:
-        raise SystemExit(f"tunelab: {error}") from error
-    return cfg
 
 
 # ---- build -------------------------------------------------------------------------------------
@@ -147,19 +138,6 @@ def sole_builder(store, key: str = "--store"):
         yield
 
 
-def model_tasks(cfg, hardware) -> list:
-    """A single operator's task, or every distinct kernel of a whole model (the backend extracts them)."""
-    from tuning.core.task import build_tasks
-    from tuning.whole_model import is_whole_model
-
-    return hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
-
-
-def full_readings(spec):
-    """A build takes every micro-batch of an early-stop evaluator (a replay truncates by its rule)."""
-    return replace(spec, cv_stop=None) if spec.cv_stop is not None else spec
-
-
 def measure_into(table: TaskRows, hardware, spec, configs, source: str = "dataset", on_row=None) -> None:
     """Measure `configs` on `hardware` and add each result to the store as it arrives."""
     def write(i, result):
@@ -180,9 +158,19 @@ def import_records(args) -> None:
     """Rows from earlier runs' records.jsonl; a run whose hardware or evaluator settings differ from
     the composition's is skipped with a message (its readings mean something else). Imports and
     builds into one store take turns (its build lock)."""
+    import tempfile
+
+    from tuning.tools.gpu_batch import import_pack, is_pack, unpacked
+
     store = open_store(args.store, "--store")
-    with sole_builder(store):
-        added = sum(_import_run(store, Path(path), args.overrides) for path in args.records)
+    readings = Path(args.readings) if args.readings else None
+    added = 0
+    with sole_builder(store), tempfile.TemporaryDirectory(prefix="tunelab-pack-") as scratch:
+        for path in map(Path, args.records):
+            if str(path).endswith(".tar.xz") or is_pack(path):
+                added += import_pack(store, unpacked(path, scratch), readings)
+            else:
+                added += _import_run(store, path, args.overrides)
     print(f"added {added:,} rows; store: {store.location} ({store.count():,} rows)")
 
 
@@ -389,7 +377,7 @@ STORE_HELP = "the measurement store (an sqlite file, or a PostgreSQL database: p
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.dataset", __doc__.split("\n\n")[0], prog)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     help="build, import, stats, export or copy (each has its --help)")
+                                     help="build, import, stats, export, copy or gpu-batch (each has its --help)")
     add_build(add_command(commands, "build", help="measure a random sample (or all) of each model's space"))
     add_import(add_command(commands, "import", help="add earlier runs' records"))
     stats_cmd = add_command(commands, "stats", help="per task: configs, best, median, coverage, drift")
@@ -397,6 +385,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add_export(add_command(commands, "export",
                            help="a task's table as a Kernel Tuner cache JSON file (and T4 results)"))
     add_copy(add_command(commands, "copy", help="copy a store's rows into another (sqlite or PostgreSQL, either way)"))
+    add_gpu_batch(add_command(commands, "gpu-batch", help="build candidates into packs that a GPU host times "
+                                                          "(docs/gpus.md)"))
     return parser
 
 
@@ -417,7 +407,9 @@ def add_build(build_cmd) -> None:
 
 def add_import(import_cmd) -> None:
     import_cmd.add_argument("--store", required=True, help=f"{STORE_HELP}; created if missing")
-    import_cmd.add_argument("records", nargs="+", metavar="RUN", help="run folders or their records.jsonl")
+    import_cmd.add_argument("records", nargs="+", metavar="RUN",
+                            help="run folders or their records.jsonl, or GPU pack folders with their readings.jsonl")
+    import_cmd.add_argument("--readings", default=None, help="a GPU pack's readings file, when not in its folder")
     import_cmd.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                             help="a dotlist override of each run's saved config, e.g. hardware.num_threads=2 "
                                  "(repeatable)")
@@ -442,15 +434,17 @@ def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
     parser = build_parser(prog)
     argv = sys.argv[1:] if argv is None else list(argv)
     args, unknown = parser.parse_known_args(argv)
-    if args.command == "build":
+    if args.command == "build" or getattr(args, "action", None) == "export":
         unknown = gather_overrides(args, unknown, argv)
-        if not args.model:
+        if args.command == "build" and not args.model:
             parser.error("--model: expected model names (key=value words are Hydra overrides)")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ("stats", "export", "copy") and not is_store_url(args.store) and not Path(args.store).is_file():
         parser.error(f"--store: no such file {args.store!r}")
-    for key in ("configs", "exhaustive_limit", "batch"):
+    if getattr(args, "python", None) is None and args.command == "gpu-batch":
+        args.python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for key in ("configs", "exhaustive_limit", "batch", "per_library", "attempts", "max_mib"):
         if getattr(args, key, 1) < (0 if key == "exhaustive_limit" else 1):
             parser.error(f"--{key.replace('_', '-')}: must be positive")
     return args
@@ -481,8 +475,9 @@ def in_typed_order(words: list[str], argv: list[str]) -> list[str]:
 def main(argv=None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
     try:
-        {"build": build, "import": import_records, "stats": stats, "export": export, "copy": copy}[args.command](args)
-    except StoreError as error:
+        {"build": build, "import": import_records, "stats": stats, "export": export, "copy": copy,
+         "gpu-batch": gpu_batch_export}[args.command](args)
+    except (StoreError, PackError) as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
 

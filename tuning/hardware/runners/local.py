@@ -42,6 +42,17 @@ class LocalRunner(Runner):
     def devices(self) -> list[str]:
         return [self.device]
 
+    def unusable(self) -> str | None:
+        """A device kind other than this host's CPU must exist here (a GPU and its driver)."""
+        if self.setup.device == "cpu":
+            return None
+        from tuning.hardware.tvm_device import device_name
+
+        if device_name(self.device) is None:
+            return (f"hardware.runner.device_index: this host has no {self.device} that TVM can use (no such "
+                    f"device, driver or CUDA runtime); a GPU elsewhere: the offline pack, docs/gpus.md")
+        return None
+
     def start(self) -> None:
         if self.run_worker is not None:
             return

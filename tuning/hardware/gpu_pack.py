@@ -1,0 +1,411 @@
+"""GPU batch packs: candidates built here, timed on a GPU host that has only TVM's runtime (docs/gpus.md).
+
+`export_packs` plans each task's configs (a seeded uniform sample of the space, as `dataset build`
+draws, until `count` of them pass MetaSchedule's postprocessors and GPU verification; the rejected
+ones are kept as `invalid` readings that need no GPU), builds the legitimate ones in the host's
+build processes into shared libraries of `per_library` kernels each (one nvcc run a library for a
+cuda target), and writes a pack folder: the libraries, each task's check arrays, the drift gauge
+kernel, TVM's runtime libraries, tvm_ffi for the GPU host's Python, the runner script
+(gpu_pack_runner.py as run_pack.py) and manifest.json. The folder is split into packs of at most
+`max_mib` compressed, each a .tar.xz with everything but its share of the libraries.
+`read_pack` reads a pack's manifest and readings back (untrusted) for `dataset import`.
+
+The work that needs TVM runs in the build processes (`build_library`, `write_task_arrays`,
+`build_gauge`); this module imports no TVM at module level.
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import lzma
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from tuning.hardware.gpu_pack_runner import GAUGE_NAME
+from tuning.hardware.workers import Worker
+
+WORKER = "tuning.hardware.tvm_worker"
+PACK_FORMAT = 1
+RUNNER_SCRIPT = Path(__file__).with_name("gpu_pack_runner.py")
+FFI_DISTRIBUTION = "apache-tvm-ffi"
+FFI_KEPT = ("*.py", "*.so", "*.pyi", "py.typed")  # tvm_ffi at run time: no headers, sources or stubs
+WHEEL_CACHE = Path(os.environ.get("TUNELAB_WHEEL_CACHE", Path.home() / ".cache" / "tunelab" / "wheels"))
+
+
+class PackError(ValueError):
+    """A pack that cannot be made or read (the message names the option or file)."""
+
+
+# ---- in the build processes (TVM) -------------------------------------------------------------------
+def build_library(workload: dict, target: dict, jobs: list, lib_path: str) -> list[dict]:
+    """Build `jobs` ([kernel name, config]) into one library: each config scheduled, renamed to its
+    kernel name and built together (one nvcc run for a cuda target). A kernel whose build fails the
+    library's is found by building each alone; the library then holds the others. One dict per
+    job: {"name", "config", "error", "message", "args", "build_s"}."""
+    from tuning.hardware.tvm_worker import task_schedules
+
+    start = time.perf_counter()
+    schedules = task_schedules(workload, target)
+    outcomes, funcs = {}, {}
+    for name, config in jobs:
+        try:
+            sch, effective = schedules.schedule(tuple(config))
+        except Exception as error:  # noqa: BLE001 - a config the postprocessors reject: an invalid reading
+            outcomes[name] = {"name": name, "config": list(config), "error": "invalid",
+                              "message": f"{type(error).__name__}: {error}"}
+            continue
+        funcs[name] = _named(sch.mod, name)
+        outcomes[name] = {"name": name, "config": list(effective), "error": None, "message": "",
+                          "args": _args(sch.mod)}
+    failed = _build_together(funcs, target, lib_path)
+    if failed:  # find the kernels that fail alone; build the rest together
+        for name in list(funcs):
+            problem = _build_together({name: funcs[name]}, target, lib_path)
+            if problem:
+                outcomes[name].update(error="build", message=problem)
+                del funcs[name]
+        Path(lib_path).unlink(missing_ok=True)
+        if funcs and _build_together(funcs, target, lib_path):
+            for name in funcs:
+                outcomes[name].update(error="build", message=failed)
+    share = (time.perf_counter() - start) / max(1, len(jobs))
+    return [{**outcomes[name], "build_s": share} for name, _ in jobs]
+
+
+def _named(mod, name: str):
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    func = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)["main"]
+    return func.with_attr("global_symbol", name)
+
+
+def _args(mod) -> list:
+    from tuning.hardware.tvm_space import arg_shapes
+
+    return [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+
+
+def _build_together(funcs: dict, target: dict, lib_path: str) -> str | None:
+    """None once `funcs` are built into lib_path, else why not."""
+    import traceback
+
+    import tvm
+
+    from tuning.hardware.tvm_worker import _compile, export
+
+    if not funcs:
+        return None
+    try:
+        export(_compile(tvm.IRModule(funcs), target), target, lib_path)
+    except Exception:  # noqa: BLE001
+        return traceback.format_exc(limit=3)[-4000:]
+    return None
+
+
+def write_task_arrays(workload: dict, target: dict, path: str) -> list:
+    """The task's check arrays (inputs, then the expected output) in an .npz; their shapes."""
+    from tuning.hardware.tvm_worker import reference_arrays
+
+    inputs, expected = reference_arrays(workload, target, "cpu")
+    arrays = [*inputs[:-1], expected]
+    np.savez_compressed(path, **{f"arg{i}": a for i, a in enumerate(arrays)})
+    return [list(a.shape) for a in arrays]
+
+
+def build_gauge(target: dict, lib_path: str) -> list:
+    """The drift gauge kernel (tvm_worker.gauge_module) as `gauge` in a library; its arguments."""
+    from tuning.hardware.tvm_worker import _compile, export, gauge_module
+
+    mod = gauge_module(target)
+    func = mod["main"].with_attr("global_symbol", GAUGE_NAME)
+    import tvm
+
+    export(_compile(tvm.IRModule({GAUGE_NAME: func}), target), target, lib_path)
+    return _args(mod)
+
+
+# ---- planning (this process) -----------------------------------------------------------------------
+@dataclass
+class TaskPlan:
+    task: object
+    model: str
+    legitimate: list = field(default_factory=list)
+    invalid: list = field(default_factory=list)  # (config, message)
+
+
+def plan_task(task, model: str, space, schedules, count: int, seed: int, attempts: int) -> TaskPlan:
+    """`count` distinct legitimate configs of a seeded uniform sample (the rejected ones kept), or
+    fewer when `attempts` x count draws find no more."""
+    rng = np.random.default_rng(seed)
+    plan, seen = TaskPlan(task, model), set()
+    for _ in range(count * attempts):
+        if len(plan.legitimate) >= count:
+            break
+        config = space.canonical(space.sample(rng))
+        if config in seen:
+            continue
+        seen.add(config)
+        try:
+            schedules.schedule(config)
+            plan.legitimate.append(config)
+        except Exception as error:  # noqa: BLE001 - rejected by a postprocessor (GPU verification, ...)
+            plan.invalid.append((config, f"{type(error).__name__}: {error}"[:500]))
+    return plan
+
+
+# ---- the pack folder ---------------------------------------------------------------------------------
+@dataclass
+class PackSettings:
+    out: Path
+    name: str
+    per_library: int = 32
+    max_mib: float = 60.0
+    python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
+    ffi_wheel: str | None = None  # a downloaded apache-tvm-ffi wheel for `python`
+    cudart: bool = True  # carry this host's libcudart (CUDA targets)
+
+
+def export_packs(hardware, spec, plans: list[TaskPlan], overrides: list[str], settings: PackSettings,
+                 progress=None) -> tuple[list[Path], dict]:
+    """Build every plan's legitimate configs and write the packs (.tar.xz, at most max_mib each);
+    returns them and the whole batch's manifest. The folder they were staged in is removed."""
+    setup = hardware.setup()
+    folder = settings.out / settings.name
+    if folder.exists():
+        shutil.rmtree(folder)
+    (folder / "kernels").mkdir(parents=True)
+    (folder / "arrays").mkdir()
+    workers = [Worker(setup.build_env, f"{WORKER}:init", init_args=(setup.target,))
+               for _ in range(max(1, setup.build_workers))]
+    try:
+        manifest = _manifest(hardware, spec, overrides, settings, setup)
+        manifest["gauge"] = {"file": "gauge.so", "args": _call(workers[0], "build_gauge", setup.target,
+                                                               str(folder / "gauge.so"))}
+        for number, plan in enumerate(plans):
+            manifest["tasks"][plan.task.key] = _task_entry(workers[0], plan, number, folder, setup.target,
+                                                           hardware.store_key(plan.task))
+            manifest["invalid"] += [{"task": plan.task.key, "config": list(c), "message": m} for c, m in plan.invalid]
+        jobs = [(plan, chunk) for plan in plans for chunk in _chunks(plan.legitimate, settings.per_library)]
+        manifest["libraries"], manifest["build_errors"] = _build_all(workers, jobs, setup.target, folder, progress)
+    finally:
+        for worker in workers:
+            worker.close()
+    _carry_runtime(folder, setup.device, settings)
+    shutil.copyfile(RUNNER_SCRIPT, folder / "run_pack.py")
+    archives = _split_and_compress(folder, manifest, settings)
+    shutil.rmtree(folder)
+    return archives, manifest
+
+
+def _call(worker: Worker, function: str, *args):
+    status, value = worker.call(f"tuning.hardware.gpu_pack:{function}", *args, timeout=3600)
+    if status != "ok":
+        raise PackError(f"{function} failed in a build process: {value}")
+    return value
+
+
+def _manifest(hardware, spec, overrides, settings: PackSettings, setup) -> dict:
+    return {"format": PACK_FORMAT, "id": settings.name, "device": setup.device, "target": setup.target,
+            "overrides": list(overrides), "hardware": hardware.name,
+            "tvm": _version("apache-tvm"), "tvm_ffi": _version(FFI_DISTRIBUTION),
+            "evaluator": {"number": spec.number, "repeat": spec.repeat, "min_repeat_ms": spec.min_repeat_ms,
+                          "timeout_s": spec.timeout_s, "check_correctness": spec.check_correctness},
+            "python": settings.python, "made_on": {"host": platform.node(), "time": time.time()},
+            "tasks": {}, "libraries": [], "invalid": [], "build_errors": []}
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _task_entry(worker, plan: TaskPlan, number: int, folder: Path, target: dict, store_key: str) -> dict:
+    arrays = f"arrays/task{number}.npz"
+    shapes = _call(worker, "write_task_arrays", plan.task.workload, target, str(folder / arrays))
+    return {"name": plan.task.name, "model": plan.model, "store_key": store_key, "arrays": arrays,
+            "shapes": shapes, "planned": len(plan.legitimate), "rejected": len(plan.invalid)}
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _build_all(workers, jobs, target, folder: Path, progress) -> tuple[list, list]:
+    """Each job (a task plan and its chunk of configs) built into kernels/libNNNN.so, in parallel."""
+    def build(job_number, worker):
+        plan, chunk = jobs[job_number]
+        file = f"kernels/lib{job_number:04d}.so"
+        named = [[f"k{job_number}_{i}", list(c)] for i, c in enumerate(chunk)]
+        status, value = worker.call("tuning.hardware.gpu_pack:build_library", plan.task.workload, target, named,
+                                    str(folder / file), timeout=3600)
+        if status != "ok":
+            value = [{"name": n, "config": c, "error": "build", "message": str(value), "build_s": 0.0}
+                     for n, c in named]
+        if progress:
+            progress(len(chunk))
+        return plan, file, value
+
+    libraries, errors = [], []
+    slots = len(workers)
+    with ThreadPoolExecutor(slots) as pool:
+        futures = [pool.submit(build, n, workers[n % slots]) for n in range(len(jobs))]
+        for future in futures:
+            plan, file, outcomes = future.result()
+            built = [o for o in outcomes if o["error"] is None]
+            errors += [{**o, "task": plan.task.key} for o in outcomes if o["error"] is not None]
+            if built:
+                libraries.append({"file": file, "kernels": [
+                    {"name": o["name"], "task": plan.task.key, "config": o["config"], "args": o["args"],
+                     "build_s": o["build_s"]} for o in built]})
+    return libraries, errors
+
+
+# ---- what travels with the kernels -----------------------------------------------------------------
+def _carry_runtime(folder: Path, device: str, settings: PackSettings) -> None:
+    lib = folder / "lib"
+    lib.mkdir()
+    runtime = _tvm_lib_dir()
+    names = ["libtvm_runtime.so"] + (["libtvm_runtime_cuda.so"] if device == "cuda" else [])
+    for name in names:
+        shutil.copyfile(runtime / name, lib / name)
+    if device == "cuda" and settings.cudart:
+        found = _host_cudart()
+        if found:
+            shutil.copyfile(found, lib / "libcudart.so.13")
+    _carry_ffi(folder / "site", settings)
+
+
+def _tvm_lib_dir() -> Path:
+    spec = importlib.util.find_spec("tvm")
+    if spec is None or not spec.submodule_search_locations:
+        raise PackError("the TVM package is not installed here")
+    return Path(list(spec.submodule_search_locations)[0]) / "lib"
+
+
+def _host_cudart() -> str | None:
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            found = sorted(Path(root, "lib64").glob("libcudart.so.13*"))
+            if found:
+                return str(found[0].resolve())
+    return None
+
+
+def _carry_ffi(site: Path, settings: PackSettings) -> None:
+    """tvm_ffi for the GPU host's Python: this interpreter's copy when the versions match, else the
+    package from an apache-tvm-ffi wheel for that Python (--ffi-wheel, or one pip downloads)."""
+    version = metadata.version(FFI_DISTRIBUTION)
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if settings.ffi_wheel is None and settings.python == this:
+        spec = importlib.util.find_spec("tvm_ffi")
+        _copy_kept(Path(list(spec.submodule_search_locations)[0]), site / "tvm_ffi")
+        return
+    wheel = Path(settings.ffi_wheel) if settings.ffi_wheel else _download_ffi(version, settings.python)
+    unpacked = site.parent / "wheel"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(unpacked)
+    _copy_kept(unpacked / "tvm_ffi", site / "tvm_ffi")
+    shutil.rmtree(unpacked)
+
+
+def _copy_kept(source: Path, target: Path) -> None:
+    for path in source.rglob("*"):
+        relative = path.relative_to(source)
+        if path.is_file() and relative.parts[0] not in ("include", "src", "3rdparty", "share") \
+                and any(path.match(pattern) for pattern in FFI_KEPT) and "__pycache__" not in relative.parts:
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / relative)
+
+
+def _download_ffi(version: str, python: str) -> Path:
+    cache = WHEEL_CACHE / f"cp{python.replace('.', '')}"
+    found = sorted(cache.glob(f"apache_tvm_ffi-{version}-*.whl"))
+    if found:
+        return found[0]
+    command = [sys.executable, "-m", "pip", "download", f"{FFI_DISTRIBUTION}=={version}", "--python-version",
+               python, "--only-binary=:all:", "--no-deps", "--platform", "manylinux_2_28_x86_64", "-d", str(cache),
+               "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    found = sorted(cache.glob(f"apache_tvm_ffi-{version}-*.whl"))
+    if done.returncode != 0 or not found:
+        raise PackError(f"--python {python}: could not download {FFI_DISTRIBUTION}=={version} for it "
+                        f"({(done.stderr or done.stdout).strip()[-500:]}); pass one with --ffi-wheel")
+    return found[0]
+
+
+# ---- packs: split and compressed ---------------------------------------------------------------------
+def _split_and_compress(folder: Path, manifest: dict, settings: PackSettings) -> list[Path]:
+    """One .tar.xz per share of the libraries; each share's compressed size, with the common files,
+    at most max_mib (a library's compressed size is measured one by one)."""
+    libraries = manifest["libraries"]
+    common = [p for p in folder.rglob("*") if p.is_file() and p.parent.name != "kernels"]
+    common_bytes = sum(_xz_size(p) for p in common)
+    budget = settings.max_mib * 2**20 - common_bytes - 2**20  # a MiB for the manifest and tar headers
+    if budget <= 0:
+        raise PackError(f"--max-mib {settings.max_mib}: the runtime and arrays alone take "
+                        f"{common_bytes / 2**20:.1f} MiB compressed")
+    shares, share, used = [], [], 0.0
+    for library in libraries:
+        size = _xz_size(folder / library["file"])
+        if share and used + size > budget:
+            shares.append(share)
+            share, used = [], 0.0
+        share.append(library)
+        used += size
+    shares.append(share)
+    archives = []
+    for number, share in enumerate(shares, 1):
+        pack_id = manifest["id"] if len(shares) == 1 else f"{manifest['id']}-{number}of{len(shares)}"
+        own = {**manifest, "id": pack_id, "libraries": share,
+               "invalid": manifest["invalid"] if number == 1 else [],
+               "build_errors": manifest["build_errors"] if number == 1 else []}
+        archives.append(_write_archive(folder, own, [l["file"] for l in share], common, settings.out / pack_id))
+    return archives
+
+
+def _xz_size(path: Path) -> int:
+    return len(lzma.compress(path.read_bytes(), preset=6))
+
+
+def _write_archive(folder: Path, manifest: dict, kernel_files: list, common: list, stem: Path) -> Path:
+    archive = stem.with_name(stem.name + ".tar.xz")
+    text = json.dumps(manifest, indent=1).encode()
+    with tarfile.open(archive, "w:xz") as tar:
+        info = tarfile.TarInfo(f"{manifest['id']}/manifest.json")
+        info.size, info.mtime = len(text), int(time.time())
+        tar.addfile(info, io.BytesIO(text))
+        for path in [*common, *(folder / f for f in kernel_files)]:
+            if path.name != "manifest.json":
+                tar.add(path, arcname=f"{manifest['id']}/{path.relative_to(folder)}")
+    return archive
+
+
+def unpack(archive: Path, into: Path) -> Path:
+    """A pack archive extracted (members outside its own folder refused); the folder."""
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        roots = {Path(m.name).parts[0] for m in members if m.name}
+        if len(roots) != 1 or any(m.issym() or m.islnk() or ".." in Path(m.name).parts or m.name.startswith("/")
+                                  for m in members):
+            raise PackError(f"{archive}: not a tunelab GPU pack (one folder of plain files)")
+        tar.extractall(into, members=members)
+    return into / roots.pop()
+
+
+def kernel_count(manifest: dict) -> int:
+    return sum(len(library["kernels"]) for library in manifest["libraries"])
