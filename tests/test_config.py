@@ -168,7 +168,8 @@ VALIDATED_GROUPS = ("evaluator", "hardware", "model", "tracking", "budget", "sch
 REQUIRED = {("model", "onnx"): ("model.path=pyproject.toml", "model.input_shape=[1,3,8,8]"),
             ("objective", "measurements_to_target"): ("objective.target_latency_us=100",),
             ("objective", "seconds_to_target"): ("objective.target_latency_us=100",),
-            ("hardware", "replay"): ("hardware.store={store}",)}
+            ("hardware", "replay"): ("hardware.store={store}",),
+            ("hardware", "cuda"): ("hardware.arch=sm_90",)}
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in VALIDATED_GROUPS for o in options(g)])
@@ -192,7 +193,7 @@ def test_every_single_operator_model_builds_tasks(compose_cfg, option):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in BASES for o in options(g)])
 def test_every_component_instantiates_without_work(compose_cfg, tmp_path, group, option):
-    cfg = compose_cfg(f"{group}={option}")
+    cfg = compose_cfg(f"{group}={option}", *(o for o in REQUIRED.get((group, option), ()) if "{" not in o))
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     files_before = sorted(tmp_path.rglob("*"))
 
@@ -221,8 +222,9 @@ groups = {list(BASES)!r}
 with initialize_config_dir(config_dir={str(CONF)!r}, version_base="1.3"):
     for group in groups:
         for option in {json.dumps({g: options(g) for g in BASES})}[group]:
+            required = {json.dumps({f"{g}={o}": [r for r in v if "{" not in r] for (g, o), v in REQUIRED.items()})}
             cfg = compose("config", overrides=["output_dir=/nonexistent", *{searchpath_overrides()!r},
-                                               f"{{group}}={{option}}"],
+                                               f"{{group}}={{option}}", *required.get(f"{{group}}={{option}}", [])],
                           return_hydra_config=True)
             HydraConfig.instance().set_config(cfg)
             instantiate(cfg[group])

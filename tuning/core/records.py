@@ -26,8 +26,12 @@ from pathlib import Path
 from tuning.core import plausible
 
 # device_lost: the device timing the config disappeared mid-batch (a remote board, a GPU of a cluster);
-# a fact about the device, not the config
-ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store", "implausible", "device_lost")
+# a fact about the device, not the config. A GPU's own failures (tuning/hardware/gpu_pack_runner.py
+# GPU_ERRORS, from the CUDA driver's message): launch_failed (an illegal address, an unspecified
+# launch failure), out_of_resources (too many registers or threads for a launch), device_hang (the
+# kernel did not finish: the watchdog's timeout, or no answer from the timing process)
+ERROR_KINDS = ("build", "run", "timeout", "invalid", "wrong_answer", "not_in_store", "implausible", "device_lost",
+               "launch_failed", "out_of_resources", "device_hang")
 
 
 class RecordError(ValueError):

@@ -32,6 +32,7 @@ class CUDAHardware(TVMHardware):
 
     name = "cuda"
     device = "cuda"
+    model_kinds = ("gemm", "batch_matmul", "conv2d")  # whole models on a GPU: not yet (docs/gpus.md §Whole models)
     ranges = {"build_workers": (1, 64), "max_threads_per_block": (32, 4096),
               "max_shared_memory_per_block": (1024, 1 << 20), "thread_warp_size": (1, 128),
               "registers_per_block": (1024, 1 << 20)}
@@ -76,14 +77,8 @@ class CUDAHardware(TVMHardware):
         return self.unbuildable() or super().unreachable() or self.unnamed()
 
     def identified(self) -> str | None:
-        """The GPU's name: the runner's devices' (a remote GPU), else this host's device's."""
-        from tuning.hardware.runners.local import LocalRunner
-        from tuning.hardware.tvm_device import device_name
-
-        name = self.runner.identity().get("gpu")
-        if not name and isinstance(self.runner, LocalRunner):
-            name = device_name(f"{self.device}:{self.runner.device_index}")
-        return name
+        """The GPU's name as its runner's device reports it (None where there is none)."""
+        return self.attached().identity().get("gpu")
 
     def unnamed(self) -> str | None:
         if self.gpu == AUTO and not self.identified():

@@ -18,6 +18,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,14 +33,30 @@ def arch_number(arch: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def cuda_roots() -> list[Path]:
+    """Where a CUDA toolkit may be: $CUDA_HOME, /usr/local/cuda, NVIDIA's pip wheels (the [cuda] extra)."""
+    roots = [Path(p) for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if p]
+    return roots + [Path(p, "nvidia", sub) for p in sys.path if p for sub in ("cu13", "cuda_nvcc", "cuda_runtime")]
+
+
 def nvcc_path() -> str | None:
-    """nvcc on PATH, else under $CUDA_HOME or /usr/local/cuda."""
+    """nvcc on PATH, else in one of cuda_roots()."""
     found = shutil.which("nvcc")
     if found:
         return found
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and Path(root, "bin", "nvcc").is_file():
+    for root in cuda_roots():
+        if Path(root, "bin", "nvcc").is_file():
             return str(Path(root, "bin", "nvcc"))
+    return None
+
+
+def cudart_path() -> str | None:
+    """libcudart.so.13 of this host's CUDA (a pack carries it), or None."""
+    for root in cuda_roots():
+        for lib in ("lib64", "lib"):
+            found = sorted(Path(root, lib).glob("libcudart.so.13*")) if Path(root, lib).is_dir() else []
+            if found:
+                return str(found[0].resolve())
     return None
 
 
@@ -63,8 +80,8 @@ def uncompilable(arch: str, key: str = "hardware.arch") -> str | None:
     if number is None or number < MIN_ARCH:
         return f"{key}: {arch!r} is not an sm_XX arch of {MIN_ARCH} or later (e.g. sm_80, sm_90)"
     if nvcc_path() is None:
-        return (f"{key}: compiling CUDA kernels needs nvcc (the CUDA toolkit), found neither on PATH nor in "
-                f"$CUDA_HOME or /usr/local/cuda")
+        return (f"{key}: compiling CUDA kernels needs nvcc: install the CUDA toolkit (nvcc on PATH, or "
+                f"$CUDA_HOME) or pip install 'tunelab[cuda]'")
     if number not in nvcc_archs():
         known = ", ".join(f"sm_{a}" for a in nvcc_archs())
         return f"{key}: this host's nvcc does not compile for {arch} (it knows {known})"

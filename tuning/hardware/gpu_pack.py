@@ -4,13 +4,13 @@
 draws, until `count` of them pass MetaSchedule's postprocessors and GPU verification; the rejected
 ones are kept as `invalid` readings that need no GPU), builds the legitimate ones in the host's
 build processes into shared libraries of `per_library` kernels each (one nvcc run a library for a
-cuda target), and writes a pack folder: the libraries, each task's check arrays, the drift gauge
+cuda target), and writes a pack folder: the libraries, each task's output check, the drift gauge
 kernel, TVM's runtime libraries, tvm_ffi for the GPU host's Python, the runner script
 (gpu_pack_runner.py as run_pack.py) and manifest.json. The folder is split into packs of at most
-`max_mib` compressed, each a .tar.xz with everything but its share of the libraries.
+`max_mib` compressed, each a .tar.gz with everything but its share of the libraries.
 `read_pack` reads a pack's manifest and readings back (untrusted) for `dataset import`.
 
-The work that needs TVM runs in the build processes (`build_library`, `write_task_arrays`,
+The work that needs TVM runs in the build processes (`build_library`, `write_task_check`,
 `build_gauge`); this module imports no TVM at module level.
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import lzma
 import os
 import platform
 import shutil
@@ -27,6 +26,7 @@ import sys
 import tarfile
 import time
 import zipfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.hardware.gpu_pack_runner import GAUGE_NAME
+from tuning.hardware.cuda_compile import cudart_path
+from tuning.hardware.gpu_pack_runner import GAUGE_NAME, check_points, pack_input
 from tuning.hardware.workers import Worker
 
 WORKER = "tuning.hardware.tvm_worker"
@@ -115,14 +116,30 @@ def _build_together(funcs: dict, target: dict, lib_path: str) -> str | None:
     return None
 
 
-def write_task_arrays(workload: dict, target: dict, path: str) -> list:
-    """The task's check arrays (inputs, then the expected output) in an .npz; their shapes."""
-    from tuning.hardware.tvm_worker import reference_arrays
+def write_task_check(workload: dict, target: dict, path: str) -> list:
+    """The task's check in an .npz (gpu_pack_runner.output_matches): its untuned kernel's output on
+    the pack's inputs (gpu_pack_runner.pack_input), run on this host's CPU, at the checked
+    positions, with the output's largest magnitude, sum and sum of magnitudes; returns the
+    arguments' [shape, dtype]."""
+    import tvm
 
-    inputs, expected = reference_arrays(workload, target, "cpu")
-    arrays = [*inputs[:-1], expected]
-    np.savez_compressed(path, **{f"arg{i}": a for i, a in enumerate(arrays)})
-    return [list(a.shape) for a in arrays]
+    from tuning.hardware.tvm_device import tvm_device
+    from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes, untuned_runs_on, workload_module
+    from tuning.hardware.tvm_worker import _compile
+
+    mod = workload_module(workload)
+    args = [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+    *inputs, (out_shape, out_dtype) = args
+    lib = _compile(mod, target if untuned_runs_on(target) else HOST_TARGET)
+    dev = tvm_device("cpu")  # this host's CPU: the untuned kernel runs here, whatever the target
+    tensors = [tvm.runtime.tensor(pack_input(shape, dtype, i), dev) for i, (shape, dtype) in enumerate(inputs)]
+    tensors.append(tvm.runtime.tensor(np.zeros(out_shape, dtype=out_dtype), dev))
+    lib[lib.entry_name](*tensors)
+    out = tensors[-1].numpy().reshape(-1)
+    indices = check_points(out.size)
+    np.savez_compressed(path, indices=indices, values=out[indices], scale=np.abs(out).max(),
+                        sum=out.astype(np.float64).sum(), abs_sum=np.abs(out.astype(np.float64)).sum())
+    return args
 
 
 def build_gauge(target: dict, lib_path: str) -> list:
@@ -180,14 +197,14 @@ class PackSettings:
 
 def export_packs(hardware, spec, plans: list[TaskPlan], overrides: list[str], settings: PackSettings,
                  progress=None) -> tuple[list[Path], dict]:
-    """Build every plan's legitimate configs and write the packs (.tar.xz, at most max_mib each);
+    """Build every plan's legitimate configs and write the packs (.tar.gz, at most max_mib each);
     returns them and the whole batch's manifest. The folder they were staged in is removed."""
     setup = hardware.setup()
     folder = settings.out / settings.name
     if folder.exists():
         shutil.rmtree(folder)
     (folder / "kernels").mkdir(parents=True)
-    (folder / "arrays").mkdir()
+    (folder / "checks").mkdir()
     workers = [Worker(setup.build_env, f"{WORKER}:init", init_args=(setup.target,))
                for _ in range(max(1, setup.build_workers))]
     try:
@@ -235,10 +252,10 @@ def _version(distribution: str) -> str:
 
 
 def _task_entry(worker, plan: TaskPlan, number: int, folder: Path, target: dict, store_key: str) -> dict:
-    arrays = f"arrays/task{number}.npz"
-    shapes = _call(worker, "write_task_arrays", plan.task.workload, target, str(folder / arrays))
-    return {"name": plan.task.name, "model": plan.model, "store_key": store_key, "arrays": arrays,
-            "shapes": shapes, "planned": len(plan.legitimate), "rejected": len(plan.invalid)}
+    check = f"checks/task{number}.npz"
+    args = _call(worker, "write_task_check", plan.task.workload, target, str(folder / check))
+    return {"name": plan.task.name, "model": plan.model, "store_key": store_key, "check": check, "args": args,
+            "planned": len(plan.legitimate), "rejected": len(plan.invalid)}
 
 
 def _chunks(items: list, size: int) -> list[list]:
@@ -284,7 +301,7 @@ def _carry_runtime(folder: Path, device: str, settings: PackSettings) -> None:
     for name in names:
         shutil.copyfile(runtime / name, lib / name)
     if device == "cuda" and settings.cudart:
-        found = _host_cudart()
+        found = cudart_path()
         if found:
             shutil.copyfile(found, lib / "libcudart.so.13")
     _carry_ffi(folder / "site", settings)
@@ -295,15 +312,6 @@ def _tvm_lib_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise PackError("the TVM package is not installed here")
     return Path(list(spec.submodule_search_locations)[0]) / "lib"
-
-
-def _host_cudart() -> str | None:
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root:
-            found = sorted(Path(root, "lib64").glob("libcudart.so.13*"))
-            if found:
-                return str(found[0].resolve())
-    return None
 
 
 def _carry_ffi(site: Path, settings: PackSettings) -> None:
@@ -350,18 +358,18 @@ def _download_ffi(version: str, python: str) -> Path:
 
 # ---- packs: split and compressed ---------------------------------------------------------------------
 def _split_and_compress(folder: Path, manifest: dict, settings: PackSettings) -> list[Path]:
-    """One .tar.xz per share of the libraries; each share's compressed size, with the common files,
+    """One .tar.gz per share of the libraries; each share's compressed size, with the common files,
     at most max_mib (a library's compressed size is measured one by one)."""
     libraries = manifest["libraries"]
     common = [p for p in folder.rglob("*") if p.is_file() and p.parent.name != "kernels"]
-    common_bytes = sum(_xz_size(p) for p in common)
+    common_bytes = sum(_compressed_size(p) for p in common)
     budget = settings.max_mib * 2**20 - common_bytes - 2**20  # a MiB for the manifest and tar headers
     if budget <= 0:
-        raise PackError(f"--max-mib {settings.max_mib}: the runtime and arrays alone take "
+        raise PackError(f"--max-mib {settings.max_mib}: the runtime and checks alone take "
                         f"{common_bytes / 2**20:.1f} MiB compressed")
     shares, share, used = [], [], 0.0
     for library in libraries:
-        size = _xz_size(folder / library["file"])
+        size = _compressed_size(folder / library["file"])
         if share and used + size > budget:
             shares.append(share)
             share, used = [], 0.0
@@ -378,14 +386,14 @@ def _split_and_compress(folder: Path, manifest: dict, settings: PackSettings) ->
     return archives
 
 
-def _xz_size(path: Path) -> int:
-    return len(lzma.compress(path.read_bytes(), preset=6))
+def _compressed_size(path: Path) -> int:
+    return len(zlib.compress(path.read_bytes(), 6))
 
 
 def _write_archive(folder: Path, manifest: dict, kernel_files: list, common: list, stem: Path) -> Path:
-    archive = stem.with_name(stem.name + ".tar.xz")
+    archive = stem.with_name(stem.name + ".tar.gz")
     text = json.dumps(manifest, indent=1).encode()
-    with tarfile.open(archive, "w:xz") as tar:
+    with tarfile.open(archive, "w:gz") as tar:
         info = tarfile.TarInfo(f"{manifest['id']}/manifest.json")
         info.size, info.mtime = len(text), int(time.time())
         tar.addfile(info, io.BytesIO(text))

@@ -1,7 +1,7 @@
 """Time a GPU batch pack's kernels where only TVM's runtime is installed (the pack's run_pack.py).
 
 A pack (`tunelab dataset gpu-batch export`; docs/gpus.md) holds kernels built on another host into
-shared libraries (several kernels a library), each task's check arrays, the drift gauge kernel, TVM's
+shared libraries (several kernels a library), each task's output check, the drift gauge kernel, TVM's
 runtime libraries and this script. On the device's host it needs Python with numpy, tvm_ffi (the
 pack carries it for the Python it was made for) and, for CUDA, the driver and libcudart (the pack's
 copy, else $CUDA_HOME, /usr/local/cuda or a pip `nvidia-cuda-runtime` wheel, e.g. torch's):
@@ -9,8 +9,9 @@ copy, else $CUDA_HOME, /usr/local/cuda or a pip `nvidia-cuda-runtime` wheel, e.g
     python run_pack.py                      # every kernel, readings into readings.jsonl beside it
     python run_pack.py --device 1 --out /data/readings.jsonl
 
-For each kernel it checks the output against the task's expected output (the untuned kernel's,
-computed where the pack was built), then times it with the pack's evaluator settings (TVM's
+For each kernel it checks the output (on inputs made by `pack_input`, the same wherever numpy runs)
+against the untuned kernel's, computed where the pack was built (`output_matches`: a fixed sample
+of output positions with the lab's tolerances, and the output's sum), then times it with the pack's evaluator settings (TVM's
 time_evaluator: `number` runs a cost, `repeat` costs, each >= `min_repeat_ms`, fewer runs when the
 measurement would outlast `timeout_s`), and reads the drift gauge once every library. Every reading
 is one JSON line, written as it is taken, with the device's fingerprint (name, compute version,
@@ -49,6 +50,8 @@ GPU_ERRORS = (
 )
 GAUGE_NAME = "gauge"
 RTOL, ATOL = 1e-3, 1e-3  # the lab's output check (tvm_worker.check_and_time): atol scales with max |expected|
+SUM_RTOL = 1e-4  # the whole output's sum, relative to the sum of its magnitudes
+CHECK_POINTS = 16384  # output elements a pack checks one by one (a fixed, seeded sample)
 
 
 def gpu_error_kind(message: str) -> str | None:
@@ -71,6 +74,40 @@ def fit_to_timeout(number: int, repeat: int, min_repeat_ms: float, timeout_s: fl
     number = max(1, min(number, int(budget // (repeat * single)) if single > 0 else number))
     repeat = min(repeat, int(budget // max(single * number, floor_s)))
     return (number, repeat) if repeat >= 1 else None
+
+
+def pack_input(shape, dtype: str, number: int):
+    """The pack's input `number`: values in [-1, 1) from a multiplicative hash of each element's
+    index, the same wherever numpy runs (a pack carries no input arrays: a 1024^2 one is 4 MiB that
+    does not compress)."""
+    import numpy as np
+
+    count = int(np.prod(shape, dtype=np.int64))
+    index = np.arange(count, dtype=np.uint64) + np.uint64(number * 1_000_003)
+    hashed = (index * np.uint64(2654435761) + np.uint64(12345)) % np.uint64(2**32)
+    return (hashed.astype(np.float64) / 2**31 - 1.0).astype(dtype).reshape(shape)
+
+
+def check_points(size: int):
+    """The flat output positions a pack checks: all of a small output, else a fixed sample."""
+    import numpy as np
+
+    if size <= CHECK_POINTS:
+        return np.arange(size, dtype=np.int64)
+    return np.unique(np.random.default_rng(0).integers(0, size, CHECK_POINTS, dtype=np.int64))
+
+
+def output_matches(out, check: dict) -> bool:
+    """`out` against a task's check: its sampled positions one by one (the lab's tolerances) and
+    its sum (relative to the sum of magnitudes)."""
+    import numpy as np
+
+    flat = out.reshape(-1).astype(np.float64)
+    expected = check["values"].astype(np.float64)
+    scale = max(1.0, float(check["scale"]))
+    if not np.allclose(flat[check["indices"]], expected, rtol=RTOL, atol=ATOL * scale):
+        return False
+    return abs(float(flat.sum()) - float(check["sum"])) <= SUM_RTOL * max(1.0, float(check["abs_sum"]))
 
 
 # ---- the TVM runtime, without TVM ------------------------------------------------------------------
@@ -172,8 +209,6 @@ def find_cudart(pack: Path) -> str | None:
 # ---- the worker: one library at a time --------------------------------------------------------------
 def serve(pack: Path, kind: str, index: int) -> None:
     """Read library jobs (JSON lines) on stdin; write one JSON line per kernel, then {"done": lib}."""
-    import numpy as np
-
     manifest = json.loads((pack / "manifest.json").read_text())
     runtime = Runtime(pack, kind, index)
     arrays: dict = {}
@@ -194,13 +229,22 @@ def serve(pack: Path, kind: str, index: int) -> None:
             say({"done": job["library"]})
             continue
         for kernel in kernels:
-            task = manifest["tasks"][kernel["task"]]
             if kernel["task"] not in arrays:
-                with np.load(pack / task["arrays"]) as saved:
-                    arrays[kernel["task"]] = [saved[f"arg{i}"] for i in range(len(saved.files))]
+                arrays[kernel["task"]] = task_arrays(pack, manifest["tasks"][kernel["task"]])
             say({"kernel": kernel["name"], "gauge_s": gauge_s,
                  **measure(runtime, module, kernel, arrays[kernel["task"]], manifest["evaluator"])})
         say({"done": job["library"]})
+
+
+def task_arrays(pack: Path, task: dict) -> dict:
+    """A task's inputs (pack_input), its output's shape and dtype, and its check."""
+    import numpy as np
+
+    *inputs, output = task["args"]
+    with np.load(pack / task["check"]) as saved:
+        check = {key: saved[key] for key in ("indices", "values", "scale", "sum", "abs_sum")}
+    return {"inputs": [pack_input(shape, dtype, i) for i, (shape, dtype) in enumerate(inputs)],
+            "output": output, "check": check}
 
 
 def say(line: dict) -> None:
@@ -208,15 +252,15 @@ def say(line: dict) -> None:
     sys.stdout.flush()
 
 
-def measure(runtime: Runtime, module, kernel: dict, arrays: list, evaluator: dict) -> dict:
-    """Check one kernel's output against the expected one (the last array), then time it."""
+def measure(runtime: Runtime, module, kernel: dict, arrays: dict, evaluator: dict) -> dict:
+    """Check one kernel's output (output_matches), then time it."""
     import numpy as np
 
     start = time.perf_counter()
-    inputs, expected = arrays[:-1], arrays[-1]
-    checked = [list(a.shape) for a in arrays] == [shape for shape, _ in kernel["args"]]
+    inputs, (out_shape, out_dtype) = arrays["inputs"], arrays["output"]
+    checked = [list(a.shape) for a in inputs] + [list(out_shape)] == [shape for shape, _ in kernel["args"]]
     if checked:
-        tensors = [runtime.tensor(a) for a in inputs] + [runtime.tensor(np.zeros_like(expected))]
+        tensors = [runtime.tensor(a) for a in inputs] + [runtime.tensor(np.zeros(out_shape, dtype=out_dtype))]
     else:  # the schedule re-laid-out a weight: timed on zeros, not checked (as the lab does)
         tensors = [runtime.tensor(np.zeros(shape, dtype=dtype)) for shape, dtype in kernel["args"]]
     try:
@@ -226,9 +270,7 @@ def measure(runtime: Runtime, module, kernel: dict, arrays: list, evaluator: dic
         runtime.sync()
         single = time.perf_counter() - single
         if evaluator["check_correctness"] and checked:
-            out = runtime.numpy(tensors[-1], expected.shape, expected.dtype)
-            scale = max(1.0, float(np.abs(expected).max()))
-            if not np.allclose(out, expected, rtol=RTOL, atol=ATOL * scale):
+            if not output_matches(runtime.numpy(tensors[-1], out_shape, out_dtype), arrays["check"]):
                 return {"error": "wrong_answer", "message": "output differs from the untuned kernel",
                         "run_s": time.perf_counter() - start}
         fitted = fit_to_timeout(evaluator["number"], evaluator["repeat"], evaluator["min_repeat_ms"],
@@ -331,7 +373,10 @@ class Driver:
     def run(self) -> int:
         """Every kernel readings.jsonl lacks, timed; returns how many were."""
         held, timed = self.done(), 0
+        torn = self.out.is_file() and self.out.stat().st_size and not self.out.read_bytes().endswith(b"\n")
         with self.out.open("a") as out:
+            if torn:  # a killed run's last line: left as it is, unread, on a line of its own
+                out.write("\n")
             for number, library in enumerate(self.manifest["libraries"]):
                 todo = [k["name"] for k in library["kernels"] if k["name"] not in held]
                 while todo:

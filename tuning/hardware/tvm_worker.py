@@ -18,6 +18,7 @@ import traceback
 import numpy as np
 
 from tuning.core.measure import CVStop
+from tuning.hardware.gpu_pack_runner import gpu_error_kind
 from tuning.hardware.tvm_device import device_kind, tvm_device
 from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, fast_tensor_intrin_import,
                                        make_target, untuned_runs_on, workload_module)
@@ -132,13 +133,22 @@ def reference(workload: dict, target: dict, device: str) -> None:
 
 
 def run(workload: dict, target: dict, device: str, lib_path: str, args: list, spec: dict) -> dict:
-    """Check the output, then time it on `device`. spec: MeasureSpec fields as a dict."""
+    """Check the output, then time it on `device`. spec: MeasureSpec fields as a dict. On a GPU a
+    failure is a value of its kind (gpu_error_kind) with "restart": the CUDA context is unusable
+    after most errors, so the runner starts this process again."""
     import tvm
 
     start = time.perf_counter()
-    lib = tvm.runtime.load_module(lib_path)
-    return check_and_time(lib, tvm_device(device), device_kind(device), _references[_key(workload, target)],
-                          args, spec, start)
+    try:
+        lib = tvm.runtime.load_module(lib_path)
+        return check_and_time(lib, tvm_device(device), device_kind(device), _references[_key(workload, target)],
+                              args, spec, start)
+    except Exception as error:  # noqa: BLE001
+        kind = gpu_error_kind(str(error)) if device_kind(device) != "cpu" else None
+        if kind is None:
+            raise
+        return {"error": kind, "message": f"{type(error).__name__}: {error}", "run_s": time.perf_counter() - start,
+                "restart": True}
 
 
 def check_and_time(lib, dev, kind: str, reference: tuple, args: list, spec: dict, start: float) -> dict:

@@ -167,7 +167,7 @@ def import_records(args) -> None:
     added = 0
     with sole_builder(store), tempfile.TemporaryDirectory(prefix="tunelab-pack-") as scratch:
         for path in map(Path, args.records):
-            if str(path).endswith(".tar.xz") or is_pack(path):
+            if str(path).endswith(".tar.gz") or is_pack(path):
                 added += import_pack(store, unpacked(path, scratch), readings)
             else:
                 added += _import_run(store, path, args.overrides)

@@ -2,12 +2,12 @@
 
     tunelab dataset gpu-batch export --model conv_l8 --configs 500 --out packs hardware.arch=sm_90
     tunelab dataset gpu-batch export --preset chameleon --configs 500 --out packs hardware.arch=sm_90
-    # on the GPU host:  tar xf packs/conv_l8.tar.xz && python conv_l8/run_pack.py
+    # on the GPU host:  tar xf packs/conv_l8.tar.gz && python conv_l8/run_pack.py
     tunelab dataset import --store stores/h100.sqlite conv_l8        # the folder, with its readings.jsonl
 
 `export` plans and builds here (tuning/hardware/gpu_pack.py) with the hardware and evaluator a run
 would use (Hydra overrides after `export`; `hardware=cuda` unless another is named), and writes one
-or more .tar.xz packs of at most --max-mib. Importing a pack's folder adds its readings to a
+or more .tar.gz packs of at most --max-mib. Importing a pack's folder adds its readings to a
 measurement store under the GPU the readings name (`hardware.gpu`), with the configs GPU
 verification rejected as `invalid` rows: a replay then reads them on any host
 (`hardware=replay hardware@hardware.backend=cuda hardware.backend.arch=... hardware.backend.gpu=...`).
@@ -83,7 +83,7 @@ def export(args) -> None:
         print(f"{archive}: {archive.stat().st_size / 2**20:.1f} MiB")
     failed = len(manifest["build_errors"])
     print(f"{kernel_count(manifest):,} kernels in {len(archives)} pack(s){f' ({failed} did not build)' if failed else ''}"
-          f"; on the GPU host: tar xf PACK.tar.xz && "
+          f"; on the GPU host: tar xf PACK.tar.gz && "
           f"python PACK/run_pack.py; then: tunelab dataset import --store STORE PACK (the folder, with its "
           f"readings.jsonl)")
 
@@ -236,7 +236,8 @@ def unpacked(path: Path, into: tempfile.TemporaryDirectory) -> Path:
 
 # ---- command line ----------------------------------------------------------------------------------------
 def add_gpu_batch(command) -> None:
-    actions = command.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = command.add_subparsers(dest="action", required=True, metavar="ACTION",
+                                     help="export (the readings come back with `dataset import`)")
     from tuning.tools.cli_common import add_command
 
     export_cmd = add_command(actions, "export", help="build a batch of candidates into packs a GPU host times")

@@ -47,9 +47,10 @@ class Runner(Component):
                                  before attach and any work: why its devices cannot be reached at all
                                  (a remote runner: no tracker, no server of the key), naming the key
         unusable() -> str | None after attach: why its devices cannot run what the Setup builds
-        identity() -> dict       what its devices say of themselves ({}: this host, the hardware
+        identity() -> dict       what its devices say of themselves ({}: this host's CPU, the hardware
                                  knows it; a remote runner: the remote CPU's "cpu_model", "mcpu",
-                                 "triple"), read before attach: `mcpu: auto` takes the device's
+                                 "triple"), read before attach: `mcpu: auto` takes the device's;
+                                 after attach to a GPU kind, its "gpu" name where the device is there
         describe() -> dict       tags that make its readings comparable, merged into the hardware's
                                  describe() and so into the store's fingerprint ({} for this host)
         measure(task, configs, spec, on_result=None) -> list[MeasureResult]

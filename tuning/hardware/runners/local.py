@@ -42,6 +42,16 @@ class LocalRunner(Runner):
     def devices(self) -> list[str]:
         return [self.device]
 
+    def identity(self) -> dict:
+        """{} for this host's CPU (the hardware knows it); once attached to another device kind, the
+        name that device reports ({"gpu": ...}), if this host has it."""
+        if self.setup is None or self.setup.device == "cpu":
+            return {}
+        from tuning.hardware.tvm_device import device_name
+
+        name = device_name(self.device)
+        return {"gpu": name} if name else {}
+
     def unusable(self) -> str | None:
         """A device kind other than this host's CPU must exist here (a GPU and its driver)."""
         if self.setup.device == "cpu":
@@ -89,13 +99,21 @@ class LocalRunner(Runner):
                                              built["path"], built["args"], asdict(spec), timeout=spec.timeout_s + 30)
         timings = {"build_s": built["build_s"], "config": effective}
         if status != "ok":
-            self._prepared.discard(task.key)  # a restarted run worker has lost its references
-            self.prepare(task)
-            kind = {"timeout": "timeout", "crash": "run"}.get(status, "run")
+            self._restart_run_worker(task)
+            hung = "device_hang" if self.setup.device != "cpu" else "timeout"
+            kind = {"timeout": hung, "crash": "run"}.get(status, "run")
             return MeasureResult.failed(kind, str(value), run_s=time.perf_counter() - start, **timings)
         if value["error"]:
+            if value.get("restart"):  # a GPU error: its CUDA context is unusable
+                self._restart_run_worker(task)
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
         return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""), **timings)
+
+    def _restart_run_worker(self, task) -> None:
+        """A fresh run worker (the next call starts it), with the task's reference computed again."""
+        self.run_worker.kill()
+        self._prepared.clear()
+        self.prepare(task)
 
     def gauge(self) -> float | None:
         """The drift gauge (tvm_worker.gauge) on the run worker; None if it could not run."""
