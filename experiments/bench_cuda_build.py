@@ -21,21 +21,23 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tuning.hardware.cuda_compile import blob_of_library, parse_blob, parse_cuda_module  # noqa: E402
-from tuning.hardware.gpu_pack import build_library  # noqa: E402
-from tuning.hardware.tvm_space import TaskSchedules  # noqa: E402
-from tuning.tools.run_config import compose  # noqa: E402
-
-LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
-          "registers_per_block": 65536}
+from tuning.hardware.cuda_compile import blob_of_library, parse_blob, parse_cuda_module
+from tuning.hardware.gpu_pack import build_library
+from tuning.hardware.tvm_space import TaskSchedules
+from tuning.tools.run_config import compose
 
 
 def workload(model: str) -> dict:
     from tuning.core.task import build_tasks
 
     return build_tasks(compose([f"model={model}"]).model)[0].workload
+
+
+def cuda_target(arch: str) -> dict:
+    """hardware=cuda's target as conf/hardware/cuda.yaml makes it (its limits), for `arch`."""
+    from hydra.utils import instantiate
+
+    return instantiate(compose(["hardware=cuda", f"hardware.arch={arch}"]).hardware).target
 
 
 def one_task(model: str, target: dict, sample: int, kernels: int, folder: Path) -> dict:
@@ -82,7 +84,7 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=32)
     parser.add_argument("--out", default="outputs/bench_cuda/readings.json")
     args = parser.parse_args()
-    target = {"kind": "cuda", "arch": args.arch, **LIMITS}
+    target = cuda_target(args.arch)
     with tempfile.TemporaryDirectory(prefix="bench-cuda-") as scratch:
         rows = [one_task(model, target, args.sample, args.kernels, Path(scratch)) for model in args.models]
         pack = one_pack(args.arch, args.kernels, Path(scratch))

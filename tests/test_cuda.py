@@ -104,12 +104,17 @@ def run_cli(*overrides: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("arch, says", [(None, "hardware.arch: expected the GPU's sm_XX arch"),
-                                        ("sm_70", "hardware.arch: expected the GPU's sm_XX arch"),
-                                        ("ampere", "got 'ampere'")])
-def test_hardware_cuda_refuses_a_missing_or_old_arch_naming_the_key(arch, says):
-    done = run_cli(*([f"hardware.arch={arch}"] if arch else []))
-    assert done.returncode != 0 and says in done.stderr + done.stdout
+@pytest.mark.parametrize("overrides, says", [
+    ((), "hardware.arch: expected the GPU's sm_XX arch"),
+    (("hardware.arch=sm_70",), "hardware.arch: expected the GPU's sm_XX arch"),
+    (("hardware.arch=ampere",), "got 'ampere'"),
+    (("hardware.arch=sm_90", "hardware.max_threads_per_block=0"), "hardware.max_threads_per_block"),
+    (("hardware.arch=sm_90", "model=resnet18"), "model.kind=network")])
+def test_hardware_cuda_refuses_what_it_cannot_do_naming_the_key(compose_cfg, overrides, says):
+    from tuning.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=says.replace(".", r"\.").replace("(", r"\(")):
+        validate(compose_cfg("hardware=cuda", "model=gemm_64", "tracking=none", *overrides))
 
 
 def test_hardware_cuda_on_a_host_without_a_gpu_says_so_before_any_work(tmp_path):

@@ -191,12 +191,6 @@ def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, caps
     assert len(records) == 16 and all(r["result"]["reused"] for r in records)
     ok = [r for r in records if not r["result"]["error"]]
     assert ok and {r["result"]["error"] for r in records} <= {None, "invalid"}
-    unnamed = subprocess.run([sys.executable, "run.py", "hardware=replay", "hardware@hardware.backend=cuda",
-                              "hardware.backend.arch=sm_90", f"hardware.store={store}", "hardware.on_miss=error",
-                              "model=gemm_1024", "model.space=store", "tracking=none",
-                              f"hydra.run.dir={tmp_path / 'run2'}"], cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
-    assert unnamed.returncode != 0 and "hardware.gpu: auto" in unnamed.stderr
 
 
 # ---- untrusted packs -------------------------------------------------------------------------------------------
@@ -228,3 +222,14 @@ def test_an_archive_reaching_outside_its_folder_is_refused(tmp_path):
     with pytest.raises(PackError, match="not a tunelab GPU pack"):
         unpack_pack(archive, tmp_path / "into")
     assert not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.parametrize("extra, says", [(["--name", "../up"], "--name: '../up' is not a plain file name"),
+                                         (["--python", "three"], "--python: expected a Python version"),
+                                         ([], "--name: .*gemm_64.tar.gz exists")])
+def test_an_export_is_refused_before_any_work_naming_the_option(tmp_path, extra, says):
+    (tmp_path / "gemm_64.tar.gz").write_bytes(b"a pack timed last week")
+    with pytest.raises(SystemExit, match=says):
+        dataset("gpu-batch", "export", "--model", "gemm_64", "--out", str(tmp_path), *extra, "hardware=cpu")
+    assert (tmp_path / "gemm_64.tar.gz").read_bytes() == b"a pack timed last week"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemm_64.tar.gz"]

@@ -8,8 +8,7 @@ runner's (tuning/hardware/runners/, hardware/runner=local by default).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
+from tuning.hardware.gpu_pack_runner import cpu_name as cpu_model  # standalone there: a pack carries it
 from tuning.hardware.runners.base import Runner
 from tuning.hardware.tvm_backend import TVMHardware
 
@@ -60,14 +59,3 @@ class CPUHardware(TVMHardware):
 
     def describe(self) -> dict:
         return {"num_threads": self.num_threads, "cpu_model": cpu_model(), **super().describe()}
-
-
-def cpu_model() -> str:
-    """This machine's CPU model from /proc/cpuinfo ("unknown" without one)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"

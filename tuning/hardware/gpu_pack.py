@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import zipfile
 import zlib
@@ -144,12 +145,12 @@ def write_task_check(workload: dict, target: dict, path: str) -> list:
 
 def build_gauge(target: dict, lib_path: str) -> list:
     """The drift gauge kernel (tvm_worker.gauge_module) as `gauge` in a library; its arguments."""
+    import tvm
+
     from tuning.hardware.tvm_worker import _compile, export, gauge_module
 
     mod = gauge_module(target)
     func = mod["main"].with_attr("global_symbol", GAUGE_NAME)
-    import tvm
-
     export(_compile(tvm.IRModule({GAUGE_NAME: func}), target), target, lib_path)
     return _args(mod)
 
@@ -198,12 +199,23 @@ class PackSettings:
 def export_packs(hardware, spec, plans: list[TaskPlan], overrides: list[str], settings: PackSettings,
                  progress=None) -> tuple[list[Path], dict]:
     """Build every plan's legitimate configs and write the packs (.tar.gz, at most max_mib each);
-    returns them and the whole batch's manifest. The folder they were staged in is removed."""
+    returns them and the whole batch's manifest. They are staged in a folder of their own under
+    `settings.out`, removed however the export ends."""
     setup = hardware.setup()
-    folder = settings.out / settings.name
-    if folder.exists():
-        shutil.rmtree(folder)
-    (folder / "kernels").mkdir(parents=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{settings.name}-staging-", dir=settings.out))
+    try:
+        return _export_into(folder, hardware, spec, plans, overrides, settings, setup, progress)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def existing_packs(settings: PackSettings) -> list[Path]:
+    """Packs of this name already in the output folder (an export never writes over them)."""
+    return sorted([*settings.out.glob(f"{settings.name}.tar.gz"), *settings.out.glob(f"{settings.name}-*of*.tar.gz")])
+
+
+def _export_into(folder: Path, hardware, spec, plans, overrides, settings: PackSettings, setup, progress):
+    (folder / "kernels").mkdir()
     (folder / "checks").mkdir()
     workers = [Worker(setup.build_env, f"{WORKER}:init", init_args=(setup.target,))
                for _ in range(max(1, setup.build_workers))]
@@ -222,9 +234,7 @@ def export_packs(hardware, spec, plans: list[TaskPlan], overrides: list[str], se
             worker.close()
     _carry_runtime(folder, setup.device, settings)
     shutil.copyfile(RUNNER_SCRIPT, folder / "run_pack.py")
-    archives = _split_and_compress(folder, manifest, settings)
-    shutil.rmtree(folder)
-    return archives, manifest
+    return _split_and_compress(folder, manifest, settings), manifest
 
 
 def _call(worker: Worker, function: str, *args):
@@ -377,7 +387,7 @@ def _split_and_compress(folder: Path, manifest: dict, settings: PackSettings) ->
         used += size
     shares.append(share)
     archives = []
-    for number, share in enumerate(shares, 1):
+    for number, share in enumerate(shares, 1):  # a pack's folder inside its archive is named by its id
         pack_id = manifest["id"] if len(shares) == 1 else f"{manifest['id']}-{number}of{len(shares)}"
         own = {**manifest, "id": pack_id, "libraries": share,
                "invalid": manifest["invalid"] if number == 1 else [],

@@ -169,13 +169,14 @@ class Runtime:
 
 
 def cpu_name() -> str:
+    """This machine's CPU model from /proc/cpuinfo ("unknown" without one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown cpu"
+    return "unknown"
 
 
 def load_runtime(pack: Path, kind: str) -> None:
@@ -401,6 +402,8 @@ class Driver:
                 self.write(out, held, {"kernel": waiting[0], "error": kind, "gauge_s": None, "run_s": 0.0,
                                        "message": f"the timing worker {'hung' if hung else 'died'} ({why})"})
                 return timed + 1
+            if line["kernel"] not in waiting:  # not asked for: nothing to write down
+                continue
             restart = line.pop("restart", False)
             self.write(out, held, line)
             waiting.remove(line["kernel"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from tuning.store import TaskRows
 
 # The seed papers' layers as they ran them on GPUs (docs/gpus.md §Presets).
 PRESETS = {
-    "chameleon": [f"conv_l{i}" for i in range(1, 9)],  # Chameleon Table 5's ResNet-18 layers L1-L8
+    "chameleon": [f"conv_l{i}" for i in range(1, 9)],  # Chameleon Table 5's L1-L8: AlexNet, VGG-16, ResNet-18
     "gemm-tiling": ["gemm_512", "gemm_1024", "gemm_2048"],  # the GEMM-tiling paper's square GEMMs
 }
 
@@ -50,11 +51,21 @@ def with_default_hardware(overrides: list[str]) -> list[str]:
 def export(args) -> None:
     from hydra.utils import instantiate
 
-    from tuning.hardware.gpu_pack import PackSettings, export_packs, kernel_count, plan_task
+    from tuning.hardware.gpu_pack import PackSettings, existing_packs, export_packs, kernel_count, plan_task
     from tuning.tools.run_config import compose, full_readings, model_tasks
 
     overrides = with_default_hardware(list(args.overrides))
     names = model_names(args)
+    settings = PackSettings(out=Path(args.out), name=args.name or "-".join(args.preset or names[:1]),
+                            per_library=args.per_library, max_mib=args.max_mib, python=args.python,
+                            ffi_wheel=args.ffi_wheel)
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]{0,99}", settings.name):
+        raise SystemExit(f"tunelab: --name: {settings.name!r} is not a plain file name (letters, digits, . _ -)")
+    if not re.fullmatch(r"3\.\d{1,2}", settings.python):
+        raise SystemExit(f"tunelab: --python: expected a Python version such as 3.12, got {settings.python!r}")
+    if existing_packs(settings):
+        raise SystemExit(f"tunelab: --name: {existing_packs(settings)[0]} exists; an export never writes over a "
+                         f"pack (another --name, or remove it)")
     cfgs = {name: compose([f"model={name}", *overrides]) for name in names}
     first = cfgs[names[0]]
     hardware, spec = instantiate(first.hardware), full_readings(instantiate(first.evaluator).spec)
@@ -71,9 +82,6 @@ def export(args) -> None:
             print(f"{task.name}: {len(plan.legitimate):,} configs to build ({len(plan.invalid):,} drawn and "
                   f"rejected by the postprocessors, GPU verification included)")
             plans.append(plan)
-    settings = PackSettings(out=Path(args.out), name=args.name or "-".join(args.preset or names[:1]),
-                            per_library=args.per_library, max_mib=args.max_mib, python=args.python,
-                            ffi_wheel=args.ffi_wheel)
     settings.out.mkdir(parents=True, exist_ok=True)
     total = sum(len(p.legitimate) for p in plans)
     with tqdm(total=total, unit="kernel", dynamic_ncols=True, disable=None) as bar:

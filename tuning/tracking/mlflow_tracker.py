@@ -36,6 +36,7 @@ from pathlib import Path
 
 from tuning.naming import sweep_name
 from tuning.tracking.base import Tracker
+from tuning.tracking.empty_store import seed
 
 # MLflow's limits (mlflow.utils.validation): longer values are rejected, not cut.
 MAX_KEY_CHARS = 250
@@ -373,6 +374,8 @@ class MlflowTracker(Tracker):
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
         with self._store_lock():  # concurrent jobs on a fresh sqlite file would race on schema creation
+            if db is not None:
+                seed(db)  # a new store: a copy of an empty one, not MLflow's migrations (empty_store.py)
             self._client = MlflowClient(tracking_uri=self.uri)
             self._experiment_id = get_or_create_experiment(self._client, self.experiment, db)
 

@@ -18,6 +18,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from tuning.tracking.empty_store import seed_uri
+
 BOOSTER_FILES = ("model.ubj", "model.json", "model.xgb")  # mlflow.xgboost.log_model's, by model_format
 REFERENCE = re.compile(r"^(?:models:/)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:/(?P<version>[0-9]+))?$")
 
@@ -66,6 +68,7 @@ def tracking_at(registry_uri: str):
     import mlflow
 
     before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    seed_uri(registry_uri)  # a new sqlite registry: a copy of an empty store (empty_store.py)
     mlflow.set_tracking_uri(registry_uri)
     mlflow.set_registry_uri(registry_uri)
     try:
