@@ -278,3 +278,31 @@ def test_hardware_cuda_tunes_on_this_hosts_gpu(tmp_path):
     done = run_cli(f"hardware.arch={arch}", "budget.trials=16", f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 0, done.stderr
     assert name and "best" in done.stdout
+
+
+def test_a_library_that_fails_keeps_the_kernels_that_build(tmp_path, monkeypatch):
+    """One kernel nvcc refuses costs only itself: the library is built again without it."""
+    from tuning.hardware import cuda_compile
+    from tuning.hardware.cuda_compile import blob_of_library, cuda_formats
+    from tuning.hardware.gpu_pack import build_library
+    from tuning.hardware.tvm_space import TaskSchedules
+
+    def nvcc(source, arch, workdir):  # no nvcc run: a refusal for k1, a stand-in cubin otherwise
+        if "k1_kernel" in source:
+            raise cuda_compile.CompileError("nvcc for sm_90 failed: ptxas error in k1_kernel")
+        return b"\x7fELF stand-in cubin"
+
+    monkeypatch.setattr(cuda_compile, "compile_source", nvcc)
+    schedules = TaskSchedules(GEMM_1024, CUDA)
+    rng = np.random.default_rng(0)
+    legitimate = []
+    while len(legitimate) < 3:
+        config = schedules.space.canonical(schedules.space.sample(rng))
+        if schedules.space.is_legitimate(config) and config not in legitimate:
+            legitimate.append(config)
+    outcomes = build_library(GEMM_1024, CUDA, [[f"k{i}", list(c)] for i, c in enumerate(legitimate)],
+                             str(tmp_path / "lib.so"))
+    assert [o["error"] for o in outcomes] == [None, "build", None]
+    assert "ptxas error in k1_kernel" in outcomes[1]["message"]
+    assert cuda_formats(blob_of_library(tmp_path / "lib.so")) == ["cubin"]
+    assert not (tmp_path / "lib.so.alone").exists()

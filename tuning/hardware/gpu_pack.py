@@ -54,9 +54,10 @@ class PackError(ValueError):
 # ---- in the build processes (TVM) -------------------------------------------------------------------
 def build_library(workload: dict, target: dict, jobs: list, lib_path: str) -> list[dict]:
     """Build `jobs` ([kernel name, config]) into one library: each config scheduled, renamed to its
-    kernel name and built together (one nvcc run for a cuda target). A kernel whose build fails the
-    library's is found by building each alone; the library then holds the others. One dict per
-    job: {"name", "config", "error", "message", "args", "build_s"}."""
+    kernel name and built together (one nvcc run for a cuda target). When that fails, the kernels
+    TVM cannot lower are found one by one (no nvcc), then, if the rest still fail, the ones nvcc
+    refuses, each compiled alone; those are `build` outcomes and the library holds the others.
+    One dict per job: {"name", "config", "error", "message", "args", "build_s"}."""
     from tuning.hardware.tvm_worker import task_schedules
 
     start = time.perf_counter()
@@ -73,18 +74,44 @@ def build_library(workload: dict, target: dict, jobs: list, lib_path: str) -> li
         outcomes[name] = {"name": name, "config": list(effective), "error": None, "message": "",
                           "args": _args(sch.mod)}
     failed = _build_together(funcs, target, lib_path)
-    if failed:  # find the kernels that fail alone; build the rest together
-        for name in list(funcs):
-            problem = _build_together({name: funcs[name]}, target, lib_path)
-            if problem:
-                outcomes[name].update(error="build", message=problem)
-                del funcs[name]
-        Path(lib_path).unlink(missing_ok=True)
-        if funcs and _build_together(funcs, target, lib_path):
-            for name in funcs:
-                outcomes[name].update(error="build", message=failed)
+    if failed:  # lowering is cheap: the kernels TVM cannot lower are found one by one first
+        failed = _without_failures(funcs, outcomes, lambda name: _lowering_problem(funcs[name], target),
+                                   lambda: _build_together(funcs, target, lib_path))
+    if failed:  # then the ones nvcc refuses, each compiled alone
+        alone = f"{lib_path}.alone"
+        failed = _without_failures(funcs, outcomes, lambda name: _build_together({name: funcs[name]}, target, alone),
+                                   lambda: _build_together(funcs, target, lib_path))
+        Path(alone).unlink(missing_ok=True)
+    if failed:
+        for name in funcs:
+            outcomes[name].update(error="build", message=failed)
     share = (time.perf_counter() - start) / max(1, len(jobs))
     return [{**outcomes[name], "build_s": share} for name, _ in jobs]
+
+
+def _without_failures(funcs: dict, outcomes: dict, problem_of, build_the_rest) -> str | None:
+    """Drop from `funcs` each kernel `problem_of` finds a problem with (a `build` outcome), then
+    build the rest together; None once they are built, else why not."""
+    for name in list(funcs):
+        problem = problem_of(name)
+        if problem:
+            outcomes[name].update(error="build", message=problem)
+            del funcs[name]
+    return build_the_rest()
+
+
+def _lowering_problem(func, target: dict) -> str | None:
+    import traceback
+
+    import tvm
+
+    from tuning.hardware.tvm_worker import _compile
+
+    try:
+        _compile(tvm.IRModule({func.attrs["global_symbol"]: func}), target)
+    except Exception:  # noqa: BLE001
+        return traceback.format_exc(limit=3)[-4000:]
+    return None
 
 
 def _named(mod, name: str):
