@@ -180,6 +180,8 @@ def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, caps
     store = tmp_path / "gpu.sqlite"
     dataset("import", "--store", str(store), str(copy))
     assert f"32 readings on {GPU_NAME}, {32 + len(manifest['invalid'])} rows added" in capsys.readouterr().out
+    dataset("stats", "--store", str(store))
+    assert f"cuda GPU '{GPU_NAME}'" in capsys.readouterr().out  # what a replay must name
     done = subprocess.run([sys.executable, "run.py", "hardware=replay", "hardware@hardware.backend=cuda",
                            "hardware.backend.arch=sm_90", f"hardware.backend.gpu='{GPU_NAME}'",
                            f"hardware.store={store}", "hardware.on_miss=error", "model=gemm_1024",

@@ -255,8 +255,9 @@ def stats(args) -> None:
         drift = (f"drift gauge {min(gauges) * 1e6:.1f}-{max(gauges) * 1e6:.1f} us (median "
                  f"{statistics.median(gauges) * 1e6:.1f}, max/min {max(gauges) / min(gauges):.2f})" if gauges
                  else "no drift gauge readings")
-        print(f"\nhardware {hardware}: {info.get('hardware', '?')} {info.get('cpu_model', '')} "
-              f"{info.get('num_threads', '')} threads, number={info.get('number')} "
+        device = (f"GPU {info['gpu']!r}" if info.get("gpu")
+                  else f"{info.get('cpu_model', '')} {info.get('num_threads', '')} threads")
+        print(f"\nhardware {hardware}: {info.get('hardware', '?')} {device}, number={info.get('number')} "
               f"min_repeat_ms={info.get('min_repeat_ms')}; {drift}")
         print(f"  {'task':<24}{'configs':>9}{'rows':>8}{'errors':>8}{'best us':>10}{'median us':>11}{'coverage':>11}")
         for _, task_key, space in sorted(k for k in store.keys() if k[0] == hardware):
