@@ -5,6 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d" " -f1)
 STORE  := sqlite:///$(CURDIR)/outputs/mlflow.db
 
+# The installed packages' bytecode, on every core at once (pip compiles one file at a time; a process
+# run with PYTHONDONTWRITEBYTECODE=1 never writes it, and compiles each module it imports every time).
+# A cache only: the files that do not compile on this Python (torch ships 3.12-only test files) are
+# left as pip would leave them.
+COMPILE = $(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
+
 CLUSTER := $(VENV)/.cluster-$(shell cat pyproject.toml setup.py | cksum | cut -d" " -f1)
 
 .PHONY: setup setup-cluster demo rpc-demo cluster-demo test test-full ui clean
@@ -15,11 +21,12 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: with the local CPU wheel in place nothing pulls the CUDA build
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,rpc]'
+	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,rpc]'
 	# the methodology score's reference (tests/test_compare.py); only its numpy/scipy parts are used,
 	# so not its kernel_tuner, yappi, progressbar2 and nonconformist
-	$(BIN)/python -m pip install --quiet --no-deps autotuning-methodology==1.1.0
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps autotuning-methodology==1.1.0
+	$(COMPILE)
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Ray, psycopg and Hydra's Ray launcher, the last without its pins: it asks for cloudpickle<3, which
@@ -27,8 +34,9 @@ $(STAMP): pyproject.toml setup.py
 setup-cluster: $(CLUSTER)
 
 $(CLUSTER): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test,rpc,cluster]'
-	$(BIN)/python -m pip install --quiet --no-deps hydra-ray-launcher==1.2.2
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,rpc,cluster]'
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps hydra-ray-launcher==1.2.2
+	$(COMPILE)
 	rm -f $(VENV)/.cluster-* && touch $@
 
 # A real tuning run on the default workload (conv_l8 = ResNet-18 conv task 11) in a few minutes.
@@ -47,6 +55,7 @@ cluster-demo: setup-cluster
 	$(BIN)/python examples/cluster_demo.py $(if $(HOLD),--hold)
 
 test: setup
+	$(BIN)/python -m compileall -q -j 0 tuning tunelab hydra_plugins > /dev/null 2>&1 || true  # the lab's own bytecode
 	$(BIN)/python -m pytest -q
 
 # Everything, including the slow real-hardware checks.

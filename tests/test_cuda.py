@@ -65,7 +65,7 @@ def test_cuda_configs_are_canonical_and_verified_against_the_targets_limits(spac
     space = spaces[name].space
     rng = np.random.default_rng(0)
     legitimate, rejected = [], []
-    for _ in range(300):
+    for _ in range(150):
         config = space.canonical(space.sample(rng))
         assert space.canonical(config) == config
         (legitimate if space.is_legitimate(config) else rejected).append(config)
@@ -83,7 +83,7 @@ def test_a_tighter_shared_memory_limit_rejects_more_configs():
     small = TaskSchedules(GEMM_1024, {**CUDA, "max_shared_memory_per_block": 4096})
     large = TaskSchedules(GEMM_1024, CUDA)
     rng = np.random.default_rng(1)
-    configs = [large.space.canonical(large.space.sample(rng)) for _ in range(300)]
+    configs = [large.space.canonical(large.space.sample(rng)) for _ in range(150)]
     assert sum(map(small.space.is_legitimate, configs)) < sum(map(large.space.is_legitimate, configs))
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tuning.hardware.base import Hardware
 from tuning.core.records import MeasureResult
+from tuning.whole_model import WHOLE_MODEL_KINDS
 from tuning.store import MeasurementStore, TaskRows, display_location, is_store_url, reading_settings, unwritable
 
 ON_MISS = ("measure", "error")
@@ -151,9 +152,10 @@ class ReplayHardware(Hardware):
         return self._restricted[task.key]
 
     def unreachable(self) -> str | None:
-        """A replay that never measures (on_miss=error) needs no device, only a backend that can
-        describe itself (its fingerprint keys the store's rows)."""
-        if self.on_miss == "error":
+        """The backend's devices, and its name for itself (its fingerprint keys the store's rows). A
+        replay that never measures (on_miss=error) on a backend that runs no whole model (whose
+        end-to-end timing is always real) needs only the name: GPU readings replay on any host."""
+        if self.on_miss == "error" and not set(self.backend.model_kinds) & set(WHOLE_MODEL_KINDS):
             return self.backend.unnamed()
         return self.backend.unreachable() or self.backend.unnamed()
 
