@@ -306,3 +306,16 @@ def test_a_library_that_fails_keeps_the_kernels_that_build(tmp_path, monkeypatch
     assert "ptxas error in k1_kernel" in outcomes[1]["message"]
     assert cuda_formats(blob_of_library(tmp_path / "lib.so")) == ["cubin"]
     assert not (tmp_path / "lib.so.alone").exists()
+
+
+def test_a_cpu_space_after_a_cuda_space_in_one_process_has_its_intrinsics():
+    """The cuda rules import no tensor intrinsic; an llvm space built later in the same process still
+    gets the CPU's (VNNI and the like), which its rules need."""
+    code = ("from tuning.hardware.tvm_space import TaskSchedules; "
+            f"TaskSchedules({GEMM_1024!r}, {CUDA!r}); "
+            "s = TaskSchedules({'op': 'gemm', 'M': 64, 'N': 64, 'K': 64, 'dtype': 'float32'}, "
+            "{'kind': 'llvm', 'mcpu': 'cascadelake', 'num-cores': 2}); "
+            "print(s.space.size > 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "True"

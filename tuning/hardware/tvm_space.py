@@ -34,18 +34,19 @@ def fast_tensor_intrin_import(target_kind: str = "llvm") -> None:
 
     `import tvm.s_tir.tensor_intrin` parses every target's intrinsics; MetaSchedule
     imports it eagerly. A package object with the real __path__ lets us import
-    just one submodule and makes the later full import a no-op."""
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
-        return
-    import tvm.s_tir
+    just one submodule and makes the later full import a no-op. A process that
+    built cuda spaces first (no intrinsic) still gets the CPU's on its first llvm
+    target."""
+    if "tvm.s_tir.tensor_intrin" not in sys.modules:
+        import tvm.s_tir
 
-    path = os.path.join(os.path.dirname(tvm.s_tir.__file__), "tensor_intrin")
-    package = types.ModuleType("tvm.s_tir.tensor_intrin")
-    package.__path__ = [path]
-    package.__package__ = "tvm.s_tir.tensor_intrin"
-    sys.modules["tvm.s_tir.tensor_intrin"] = package
+        path = os.path.join(os.path.dirname(tvm.s_tir.__file__), "tensor_intrin")
+        package = types.ModuleType("tvm.s_tir.tensor_intrin")
+        package.__path__ = [path]
+        package.__package__ = "tvm.s_tir.tensor_intrin"
+        sys.modules["tvm.s_tir.tensor_intrin"] = package
     if target_kind != "cuda":  # the cuda rules the lab uses need no intrinsic (space_generator)
-        importlib.import_module("tvm.s_tir.tensor_intrin.x86")
+        importlib.import_module("tvm.s_tir.tensor_intrin.x86")  # once: a no-op after the first time
 
 
 # TOPI marks pooling blocks with a `schedule_rule` annotation naming a custom rule that only some
