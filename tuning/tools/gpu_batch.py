@@ -2,7 +2,7 @@
 
     tunelab dataset gpu-batch export --model conv_l8 --configs 500 --out packs hardware.arch=sm_90
     tunelab dataset gpu-batch export --preset chameleon --configs 500 --out packs hardware.arch=sm_90
-    # on the GPU host:  tar xf packs/conv_l8.tar.gz && python conv_l8/run_pack.py
+    # on the GPU host:  tar xzf packs/conv_l8.tar.gz && python conv_l8/run_pack.py
     tunelab dataset import --store stores/h100.sqlite conv_l8        # the folder, with its readings.jsonl
 
 `export` plans and builds here (tuning/hardware/gpu_pack.py) with the hardware and evaluator a run
@@ -91,7 +91,7 @@ def export(args) -> None:
         print(f"{archive}: {archive.stat().st_size / 2**20:.1f} MiB")
     failed = len(manifest["build_errors"])
     print(f"{kernel_count(manifest):,} kernels in {len(archives)} pack(s){f' ({failed} did not build)' if failed else ''}"
-          f"; on the GPU host: tar xf PACK.tar.gz && "
+          f"; on the GPU host: tar xzf PACK.tar.gz && "
           f"python PACK/run_pack.py; then: tunelab dataset import --store STORE PACK (the folder, with its "
           f"readings.jsonl)")
 
