@@ -79,8 +79,10 @@ def export(args) -> None:
         for task in model_tasks(cfg, hardware):
             plan = plan_task(task, name, hardware.space(task), hardware.schedules(task), args.configs, args.seed,
                              args.attempts)
+            short = (f"; only {len(plan.legitimate):,} of {args.configs:,} found in {args.attempts} x {args.configs:,} "
+                     f"draws (raise --attempts)" if len(plan.legitimate) < args.configs else "")
             print(f"{task.name}: {len(plan.legitimate):,} configs to build ({len(plan.invalid):,} drawn and "
-                  f"rejected by the postprocessors, GPU verification included)")
+                  f"rejected by the postprocessors, GPU verification included){short}")
             plans.append(plan)
     settings.out.mkdir(parents=True, exist_ok=True)
     total = sum(len(p.legitimate) for p in plans)
@@ -256,7 +258,7 @@ def add_gpu_batch(command) -> None:
     export_cmd.add_argument("--out", required=True, help="the folder the packs are written to")
     export_cmd.add_argument("--name", default=None, help="the pack's name (default: the preset or first model)")
     export_cmd.add_argument("--seed", type=int, default=0, help="seeds the sample")
-    export_cmd.add_argument("--attempts", type=int, default=40,
+    export_cmd.add_argument("--attempts", type=int, default=200,
                             help="draw at most this many x --configs configs a task to find legitimate ones")
     export_cmd.add_argument("--per-library", type=int, default=32, help="kernels a shared library")
     export_cmd.add_argument("--max-mib", type=float, default=60.0, help="largest pack, compressed")
