@@ -132,6 +132,16 @@ def test_readings_import_into_a_store_and_a_run_replays_them(stand_in, tmp_path,
     assert len(records) == 8 and all(r["result"]["reused"] and not r["result"]["error"] for r in records)
 
 
+def test_the_archive_itself_imports_with_the_readings_brought_back(stand_in, tmp_path, capsys):
+    tmp, folder, _ = stand_in
+    store = tmp_path / "from_archive.sqlite"
+    dataset("import", "--store", str(store), str(tmp / "packs" / "gemm_64.tar.gz"), "--readings",
+            str(folder / "readings.jsonl"))
+    assert "8 readings on" in capsys.readouterr().out
+    dataset("stats", "--store", str(store))
+    assert "gemm_64                         8       8       0" in capsys.readouterr().out
+
+
 # ---- a CUDA batch: 32 kernels built for sm_90 ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cuda_pack(tmp_path_factory):

@@ -168,7 +168,7 @@ def import_records(args) -> None:
     with sole_builder(store), tempfile.TemporaryDirectory(prefix="tunelab-pack-") as scratch:
         for path in map(Path, args.records):
             if str(path).endswith(".tar.gz") or is_pack(path):
-                added += import_pack(store, unpacked(path, scratch), readings)
+                added += import_pack(store, unpacked(path, Path(scratch)), readings)
             else:
                 added += _import_run(store, path, args.overrides)
     print(f"added {added:,} rows; store: {store.location} ({store.count():,} rows)")

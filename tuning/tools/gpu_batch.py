@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
@@ -237,11 +236,11 @@ def _kernels_ok(libraries) -> bool:
         for lib in libraries)
 
 
-def unpacked(path: Path, into: tempfile.TemporaryDirectory) -> Path:
-    """A pack folder, or an archive extracted into `into`."""
+def unpacked(path: Path, into: Path) -> Path:
+    """A pack folder, or an archive extracted into the folder `into`."""
     from tuning.hardware.gpu_pack import unpack
 
-    return unpack(path, Path(into.name)) if path.is_file() else path
+    return unpack(path, into) if path.is_file() else path
 
 
 # ---- command line ----------------------------------------------------------------------------------------
