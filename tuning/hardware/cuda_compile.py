@@ -34,9 +34,10 @@ def arch_number(arch: str) -> int | None:
 
 
 def cuda_roots() -> list[Path]:
-    """Where a CUDA toolkit may be: $CUDA_HOME, /usr/local/cuda, NVIDIA's pip wheels (the [cuda] extra)."""
+    """Where nvcc may be: $CUDA_HOME, /usr/local/cuda, NVIDIA's pip wheels (the [cuda] extra). (libcudart
+    is found by gpu_pack_runner.find_cudart, which a pack's script runs on its own.)"""
     roots = [Path(p) for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if p]
-    return roots + [Path(p, "nvidia", sub) for p in sys.path if p for sub in ("cu13", "cuda_nvcc", "cuda_runtime")]
+    return roots + [Path(p, "nvidia", sub) for p in sys.path if p for sub in ("cu13", "cuda_nvcc")]
 
 
 def nvcc_path() -> str | None:
@@ -47,16 +48,6 @@ def nvcc_path() -> str | None:
     for root in cuda_roots():
         if Path(root, "bin", "nvcc").is_file():
             return str(Path(root, "bin", "nvcc"))
-    return None
-
-
-def cudart_path() -> str | None:
-    """libcudart.so.13 of this host's CUDA (a pack carries it), or None."""
-    for root in cuda_roots():
-        for lib in ("lib64", "lib"):
-            found = sorted(Path(root, lib).glob("libcudart.so.13*")) if Path(root, lib).is_dir() else []
-            if found:
-                return str(found[0].resolve())
     return None
 
 
@@ -116,7 +107,7 @@ def export_compiled(lib, arch: str, path: str | os.PathLike) -> None:
         if not any(m.kind == "cuda" for m in lib.imports):
             lib.export_library(str(path))
             return
-        blob = library_blob(tvm.runtime._ffi_api.ModulePackImportsToC(lib, False, ""))
+        blob = tvm.runtime._ffi_api.ModulePackImportsToTensor(lib).numpy().tobytes()  # the library's blob
         blob = with_cubins(blob, lambda source: compile_source(source, arch, workdir))
         blob_file = workdir / "library.bin"
         blob_file.write_bytes(blob)
@@ -133,12 +124,6 @@ def export_compiled(lib, arch: str, path: str | os.PathLike) -> None:
 
 # ---- the library blob ----------------------------------------------------------------------------
 LIBRARY_SYMBOL = "__tvm_ffi__library_bin"
-
-
-def library_blob(c_text: str) -> bytes:
-    """The bytes of `__tvm_ffi__library_bin` from TVM's C rendering of it (ModulePackImportsToC)."""
-    body = c_text[c_text.index("= {") + 3:c_text.rindex("}")]
-    return bytes(int(value, 16) for value in re.findall(r"0x([0-9a-fA-F]{2})", body))
 
 
 class _Reader:

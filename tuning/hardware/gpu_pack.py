@@ -7,8 +7,8 @@ build processes into shared libraries of `per_library` kernels each (one nvcc ru
 cuda target), and writes a pack folder: the libraries, each task's output check, the drift gauge
 kernel, TVM's runtime libraries, tvm_ffi for the GPU host's Python, the runner script
 (gpu_pack_runner.py as run_pack.py) and manifest.json. The folder is split into packs of at most
-`max_mib` compressed, each a .tar.gz with everything but its share of the libraries.
-`read_pack` reads a pack's manifest and readings back (untrusted) for `dataset import`.
+`max_mib` compressed, each a .tar.gz with everything but its share of the libraries; `unpack`
+extracts one (untrusted) for `dataset import`.
 
 The work that needs TVM runs in the build processes (`build_library`, `write_task_check`,
 `build_gauge`); this module imports no TVM at module level.
@@ -26,6 +26,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import traceback
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.hardware.cuda_compile import cudart_path
-from tuning.hardware.gpu_pack_runner import GAUGE_NAME, check_points, pack_input
+from tuning.hardware.gpu_pack_runner import GAUGE_NAME, check_points, find_cudart, pack_input
 from tuning.hardware.workers import Worker
 
 WORKER = "tuning.hardware.tvm_worker"
@@ -58,7 +58,7 @@ def build_library(workload: dict, target: dict, jobs: list, lib_path: str) -> li
     TVM cannot lower are found one by one (no nvcc), then, if the rest still fail, the ones nvcc
     refuses, each compiled alone; those are `build` outcomes and the library holds the others.
     One dict per job: {"name", "config", "error", "message", "args", "build_s"}."""
-    from tuning.hardware.tvm_worker import task_schedules
+    from tuning.hardware.tvm_worker import as_built, task_schedules
 
     start = time.perf_counter()
     schedules = task_schedules(workload, target)
@@ -70,9 +70,9 @@ def build_library(workload: dict, target: dict, jobs: list, lib_path: str) -> li
             outcomes[name] = {"name": name, "config": list(config), "error": "invalid",
                               "message": f"{type(error).__name__}: {error}"}
             continue
-        funcs[name] = _named(sch.mod, name)
-        outcomes[name] = {"name": name, "config": list(effective), "error": None, "message": "",
-                          "args": _args(sch.mod)}
+        mod, args = as_built(sch)
+        funcs[name] = mod["main"].with_attr("global_symbol", name)
+        outcomes[name] = {"name": name, "config": list(effective), "error": None, "message": "", "args": args}
     failed = _build_together(funcs, target, lib_path)
     if failed:  # lowering is cheap: the kernels TVM cannot lower are found one by one first
         failed = _without_failures(funcs, outcomes, lambda name: _lowering_problem(funcs[name], target),
@@ -101,45 +101,29 @@ def _without_failures(funcs: dict, outcomes: dict, problem_of, build_the_rest) -
 
 
 def _lowering_problem(func, target: dict) -> str | None:
-    import traceback
-
     import tvm
 
     from tuning.hardware.tvm_worker import _compile
 
-    try:
-        _compile(tvm.IRModule({func.attrs["global_symbol"]: func}), target)
-    except Exception:  # noqa: BLE001
-        return traceback.format_exc(limit=3)[-4000:]
-    return None
-
-
-def _named(mod, name: str):
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    func = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)["main"]
-    return func.with_attr("global_symbol", name)
-
-
-def _args(mod) -> list:
-    from tuning.hardware.tvm_space import arg_shapes
-
-    return [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+    return _failure(lambda: _compile(tvm.IRModule({func.attrs["global_symbol"]: func}), target))
 
 
 def _build_together(funcs: dict, target: dict, lib_path: str) -> str | None:
     """None once `funcs` are built into lib_path, else why not."""
-    import traceback
-
     import tvm
 
     from tuning.hardware.tvm_worker import _compile, export
 
     if not funcs:
         return None
+    return _failure(lambda: export(_compile(tvm.IRModule(funcs), target), target, lib_path))
+
+
+def _failure(action) -> str | None:
+    """None once `action()` ran, else its traceback (the end of it)."""
     try:
-        export(_compile(tvm.IRModule(funcs), target), target, lib_path)
-    except Exception:  # noqa: BLE001
+        action()
+    except Exception:  # noqa: BLE001 - a kernel that does not build is a `build` outcome, not a crash
         return traceback.format_exc(limit=3)[-4000:]
     return None
 
@@ -176,10 +160,12 @@ def build_gauge(target: dict, lib_path: str) -> list:
 
     from tuning.hardware.tvm_worker import _compile, export, gauge_module
 
+    from tuning.hardware.tvm_space import arg_shapes
+
     mod = gauge_module(target)
     func = mod["main"].with_attr("global_symbol", GAUGE_NAME)
     export(_compile(tvm.IRModule({GAUGE_NAME: func}), target), target, lib_path)
-    return _args(mod)
+    return [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
 
 
 # ---- planning (this process) -----------------------------------------------------------------------
@@ -338,9 +324,9 @@ def _carry_runtime(folder: Path, device: str, settings: PackSettings) -> None:
     for name in names:
         shutil.copyfile(runtime / name, lib / name)
     if device == "cuda" and settings.cudart:
-        found = cudart_path()
+        found = find_cudart()
         if found:
-            shutil.copyfile(found, lib / "libcudart.so.13")
+            shutil.copyfile(Path(found).resolve(), lib / "libcudart.so.13")
     _carry_ffi(folder / "site", settings)
 
 
@@ -435,8 +421,7 @@ def _write_archive(folder: Path, manifest: dict, kernel_files: list, common: lis
         info.size, info.mtime = len(text), int(time.time())
         tar.addfile(info, io.BytesIO(text))
         for path in [*common, *(folder / f for f in kernel_files)]:
-            if path.name != "manifest.json":
-                tar.add(path, arcname=f"{manifest['id']}/{path.relative_to(folder)}")
+            tar.add(path, arcname=f"{manifest['id']}/{path.relative_to(folder)}")
     return archive
 
 
@@ -445,7 +430,7 @@ def unpack(archive: Path, into: Path) -> Path:
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
         roots = {Path(m.name).parts[0] for m in members if m.name}
-        if len(roots) != 1 or any(m.issym() or m.islnk() or ".." in Path(m.name).parts or m.name.startswith("/")
+        if len(roots) != 1 or any(not (m.isfile() or m.isdir()) or ".." in Path(m.name).parts or m.name.startswith("/")
                                   for m in members):
             raise PackError(f"{archive}: not a tunelab GPU pack (one folder of plain files)")
         tar.extractall(into, members=members)

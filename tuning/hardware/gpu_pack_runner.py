@@ -52,6 +52,9 @@ GAUGE_NAME = "gauge"
 RTOL, ATOL = 1e-3, 1e-3  # the lab's output check (tvm_worker.check_and_time): atol scales with max |expected|
 SUM_RTOL = 1e-4  # the whole output's sum, relative to the sum of its magnitudes
 CHECK_POINTS = 16384  # output elements a pack checks one by one (a fixed, seeded sample)
+# The drift gauge's reading: the median of GAUGE_RUNS["repeat"] costs of >= min_repeat_ms each, on every
+# device alike (tvm_worker.gauge_timer reads it so too), so that readings compare
+GAUGE_RUNS = {"number": 1, "repeat": 3, "min_repeat_ms": 20}
 
 
 def gpu_error_kind(message: str) -> str | None:
@@ -63,10 +66,10 @@ def gpu_error_kind(message: str) -> str | None:
     return None
 
 
-def fit_to_timeout(number: int, repeat: int, min_repeat_ms: float, timeout_s: float, single: float):
-    """(number, repeat) so that a kernel whose one run took `single` s is timed within timeout_s
-    (fewer runs a cost, then fewer costs), or None when not even one cost fits (the lab's
-    `slow_kernels: fewer_runs`, tvm_worker.fit_to_timeout)."""
+def runs_within(number: int, repeat: int, min_repeat_ms: float, timeout_s: float, single: float):
+    """(number, repeat) so that a kernel whose one run took `single` s is timed within timeout_s:
+    as given when that fits, else fewer runs a cost, then fewer costs; None when not even one cost
+    fits. The lab's rule (`slow_kernels: fewer_runs`; tvm_worker.fit_to_timeout applies it)."""
     floor_s, budget = min_repeat_ms / 1000, timeout_s - single
     number = max(number, 1)
     if repeat * max(single * number, floor_s) <= budget:
@@ -194,12 +197,15 @@ def load_runtime(pack: Path, kind: str) -> None:
         ctypes.CDLL(str(pack / "lib" / "libtvm_runtime_cuda.so"), ctypes.RTLD_GLOBAL)
 
 
-def find_cudart(pack: Path) -> str | None:
+def find_cudart(pack: Path | None = None) -> str | None:
+    """libcudart.so.13: $TUNELAB_CUDART (--cudart), else the first found in the pack's lib/,
+    $CUDA_HOME/lib64, /usr/local/cuda/lib64, LD_LIBRARY_PATH, or a pip nvidia-cuda-runtime wheel."""
     explicit = os.environ.get("TUNELAB_CUDART")
     if explicit:
         return explicit
-    places = [str(pack / "lib"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64"),
-              "/usr/local/cuda/lib64", *os.environ.get("LD_LIBRARY_PATH", "").split(":")]
+    places = [str(pack / "lib")] if pack else []
+    places += [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64"), "/usr/local/cuda/lib64",
+               *os.environ.get("LD_LIBRARY_PATH", "").split(":")]
     places += [os.path.join(p, "nvidia", sub, "lib") for p in sys.path for sub in ("cu13", "cuda_runtime")]
     for place in places:
         for found in sorted(glob.glob(os.path.join(place, "libcudart.so.13*"))) if place else []:
@@ -274,8 +280,8 @@ def measure(runtime: Runtime, module, kernel: dict, arrays: dict, evaluator: dic
             if not output_matches(runtime.numpy(tensors[-1], out_shape, out_dtype), arrays["check"]):
                 return {"error": "wrong_answer", "message": "output differs from the untuned kernel",
                         "run_s": time.perf_counter() - start}
-        fitted = fit_to_timeout(evaluator["number"], evaluator["repeat"], evaluator["min_repeat_ms"],
-                                evaluator["timeout_s"], single)
+        fitted = runs_within(evaluator["number"], evaluator["repeat"], evaluator["min_repeat_ms"],
+                             evaluator["timeout_s"], single)
         if fitted is None:
             return {"error": "timeout", "message": f"one run took {single:.3f} s; the measurement would exceed "
                     f"timeout_s={evaluator['timeout_s']}", "run_s": time.perf_counter() - start}
@@ -306,7 +312,8 @@ class Gauge:
         import statistics
 
         try:
-            return statistics.median(self.runtime.time(self.module, GAUGE_NAME, self.tensors, 1, 3, 20))
+            return statistics.median(self.runtime.time(self.module, GAUGE_NAME, self.tensors, GAUGE_RUNS["number"],
+                                                       GAUGE_RUNS["repeat"], GAUGE_RUNS["min_repeat_ms"]))
         except Exception:  # noqa: BLE001 - a gauge that cannot run leaves the readings without it
             return None
 

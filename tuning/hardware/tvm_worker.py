@@ -18,7 +18,7 @@ import traceback
 import numpy as np
 
 from tuning.core.measure import CVStop
-from tuning.hardware.gpu_pack_runner import gpu_error_kind
+from tuning.hardware.gpu_pack_runner import ATOL, GAUGE_RUNS, RTOL, gpu_error_kind, runs_within
 from tuning.hardware.tvm_device import device_kind, tvm_device
 from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, fast_tensor_intrin_import,
                                        make_target, untuned_runs_on, workload_module)
@@ -62,12 +62,14 @@ def task_schedules(workload: dict, target: dict) -> TaskSchedules:
     return _schedules[key]
 
 
-def _without_layout_rewrite(mod):
-    """A kernel whose schedule re-lays-out a (layout-free) weight takes that weight already
-    rewritten: the rewrite is folded into the constants when the model is compiled."""
+def as_built(sch) -> tuple:
+    """The scheduled module as it is built, and its arguments' [shape, dtype]. A kernel whose
+    schedule re-lays-out a (layout-free) weight takes that weight already rewritten: the rewrite is
+    folded into the constants when the model is compiled."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
+    return mod, [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
 
 
 def _compile(mod, target):
@@ -95,8 +97,7 @@ def build(workload: dict, target: dict, config: list, lib_path: str) -> dict:
     except Exception as error:  # noqa: BLE001 - invalid decisions are a record, not a crash
         return {"error": "invalid", "message": f"{type(error).__name__}: {error}", "build_s": time.perf_counter() - start}
     try:
-        mod = _without_layout_rewrite(sch.mod)
-        args = [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+        mod, args = as_built(sch)
         export(_compile(mod, target), target, lib_path)
     except Exception:  # noqa: BLE001
         return {"error": "build", "message": traceback.format_exc(limit=3), "config": list(effective),
@@ -168,7 +169,7 @@ def check_and_time(lib, dev, kind: str, reference: tuple, args: list, spec: dict
     dev.sync()
     single = time.perf_counter() - single
     if spec["check_correctness"] and same_layout:
-        if not np.allclose(tensors[-1].numpy(), expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
+        if not np.allclose(tensors[-1].numpy(), expected, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(expected).max()))):
             return {"error": "wrong_answer", "message": "output differs from the untuned kernel",
                     "run_s": time.perf_counter() - start}
     spec, note = fit_to_timeout(spec, single)
@@ -197,17 +198,13 @@ def fit_to_timeout(spec: dict, single: float) -> tuple[dict | None, str]:
     rule = spec["cv_stop"]
     number = rule["micro_batch"] if rule else max(spec["number"], 1)
     repeat = rule["max_batches"] if rule else spec["repeat"]
-    floor_s = spec["min_repeat_ms"] / 1000
-    budget = spec["timeout_s"] - single
-    if repeat * max(single * number, floor_s) <= budget:
+    fitted = runs_within(number, repeat, spec["min_repeat_ms"], spec["timeout_s"], single)
+    if fitted == (number, repeat):
         return spec, ""
     refused = f"one run took {single:.3f} s; the measurement would exceed timeout_s={spec['timeout_s']}"
-    if spec.get("slow_kernels", "fewer_runs") != "fewer_runs":
+    if spec.get("slow_kernels", "fewer_runs") != "fewer_runs" or fitted is None:
         return None, refused
-    number = max(1, min(number, int(budget // (repeat * single))))
-    repeat = min(repeat, int(budget // max(single * number, floor_s)))
-    if repeat < 1:
-        return None, refused
+    number, repeat = fitted
     if rule:
         rule = {**rule, "micro_batch": number, "max_batches": repeat,
                 "min_batches": min(rule["min_batches"], repeat)}
@@ -249,12 +246,11 @@ def gauge(target: dict, device: str) -> float:
 
 def gauge_timer(mod, lib, dev):
     """A call that reads the gauge kernel `lib` (built from `mod`) on `dev`, this host's or a remote
-    session's: the median of 3 repeats of >= 20 ms each, in seconds. One place for these settings, so
-    every device's readings compare."""
+    session's: the median of GAUGE_RUNS' costs, in seconds (a pack's script reads it alike)."""
     import tvm
 
     tensors = [tvm.runtime.tensor(np.ones(s, dtype=d), dev) for s, d in arg_shapes(mod["main"])]
-    evaluator = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=3, min_repeat_ms=20)
+    evaluator = lib.time_evaluator(lib.entry_name, dev, **GAUGE_RUNS)
     return lambda: float(np.median(evaluator(*tensors).results))
 
 
