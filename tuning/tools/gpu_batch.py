@@ -109,7 +109,7 @@ def import_pack(store, folder: Path, readings: Path | None = None) -> int:
     if not readings.is_file():
         print(f"skip {folder}: no readings ({readings}); run the pack first (python {folder}/run_pack.py)")
         return 0
-    kernels = {k["name"]: (library, k) for library in manifest["libraries"] for k in library["kernels"]}
+    kernels = {k["name"]: k for library in manifest["libraries"] for k in library["kernels"]}
     by_gpu, skipped = {}, 0
     for line in readings.read_text(errors="replace").splitlines():
         reading = valid_reading(line, kernels)
@@ -142,7 +142,7 @@ def _import_gpu(store, manifest: dict, gpu: str, readings: list, kernels: dict) 
                     tables[task.key] = TaskRows(store, hardware, spec, task, hardware.space(task))
                     tables[task.key].register()
             for reading in readings:
-                _, kernel = kernels[reading["kernel"]]
+                kernel = kernels[reading["kernel"]]
                 added += _add(tables.get(kernel["task"]), kernel["config"], _result(reading, kernel),
                               reading["measured_at"])
             for entry in manifest["invalid"] + manifest["build_errors"]:
