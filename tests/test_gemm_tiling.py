@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
 from tuning.core.measure import MeasureSpec
@@ -169,14 +168,12 @@ def test_a2c_update_on_a_hand_made_transition_moves_actor_and_critic():
     state = space.untiled()
     action = int(np.flatnonzero(applicable(space, state))[0])
     following = space.step(state, space.actions()[action])
-    inputs = torch.from_numpy(space.unit_features([state]))
-    mask = torch.from_numpy(applicable(space, state)[None, None, :])
+    inputs = space.unit_features([state])
+    mask = applicable(space, state)[None, None, :]
 
     def policy_and_value():
-        with torch.no_grad():
-            probs, value = search.agent(inputs, 1.0, mask)
-            _, next_value = search.agent(torch.from_numpy(space.unit_features([following])))
-        return float(probs[0, 0, action]), float(value[0, 0]), float(next_value[0, 0])
+        now = search.agent(inputs, 1.0, mask)
+        return float(now.probs[0, 0, action]), float(now.value[0]), float(search.agent(space.unit_features([following])).value[0])
 
     p0, v0, next0 = policy_and_value()
     target = 1.0 + search.gamma * next0

@@ -338,6 +338,7 @@ class RestrictedSpace(Space):
         if not self.allowed:
             raise ValueError("a restricted space needs at least one config")
         self._allowed_set = set(self.allowed)
+        self._allowed_array = np.asarray(self.allowed, dtype=np.int64)
         self._tree = cKDTree(self._embed(self.allowed))
 
     @property
@@ -381,8 +382,7 @@ class RestrictedSpace(Space):
             k = min(2, len(self.allowed))
             _, index = self._tree.query(self._embed(moved[outside]), k=k)
             index = np.asarray(index).reshape(int(outside.sum()), k)
-            allowed = np.asarray(self.allowed, dtype=np.int64)
-            nearest, second = allowed[index[:, 0]], allowed[index[:, -1]]
+            nearest, second = self._allowed_array[index[:, 0]], self._allowed_array[index[:, -1]]
             is_start = (nearest == configs[outside]).all(axis=1)
             moved[outside] = np.where(is_start[:, None], second, nearest)
         return moved

@@ -31,10 +31,9 @@ unvisited configs (tunelab's: Algorithm 2 would loop for ever).
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torch import nn
 
-from tuning.search.actor_critic import build_agent, generalized_advantages, save_agent, torch_threads
+from tuning.search.actor_critic import (blas_threads, build_agent, entropy, generalized_advantages, policy_gradient,
+                                        save_agent, taken_log_prob)
 from tuning.search.base import Search, fill_with_random
 
 
@@ -54,7 +53,7 @@ class NeighbourhoodA2C(Search):
         max_grad_norm       gradient-norm clip (0.5, OpenAI baselines / Stable-Baselines3 A2C)
         max_walks           walks per episode before topping up with random configs (200, tunelab's)
         default_plan_size   states measured per episode, len(B_test) (6, known re-implementations)
-        threads             torch threads (1: host-independent records, as search=ppo)
+        threads             BLAS threads (1: host-independent records, as search=ppo)
     """
 
     requires = {"sampler": ("candidates_only",), "cost_model": ("trains_nothing",)}
@@ -81,7 +80,7 @@ class NeighbourhoodA2C(Search):
         self.max_walks = max_walks
         self.default_plan_size = default_plan_size
         self.threads = threads
-        self.agent = self.optimizer = None  # ActorCritic with one head over Space.actions(), on the first propose
+        self.agent = None  # ActorCritic with one head over Space.actions(), on the first propose
         self.saved_agent: str | None = None
         self.memory: list[list] = []  # [state, action index, reward (1/cost, 0 if failed), next state]
         self.center: list[int] | None = None  # s0: the best state measured so far
@@ -91,7 +90,7 @@ class NeighbourhoodA2C(Search):
 
     # ---- one episode -------------------------------------------------------------------------
     def propose(self, space, cost_model, n, visited, rng):
-        with torch_threads(self.threads):
+        with blas_threads(self.threads):
             self._ensure_agent(space, rng)
             losses = self._learn(space, rng)
             start = tuple(self.center) if self.center is not None else space.untiled()
@@ -122,10 +121,7 @@ class NeighbourhoodA2C(Search):
         """(action index, next state) by epsilon-greedy over the legitimate moves, or None if none."""
         mask = applicable(space, state)
         explore = rng.random() < self.epsilon
-        with torch.no_grad():
-            probs, _ = self.agent(torch.from_numpy(space.unit_features([state])), 1.0,
-                                  torch.from_numpy(mask[None, None, :]))
-        probs = probs.numpy()[0, 0].astype(np.float64)
+        probs = self.agent(space.unit_features([state]), 1.0, mask[None, None, :]).probs[0, 0]
         while mask.any():
             weights = mask / mask.sum() if explore else np.where(mask, probs, 0.0)
             if weights.sum() <= 0:
@@ -152,26 +148,19 @@ class NeighbourhoodA2C(Search):
 
     def update(self, space, states, actions, rewards, next_states) -> dict:
         """One A2C gradient step on transitions (s, a, r, s'); returns its losses."""
-        inputs = torch.from_numpy(space.unit_features([tuple(s) for s in states]))
-        masks = torch.from_numpy(np.stack([applicable(space, tuple(s)) for s in states])[:, None, :])
-        with torch.no_grad():
-            _, next_value = self.agent(torch.from_numpy(space.unit_features([tuple(s) for s in next_states])))
-        probs, value = self.agent(inputs, 1.0, masks)
-        reward = np.asarray(rewards, dtype=np.float32)[None, :]
-        advantage = generalized_advantages(reward, value.detach().numpy()[:, 0][None, :], np.zeros_like(reward),
-                                           next_value.numpy()[:, 0], self.gamma, 0.0)[0]
-        advantage = torch.from_numpy(advantage.astype(np.float32))
-        log_probs = torch.log(probs[:, 0, :].clamp_min(1e-12))
-        taken = log_probs.gather(1, torch.as_tensor(actions, dtype=torch.int64)[:, None])[:, 0]
-        policy_loss = -(taken * advantage).mean()
-        value_loss = 0.5 * ((value[:, 0] - (advantage + value[:, 0].detach())) ** 2).mean()
-        entropy = -(probs[:, 0, :] * log_probs).sum(1).mean()
-        loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.agent.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+        masks = np.stack([applicable(space, tuple(s)) for s in states])[:, None, :]
+        next_value = self.agent(space.unit_features([tuple(s) for s in next_states])).value
+        policy = self.agent(space.unit_features([tuple(s) for s in states]), 1.0, masks)
+        reward = np.asarray(rewards, dtype=np.float64)[None, :]
+        advantage = generalized_advantages(reward, policy.value[None, :], np.zeros_like(reward), next_value,
+                                           self.gamma, 0.0)[0]
+        taken = np.asarray(actions, dtype=np.int64)[:, None]
+        policy_loss = -(taken_log_prob(policy, taken) * advantage).mean()
+        # the critic's target is advantage + V(s), held fixed: its gradient is -advantage
+        self.agent.learn(policy, policy_gradient(policy, taken, advantage, self.entropy_coef),
+                         -self.value_coef * advantage / len(advantage), self.max_grad_norm)
+        return {"policy_loss": float(policy_loss), "value_loss": float(0.5 * (advantage ** 2).mean()),
+                "entropy": float(entropy(policy).mean())}
 
     def metrics(self) -> dict:
         return dict(self.last_round)
@@ -192,11 +181,11 @@ class NeighbourhoodA2C(Search):
     def _ensure_agent(self, space, rng) -> None:
         if self.agent is None:
             seed = 0 if self.saved_agent is not None else int(rng.integers(2**62))
-            self.agent, self.optimizer = build_agent(space.feature_width, self.hidden, 1, len(space.actions()),
-                                                     self.learning_rate, seed, self.saved_agent)
+            self.agent = build_agent(space.feature_width, self.hidden, 1, len(space.actions()), self.learning_rate,
+                                     seed, self.saved_agent)
 
     def state_dict(self) -> dict:
-        agent = self.saved_agent if self.agent is None else save_agent(self.agent, self.optimizer)
+        agent = self.saved_agent if self.agent is None else save_agent(self.agent)
         best = self.best_cost if np.isfinite(self.best_cost) else None
         return {"agent": agent, "memory": self.memory, "center": self.center, "best_cost": best}
 
@@ -208,7 +197,7 @@ class NeighbourhoodA2C(Search):
         self.center = None if center is None else [int(c) for c in center]
         best = state.get("best_cost")
         self.best_cost = float("inf") if best is None else float(best)
-        self.agent = self.optimizer = None
+        self.agent = None
 
 
 def applicable(space, state) -> np.ndarray:

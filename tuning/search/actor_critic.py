@@ -1,72 +1,186 @@
 """The actor-critic pieces shared by search=ppo (Chameleon) and search=a2c (N-A2C): the network,
-advantage estimation, torch thread control and the agent's (de)serialisation for resume.
+its gradient step, advantage estimation and the agent's (de)serialisation for resume.
 
-    ActorCritic(inputs, hidden, heads, choices)
+    ActorCritic(inputs, hidden, heads, choices, learning_rate, seed)
         a shared tanh layer; the policy adds one tanh layer and `heads` softmax heads of `choices`
         each (PPO: one 3-way head per knob; A2C: one head over every move), the value two tanh
         layers and one output. `mask` (same shape as the heads) removes choices before the softmax.
+        `learn` back-propagates the loss's gradients with respect to the heads' logits and the value,
+        clips the gradient's norm and takes one Adam step.
+    policy_gradient(...)          those logit gradients for -mean(weight x log pi(a|s)) - c x entropy,
+                                  the policy term of both PPO's and A2C's loss
     generalized_advantages(...)   GAE over (steps, walkers) arrays; lambda = 0 and one step is the
                                   one-step TD error r + gamma V(s') - V(s) that A2C uses
+
+The network is numpy, not torch: it is a few 20-128 unit layers, where torch's per-operation
+overhead was most of a replayed PPO run (each gradient step is ~60 small operations; torch spent
+~1 ms a step, numpy ~0.1 ms: experiments/bench_replay.py). The layers, their initialisation
+(torch.nn.Linear's U(+-1/sqrt(fan_in))), the losses and Adam (torch's defaults) are the same; the
+arithmetic is float64 and the log-probabilities are an exact log-softmax where torch's version took
+log(max(p, 1e-12)), so the same seed draws other weights and walks than the torch agent did.
+All parameters live in one flat vector (as do their gradients and Adam's moments), so the gradient
+norm and the Adam step are a handful of operations whatever the layer count.
 """
 from __future__ import annotations
 
 import base64
 import io
+import zipfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import nn
+from threadpoolctl import threadpool_limits
+
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults
+ADAM_EPS = 1e-8
+LAYERS = ("shared", "policy", "heads", "value1", "value2", "value_out")
+TORCH_NAMES = ("shared.0", "policy.0", "policy.2", "value.0", "value.2", "value.4")  # agents saved by torch
 
 
 @contextmanager
-def torch_threads(count: int):
-    """torch's intra-op thread count set for the block, and put back."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
+def blas_threads(count: int):
+    """numpy's BLAS thread count capped for the block: float sums depend on it."""
+    with threadpool_limits(limits=count, user_api="blas"):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
-class ActorCritic(nn.Module):
-    def __init__(self, inputs: int, hidden: int, heads: int, choices: int):
-        super().__init__()
-        self.heads, self.choices = heads, choices
-        self.shared = nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh())
-        self.policy = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, heads * choices))
-        self.value = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                   nn.Linear(hidden, 1))
+@dataclass
+class Forward:
+    """One forward pass: what the losses read, and what `learn` back-propagates through. The network
+    works with the batch along the last axis (weights @ inputs), where numpy's reductions over a head's
+    few choices are fast: `choice_probs` and `choice_log_probs` are (choices, heads, batch); `probs` and
+    `log_probs` give the same numbers as (batch, heads, choices) views."""
+    choice_probs: np.ndarray  # a masked choice is 0
+    choice_log_probs: np.ndarray  # a masked choice is -inf
+    value: np.ndarray  # (batch,)
+    activations: tuple  # the inputs and every tanh layer's output, (width, batch) each
+    temperature: float
+    masked: bool
 
-    def forward(self, state, temperature: float = 1.0, mask=None):
-        """(probabilities (batch, heads, choices), value (batch, 1))."""
-        features = self.shared(state)
-        logits = self.policy(features).view(-1, self.heads, self.choices) / temperature
+    @property
+    def probs(self) -> np.ndarray:
+        return self.choice_probs.transpose(2, 1, 0)
+
+    @property
+    def log_probs(self) -> np.ndarray:
+        return self.choice_log_probs.transpose(2, 1, 0)
+
+
+class ActorCritic:
+    def __init__(self, inputs: int, hidden: int, heads: int, choices: int, learning_rate: float, seed: int):
+        self.shape = (inputs, hidden, heads, choices)
+        self.learning_rate = learning_rate
+        layer_shapes = {"shared": (hidden, inputs), "policy": (hidden, hidden), "heads": (heads * choices, hidden),
+                        "value1": (hidden, hidden), "value2": (hidden, hidden), "value_out": (1, hidden)}
+        total = sum(rows * cols + rows for rows, cols in layer_shapes.values())
+        self.parameters = np.zeros(total)
+        self.gradient = np.zeros(total)
+        self.moment1 = np.zeros(total)
+        self.moment2 = np.zeros(total)
+        self.steps = 0
+        self.layers = _views(self.parameters, layer_shapes)  # the heads' rows are choice-major: choice x heads + head
+        self.gradients = _views(self.gradient, layer_shapes)
+        rng = np.random.default_rng(seed)
+        for weight, bias in self.layers.values():
+            bound = 1.0 / np.sqrt(weight.shape[1])
+            weight[:] = rng.uniform(-bound, bound, weight.shape)
+            bias[:] = rng.uniform(-bound, bound, bias.shape)
+
+    def __call__(self, state, temperature: float = 1.0, mask=None) -> Forward:
+        """state (batch, inputs); mask (batch, heads, choices), False removes a choice."""
+        layers = self.layers
+        _, _, heads, choices = self.shape
+        inputs = np.asarray(state, dtype=np.float64).T
+        shared = _tanh_layer(layers["shared"], inputs)
+        policy = _tanh_layer(layers["policy"], shared)
+        logits = _layer(layers["heads"], policy).reshape(choices, heads, -1)
+        logits *= 1.0 / temperature
         if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        return torch.softmax(logits, dim=2), self.value(features)
+            logits = np.where(np.asarray(mask, dtype=bool).transpose(2, 1, 0), logits, -np.inf)
+        log_probs = _log_softmax(logits, masked=mask is not None)
+        value1 = _tanh_layer(layers["value1"], shared)
+        value2 = _tanh_layer(layers["value2"], value1)
+        value = _layer(layers["value_out"], value2)[0]
+        return Forward(np.exp(log_probs), log_probs, value, (inputs, shared, policy, value1, value2), temperature,
+                       mask is not None)
+
+    def learn(self, forward: Forward, logit_gradient: np.ndarray, value_gradient: np.ndarray,
+              max_grad_norm: float) -> None:
+        """One Adam step on the loss whose gradients with respect to the (tempered) logits, as
+        `policy_gradient` gives them, and to the value (batch,) are given, after clipping the gradient's
+        norm to `max_grad_norm` (torch's rule)."""
+        self._backward(forward, logit_gradient, value_gradient)
+        gradient, moment1, moment2 = self.gradient, self.moment1, self.moment2
+        gradient *= min(1.0, max_grad_norm / (np.sqrt(gradient @ gradient) + 1e-6))
+        beta1, beta2 = ADAM_BETAS
+        self.steps += 1
+        moment1 += (1 - beta1) * (gradient - moment1)
+        moment2 += (1 - beta2) * (gradient * gradient - moment2)
+        denominator = np.sqrt(moment2)
+        denominator *= 1.0 / np.sqrt(1 - beta2 ** self.steps)
+        denominator += ADAM_EPS
+        self.parameters -= (self.learning_rate / (1 - beta1 ** self.steps)) * moment1 / denominator
+
+    def _backward(self, forward: Forward, logit_gradient, value_gradient) -> None:
+        inputs, shared, policy, value1, value2 = forward.activations
+        layers, grads = self.layers, self.gradients
+        up = logit_gradient.reshape(-1, inputs.shape[1]) * (1.0 / forward.temperature)
+        _layer_grads(grads["heads"], up, policy)
+        up = (layers["heads"][0].T @ up) * (1 - policy * policy)
+        _layer_grads(grads["policy"], up, shared)
+        into_shared = layers["policy"][0].T @ up
+        up = np.asarray(value_gradient, dtype=np.float64)[None, :]
+        _layer_grads(grads["value_out"], up, value2)
+        up = (layers["value_out"][0].T @ up) * (1 - value2 * value2)
+        _layer_grads(grads["value2"], up, value1)
+        up = (layers["value2"][0].T @ up) * (1 - value1 * value1)
+        _layer_grads(grads["value1"], up, shared)
+        into_shared += layers["value1"][0].T @ up
+        _layer_grads(grads["shared"], into_shared * (1 - shared * shared), inputs)
+
+
+def policy_gradient(forward: Forward, actions: np.ndarray, weights: np.ndarray, entropy_coef: float) -> np.ndarray:
+    """d loss / d logits (as `learn` takes them) for loss = -mean_b(weights_b x log pi(actions_b | s_b))
+    - entropy_coef x mean_b H_b, where log pi sums over the heads (actions: (batch, heads)) and H_b is
+    the heads' summed entropy. PPO's clipped surrogate is this with weights = ratio x advantage where
+    the unclipped term is the minimum (0 elsewhere); A2C's is weights = advantage."""
+    probs = forward.choice_probs
+    p_log_p = _p_log_p(forward)
+    # d(-H)/dz_j = p_j (log p_j + H) for one softmax head; d(-log p_a)/dz_j = p_j - [j = a]
+    return ((np.asarray(weights) / probs.shape[2]) * (probs - _one_hot(actions, probs.shape[0]))
+            + (entropy_coef / probs.shape[2]) * (p_log_p - probs * p_log_p.sum(axis=0)))
+
+
+def entropy(forward: Forward) -> np.ndarray:
+    """(batch,): each state's entropy, summed over the heads."""
+    return -_p_log_p(forward).sum(axis=(0, 1))
+
+
+def taken_log_prob(forward: Forward, actions: np.ndarray) -> np.ndarray:
+    """(batch,): log pi(actions | s), summed over the heads."""
+    return np.where(_one_hot(actions, forward.choice_probs.shape[0]), forward.choice_log_probs, 0.0).sum(axis=(0, 1))
 
 
 def build_agent(inputs: int, hidden: int, heads: int, choices: int, learning_rate: float, seed: int,
-                saved: str | None = None):
-    """(agent, Adam optimizer): initial weights drawn under `seed` without touching torch's global
-    RNG, or restored from `saved` (a `save_agent` string)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        agent = ActorCritic(inputs, hidden, heads, choices)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=learning_rate)
+                saved: str | None = None) -> ActorCritic:
+    """The agent, its initial weights drawn from `seed`, or restored from `saved` (a `save_agent`
+    string, or an agent the torch implementation saved). A saved agent of another shape is refused."""
+    agent = ActorCritic(inputs, hidden, heads, choices, learning_rate, seed)
     if saved is not None:
-        state = torch.load(io.BytesIO(base64.b64decode(saved)), weights_only=True)
-        agent.load_state_dict(state["agent"])
-        optimizer.load_state_dict(state["optimizer"])
-    return agent, optimizer
+        raw = base64.b64decode(saved)
+        arrays = _load_npz(raw)
+        if arrays is None:
+            arrays = _from_torch(raw, agent.shape)
+        _restore(agent, arrays)
+    return agent
 
 
-def save_agent(agent, optimizer) -> str:
-    """The agent and its optimizer as a JSON-safe string (a search's state_dict)."""
+def save_agent(agent: ActorCritic) -> str:
+    """The agent and its Adam state as a JSON-safe string (a search's state_dict)."""
     buffer = io.BytesIO()
-    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+    np.savez(buffer, shape=np.asarray(agent.shape), parameters=agent.parameters, moment1=agent.moment1,
+             moment2=agent.moment2, steps=np.asarray(agent.steps))
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -90,3 +204,104 @@ def explained_variance(predicted: np.ndarray, returns: np.ndarray) -> float:
     """1 - Var(returns - value) / Var(returns): 1 is a perfect critic, <= 0 no better than a constant."""
     spread = np.var(returns)
     return float("nan") if spread == 0 else float(1 - np.var(returns - predicted) / spread)
+
+
+# ---- layers (the batch along the last axis) ------------------------------------------------------
+def _views(flat: np.ndarray, layer_shapes: dict) -> dict:
+    """{layer: (weight, bias)} as views into `flat`, in LAYERS order (torch's parameters() order)."""
+    views, offset = {}, 0
+    for name in LAYERS:
+        rows, cols = layer_shapes[name]
+        weight = flat[offset:offset + rows * cols].reshape(rows, cols)
+        offset += rows * cols
+        views[name] = (weight, flat[offset:offset + rows])
+        offset += rows
+    return views
+
+
+def _layer(layer, inputs):
+    weight, bias = layer
+    return weight @ inputs + bias[:, None]
+
+
+def _tanh_layer(layer, inputs):
+    return np.tanh(_layer(layer, inputs))
+
+
+def _layer_grads(layer_grads, up, inputs) -> None:
+    weight_grad, bias_grad = layer_grads
+    np.matmul(up, inputs.T, out=weight_grad)
+    up.sum(axis=1, out=bias_grad)
+
+
+def _log_softmax(logits, masked: bool):
+    """Over the choices (axis 0). A fully masked head stays -inf rather than nan."""
+    top = logits.max(axis=0)
+    if masked:
+        top = np.where(np.isfinite(top), top, 0.0)
+    shifted = logits - top
+    with np.errstate(divide="ignore"):
+        shifted -= np.log(np.exp(shifted).sum(axis=0))
+    return shifted
+
+
+def _one_hot(actions, choices: int) -> np.ndarray:
+    """(choices, heads, batch) bool from actions (batch, heads)."""
+    return np.asarray(actions).T[None, :, :] == np.arange(choices)[:, None, None]
+
+
+def _p_log_p(forward: Forward):
+    if not forward.masked:
+        return forward.choice_probs * forward.choice_log_probs
+    with np.errstate(invalid="ignore"):  # a masked choice: 0 x -inf
+        return np.where(forward.choice_probs > 0, forward.choice_probs * forward.choice_log_probs, 0.0)
+
+
+# ---- saved agents (untrusted: a run folder's state) ----------------------------------------------
+def _load_npz(raw: bytes) -> dict | None:
+    """The arrays of a save_agent string; None when it is not one (a torch-saved agent)."""
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as saved:
+            if "parameters" not in saved.files:
+                return None
+            return {key: saved[key] for key in ("shape", "parameters", "moment1", "moment2", "steps")}
+    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"the saved agent is unreadable: {error}") from error
+
+
+def _from_torch(raw: bytes, shape: tuple) -> dict:
+    """The arrays of an agent and Adam state saved by the torch implementation: the same layers in the
+    same order, but the heads' rows were head-major (head x choices + choice)."""
+    import torch  # only to read agents saved before the network was numpy
+
+    _, _, heads, choices = shape
+
+    def flat(tensors):
+        arrays = [t.double().numpy() for t in tensors]
+        for i in (4, 5):  # policy.2.weight, policy.2.bias
+            arrays[i] = arrays[i].reshape(heads, choices, -1).transpose(1, 0, 2).reshape(arrays[i].shape)
+        return np.concatenate([a.ravel() for a in arrays])
+
+    try:
+        state = torch.load(io.BytesIO(raw), weights_only=True)
+        names = [f"{layer}.{kind}" for layer in TORCH_NAMES for kind in ("weight", "bias")]
+        adam = [state["optimizer"]["state"].get(i) for i in range(len(names))]
+        started = all(entry is not None for entry in adam)
+        parameters = flat([state["agent"][name] for name in names])
+        return {"parameters": parameters,
+                "moment1": flat([entry["exp_avg"] for entry in adam]) if started else np.zeros_like(parameters),
+                "moment2": flat([entry["exp_avg_sq"] for entry in adam]) if started else np.zeros_like(parameters),
+                "steps": np.asarray(int(adam[0]["step"]) if started else 0), "shape": None}
+    except Exception as error:  # torch.load raises whatever its unpickler meets
+        raise ValueError(f"the saved agent is unreadable: {type(error).__name__}: {error}") from error
+
+
+def _restore(agent: ActorCritic, arrays: dict) -> None:
+    if arrays["shape"] is not None and tuple(int(v) for v in arrays["shape"]) != agent.shape:
+        raise ValueError(f"the saved agent has shape {tuple(arrays['shape'])} (inputs, hidden, heads, choices); "
+                         f"this run's is {agent.shape}")
+    for key in ("parameters", "moment1", "moment2"):
+        if arrays[key].shape != agent.parameters.shape or not np.isfinite(arrays[key]).all():
+            raise ValueError(f"the saved agent's {key} do not fit this run's network (or are not finite)")
+        getattr(agent, key)[:] = arrays[key]
+    agent.steps = int(arrays["steps"])

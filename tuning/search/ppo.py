@@ -30,20 +30,17 @@ update's minibatches) and explained_variance: what a sweep of clip / entropy_coe
 needs to see.
 
 All randomness comes from the run's rng: the network's initial weights are
-drawn under a torch seed taken from it, and actions are sampled with numpy
-from the policy's probabilities. The agent runs on `threads` torch threads (1): torch's float
-sums depend on its thread count, so with the default (one per core) the same seed gave other
-records on another host. One thread costs nothing here: 10.6 s against 10.0 s of a replayed
-256-candidate conv_l8 run with two threads, within noise (experiments/bench_replay.py).
+drawn from a seed taken from it, and actions are sampled from the policy's probabilities. The
+network is numpy (tuning/search/actor_critic.py: torch's per-operation overhead was most of a
+replayed run) on `threads` BLAS threads (1): float sums depend on the thread count, so one thread
+keeps a seed's records the same whatever the host's core count.
 """
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torch import nn
 
-from tuning.search.actor_critic import (build_agent, explained_variance, generalized_advantages, save_agent,
-                                        torch_threads)
+from tuning.search.actor_critic import (blas_threads, build_agent, entropy, explained_variance,
+                                        generalized_advantages, policy_gradient, save_agent, taken_log_prob)
 from tuning.search.base import Search, TopN, fill_with_random, predict
 
 DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1
@@ -72,7 +69,7 @@ class PPO(Search):
         temperature         softmax temperature of the knob heads (0.1, code)
         max_grad_norm       gradient-norm clip (0.5, the PPO reference implementations)
         default_plan_size   configs measured per round unless budget.plan_size says otherwise (64, Table 7)
-        threads             torch threads for the agent (1, tunelab's: host-independent records, see above)
+        threads             BLAS threads for the agent (1, tunelab's: host-independent records, see above)
     """
 
     requires = {"cost_model": ("can_rank",)}
@@ -108,18 +105,17 @@ class PPO(Search):
         self.default_plan_size = default_plan_size
         self.threads = threads
         self.agent = None  # an ActorCritic, built on the first propose, when the knob count is known
-        self.optimizer: torch.optim.Adam | None = None
         self.best: list[tuple[float, list[int]]] = []  # (seconds, config) of the best measured configs
         self.saved_agent: str | None = None  # from load_state_dict, restored on the next propose
         self.last_round: dict = {}  # what the latest round did (steps, transitions, mean reward)
 
     # ---- one round -------------------------------------------------------------------------
     def propose(self, space, cost_model, n, visited, rng):
-        with torch_threads(self.threads):
+        with blas_threads(self.threads):
             self._ensure_agent(len(space.knobs), rng)
             starts = self._start_configs(space, rng)
             top = TopN(space, visited, n)
-            top.offer([tuple(int(c) for c in row) for row in starts], predict(space, cost_model, starts))
+            top.offer(list(map(tuple, starts.tolist())), predict(space, cost_model, starts))
             rollout = self._walk(space, cost_model, starts, top, rng)
             self._learn(rollout, rng)
         return fill_with_random(top.sorted_configs(), space, visited, n, rng)
@@ -137,23 +133,21 @@ class PPO(Search):
         last_change = 0
         while len(steps) < self.max_steps and alive.any() and len(steps) < last_change + self.early_stop:
             state = space.normalized(configs)
-            with torch.no_grad():
-                probs, value = self.agent(torch.from_numpy(state), self.temperature)
-            actions = _sample(probs.numpy(), rng)
-            moved = space.step_all(configs, actions - 1)
-            moved[~alive] = configs[~alive]  # ended walkers stay put
-            scores = predict(space, cost_model, moved)
+            policy = self.agent(state, self.temperature)
+            actions = _sample(policy.probs, rng)
+            moved = configs.copy()  # ended walkers stay put, unscored: their steps never reach the update
+            moved[alive] = space.step_all(configs[alive], actions[alive] - 1)
+            scores = np.zeros(len(configs))
+            scores[alive] = predict(space, cost_model, moved[alive])
             converged = alive & _converged(configs, moved, movable, self.converged_fraction)
-            steps.append({"state": state, "actions": actions, "value": value.numpy()[:, 0],
-                          "log_prob": _log_prob(probs.numpy(), actions), "score": scores,
+            steps.append({"state": state, "actions": actions, "value": policy.value,
+                          "log_prob": taken_log_prob(policy, actions), "score": scores,
                           "alive": alive.copy(), "ends": converged})
-            if top.offer([tuple(int(c) for c in row) for row in moved[alive]], scores[alive]):
+            if top.offer(list(map(tuple, moved[alive].tolist())), scores[alive]):
                 last_change = len(steps)
             configs, alive = moved, alive & ~converged
-        with torch.no_grad():
-            _, final_value = self.agent(torch.from_numpy(space.normalized(configs)), self.temperature)
         rollout = {key: np.stack([s[key] for s in steps]) for key in steps[0]}
-        rollout["final_value"] = final_value.numpy()[:, 0]
+        rollout["final_value"] = self.agent(space.normalized(configs), self.temperature).value
         return rollout
 
     def _learn(self, rollout, rng) -> None:
@@ -166,7 +160,6 @@ class PPO(Search):
         returns = advantage + rollout["value"]
         data = {"state": rollout["state"][alive], "actions": rollout["actions"][alive],
                 "log_prob": rollout["log_prob"][alive], "advantage": advantage[alive], "returns": returns[alive]}
-        data = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in data.items()}
         count = len(data["returns"])
         diagnostics = []
         for _ in range(self.epochs):
@@ -182,26 +175,22 @@ class PPO(Search):
         """One clipped-surrogate step; returns its diagnostics (CleanRL's names), each averaged over the
         update's minibatches in metrics(): policy/value loss, entropy, approx_kl (the (r - 1) - log r
         estimator), clipfrac (share of ratios outside 1 +- clip)."""
-        probs, value = self.agent(batch["state"], self.temperature)
-        log_probs = torch.log(probs.clamp_min(1e-12))
-        taken = log_probs.gather(2, batch["actions"].unsqueeze(2)).squeeze(2).sum(1)
-        ratio = torch.exp(taken - batch["log_prob"])
+        policy = self.agent(batch["state"], self.temperature)
+        log_ratio = taken_log_prob(policy, batch["actions"]) - batch["log_prob"]
+        ratio = np.exp(log_ratio)
         advantage = batch["advantage"]
         if len(advantage) > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - self.clip, 1 + self.clip) * advantage).mean()
-        value_loss = 0.5 * ((value[:, 0] - batch["returns"]) ** 2).mean()
-        entropy = -(probs * log_probs).sum(2).sum(1).mean()
-        loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.agent.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        with torch.no_grad():
-            log_ratio = taken - batch["log_prob"]
-            return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
-                    "approx_kl": ((ratio - 1) - log_ratio).mean().item(),
-                    "clipfrac": ((ratio - 1).abs() > self.clip).float().mean().item()}
+            advantage = (advantage - advantage.mean()) / (advantage.std(ddof=1) + 1e-8)
+        clipped = np.clip(ratio, 1 - self.clip, 1 + self.clip)
+        unclipped_is_min = ratio * advantage <= clipped * advantage
+        policy_loss = -np.minimum(ratio * advantage, clipped * advantage).mean()
+        value_error = policy.value - batch["returns"]
+        surrogate_weight = np.where(unclipped_is_min, ratio * advantage, 0.0)  # a clipped term has no gradient
+        logit_gradient = policy_gradient(policy, batch["actions"], surrogate_weight, self.entropy_coef)
+        self.agent.learn(policy, logit_gradient, self.value_coef * value_error / len(value_error), self.max_grad_norm)
+        return {"policy_loss": float(policy_loss), "value_loss": float(0.5 * (value_error ** 2).mean()),
+                "entropy": float(entropy(policy).mean()), "approx_kl": float(((ratio - 1) - log_ratio).mean()),
+                "clipfrac": float((np.abs(ratio - 1) > self.clip).mean())}
 
     def metrics(self) -> dict:
         return dict(self.last_round)
@@ -215,17 +204,17 @@ class PPO(Search):
         """One 3-way head per knob; the state is the knob indices (restored weights overwrite the seed's)."""
         if self.agent is None:
             seed = 0 if self.saved_agent is not None else int(rng.integers(2**62))
-            self.agent, self.optimizer = build_agent(knobs, self.hidden, knobs, DIRECTIONS, self.learning_rate,
-                                                     seed, self.saved_agent)
+            self.agent = build_agent(knobs, self.hidden, knobs, DIRECTIONS, self.learning_rate, seed,
+                                     self.saved_agent)
 
     def state_dict(self) -> dict:
-        agent = self.saved_agent if self.agent is None else save_agent(self.agent, self.optimizer)
+        agent = self.saved_agent if self.agent is None else save_agent(self.agent)
         return {"agent": agent, "best": [[cost, config] for cost, config in self.best]}
 
     def load_state_dict(self, state: dict) -> None:
         self.saved_agent = state.get("agent")
         self.best = [(float(cost), [int(c) for c in config]) for cost, config in state.get("best", [])]
-        self.agent = self.optimizer = None
+        self.agent = None
 
 
 def _sample(probs: np.ndarray, rng) -> np.ndarray:
@@ -233,11 +222,6 @@ def _sample(probs: np.ndarray, rng) -> np.ndarray:
     cumulative = probs.cumsum(axis=2)
     draws = rng.random(probs.shape[:2])[:, :, None]
     return np.minimum((draws > cumulative).sum(axis=2), DIRECTIONS - 1)
-
-
-def _log_prob(probs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    taken = np.take_along_axis(probs, actions[:, :, None], axis=2)[:, :, 0]
-    return np.log(np.maximum(taken, 1e-12)).sum(axis=1).astype(np.float32)
 
 
 def _converged(configs, moved, movable, fraction) -> np.ndarray:
