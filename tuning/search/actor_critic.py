@@ -241,7 +241,10 @@ def _log_softmax(logits, masked: bool):
         top = np.where(np.isfinite(top), top, 0.0)
     shifted = logits - top
     with np.errstate(divide="ignore"):
-        shifted -= np.log(np.exp(shifted).sum(axis=0))
+        normaliser = np.log(np.exp(shifted).sum(axis=0))
+    if masked:
+        normaliser = np.where(np.isfinite(normaliser), normaliser, 0.0)
+    shifted -= normaliser
     return shifted
 
 
