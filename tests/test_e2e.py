@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.tvm, pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")]
 E2E = re.compile(r"end to end: tuned (?P<tuned>[\d.]+) ms\s+untuned (?P<untuned>[\d.]+) ms\s+"
-                 r"(?:torch eager (?P<torch>[\d.]+) ms\s+speed-up vs torch [\d.]+x\s+)?vs untuned [\d.]+x\s+"
+                 r"(?:torch eager (?P<torch>[\d.]+) ms\s+speed-up vs torch [\d.]+x\s+)?"
+                 r"(?:onnxruntime (?P<onnxruntime>[\d.]+) ms\s+speed-up vs onnxruntime [\d.]+x\s+)?vs untuned [\d.]+x\s+"
                  r"outputs (?P<verdict>match|DO NOT match) (?P<reference>\w+)")
 QUICK_E2E = ("e2e.runs=5", "e2e.min_runs=1", "e2e.max_seconds=2")
 
@@ -124,7 +125,7 @@ def test_onnx_file_tuned_applied_and_matches_torch(tmp_path):
                  "budget.min_trials_per_task=2", "budget.plan_size=4", *QUICK_E2E, "tracking=none",
                  f"hydra.run.dir={run_dir}", tmp=tmp_path)
     line = E2E.search(output)
-    assert line and line["verdict"] == "match" and line["reference"] == "untuned", output
+    assert line and line["verdict"] == "match" and line["reference"] == "onnxruntime" and line["onnxruntime"], output
     x = np.load(run_dir / "e2e_input.npy")
     with torch.no_grad():
         expected = model(torch.from_numpy(x)).numpy()

@@ -28,11 +28,17 @@ def e2e_line(e2e: dict) -> str:
     if "torch" in latency:
         parts.append(f"torch eager {latency['torch']:.2f} ms")
         parts.append(f"speed-up vs torch {latency['torch'] / latency['tuned']:.2f}x")
+    if "onnxruntime" in latency:
+        parts.append(f"onnxruntime {latency['onnxruntime']:.2f} ms")
+        parts.append(f"speed-up vs onnxruntime {latency['onnxruntime'] / latency['tuned']:.2f}x")
+    elif str(e2e.get("onnxruntime", "")).startswith("not installed"):
+        parts.append(f"onnxruntime {e2e['onnxruntime']}")
     parts.append(f"vs untuned {latency['untuned'] / latency['tuned']:.1f}x")
     verdict = "match" if e2e["match"] else "DO NOT match"
     parts.append(f"outputs {verdict} {e2e['reference']} (max abs diff {e2e['max_abs_diff']:.2e})")
     if e2e.get("remote_device"):
-        parts.append(f"on {e2e['remote_device']} (torch checked here, not timed: it does not run there)")
+        peer = "onnxruntime" if e2e.get("reference") == "onnxruntime" else "torch"
+        parts.append(f"on {e2e['remote_device']} ({peer} checked here, not timed: it does not run there)")
     return "  ".join(parts) + f"  [{e2e['num_threads']} threads]"
 
 
@@ -40,8 +46,9 @@ def e2e_metrics(e2e: dict) -> dict:
     latency = e2e["latency_ms"]
     metrics = {f"e2e/{name}_ms": value for name, value in latency.items()}
     metrics["e2e/speedup_vs_untuned"] = latency["untuned"] / latency["tuned"]
-    if "torch" in latency:
-        metrics["e2e/speedup_vs_torch"] = latency["torch"] / latency["tuned"]
+    for peer in ("torch", "onnxruntime"):
+        if peer in latency:
+            metrics[f"e2e/speedup_vs_{peer}"] = latency[peer] / latency["tuned"]
     metrics["e2e/match"] = float(e2e["match"])
     metrics["e2e/max_abs_diff"] = e2e["max_abs_diff"]
     return metrics

@@ -1,4 +1,4 @@
-"""Apply and time a whole model: tuned vs untuned TVM builds vs torch eager (no TVM import here).
+"""Apply and time a whole model: tuned vs untuned TVM builds vs torch eager or onnxruntime (no TVM import here).
 
     evaluate_model(model_cfg, seed, database_dir, out_dir, timing,
                    target=..., device=..., env=..., num_threads=..., weight_prepack=...)
@@ -13,10 +13,16 @@ alternating blocks (BLOCKS each, an untimed call first): this host's speed
 drifts by ~25% over tens of seconds, so one long block each would compare two
 different machines. The untuned build (seconds per call) gets `min_runs` calls.
 Latency = median. The tuned output is checked against torch (or, for an ONNX
-file, against the untuned build).
+file, against onnxruntime; the untuned build where onnxruntime, an optional
+extra, is not installed).
+
+An ONNX file is timed beside onnxruntime's CPU session, the runtime its users
+already have: the same input and intra-op thread count, in its own worker,
+alternating with the tuned build like torch.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -33,6 +39,9 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
     workers = {"tvm": Worker(env, f"{WORKER}:init_tvm", init_args=(target,))}
     if model_cfg["kind"] == "network":
         workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads} if num_threads else {}, f"{WORKER}:init_torch")
+    elif has_onnxruntime():
+        workers["onnxruntime"] = Worker({}, f"{WORKER}:init_onnxruntime")
+    peer_version = None
     try:
         tvm_side = _call(workers["tvm"], "prepare_tvm", model_cfg, seed, target, device, str(database_dir),
                          weight_prepack, remote, timeout=timeout)
@@ -46,6 +55,13 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
             outputs.update(torch_side["outputs"])
             if not remote:  # torch runs on this host only: its output checks a remote run, its time does not compare
                 owner["torch"] = workers["torch"]
+        if "onnxruntime" in workers:
+            runtime_side = _call(workers["onnxruntime"], "prepare_onnxruntime", model_cfg["path"], tvm_side["example"],
+                                 num_threads, timeout=timeout)
+            outputs.update(runtime_side["outputs"])
+            peer_version = runtime_side["version"]
+            if not remote:
+                owner["onnxruntime"] = workers["onnxruntime"]
         times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, timeout)
         times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
                                  0.0, timeout=timeout)
@@ -55,6 +71,8 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
     np.save(os.path.join(out_dir, "e2e_input.npy"), tvm_side["example"])
     np.save(os.path.join(out_dir, "e2e_output.npy"), outputs["tuned"])
     verdict = _verdict(outputs, times, num_threads, tvm_side)
+    if model_cfg["kind"] == "onnx":
+        verdict["onnxruntime"] = peer_version or "not installed (pip install 'tunelab[onnxruntime]')"
     if remote:
         verdict["remote_device"] = tvm_side["remote_device"]
     return verdict
@@ -73,7 +91,7 @@ def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[flo
 
 
 def _verdict(outputs: dict, times: dict, num_threads: int, tvm_side: dict) -> dict:
-    reference = "torch" if "torch" in outputs else "untuned"
+    reference = next(name for name in ("torch", "onnxruntime", "untuned") if name in outputs)
     expected = outputs[reference]
     scale = max(1.0, float(np.max(np.abs(expected))))
 
@@ -93,6 +111,10 @@ def _verdict(outputs: dict, times: dict, num_threads: int, tvm_side: dict) -> di
         "compile_tuned_s": tvm_side["compile_tuned_s"],
         "compile_untuned_s": tvm_side["compile_untuned_s"],
     }
+
+
+def has_onnxruntime() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
 
 
 def _call(worker: Worker, function: str, *args, timeout: float):

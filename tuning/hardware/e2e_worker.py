@@ -1,7 +1,8 @@
 """What the end-to-end workers run (tuning/hardware/e2e.py drives them; never imported by the parent).
 
 One worker holds the TVM builds of a model (tuned with the run's MetaSchedule
-database, and untuned), another the torch module, each in its own process
+database, and untuned), another the torch module (or, for an ONNX file, an
+onnxruntime session), each in its own process
 with its own thread pool: in one process, the idle-spinning threads of one
 runtime slow the other's calls (torch eager read 33 ms beside TVM's pool and
 26 ms alone on this 2-core host).
@@ -112,6 +113,26 @@ def prepare_torch(network: str, seed: int, num_threads: int | None) -> dict:
 
     _variants["torch"] = call
     return {"outputs": {"torch": call().numpy()}, "example": example.numpy()}
+
+
+def init_onnxruntime() -> None:
+    import onnxruntime  # noqa: F401
+
+
+def prepare_onnxruntime(path: str, example, num_threads: int | None) -> dict:
+    """onnxruntime's CPU session of the ONNX file: `num_threads` intra-op threads (None: its
+    default), one inter-op thread, operators in sequence; its output on `example` and its version."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if num_threads:
+        options.intra_op_num_threads = num_threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    session = onnxruntime.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: example}
+    _variants["onnxruntime"] = lambda: session.run(None, feed)[0]
+    return {"outputs": {"onnxruntime": _variants["onnxruntime"]()}, "version": onnxruntime.__version__}
 
 
 def time_block(name: str, runs: int, min_runs: int, max_seconds: float) -> list[float]:
