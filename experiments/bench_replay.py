@@ -10,7 +10,8 @@ seconds spent in the search (propose + observe), the cost model (fit + predict),
 and the rest of the loop. Every run is a fresh process. `--before REV` also runs each row with the
 code of git revision REV (checked out into a temporary folder), alternating with this code seed by
 seed in one sitting, and prints the speed-up. Build a store first:
-python -m tuning.tools.dataset build --store stores/lab.sqlite --model conv_l8 (docs/store.md).
+python -m tuning.tools.dataset build --store stores/lab.sqlite --model conv_l8 evaluator=adatune_de
+(docs/claims.md; a store timed with another evaluator: --evaluator).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class Timed:
         return timed
 
 
-def one_run(store: str, model: str, method: str, space: str, trials: int, seed: int) -> dict:
+def one_run(store: str, model: str, evaluator: str, method: str, space: str, trials: int, seed: int) -> dict:
     """One replayed run in this process, with the `tuning` package this process imports."""
     from hydra.utils import instantiate
 
@@ -60,8 +61,8 @@ def one_run(store: str, model: str, method: str, space: str, trials: int, seed: 
     from tuning.tools.dataset import compose
 
     search, sampler, cost_model = METHODS[method]
-    cfg = compose([f"model={model}", f"model.space={space}", "hardware=replay", f"hardware.store={store}",
-                   "hardware.on_miss=error", f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}",
+    cfg = compose([f"model={model}", f"model.space={space}", f"evaluator={evaluator}", "hardware=replay",
+                   f"hardware.store={store}", "hardware.on_miss=error", f"search={search}", f"sampler={sampler}", f"cost_model={cost_model}",
                    f"seed={seed}", f"budget.trials={trials}", "tracking=none"])
     parts = Components(*(instantiate(cfg[g]) for g in ("search", "sampler", "evaluator", "cost_model", "hardware",
                                                          "tracking")))
@@ -90,8 +91,8 @@ def run_in(tree: Path, *args) -> dict:
     code = ("import importlib.util, json, sys\n"
             "spec = importlib.util.spec_from_file_location('bench_replay', sys.argv[1])\n"
             "bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)\n"
-            "store, model, method, space, trials, seed = sys.argv[2:]\n"
-            "print(json.dumps(bench.one_run(store, model, method, space, int(trials), int(seed))))\n")
+            "store, model, evaluator, method, space, trials, seed = sys.argv[2:]\n"
+            "print(json.dumps(bench.one_run(store, model, evaluator, method, space, int(trials), int(seed))))\n")
     env = {**os.environ, "PYTHONPATH": str(tree), "HYDRA_FULL_ERROR": "1"}
     proc = subprocess.run([sys.executable, "-c", code, __file__, *map(str, args)], cwd=tree, env=env,
                           capture_output=True, text=True)
@@ -119,7 +120,8 @@ def _per_walker_step(space, configs, deltas):
                        for s, m in zip(map(tuple, configs.tolist()), map(tuple, moved.tolist()))])
 
 
-def restricted_step_speedup(store: str, model: str, walkers: int = 128, steps: int = 100) -> tuple[float, float]:
+def restricted_step_speedup(store: str, model: str, evaluator: str, walkers: int = 128,
+                            steps: int = 100) -> tuple[float, float]:
     """Seconds for `steps` PPO steps of `walkers` on the store-restricted space: one batched tree
     query per step (RestrictedSpace.step_all) against one nearest() lookup per walker that left."""
     from hydra.utils import instantiate
@@ -127,7 +129,8 @@ def restricted_step_speedup(store: str, model: str, walkers: int = 128, steps: i
     from tuning.core.task import build_tasks
     from tuning.tools.dataset import compose
 
-    cfg = compose([f"model={model}", "model.space=store", "hardware=replay", f"hardware.store={store}"])
+    cfg = compose([f"model={model}", "model.space=store", f"evaluator={evaluator}", "hardware=replay",
+                   f"hardware.store={store}"])
     hardware, evaluator = instantiate(cfg.hardware), instantiate(cfg.evaluator)
     hardware.restrict_to_store(evaluator.spec)
     space = hardware.space(build_tasks(cfg.model)[0])
@@ -161,6 +164,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", required=True, help="a measurement store holding the model's configs")
     parser.add_argument("--model", default="conv_l8", help="the task to replay (model group option)")
+    parser.add_argument("--evaluator", default="adatune_de",
+                        help="the evaluator the store was timed with (its readings are kept per evaluator; "
+                             "adatune_de: the claims' store, docs/claims.md)")
     parser.add_argument("--trials", type=int, default=256, help="candidates per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one run per seed and row")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="rows")
@@ -170,12 +176,13 @@ def main() -> None:
                         help="also run every row with the code of this git revision, alternating seed by seed")
     args = parser.parse_args()
     store = str(Path(args.store).resolve())
-    old, new = restricted_step_speedup(store, args.model)
+    old, new = restricted_step_speedup(store, args.model, args.evaluator)
     print(f"restricted-space PPO step, 128 walkers x 100 steps: per-walker lookups {old:.2f} s, batched {new:.2f} s "
           f"({old / new:.1f}x)")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    print(f"{args.model}, {args.trials} candidates per run, seeds {args.seeds}, store {args.store}, "
+    print(f"{args.model}, {args.trials} candidates per run, seeds {args.seeds}, store {args.store} "
+          f"(evaluator={args.evaluator}), "
           f"this code: {commit or 'unknown'}" + (f", before: {args.before}" if args.before else ""))
     print(f"{'method':<26}{'space':<7}{'cand/s':>8}{'wall s':>8}{'search':>8}{'model':>8}{'store':>8}{'rest':>8}"
           f"{'answered':>10}{'best us':>9}  bound by")
@@ -188,7 +195,8 @@ def main() -> None:
                 runs = {name: [] for name in trees}
                 for seed in args.seeds:
                     for name, tree in trees.items():
-                        runs[name].append(run_in(tree, store, args.model, method, space, args.trials, seed))
+                        runs[name].append(run_in(tree, store, args.model, args.evaluator, method, space,
+                                                 args.trials, seed))
                 means = {name: print_row(method + ("" if name == "now" else f" @{args.before}"), space, rows)
                          for name, rows in runs.items()}
                 if args.before:

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from tuning.search.actor_critic import (LAYERS, ActorCritic, build_agent, entropy, policy_gradient, save_agent,
-                                        taken_log_prob)
+from tuning.search.actor_critic import (LAYERS, ActorCritic, build_agent, choice_one_hot, entropy, policy_gradient,
+                                        save_agent, taken_log_prob)
 
 
 class TorchActorCritic(nn.Module):
@@ -71,11 +71,11 @@ def test_ppo_step_is_torchs_step():
     for _ in range(6):
         state, actions = rng.random((32, 7)), rng.integers(0, 3, (32, 7))
         old_log_prob, advantage, returns = rng.normal(size=32) - 7, rng.normal(size=32), rng.normal(size=32)
-        forward = agent(state, temperature)
-        ratio = np.exp(taken_log_prob(forward, actions) - old_log_prob)
+        forward, taken = agent(state, temperature), choice_one_hot(actions, 3)
+        ratio = np.exp(taken_log_prob(forward, taken) - old_log_prob)
         clipped = np.clip(ratio, 1 - clip, 1 + clip)
         weight = np.where(ratio * advantage <= clipped * advantage, ratio * advantage, 0.0)
-        agent.learn(forward, policy_gradient(forward, actions, weight, entropy_coef),
+        agent.learn(forward, policy_gradient(forward, taken, weight, entropy_coef),
                     value_coef * (forward.value - returns) / 32, 0.5)
 
         log_probs, value = twin(torch.from_numpy(state), temperature)
@@ -103,7 +103,8 @@ def test_masked_a2c_step_is_torchs_step():
         advantage = rng.normal(size=32)
         forward = agent(state, 1.0, mask)
         assert (forward.probs[~mask] == 0).all()
-        agent.learn(forward, policy_gradient(forward, actions, advantage, 0.01), -0.5 * advantage / 32, 0.5)
+        agent.learn(forward, policy_gradient(forward, choice_one_hot(actions, 9), advantage, 0.01), -0.5 * advantage / 32,
+                    0.5)
 
         log_probs, value = twin(torch.from_numpy(state), 1.0, torch.from_numpy(mask))
         taken = log_probs.gather(2, torch.from_numpy(actions)[:, :, None])[:, 0, 0]
@@ -118,7 +119,8 @@ def test_masked_a2c_step_is_torchs_step():
 def test_saved_agent_comes_back_with_its_adam_state():
     agent = ActorCritic(4, 8, 4, 3, 1e-3, seed=1)
     forward = agent(np.ones((2, 4)))
-    agent.learn(forward, policy_gradient(forward, np.zeros((2, 4), dtype=np.int64), np.ones(2), 0.1), np.ones(2), 0.5)
+    taken = choice_one_hot(np.zeros((2, 4), dtype=np.int64), 3)
+    agent.learn(forward, policy_gradient(forward, taken, np.ones(2), 0.1), np.ones(2), 0.5)
     restored = build_agent(4, 8, 4, 3, 1e-3, seed=99, saved=save_agent(agent))
     for key in ("parameters", "moment1", "moment2"):
         assert np.array_equal(getattr(restored, key), getattr(agent, key))

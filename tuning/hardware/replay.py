@@ -174,7 +174,9 @@ class ReplayHardware(Hardware):
         reads the host's description, the task key hashes its TIR)."""
         key = (task.key, json.dumps(reading_settings(spec), sort_keys=True))
         if key not in self._tables:
-            self._tables[key] = TaskRows(self.readings, self, spec, task, self.backend.space(task))
+            table = TaskRows(self.readings, self, spec, task, self.backend.space(task))
+            table.space.mark_canonical(table.configs())  # a lookup needs no TVM replay for a stored config
+            self._tables[key] = table
         return self._tables[key]
 
     def measure(self, task, configs, spec, on_result=None):

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuning.search.actor_critic import (blas_threads, build_agent, entropy, generalized_advantages, policy_gradient,
-                                        save_agent, taken_log_prob)
+from tuning.search.actor_critic import (blas_threads, build_agent, choice_one_hot, entropy, generalized_advantages,
+                                        policy_gradient, save_agent, taken_log_prob)
 from tuning.search.base import Search, fill_with_random
 
 
@@ -154,7 +154,7 @@ class NeighbourhoodA2C(Search):
         reward = np.asarray(rewards, dtype=np.float64)[None, :]
         advantage = generalized_advantages(reward, policy.value[None, :], np.zeros_like(reward), next_value,
                                            self.gamma, 0.0)[0]
-        taken = np.asarray(actions, dtype=np.int64)[:, None]
+        taken = choice_one_hot(np.asarray(actions, dtype=np.int64)[:, None], len(space.actions()))
         policy_loss = -(taken_log_prob(policy, taken) * advantage).mean()
         # the critic's target is advantage + V(s), held fixed: its gradient is -advantage
         self.agent.learn(policy, policy_gradient(policy, taken, advantage, self.entropy_coef),

@@ -8,7 +8,8 @@ its gradient step, advantage estimation and the agent's (de)serialisation for re
         `learn` back-propagates the loss's gradients with respect to the heads' logits and the value,
         clips the gradient's norm and takes one Adam step.
     policy_gradient(...)          those logit gradients for -mean(weight x log pi(a|s)) - c x entropy,
-                                  the policy term of both PPO's and A2C's loss
+                                  the policy term of both PPO's and A2C's loss (the actions taken as
+                                  choice_one_hot masks)
     generalized_advantages(...)   GAE over (steps, walkers) arrays; lambda = 0 and one step is the
                                   one-step TD error r + gamma V(s') - V(s) that A2C uses
 
@@ -28,6 +29,7 @@ import io
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -65,6 +67,14 @@ class Forward:
     @property
     def log_probs(self) -> np.ndarray:
         return self.choice_log_probs.transpose(2, 1, 0)
+
+    @cached_property
+    def p_log_p(self) -> np.ndarray:
+        """p log p per choice, (choices, heads, batch); 0 for a masked choice."""
+        if not self.masked:
+            return self.choice_probs * self.choice_log_probs
+        with np.errstate(invalid="ignore"):  # a masked choice: 0 x -inf
+            return np.where(self.choice_probs > 0, self.choice_probs * self.choice_log_probs, 0.0)
 
 
 class ActorCritic:
@@ -140,26 +150,33 @@ class ActorCritic:
         _layer_grads(grads["shared"], into_shared * (1 - shared * shared), inputs)
 
 
-def policy_gradient(forward: Forward, actions: np.ndarray, weights: np.ndarray, entropy_coef: float) -> np.ndarray:
-    """d loss / d logits (as `learn` takes them) for loss = -mean_b(weights_b x log pi(actions_b | s_b))
-    - entropy_coef x mean_b H_b, where log pi sums over the heads (actions: (batch, heads)) and H_b is
-    the heads' summed entropy. PPO's clipped surrogate is this with weights = ratio x advantage where
-    the unclipped term is the minimum (0 elsewhere); A2C's is weights = advantage."""
+def choice_one_hot(actions, choices: int) -> np.ndarray:
+    """The actions taken, (batch, heads) choice indices, as the (choices, heads, batch) bool mask the
+    losses below read."""
+    return np.asarray(actions).T[None, :, :] == np.arange(choices)[:, None, None]
+
+
+def policy_gradient(forward: Forward, taken: np.ndarray, weights: np.ndarray, entropy_coef: float) -> np.ndarray:
+    """d loss / d logits (as `learn` takes them) for loss = -mean_b(weights_b x log pi(a_b | s_b))
+    - entropy_coef x mean_b H_b, where log pi sums over the heads (`taken`: choice_one_hot of the
+    actions) and H_b is the heads' summed entropy. PPO's clipped surrogate is this with weights =
+    ratio x advantage where the unclipped term is the minimum (0 elsewhere); A2C's is weights = advantage."""
     probs = forward.choice_probs
-    p_log_p = _p_log_p(forward)
+    p_log_p = forward.p_log_p
+    batch = probs.shape[2]
     # d(-H)/dz_j = p_j (log p_j + H) for one softmax head; d(-log p_a)/dz_j = p_j - [j = a]
-    return ((np.asarray(weights) / probs.shape[2]) * (probs - _one_hot(actions, probs.shape[0]))
-            + (entropy_coef / probs.shape[2]) * (p_log_p - probs * p_log_p.sum(axis=0)))
+    return ((np.asarray(weights) / batch) * (probs - taken)
+            + (entropy_coef / batch) * (p_log_p - probs * p_log_p.sum(axis=0)))
 
 
 def entropy(forward: Forward) -> np.ndarray:
     """(batch,): each state's entropy, summed over the heads."""
-    return -_p_log_p(forward).sum(axis=(0, 1))
+    return -forward.p_log_p.sum(axis=(0, 1))
 
 
-def taken_log_prob(forward: Forward, actions: np.ndarray) -> np.ndarray:
-    """(batch,): log pi(actions | s), summed over the heads."""
-    return np.where(_one_hot(actions, forward.choice_probs.shape[0]), forward.choice_log_probs, 0.0).sum(axis=(0, 1))
+def taken_log_prob(forward: Forward, taken: np.ndarray) -> np.ndarray:
+    """(batch,): log pi(a | s) of the actions `taken` (choice_one_hot), summed over the heads."""
+    return np.where(taken, forward.choice_log_probs, 0.0).sum(axis=(0, 1))
 
 
 def build_agent(inputs: int, hidden: int, heads: int, choices: int, learning_rate: float, seed: int,
@@ -246,18 +263,6 @@ def _log_softmax(logits, masked: bool):
         normaliser = np.where(np.isfinite(normaliser), normaliser, 0.0)
     shifted -= normaliser
     return shifted
-
-
-def _one_hot(actions, choices: int) -> np.ndarray:
-    """(choices, heads, batch) bool from actions (batch, heads)."""
-    return np.asarray(actions).T[None, :, :] == np.arange(choices)[:, None, None]
-
-
-def _p_log_p(forward: Forward):
-    if not forward.masked:
-        return forward.choice_probs * forward.choice_log_probs
-    with np.errstate(invalid="ignore"):  # a masked choice: 0 x -inf
-        return np.where(forward.choice_probs > 0, forward.choice_probs * forward.choice_log_probs, 0.0)
 
 
 # ---- saved agents (untrusted: a run folder's state) ----------------------------------------------

@@ -88,6 +88,23 @@ def predict(space, cost_model, configs) -> np.ndarray:
     return np.asarray(cost_model.predict(model_input(space, cost_model, configs)), dtype=np.float64)
 
 
+class CachedScores:
+    """The cost model's scores, each distinct config predicted once: within one propose the model
+    does not change, and walkers keep landing on configs already scored (in a store-restricted space
+    most steps). Exact: a prediction depends on its own row only."""
+
+    def __init__(self, space, cost_model):
+        self.space, self.cost_model = space, cost_model
+        self.scores: dict[tuple, float] = {}
+
+    def __call__(self, configs) -> np.ndarray:
+        keys = list(map(tuple, np.asarray(configs).tolist()))
+        new = list({key: None for key in keys if key not in self.scores})
+        if new:
+            self.scores.update(zip(new, predict(self.space, self.cost_model, new).tolist()))
+        return np.fromiter(map(self.scores.__getitem__, keys), dtype=np.float64, count=len(keys))
+
+
 def fill_with_random(proposals, space, visited, n, rng) -> list:
     """Top up `proposals` to n with random unvisited configs (a walk may find fewer)."""
     proposals = list(proposals)
@@ -111,8 +128,11 @@ class TopN:
 
     def offer(self, configs, scores) -> bool:
         changed = False
-        for config, score in zip(configs, scores):
-            score = float(score)
+        scores = np.asarray(scores, dtype=np.float64)
+        if self.n > 0 and len(self.heap) == self.n:  # only a score above today's minimum can enter
+            better = np.flatnonzero(scores > self.heap[0][0]).tolist()
+            configs, scores = [configs[i] for i in better], scores[better]
+        for config, score in zip(configs, scores.tolist()):
             if self.n <= 0 or (len(self.heap) == self.n and score <= self.heap[0][0]):
                 continue
             key = self.space.canonical(config)

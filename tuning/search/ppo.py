@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuning.search.actor_critic import (blas_threads, build_agent, entropy, explained_variance,
+from tuning.search.actor_critic import (blas_threads, build_agent, choice_one_hot, entropy, explained_variance,
                                         generalized_advantages, policy_gradient, save_agent, taken_log_prob)
-from tuning.search.base import Search, TopN, fill_with_random, predict
+from tuning.search.base import CachedScores, Search, TopN, fill_with_random
 
 DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1
 
@@ -115,8 +115,9 @@ class PPO(Search):
             self._ensure_agent(len(space.knobs), rng)
             starts = self._start_configs(space, rng)
             top = TopN(space, visited, n)
-            top.offer(list(map(tuple, starts.tolist())), predict(space, cost_model, starts))
-            rollout = self._walk(space, cost_model, starts, top, rng)
+            score = CachedScores(space, cost_model)
+            top.offer(list(map(tuple, starts.tolist())), score(starts))
+            rollout = self._walk(space, score, starts, top, rng)
             self._learn(rollout, rng)
         return fill_with_random(top.sorted_configs(), space, visited, n, rng)
 
@@ -125,7 +126,7 @@ class PPO(Search):
         randoms = [space.sample(rng) for _ in range(self.episodes - len(best))]
         return np.asarray((best + randoms)[:self.episodes], dtype=np.int64)
 
-    def _walk(self, space, cost_model, configs, top, rng) -> dict:
+    def _walk(self, space, score, configs, top, rng) -> dict:
         """Run the episodes; returns the transitions as (steps, walkers, ...) arrays."""
         movable = _movable_mask(space)
         alive = np.ones(len(configs), dtype=bool)
@@ -138,10 +139,10 @@ class PPO(Search):
             moved = configs.copy()  # ended walkers stay put, unscored: their steps never reach the update
             moved[alive] = space.step_all(configs[alive], actions[alive] - 1)
             scores = np.zeros(len(configs))
-            scores[alive] = predict(space, cost_model, moved[alive])
+            scores[alive] = score(moved[alive])
             converged = alive & _converged(configs, moved, movable, self.converged_fraction)
             steps.append({"state": state, "actions": actions, "value": policy.value,
-                          "log_prob": taken_log_prob(policy, actions), "score": scores,
+                          "log_prob": taken_log_prob(policy, choice_one_hot(actions, DIRECTIONS)), "score": scores,
                           "alive": alive.copy(), "ends": converged})
             if top.offer(list(map(tuple, moved[alive].tolist())), scores[alive]):
                 last_change = len(steps)
@@ -158,39 +159,42 @@ class PPO(Search):
         advantage = generalized_advantages(reward, rollout["value"], rollout["ends"], rollout["final_value"],
                                            self.gamma, self.gae_lambda)
         returns = advantage + rollout["value"]
-        data = {"state": rollout["state"][alive], "actions": rollout["actions"][alive],
-                "log_prob": rollout["log_prob"][alive], "advantage": advantage[alive], "returns": returns[alive]}
+        data = {"state": rollout["state"][alive], "log_prob": rollout["log_prob"][alive],
+                "advantage": advantage[alive], "returns": returns[alive]}
+        taken = choice_one_hot(rollout["actions"][alive], DIRECTIONS)  # (choices, knobs, transitions)
         count = len(data["returns"])
-        diagnostics = []
+        steps = []
         for _ in range(self.epochs):
             order = rng.permutation(count)
+            shuffled = {key: value[order] for key, value in data.items()}
+            shuffled_taken = taken[:, :, order]
             for start in range(0, count, self.minibatch_size):
-                batch = {key: value[order[start:start + self.minibatch_size]] for key, value in data.items()}
-                diagnostics.append(self._gradient_step(batch))
+                window = slice(start, start + self.minibatch_size)
+                batch = {key: value[window] for key, value in shuffled.items()}
+                steps.append(self._gradient_step(batch, shuffled_taken[:, :, window]))
         self.last_round = {"steps": int(len(alive)), "transitions": count, "mean_score": float(scores[alive].mean()),
-                           **{key: float(np.mean([d[key] for d in diagnostics])) for key in diagnostics[0]},
+                           **_mean_over_minibatches(steps),
                            "explained_variance": explained_variance(rollout["value"][alive], returns[alive])}
 
-    def _gradient_step(self, batch) -> dict:
-        """One clipped-surrogate step; returns its diagnostics (CleanRL's names), each averaged over the
-        update's minibatches in metrics(): policy/value loss, entropy, approx_kl (the (r - 1) - log r
-        estimator), clipfrac (share of ratios outside 1 +- clip)."""
+    def _gradient_step(self, batch, taken) -> dict:
+        """One clipped-surrogate step; returns per-transition arrays whose minibatch means, averaged
+        over the update, are its diagnostics (CleanRL's names): policy/value loss, entropy, approx_kl
+        (the (r - 1) - log r estimator), clipfrac (share of ratios outside 1 +- clip)."""
         policy = self.agent(batch["state"], self.temperature)
-        log_ratio = taken_log_prob(policy, batch["actions"]) - batch["log_prob"]
+        log_ratio = taken_log_prob(policy, taken) - batch["log_prob"]
         ratio = np.exp(log_ratio)
         advantage = batch["advantage"]
         if len(advantage) > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std(ddof=1) + 1e-8)
-        clipped = np.clip(ratio, 1 - self.clip, 1 + self.clip)
-        unclipped_is_min = ratio * advantage <= clipped * advantage
-        policy_loss = -np.minimum(ratio * advantage, clipped * advantage).mean()
+        surrogate = ratio * advantage
+        clipped = np.clip(ratio, 1 - self.clip, 1 + self.clip) * advantage
         value_error = policy.value - batch["returns"]
-        surrogate_weight = np.where(unclipped_is_min, ratio * advantage, 0.0)  # a clipped term has no gradient
-        logit_gradient = policy_gradient(policy, batch["actions"], surrogate_weight, self.entropy_coef)
+        surrogate_weight = np.where(surrogate <= clipped, surrogate, 0.0)  # a clipped term has no gradient
+        logit_gradient = policy_gradient(policy, taken, surrogate_weight, self.entropy_coef)
         self.agent.learn(policy, logit_gradient, self.value_coef * value_error / len(value_error), self.max_grad_norm)
-        return {"policy_loss": float(policy_loss), "value_loss": float(0.5 * (value_error ** 2).mean()),
-                "entropy": float(entropy(policy).mean()), "approx_kl": float(((ratio - 1) - log_ratio).mean()),
-                "clipfrac": float((np.abs(ratio - 1) > self.clip).mean())}
+        return {"policy_loss": -np.minimum(surrogate, clipped), "value_loss": 0.5 * value_error ** 2,
+                "entropy": entropy(policy), "approx_kl": (ratio - 1) - log_ratio,
+                "clipfrac": np.abs(ratio - 1) > self.clip}
 
     def metrics(self) -> dict:
         return dict(self.last_round)
@@ -222,6 +226,15 @@ def _sample(probs: np.ndarray, rng) -> np.ndarray:
     cumulative = probs.cumsum(axis=2)
     draws = rng.random(probs.shape[:2])[:, :, None]
     return np.minimum((draws > cumulative).sum(axis=2), DIRECTIONS - 1)
+
+
+def _mean_over_minibatches(steps: list[dict]) -> dict:
+    """Each diagnostic's per-minibatch mean, averaged over the update's minibatches."""
+    sizes = np.asarray([len(step["entropy"]) for step in steps])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return {key: float(np.mean(np.add.reduceat(np.concatenate([step[key] for step in steps]).astype(np.float64),
+                                               starts) / sizes))
+            for key in steps[0]}
 
 
 def _converged(configs, moved, movable, fraction) -> np.ndarray:

@@ -9,14 +9,15 @@ falls linearly from temp[0] to temp[1]; the walk ends after `n_iter` steps or
 `early_stop` steps without a heap change. With `persistent` the walkers start
 the next round where this one left them.
 
-Every step predicts all walkers in one batch (one `space.features` and one
-`cost_model.predict` call), so a 128 x 500 round is a few seconds.
+Every step predicts the walkers' configs not scored yet this round in one batch
+(one `space.features` and one `cost_model.predict` call; base.CachedScores), so a
+128 x 500 round is a few seconds.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tuning.search.base import Search, TopN, fill_with_random, predict
+from tuning.search.base import CachedScores, Search, TopN, fill_with_random
 
 
 class SimulatedAnnealing(Search):
@@ -46,7 +47,8 @@ class SimulatedAnnealing(Search):
 
     def propose(self, space, cost_model, n, visited, rng):
         points = self._start_points(space, rng)
-        scores = predict(space, cost_model, points)
+        score = CachedScores(space, cost_model)
+        scores = score(points)
         best = TopN(space, visited, n)
         best.offer(points, scores)
 
@@ -59,7 +61,7 @@ class SimulatedAnnealing(Search):
         step = last_change = 0
         while step < self.n_iter and step < last_change + self.early_stop:
             moved = [space.random_walk(p, rng) for p in points]
-            moved_scores = predict(space, cost_model, moved)
+            moved_scores = score(moved)
             # clipped: a better move is always taken, and exp never overflows
             exponent = np.clip((moved_scores - scores) / (temperature + 1e-5), -700.0, 0.0)
             accept = rng.random(len(points)) < np.exp(exponent)
