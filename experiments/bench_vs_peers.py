@@ -17,6 +17,9 @@
    tuner (geometric mean over seeds x passes of the ratios paired by pass and seed, bootstrap 95% CI
    resampling seeds); the median tuning wall time. Then the geomeans over workloads, relative to
    torch and to MetaSchedule's tuner (`--no-peer`: the lab's methods and the libraries only).
+4. Where each job's tuning seconds went: a lab run's search, model, measure (builds, runs, the
+   store, the workers' messages), tracking, state and the loop's own Python as shares of its
+   rounds' wall (its final_metrics.json), and tune_tir's own profiler scopes (work/profile.json).
 
 The hardware is conf/hardware's `--hardware` (Hydra overrides, default hardware=cpu) at --threads
 threads, for the lab's runs, MetaSchedule's target and the re-timing alike. Real hardware only; run it
@@ -263,6 +266,59 @@ def wall_minutes(args, workload, method) -> float:
     return float(np.median(walls)) / 60 if walls else float("nan")
 
 
+# ---- 3. where the tuning seconds went -------------------------------------------------------------
+LAB_SHARES = ("search_s", "model_s", "measure_s", "tracking_s", "state_s")  # tuning.loop.ROUND_TIMES
+
+
+def lab_shares(folder: Path) -> dict | None:
+    """A lab run's wall seconds by part (its final_metrics.json run/*), as shares of its rounds' wall."""
+    from tuning.tools.sync import FINAL_METRICS_FILE
+
+    path = folder / "run" / FINAL_METRICS_FILE
+    if not path.exists():
+        return None
+    metrics = json.loads(path.read_text())["metrics"]
+    wall = metrics.get("run/wall_s", 0.0)
+    if wall <= 0 or any(f"run/{key}" not in metrics for key in LAB_SHARES):
+        return None  # a run from before these were kept
+    shares = {key[:-2]: metrics[f"run/{key}"] / wall for key in LAB_SHARES}
+    shares["python"] = 1 - sum(shares.values())
+    shares["run (in measure)"] = metrics["run/run_s"] / wall
+    return shares
+
+
+def metaschedule_shares(folder: Path) -> dict | None:
+    """tune_tir's ms.Profiler scopes as shares of its total."""
+    from tuning.hardware.tvm_peers import PROFILE_FILE
+
+    path = folder / "work" / PROFILE_FILE
+    if not path.exists():
+        return None
+    scopes = json.loads(path.read_text())
+    total = scopes.pop("Total", 0.0)
+    return {name: value / total for name, value in sorted(scopes.items(), key=lambda kv: -kv[1])[:8]} if total else None
+
+
+def overhead_report(args) -> list[str]:
+    """Per workload and row, the median over seeds of each part's share of the tuning wall time; the
+    lab's overhead is everything but measure (builds, runs, the store and the workers' messages)."""
+    lines = ["", "where the tuning seconds went (median share over seeds; lab: the rounds' wall; "
+             "metaschedule: its profiler's total):"]
+    for workload in args.workloads:
+        for method in rows(args):
+            read = metaschedule_shares if method == PEER else lab_shares
+            found = [read(args.out / workload / folder_name(method) / f"seed{s}") for s in args.seeds]
+            found = [f for f in found if f]
+            if not found:
+                continue
+            keys = list(found[0])
+            medians = {k: float(np.median([f.get(k, 0.0) for f in found])) for k in keys}
+            parts = "  ".join(f"{k} {v:.1%}" for k, v in medians.items())
+            overhead = "" if method == PEER else f"  -> outside measure {1 - medians['measure']:.1%}"
+            lines.append(f"  {workload:10s} {method:34s} {parts}{overhead}")
+    return lines
+
+
 def report(args, seconds: dict) -> str:
     rng = np.random.default_rng(0)
     lines = [f"{args.trials} measurements a tuning job (a row's own budget.trials= where it names one), "
@@ -292,7 +348,7 @@ def report(args, seconds: dict) -> str:
                       "(95% CI resampling workload-seed pairs):"]
             lines += [f"  {name:34s} " + "{:.2f}x [{:.2f}, {:.2f}]".format(*geomean_ci(ratios, rng))
                       for name, ratios in by_name.items() if ratios and name != "torch"]
-    return "\n".join(lines)
+    return "\n".join(lines + overhead_report(args))
 
 
 def main(argv=None) -> None:

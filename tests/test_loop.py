@@ -391,3 +391,23 @@ def test_init_random_survives_a_resume(tmp_path):
     resumed = tune_task(task, parts, RunInfo(seed=3, out_dir=out, method="r", trials=48,
                                              plan_size=parts.search.default_plan_size, init_random=40))
     assert [tuple(r.config) for r in resumed.records][:40] == whole[:40]
+
+
+def test_round_times_account_for_the_wall_and_keep_tracking_apart(tmp_path):
+    """Every second of a round lands in one share: a callback that sleeps in on_result is
+    tracking, not measuring; the shares never add up to more than the rounds' wall."""
+    from tuning.callbacks import MeasureCallback
+    from tuning.loop import ROUND_TIMES
+
+    class Slow(MeasureCallback):
+        def on_result(self, tuner, record):
+            time.sleep(0.01)
+
+    parts = components(seed=0)
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=24, plan_size=8, callbacks=[Slow()])
+    times = tune_task(gemm_task("g", 64, 64, 64), parts, run).times
+    assert set(times) == set(ROUND_TIMES) and all(v >= 0 for v in times.values())
+    assert times["tracking_s"] >= 24 * 0.01
+    parts_sum = sum(times[k] for k in ("search_s", "model_s", "measure_s", "tracking_s", "state_s"))
+    assert parts_sum <= times["wall_s"] + 1e-6
+    assert times["measure_s"] < times["tracking_s"]  # synthetic measuring is instant; the sleeps are tracking

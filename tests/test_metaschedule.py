@@ -289,6 +289,29 @@ def test_peer_benchmark_pairs_by_seed_and_pass(experiment_script, tmp_path):
     assert "0.50x" in table and "speed relative to metaschedule" in table
 
 
+def test_peer_benchmark_says_where_the_tuning_seconds_went(experiment_script, tmp_path):
+    bench = experiment_script("bench_vs_peers")
+    args = bench.parse_args(["--workloads", "conv_l8", "--seeds", "0", "1", "--methods", "sa+greedy+xgb",
+                             "--out", str(tmp_path)])
+    lab = {"run/wall_s": 100.0, "run/search_s": 3.0, "run/model_s": 1.0, "run/measure_s": 90.0,
+           "run/tracking_s": 2.0, "run/state_s": 0.5, "run/run_s": 40.0}
+    for seed in (0, 1):
+        folder = tmp_path / "conv_l8" / "sa+greedy+xgb" / f"seed{seed}"
+        (folder / "run").mkdir(parents=True)
+        (folder / "run" / "final_metrics.json").write_text(json.dumps({"step": 256, "metrics": lab}))
+        (folder.parent.parent / bench.PEER / f"seed{seed}" / "work").mkdir(parents=True)
+        (folder.parent.parent / bench.PEER / f"seed{seed}" / "work" / "profile.json").write_text(
+            json.dumps({"Total": 200.0, "EvoSearch": 20.0, "JoinRunnerFutures": 150.0}))
+    lines = "\n".join(bench.overhead_report(args))
+    assert "search 3.0%" in lines and "python 3.5%" in lines and "outside measure 10.0%" in lines
+    assert "JoinRunnerFutures 75.0%" in lines and "EvoSearch 10.0%" in lines
+    old = dict(lab)
+    del old["run/measure_s"]  # a run from before the loop kept measure_s: no row, no guess
+    (tmp_path / "conv_l8" / "sa+greedy+xgb" / "seed0" / "run" / "final_metrics.json").write_text(
+        json.dumps({"step": 256, "metrics": old}))
+    assert bench.lab_shares(tmp_path / "conv_l8" / "sa+greedy+xgb" / "seed0") is None
+
+
 def test_a_peer_benchmark_row_may_have_its_own_budget(experiment_script):
     bench = experiment_script("bench_vs_peers")
     args = bench.parse_args(["--trials", "256", "--methods", "sa+greedy+xgb:budget.trials=1000", "sa+greedy+xgb"])

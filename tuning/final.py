@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 
 from tuning.core.outcome import summary, weighted_latency_ms
+from tuning.loop import ROUND_TIMES
 from tuning.naming import FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US
 from tuning.whole_model import e2e_line
 from tuning.tools.sync import save_final_metrics
 
-TIME_KEYS = ("search_s", "model_s", "build_s", "run_s")
+TIME_KEYS = ROUND_TIMES
 
 
 def log_final_metrics(outcomes, parts, progress, tuning_wall_s: float, out_dir, store_writer=None) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,18 @@ from tuning.store import jsonable
 from tuning.tracking.base import Tracker
 
 log = logging.getLogger("tunelab")
+
+# Where a task's wall seconds go, summed over its rounds (TaskOutcome.times, logged as time/*):
+#   search_s    the search's propose and observe and the sampler's select
+#   model_s     the cost model's fits
+#   measure_s   the evaluator's measure: builds and runs (pipelined in the workers), the store, the
+#               workers' messages (its callbacks' seconds excluded)
+#   build_s, run_s   the results' own build and run seconds (stored ones under replay)
+#   tracking_s  the measure callbacks: MLflow's metrics, the progress bar, an Optuna trial's pruning
+#   state_s     saving the search's and rng's state for resume
+#   wall_s      the rounds' wall seconds; wall_s - search - model - measure - tracking - state is
+#               the loop's own Python
+ROUND_TIMES = ("search_s", "model_s", "measure_s", "build_s", "run_s", "tracking_s", "state_s", "wall_s")
 
 
 @dataclass
@@ -182,7 +195,7 @@ class TaskTuner:
         self.visited = {tuple(r.config) for r in self.records}
         self.rng, self.round_index = restore_state(run.out_dir, task, parts.search, run.seed, task_index,
                                                       parts.cost_model)
-        self.times = {"search_s": 0.0, "model_s": 0.0, "build_s": 0.0, "run_s": 0.0, "wall_s": 0.0}
+        self.times = {name: 0.0 for name in ROUND_TIMES}
         self.outcome = TaskOutcome(task, self.records, times=self.times, reused=len(prior))
         self.enumerated = (enumeration_order(self.space, task, run.seed)
                            if self.space.size <= max(run.plan_size, run.min_trials_per_task) else None)
@@ -244,8 +257,9 @@ class TaskTuner:
         if not batch:
             self._stop("space enumerated" if self.enumerated is not None else "space exhausted")
             return None
-        for callback in self.callbacks:
-            callback.before_measure(self, batch)
+        with _seconds(self.times, "tracking_s"):
+            for callback in self.callbacks:
+                callback.before_measure(self, batch)
         round_index, first_index = self.round_index, len(self.records) - self.outcome.reused
         limits = bounds_of(task, parts.hardware)
 
@@ -261,20 +275,26 @@ class TaskTuner:
             self.records.append(record)
             self.visited.add(config)
             run.progress.measured += 1
-            for callback in self.callbacks:
-                callback.on_result(self, record)
+            with _seconds(self.times, "tracking_s"):
+                for callback in self.callbacks:
+                    callback.on_result(self, record)
 
+        measuring, tracked = time.perf_counter(), self.times["tracking_s"]
         results = [r.within(limits) for r in parts.evaluator.measure(parts.hardware, task, batch, on_result=write)]
+        self.times["measure_s"] += time.perf_counter() - measuring - (self.times["tracking_s"] - tracked)
         self.times["build_s"] += sum(r.build_s for r in results)
         self.times["run_s"] += sum(r.run_s for r in results)
         _fit(parts.cost_model, self.space, task, self.records, self.times)
-        parts.search.observe(batch, results)
+        with _seconds(self.times, "search_s"):
+            parts.search.observe(batch, results)
         self.round_index += 1
-        save_state(run.out_dir, task, parts.search, self.rng, self.round_index, parts.cost_model)
+        with _seconds(self.times, "state_s"):
+            save_state(run.out_dir, task, parts.search, self.rng, self.round_index, parts.cost_model)
         self.times["wall_s"] += time.perf_counter() - started  # real seconds, beside the (maybe stored) build/run
         report = RoundReport(self, batch, results, round_index, search_s, run.progress.measured,
                              list(outcomes))
-        reasons = [callback.after_round(report) for callback in self.callbacks]
+        with _seconds(self.times, "tracking_s", "wall_s"):
+            reasons = [callback.after_round(report) for callback in self.callbacks]
         if self.enumerated is not None and not self._next_enumerated(1):
             self._stop("space enumerated")
         return next((reason for reason in reasons if reason), None)
@@ -321,6 +341,18 @@ def _out_of_time(run: RunInfo) -> bool:
 
 
 # ---- pieces of the loop ------------------------------------------------------------------
+@contextmanager
+def _seconds(times: dict, *names: str):
+    """Adds the block's wall seconds to each of times[names]."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        elapsed = time.perf_counter() - started
+        for name in names:
+            times[name] += elapsed
+
+
 def _early_stop(run: RunInfo, records) -> str | None:
     if run.early_stop and records:
         costs = [r.result.cost for r in records]

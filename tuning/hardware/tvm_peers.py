@@ -7,6 +7,7 @@ baseline.
 """
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from tuning.hardware.tvm_export import _call
 from tuning.hardware.tvm_space import (fast_tensor_intrin_import, make_target, prim_func, register_pool_fallbacks,
                                        target_key)
 from tuning.hardware.tvm_worker import reference_arrays
+
+PROFILE_FILE = "profile.json"  # tune_tir's ms.Profiler seconds per scope, beside its database
 
 
 def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials: int, seed: int, spec,
@@ -34,9 +37,12 @@ def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials:
     runner = ms.runner.create("local", timeout_sec=spec.timeout_s, evaluator_config=ms.runner.EvaluatorConfig(
         number=spec.number, repeat=spec.repeat, min_repeat_ms=spec.min_repeat_ms,
         enable_cpu_cache_flush=spec.cache_flush))
-    ms.tune_tir(mod=prim_func(workload), target=make_target(target), work_dir=str(work_dir),
-                max_trials_global=trials, num_trials_per_iter=trials_per_round, builder=builder, runner=runner,
-                num_tuning_cores=threads, seed=seed)
+    with ms.Profiler() as profiler:
+        ms.tune_tir(mod=prim_func(workload), target=make_target(target), work_dir=str(work_dir),
+                    max_trials_global=trials, num_trials_per_iter=trials_per_round, builder=builder, runner=runner,
+                    num_tuning_cores=threads, seed=seed)
+    # MetaSchedule's own account of its seconds (scopes such as EvoSearch, SendToBuilder, JoinRunnerFutures)
+    (Path(work_dir) / PROFILE_FILE).write_text(json.dumps({str(k): float(v) for k, v in profiler.get().items()}))
 
 
 def metaschedule_best(workload: dict, target: dict, work_dir: Path):

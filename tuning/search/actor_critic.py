@@ -81,18 +81,17 @@ class ActorCritic:
     def __init__(self, inputs: int, hidden: int, heads: int, choices: int, learning_rate: float, seed: int):
         self.shape = (inputs, hidden, heads, choices)
         self.learning_rate = learning_rate
-        layer_shapes = {"shared": (hidden, inputs), "policy": (hidden, hidden), "heads": (heads * choices, hidden),
-                        "value1": (hidden, hidden), "value2": (hidden, hidden), "value_out": (1, hidden)}
-        total = sum(rows * cols + rows for rows, cols in layer_shapes.values())
+        total = hidden * (inputs + 1) + 3 * hidden * (hidden + 1) + heads * choices * (hidden + 1) + hidden + 1
         self.parameters = np.zeros(total)
         self.gradient = np.zeros(total)
         self.moment1 = np.zeros(total)
         self.moment2 = np.zeros(total)
         self.steps = 0
-        self.layers = _views(self.parameters, layer_shapes)  # the heads' rows are choice-major: choice x heads + head
-        self.gradients = _views(self.gradient, layer_shapes)
+        self.layers = _views(self.parameters, self.shape)
+        self.gradients = _views(self.gradient, self.shape)
         rng = np.random.default_rng(seed)
-        for weight, bias in self.layers.values():
+        for layer in LAYERS:
+            weight, bias = self.layers[layer]
             bound = 1.0 / np.sqrt(weight.shape[1])
             weight[:] = rng.uniform(-bound, bound, weight.shape)
             bias[:] = rng.uniform(-bound, bound, bias.shape)
@@ -100,19 +99,18 @@ class ActorCritic:
     def __call__(self, state, temperature: float = 1.0, mask=None) -> Forward:
         """state (batch, inputs); mask (batch, heads, choices), False removes a choice."""
         layers = self.layers
-        _, _, heads, choices = self.shape
+        _, hidden, heads, choices = self.shape
         inputs = np.asarray(state, dtype=np.float64).T
         shared = _tanh_layer(layers["shared"], inputs)
-        policy = _tanh_layer(layers["policy"], shared)
-        logits = _layer(layers["heads"], policy).reshape(choices, heads, -1)
+        branches = _tanh_layer(layers["branches"], shared)  # the policy's and the value's first layers at once
+        logits = _layer(layers["heads"], branches[:hidden]).reshape(choices, heads, -1)
         logits *= 1.0 / temperature
         if mask is not None:
             logits = np.where(np.asarray(mask, dtype=bool).transpose(2, 1, 0), logits, -np.inf)
         log_probs = _log_softmax(logits, masked=mask is not None)
-        value1 = _tanh_layer(layers["value1"], shared)
-        value2 = _tanh_layer(layers["value2"], value1)
+        value2 = _tanh_layer(layers["value2"], branches[hidden:])
         value = _layer(layers["value_out"], value2)[0]
-        return Forward(np.exp(log_probs), log_probs, value, (inputs, shared, policy, value1, value2), temperature,
+        return Forward(np.exp(log_probs), log_probs, value, (inputs, shared, branches, value2), temperature,
                        mask is not None)
 
     def learn(self, forward: Forward, logit_gradient: np.ndarray, value_gradient: np.ndarray,
@@ -133,21 +131,22 @@ class ActorCritic:
         self.parameters -= (self.learning_rate / (1 - beta1 ** self.steps)) * moment1 / denominator
 
     def _backward(self, forward: Forward, logit_gradient, value_gradient) -> None:
-        inputs, shared, policy, value1, value2 = forward.activations
+        inputs, shared, branches, value2 = forward.activations
         layers, grads = self.layers, self.gradients
+        hidden = self.shape[1]
+        into_branches = np.empty_like(branches)
         up = logit_gradient.reshape(-1, inputs.shape[1]) * (1.0 / forward.temperature)
-        _layer_grads(grads["heads"], up, policy)
-        up = (layers["heads"][0].T @ up) * (1 - policy * policy)
-        _layer_grads(grads["policy"], up, shared)
-        into_shared = layers["policy"][0].T @ up
+        _layer_grads(grads["heads"], up, branches[:hidden])
+        np.matmul(layers["heads"][0].T, up, out=into_branches[:hidden])
         up = np.asarray(value_gradient, dtype=np.float64)[None, :]
         _layer_grads(grads["value_out"], up, value2)
         up = (layers["value_out"][0].T @ up) * (1 - value2 * value2)
-        _layer_grads(grads["value2"], up, value1)
-        up = (layers["value2"][0].T @ up) * (1 - value1 * value1)
-        _layer_grads(grads["value1"], up, shared)
-        into_shared += layers["value1"][0].T @ up
-        _layer_grads(grads["shared"], into_shared * (1 - shared * shared), inputs)
+        _layer_grads(grads["value2"], up, branches[hidden:])
+        np.matmul(layers["value2"][0].T, up, out=into_branches[hidden:])
+        into_branches *= 1 - branches * branches
+        _layer_grads(grads["branches"], into_branches, shared)
+        up = (layers["branches"][0].T @ into_branches) * (1 - shared * shared)
+        _layer_grads(grads["shared"], up, inputs)
 
 
 def choice_one_hot(actions, choices: int) -> np.ndarray:
@@ -224,16 +223,25 @@ def explained_variance(predicted: np.ndarray, returns: np.ndarray) -> float:
 
 
 # ---- layers (the batch along the last axis) ------------------------------------------------------
-def _views(flat: np.ndarray, layer_shapes: dict) -> dict:
-    """{layer: (weight, bias)} as views into `flat`, in LAYERS order (torch's parameters() order)."""
-    views, offset = {}, 0
-    for name in LAYERS:
-        rows, cols = layer_shapes[name]
-        weight = flat[offset:offset + rows * cols].reshape(rows, cols)
-        offset += rows * cols
-        views[name] = (weight, flat[offset:offset + rows])
-        offset += rows
-    return views
+def _views(flat: np.ndarray, shape: tuple) -> dict:
+    """{layer: (weight, bias)} as views into `flat`. The policy's and the value's first layers (both
+    read the shared layer) lie one above the other, so "branches" is both as one layer."""
+    inputs, hidden, heads, choices = shape
+    offset = 0
+
+    def take(*dims):
+        nonlocal offset
+        size = int(np.prod(dims))
+        offset += size
+        return flat[offset - size:offset].reshape(dims)
+
+    shared = (take(hidden, inputs), take(hidden))
+    branches = (take(2 * hidden, hidden), take(2 * hidden))
+    return {"shared": shared, "branches": branches,
+            "policy": (branches[0][:hidden], branches[1][:hidden]),
+            "value1": (branches[0][hidden:], branches[1][hidden:]),
+            "heads": (take(heads * choices, hidden), take(heads * choices)),  # rows choice-major: choice x heads + head
+            "value2": (take(hidden, hidden), take(hidden)), "value_out": (take(1, hidden), take(1))}
 
 
 def _layer(layer, inputs):
@@ -278,17 +286,22 @@ def _load_npz(raw: bytes) -> dict | None:
 
 
 def _from_torch(raw: bytes, shape: tuple) -> dict:
-    """The arrays of an agent and Adam state saved by the torch implementation: the same layers in the
-    same order, but the heads' rows were head-major (head x choices + choice)."""
+    """The arrays of an agent and Adam state saved by the torch implementation: the same layers
+    (LAYERS, named TORCH_NAMES there), but the heads' rows were head-major (head x choices + choice)."""
     import torch  # only to read agents saved before the network was numpy
 
     _, _, heads, choices = shape
 
-    def flat(tensors):
-        arrays = [t.double().numpy() for t in tensors]
-        for i in (4, 5):  # policy.2.weight, policy.2.bias
-            arrays[i] = arrays[i].reshape(heads, choices, -1).transpose(1, 0, 2).reshape(arrays[i].shape)
-        return np.concatenate([a.ravel() for a in arrays])
+    def flat(tensors) -> np.ndarray:
+        out = np.zeros(ActorCritic(*shape, learning_rate=0.0, seed=0).parameters.shape)
+        views = _views(out, shape)
+        for i, layer in enumerate(LAYERS):
+            for j, array in enumerate(views[layer]):
+                value = tensors[2 * i + j].double().numpy()
+                if layer == "heads":
+                    value = value.reshape(heads, choices, -1).transpose(1, 0, 2).reshape(value.shape)
+                array[:] = value
+        return out
 
     try:
         state = torch.load(io.BytesIO(raw), weights_only=True)
