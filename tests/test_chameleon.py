@@ -228,3 +228,15 @@ def test_table_names_the_papers_columns_and_compares_with_sa(experiment_script):
     [row] = [r for r in result.budget_table if r["method"] == "AE+AS"]
     assert row["ratio"] == pytest.approx(0.9) and row["verdict"] == "better"
     assert any("1.98x fewer measurements with SA" in line for line in table.paper_lines())
+
+
+@pytest.mark.parametrize("count,size", [(70, 32), (64, 32), (5, 32), (7, 1), (33, 32)])
+def test_advantages_are_standardised_per_minibatch_as_one_at_a_time_would(count, size):
+    from tuning.search.ppo import _normalised_per_minibatch
+
+    advantage = np.random.default_rng(count).normal(size=count)
+    expected = []
+    for start in range(0, count, size):
+        part = advantage[start:start + size]
+        expected.append((part - part.mean()) / (part.std(ddof=1) + 1e-8) if len(part) > 1 else part)
+    assert np.array_equal(_normalised_per_minibatch(advantage, size), np.concatenate(expected))

@@ -90,12 +90,17 @@ def predict(space, cost_model, configs) -> np.ndarray:
 
 class CachedScores:
     """The cost model's scores, each distinct config predicted once: within one propose the model
-    does not change, and walkers keep landing on configs already scored (in a store-restricted space
-    most steps). Exact: a prediction depends on its own row only."""
+    does not change, and walkers keep landing on configs already scored. A small space (a
+    store-restricted one) is scored whole up front. Exact: a prediction depends on its own row only."""
+
+    PRIME_UP_TO = 4096  # a space this small (a store-restricted one) is scored whole, in one call
 
     def __init__(self, space, cost_model):
         self.space, self.cost_model = space, cost_model
         self.scores: dict[tuple, float] = {}
+        if space.size <= self.PRIME_UP_TO:
+            every = list(space.enumerate())
+            self.scores.update(zip(every, predict(space, cost_model, every).tolist()))
 
     def __call__(self, configs) -> np.ndarray:
         keys = list(map(tuple, np.asarray(configs).tolist()))

@@ -167,34 +167,45 @@ class PPO(Search):
         for _ in range(self.epochs):
             order = rng.permutation(count)
             shuffled = {key: value[order] for key, value in data.items()}
+            shuffled["advantage"] = _normalised_per_minibatch(shuffled["advantage"], self.minibatch_size)
             shuffled_taken = taken[:, :, order]
             for start in range(0, count, self.minibatch_size):
                 window = slice(start, start + self.minibatch_size)
                 batch = {key: value[window] for key, value in shuffled.items()}
                 steps.append(self._gradient_step(batch, shuffled_taken[:, :, window]))
         self.last_round = {"steps": int(len(alive)), "transitions": count, "mean_score": float(scores[alive].mean()),
-                           **_mean_over_minibatches(steps),
+                           **self._diagnostics(steps),
                            "explained_variance": explained_variance(rollout["value"][alive], returns[alive])}
 
     def _gradient_step(self, batch, taken) -> dict:
-        """One clipped-surrogate step; returns per-transition arrays whose minibatch means, averaged
-        over the update, are its diagnostics (CleanRL's names): policy/value loss, entropy, approx_kl
-        (the (r - 1) - log r estimator), clipfrac (share of ratios outside 1 +- clip)."""
+        """One clipped-surrogate step (the advantages come normalised per minibatch); returns the
+        arrays its diagnostics are computed from."""
         policy = self.agent(batch["state"], self.temperature)
         log_ratio = taken_log_prob(policy, taken) - batch["log_prob"]
         ratio = np.exp(log_ratio)
         advantage = batch["advantage"]
-        if len(advantage) > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std(ddof=1) + 1e-8)
         surrogate = ratio * advantage
         clipped = np.clip(ratio, 1 - self.clip, 1 + self.clip) * advantage
         value_error = policy.value - batch["returns"]
         surrogate_weight = np.where(surrogate <= clipped, surrogate, 0.0)  # a clipped term has no gradient
         logit_gradient = policy_gradient(policy, taken, surrogate_weight, self.entropy_coef)
         self.agent.learn(policy, logit_gradient, self.value_coef * value_error / len(value_error), self.max_grad_norm)
-        return {"policy_loss": -np.minimum(surrogate, clipped), "value_loss": 0.5 * value_error ** 2,
-                "entropy": entropy(policy), "approx_kl": (ratio - 1) - log_ratio,
-                "clipfrac": np.abs(ratio - 1) > self.clip}
+        return {"ratio": ratio, "log_ratio": log_ratio, "surrogate": surrogate, "clipped": clipped,
+                "value_error": value_error, "entropy": entropy(policy)}
+
+    def _diagnostics(self, steps: list[dict]) -> dict:
+        """CleanRL's diagnostics, each the mean over the update's minibatches of its minibatch mean:
+        policy/value loss, entropy, approx_kl (the (r - 1) - log r estimator), clipfrac (share of
+        ratios outside 1 +- clip)."""
+        every = {key: np.concatenate([step[key] for step in steps]) for key in steps[0]}
+        ratio = every["ratio"]
+        per_transition = {"policy_loss": -np.minimum(every["surrogate"], every["clipped"]),
+                          "value_loss": 0.5 * every["value_error"] ** 2, "entropy": every["entropy"],
+                          "approx_kl": (ratio - 1) - every["log_ratio"],
+                          "clipfrac": (np.abs(ratio - 1) > self.clip).astype(np.float64)}
+        sizes = np.asarray([len(step["ratio"]) for step in steps])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return {key: float(np.mean(np.add.reduceat(values, starts) / sizes)) for key, values in per_transition.items()}
 
     def metrics(self) -> dict:
         return dict(self.last_round)
@@ -228,13 +239,21 @@ def _sample(probs: np.ndarray, rng) -> np.ndarray:
     return np.minimum((draws > cumulative).sum(axis=2), DIRECTIONS - 1)
 
 
-def _mean_over_minibatches(steps: list[dict]) -> dict:
-    """Each diagnostic's per-minibatch mean, averaged over the update's minibatches."""
-    sizes = np.asarray([len(step["entropy"]) for step in steps])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return {key: float(np.mean(np.add.reduceat(np.concatenate([step[key] for step in steps]).astype(np.float64),
-                                               starts) / sizes))
-            for key in steps[0]}
+def _normalised_per_minibatch(advantage: np.ndarray, size: int) -> np.ndarray:
+    """Each minibatch's advantages (consecutive `size`-long windows) standardised over that
+    minibatch, all at once; a minibatch of one stays as it is."""
+    out = advantage.copy()
+    if size == 1:
+        return out
+    full = len(advantage) // size * size
+    if full:
+        rows = advantage[:full].reshape(-1, size)
+        out[:full] = ((rows - rows.mean(axis=1, keepdims=True))
+                      / (rows.std(axis=1, ddof=1, keepdims=True) + 1e-8)).ravel()
+    rest = advantage[full:]
+    if len(rest) > 1:
+        out[full:] = (rest - rest.mean()) / (rest.std(ddof=1) + 1e-8)
+    return out
 
 
 def _converged(configs, moved, movable, fraction) -> np.ndarray:
