@@ -77,6 +77,16 @@ def test_every_move_of_a_restricted_space_lands_inside_it():
     assert all(tuple(row) in held for row in moved.tolist())
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_restricted_space_tells_held_rows_as_its_set_does(packed):
+    space, held = restricted(count=60)
+    if not packed:  # a space too wide for one integer per config falls back to the set
+        space._radix = space._allowed_keys = None
+    rng = np.random.default_rng(1)
+    rows = np.asarray([space.base.sample(rng) for _ in range(200)] + list(held)[:50], dtype=np.int64)
+    assert space._held(rows).tolist() == [tuple(r) in held for r in rows.tolist()]
+
+
 def test_a_batched_restricted_step_matches_one_nearest_lookup_per_walker():
     space, held = restricted(count=60)
     rng = np.random.default_rng(2)

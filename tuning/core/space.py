@@ -347,6 +347,11 @@ class RestrictedSpace(Space):
         self._allowed_set = set(self.allowed)
         self._allowed_array = np.asarray(self.allowed, dtype=np.int64)
         self._tree = cKDTree(self._embed(self.allowed))
+        # each config as one mixed-radix integer, for a vectorised membership test (None: too wide)
+        radix = np.cumprod([1, *self.dims[:-1]], dtype=object)
+        fits = math.prod(self.dims) < 2 ** 62
+        self._radix = np.asarray(radix, dtype=np.int64) if fits else None
+        self._allowed_keys = np.sort(self._allowed_array @ self._radix) if fits else None
 
     @property
     def size(self) -> int:
@@ -384,7 +389,7 @@ class RestrictedSpace(Space):
         its start (one batched tree query: PPO steps 128 walkers a few hundred times a round)."""
         configs = np.asarray(configs, dtype=np.int64)
         moved = super().step_all(configs, deltas)
-        outside = np.array([config not in self._allowed_set for config in map(tuple, moved.tolist())], dtype=bool)
+        outside = ~self._held(moved)
         if outside.any():
             k = min(2, len(self.allowed))
             _, index = self._tree.query(self._embed(moved[outside]), k=k)
@@ -393,6 +398,14 @@ class RestrictedSpace(Space):
             is_start = (nearest == configs[outside]).all(axis=1)
             moved[outside] = np.where(is_start[:, None], second, nearest)
         return moved
+
+    def _held(self, configs: np.ndarray) -> np.ndarray:
+        """Which rows are held configs."""
+        if self._radix is None:
+            return np.array([config in self._allowed_set for config in map(tuple, configs.tolist())], dtype=bool)
+        keys = configs @ self._radix
+        at = np.minimum(np.searchsorted(self._allowed_keys, keys), len(self._allowed_keys) - 1)
+        return self._allowed_keys[at] == keys
 
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
         return [c for c in self.base.neighbors(config, moves) if c in self._allowed_set]
