@@ -135,7 +135,7 @@ class PPO(Search):
         while len(steps) < self.max_steps and alive.any() and len(steps) < last_change + self.early_stop:
             state = space.normalized(configs)
             policy = self.agent(state, self.temperature)
-            actions = _sample(policy.probs, rng)
+            actions = _sample(policy.choice_probs, rng)
             moved = configs.copy()  # ended walkers stay put, unscored: their steps never reach the update
             moved[alive] = space.step_all(configs[alive], actions[alive] - 1)
             scores = np.zeros(len(configs))
@@ -159,7 +159,7 @@ class PPO(Search):
         advantage = generalized_advantages(reward, rollout["value"], rollout["ends"], rollout["final_value"],
                                            self.gamma, self.gae_lambda)
         returns = advantage + rollout["value"]
-        data = {"state": rollout["state"][alive], "log_prob": rollout["log_prob"][alive],
+        data = {"state": rollout["state"][alive].astype(np.float64), "log_prob": rollout["log_prob"][alive],
                 "advantage": advantage[alive], "returns": returns[alive]}
         taken = choice_one_hot(rollout["actions"][alive], DIRECTIONS)  # (choices, knobs, transitions)
         count = len(data["returns"])
@@ -232,11 +232,12 @@ class PPO(Search):
         self.agent = None
 
 
-def _sample(probs: np.ndarray, rng) -> np.ndarray:
-    """One direction per knob per walker, drawn from the heads' probabilities."""
-    cumulative = probs.cumsum(axis=2)
-    draws = rng.random(probs.shape[:2])[:, :, None]
-    return np.minimum((draws > cumulative).sum(axis=2), DIRECTIONS - 1)
+def _sample(choice_probs: np.ndarray, rng) -> np.ndarray:
+    """One direction per knob per walker, (walkers, knobs), drawn from the heads' probabilities
+    (choices, knobs, walkers): a uniform draw per head against its cumulative probabilities."""
+    cumulative = choice_probs.cumsum(axis=0)
+    draws = rng.random(choice_probs.shape[:0:-1]).T
+    return np.minimum((draws[None] > cumulative).sum(axis=0), DIRECTIONS - 1).T
 
 
 def _normalised_per_minibatch(advantage: np.ndarray, size: int) -> np.ndarray:
