@@ -87,6 +87,14 @@ def test_a_restricted_space_tells_held_rows_as_its_set_does(packed):
     assert space._held(rows).tolist() == [tuple(r) in held for r in rows.tolist()]
 
 
+def test_a_restricted_space_walks_all_as_one_walk_at_a_time_would():
+    space, held = restricted(count=60)
+    starts = [space.sample(np.random.default_rng(i)) for i in range(128)]
+    one_by_one = [space.random_walk(c, rng) for rng in [np.random.default_rng(7)] for c in starts]
+    together = space.random_walk_all(starts, np.random.default_rng(7))
+    assert together == one_by_one and set(together) <= held
+
+
 def test_a_batched_restricted_step_matches_one_nearest_lookup_per_walker():
     space, held = restricted(count=60)
     rng = np.random.default_rng(2)

@@ -272,6 +272,10 @@ class Space:
         new[knob] = value
         return tuple(new)
 
+    def random_walk_all(self, configs, rng: np.random.Generator) -> list[Config]:
+        """random_walk of each config in turn (the same draws, in the same order)."""
+        return [self.random_walk(config, rng) for config in configs]
+
     # ---- identity and description -----------------------------------------
     def canonical(self, config: Config) -> Config:
         config = tuple(int(c) for c in config)
@@ -384,11 +388,21 @@ class RestrictedSpace(Space):
         moved = self.base.random_walk(config, rng)
         return moved if moved in self._allowed_set else self.nearest(moved, exclude=tuple(config))
 
+    def random_walk_all(self, configs, rng: np.random.Generator) -> list[Config]:
+        """The base walk of each config in turn (random_walk's draws), then every one that left the
+        set to its nearest held config other than its start, in one tree query (SA walks 128)."""
+        moved = np.asarray([self.base.random_walk(tuple(c), rng) for c in configs], dtype=np.int64)
+        return list(map(tuple, self._snap(np.asarray(configs, dtype=np.int64), moved).tolist()))
+
     def step_all(self, configs: np.ndarray, deltas: np.ndarray) -> np.ndarray:
         """The base move, then every row that left the set to its nearest held config other than
         its start (one batched tree query: PPO steps 128 walkers a few hundred times a round)."""
         configs = np.asarray(configs, dtype=np.int64)
-        moved = super().step_all(configs, deltas)
+        return self._snap(configs, super().step_all(configs, deltas))
+
+    def _snap(self, configs: np.ndarray, moved: np.ndarray) -> np.ndarray:
+        """`moved` with every row outside the set replaced by the nearest held config other than
+        the row's start in `configs` (nearest()'s answer, for all rows in one query)."""
         outside = ~self._held(moved)
         if outside.any():
             k = min(2, len(self.allowed))

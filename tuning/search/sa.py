@@ -60,7 +60,7 @@ class SimulatedAnnealing(Search):
 
         step = last_change = 0
         while step < self.n_iter and step < last_change + self.early_stop:
-            moved = [space.random_walk(p, rng) for p in points]
+            moved = space.random_walk_all(points, rng)
             moved_scores = score(moved)
             # clipped: a better move is always taken, and exp never overflows
             exponent = np.clip((moved_scores - scores) / (temperature + 1e-5), -700.0, 0.0)
