@@ -103,8 +103,8 @@ def test_masked_a2c_step_is_torchs_step():
         advantage = rng.normal(size=32)
         forward = agent(state, 1.0, mask)
         assert (forward.probs[~mask] == 0).all()
-        agent.learn(forward, policy_gradient(forward, choice_one_hot(actions, 9), advantage, 0.01), -0.5 * advantage / 32,
-                    0.5)
+        logit_gradient = policy_gradient(forward, choice_one_hot(actions, 9), advantage, 0.01)
+        agent.learn(forward, logit_gradient, -0.5 * advantage / 32, 0.5)
 
         log_probs, value = twin(torch.from_numpy(state), 1.0, torch.from_numpy(mask))
         taken = log_probs.gather(2, torch.from_numpy(actions)[:, :, None])[:, 0, 0]

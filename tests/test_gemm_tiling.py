@@ -172,8 +172,8 @@ def test_a2c_update_on_a_hand_made_transition_moves_actor_and_critic():
     mask = applicable(space, state)[None, None, :]
 
     def policy_and_value():
-        now = search.agent(inputs, 1.0, mask)
-        return float(now.probs[0, 0, action]), float(now.value[0]), float(search.agent(space.unit_features([following])).value[0])
+        now, after = search.agent(inputs, 1.0, mask), search.agent(space.unit_features([following]))
+        return float(now.probs[0, 0, action]), float(now.value[0]), float(after.value[0])
 
     p0, v0, next0 = policy_and_value()
     target = 1.0 + search.gamma * next0
