@@ -134,15 +134,21 @@ class PPO(Search):
         last_change = 0
         while len(steps) < self.max_steps and alive.any() and len(steps) < last_change + self.early_stop:
             state = space.normalized(configs)
-            policy = self.agent(state, self.temperature)
-            actions = _sample(policy.choice_probs, rng)
-            moved = configs.copy()  # ended walkers stay put, unscored: their steps never reach the update
-            moved[alive] = space.step_all(configs[alive], actions[alive] - 1)
-            scores = np.zeros(len(configs))
-            scores[alive] = score(moved[alive])
+            draws = rng.random(configs.shape)  # one per knob and walker, ended ones too: the same stream
+            # ended walkers (most of a round's steps) stay put, unscored, unevaluated: their steps never
+            # reach the update (zeros stand in)
+            live = np.flatnonzero(alive)
+            policy = self.agent(state[live], self.temperature)
+            actions = np.ones_like(configs)
+            actions[live] = _sample(policy.choice_probs, draws[live])
+            moved = configs.copy()
+            moved[live] = space.step_all(configs[live], actions[live] - 1)
+            scores, value, log_prob = np.zeros(len(configs)), np.zeros(len(configs)), np.zeros(len(configs))
+            scores[live] = score(moved[live])
+            value[live] = policy.value
+            log_prob[live] = taken_log_prob(policy, choice_one_hot(actions[live], DIRECTIONS))
             converged = alive & _converged(configs, moved, movable, self.converged_fraction)
-            steps.append({"state": state, "actions": actions, "value": policy.value,
-                          "log_prob": taken_log_prob(policy, choice_one_hot(actions, DIRECTIONS)), "score": scores,
+            steps.append({"state": state, "actions": actions, "value": value, "log_prob": log_prob, "score": scores,
                           "alive": alive.copy(), "ends": converged})
             if top.offer(list(map(tuple, moved[alive].tolist())), scores[alive]):
                 last_change = len(steps)
@@ -232,12 +238,11 @@ class PPO(Search):
         self.agent = None
 
 
-def _sample(choice_probs: np.ndarray, rng) -> np.ndarray:
-    """One direction per knob per walker, (walkers, knobs), drawn from the heads' probabilities
-    (choices, knobs, walkers): a uniform draw per head against its cumulative probabilities."""
+def _sample(choice_probs: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """One direction per knob per walker, (walkers, knobs), from the heads' probabilities (choices,
+    knobs, walkers): each uniform draw (walkers, knobs) against its head's cumulative probabilities."""
     cumulative = choice_probs.cumsum(axis=0)
-    draws = rng.random(choice_probs.shape[:0:-1]).T
-    return np.minimum((draws[None] > cumulative).sum(axis=0), DIRECTIONS - 1).T
+    return np.minimum((draws.T[None] > cumulative).sum(axis=0), DIRECTIONS - 1).T
 
 
 def _normalised_per_minibatch(advantage: np.ndarray, size: int) -> np.ndarray:
