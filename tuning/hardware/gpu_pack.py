@@ -136,11 +136,11 @@ def write_task_check(workload: dict, target: dict, path: str) -> list:
     import tvm
 
     from tuning.hardware.tvm_device import tvm_device
-    from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes, untuned_runs_on, workload_module
+    from tuning.hardware.tvm_space import HOST_TARGET, arguments, untuned_runs_on, workload_module
     from tuning.hardware.tvm_worker import _compile
 
     mod = workload_module(workload)
-    args = [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+    args = arguments(mod["main"])
     *inputs, (out_shape, out_dtype) = args
     lib = _compile(mod, target if untuned_runs_on(target) else HOST_TARGET)
     dev = tvm_device("cpu")  # this host's CPU: the untuned kernel runs here, whatever the target
@@ -158,14 +158,13 @@ def build_gauge(target: dict, lib_path: str) -> list:
     """The drift gauge kernel (tvm_worker.gauge_module) as `gauge` in a library; its arguments."""
     import tvm
 
+    from tuning.hardware.tvm_space import arguments
     from tuning.hardware.tvm_worker import _compile, export, gauge_module
-
-    from tuning.hardware.tvm_space import arg_shapes
 
     mod = gauge_module(target)
     func = mod["main"].with_attr("global_symbol", GAUGE_NAME)
     export(_compile(tvm.IRModule({GAUGE_NAME: func}), target), target, lib_path)
-    return [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+    return arguments(mod["main"])
 
 
 # ---- planning (this process) -----------------------------------------------------------------------

@@ -195,6 +195,11 @@ def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:
     return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in ArgInfo.from_prim_func(func)]
 
 
+def arguments(func) -> list[list]:
+    """arg_shapes as JSON-ready [shape, dtype] pairs (what a build reports and a pack records)."""
+    return [[list(shape), dtype] for shape, dtype in arg_shapes(func)]
+
+
 def workload_module(workload: dict):
     """The IRModule ("main" only) of a workload: a network's kernel as extracted, or a single operator."""
     import tvm

@@ -20,7 +20,7 @@ import numpy as np
 from tuning.core.measure import CVStop
 from tuning.hardware.gpu_pack_runner import ATOL, GAUGE_RUNS, RTOL, gpu_error_kind, runs_within
 from tuning.hardware.tvm_device import device_kind, tvm_device
-from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, fast_tensor_intrin_import,
+from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, arguments, fast_tensor_intrin_import,
                                        make_target, untuned_runs_on, workload_module)
 
 _schedules: dict = {}
@@ -69,7 +69,7 @@ def as_built(sch) -> tuple:
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
-    return mod, [[list(shape), dtype] for shape, dtype in arg_shapes(mod["main"])]
+    return mod, arguments(mod["main"])
 
 
 def _compile(mod, target):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ class ActorCritic:
     def __init__(self, inputs: int, hidden: int, heads: int, choices: int, learning_rate: float, seed: int):
         self.shape = (inputs, hidden, heads, choices)
         self.learning_rate = learning_rate
-        total = hidden * (inputs + 1) + 3 * hidden * (hidden + 1) + heads * choices * (hidden + 1) + hidden + 1
+        total = _parameter_count(self.shape)
         self.parameters = np.zeros(total)
         self.gradient = np.zeros(total)
         self.moment1 = np.zeros(total)
@@ -223,25 +224,30 @@ def explained_variance(predicted: np.ndarray, returns: np.ndarray) -> float:
 
 
 # ---- layers (the batch along the last axis) ------------------------------------------------------
-def _views(flat: np.ndarray, shape: tuple) -> dict:
-    """{layer: (weight, bias)} as views into `flat`. The policy's and the value's first layers (both
-    read the shared layer) lie one above the other, so "branches" is both as one layer."""
+def _layout(shape: tuple) -> list[tuple[int, ...]]:
+    """The flat vector's arrays in order, each layer's weight then bias: the shared layer, the policy's
+    and the value's first layers one above the other ("branches": both read the shared layer), the
+    heads (rows choice-major: choice x heads + head), the value's second layer, the value."""
     inputs, hidden, heads, choices = shape
-    offset = 0
+    return [(hidden, inputs), (hidden,), (2 * hidden, hidden), (2 * hidden,), (heads * choices, hidden),
+            (heads * choices,), (hidden, hidden), (hidden,), (1, hidden), (1,)]
 
-    def take(*dims):
-        nonlocal offset
-        size = int(np.prod(dims))
-        offset += size
-        return flat[offset - size:offset].reshape(dims)
 
-    shared = (take(hidden, inputs), take(hidden))
-    branches = (take(2 * hidden, hidden), take(2 * hidden))
-    return {"shared": shared, "branches": branches,
+def _parameter_count(shape: tuple) -> int:
+    return sum(math.prod(dims) for dims in _layout(shape))
+
+
+def _views(flat: np.ndarray, shape: tuple) -> dict:
+    """{layer: (weight, bias)} as views into `flat` (_layout), "policy" and "value1" within "branches"."""
+    arrays, offset = [], 0
+    for dims in _layout(shape):
+        arrays.append(flat[offset:offset + math.prod(dims)].reshape(dims))
+        offset += math.prod(dims)
+    shared, branches, heads, value2, value_out = zip(arrays[::2], arrays[1::2])
+    hidden = shape[1]
+    return {"shared": shared, "branches": branches, "heads": heads, "value2": value2, "value_out": value_out,
             "policy": (branches[0][:hidden], branches[1][:hidden]),
-            "value1": (branches[0][hidden:], branches[1][hidden:]),
-            "heads": (take(heads * choices, hidden), take(heads * choices)),  # rows choice-major: choice x heads + head
-            "value2": (take(hidden, hidden), take(hidden)), "value_out": (take(1, hidden), take(1))}
+            "value1": (branches[0][hidden:], branches[1][hidden:])}
 
 
 def _layer(layer, inputs):
@@ -293,7 +299,7 @@ def _from_torch(raw: bytes, shape: tuple) -> dict:
     _, _, heads, choices = shape
 
     def flat(tensors) -> np.ndarray:
-        out = np.zeros(ActorCritic(*shape, learning_rate=0.0, seed=0).parameters.shape)
+        out = np.zeros(_parameter_count(shape))
         views = _views(out, shape)
         for i, layer in enumerate(LAYERS):
             for j, array in enumerate(views[layer]):

@@ -93,7 +93,7 @@ class CachedScores:
     does not change, and walkers keep landing on configs already scored. A small space (a
     store-restricted one) is scored whole up front. Exact: a prediction depends on its own row only."""
 
-    PRIME_UP_TO = 4096  # a space this small (a store-restricted one) is scored whole, in one call
+    PRIME_UP_TO = 4096  # configs: a space up to this size is scored whole, in one predict call
 
     def __init__(self, space, cost_model):
         self.space, self.cost_model = space, cost_model
