@@ -313,3 +313,21 @@ def test_a_replay_keeps_the_slow_kernel_note(tmp_path):
     table.add(config, MeasureResult(costs=[1e-3] * 5, message="fewer_runs: 2 run(s) x 5 cost(s)"), "dataset")
     [answer] = replay(tmp_path / "s.sqlite", backend, on_miss="error").measure(TASK, [config], SPEC)
     assert answer.ok and answer.reused and answer.message.startswith("fewer_runs")
+
+
+@pytest.mark.parametrize("objective", ["reg:squarederror", "rank:pairwise"])
+def test_xgb_fits_the_trees_xgb_train_with_early_stopping_would(objective):
+    import xgboost as xgb
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 8, size=(150, 4)).astype(float)
+    y = 100.0 / (1 + X[:, 0]) + X[:, 1] * X[:, 2] + rng.normal(0, 1, 150)
+    model = XGBoostCostModel(objective=objective, early_stopping_rounds=15, recall_at=16, seed=4).fit(X, y)
+    train = xgb.DMatrix(X, label=y / y.max())
+    stop = xgb.callback.EarlyStopping(rounds=15, save_best=True, maximize=model.ranks)
+    reference = xgb.train(model._params(), train, num_boost_round=model.num_boost_round, evals=[(train, "train")],
+                          verbose_eval=False, callbacks=[stop], custom_metric=model._recall if model.ranks else None)
+    assert model.booster.num_boosted_rounds() == reference.num_boosted_rounds() < model.num_boost_round
+    assert model.booster.attr("best_iteration") == reference.attr("best_iteration")
+    probe = rng.integers(0, 8, size=(40, 4)).astype(float)
+    assert np.array_equal(model.predict(probe), reference.inplace_predict(probe).astype(np.float64))

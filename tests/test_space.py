@@ -95,8 +95,11 @@ def test_a_restricted_space_walks_all_as_one_walk_at_a_time_would():
     assert together == one_by_one and set(together) <= held
 
 
-def test_a_batched_restricted_step_matches_one_nearest_lookup_per_walker():
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_batched_restricted_step_matches_one_nearest_lookup_per_walker(packed):
     space, held = restricted(count=60)
+    if not packed:
+        space._radix = space._allowed_keys = None
     rng = np.random.default_rng(2)
     configs = np.asarray([space.sample(rng) for _ in range(64)])
     deltas = rng.integers(-1, 2, size=configs.shape)
@@ -106,3 +109,10 @@ def test_a_batched_restricted_step_matches_one_nearest_lookup_per_walker():
     assert [tuple(r) for r in space.step_all(configs, deltas).tolist()] == expected
     left = [tuple(m) not in held for m in base_moved.tolist()]
     assert sum(left) > 10, "few walkers left the set: a weak test"
+    # the same moves again (answered from memory), reversed, from other starts: still nearest()'s answers
+    starts = configs[::-1].copy()
+    starts[::2] = [space.sample(rng) for _ in range(32)]
+    again = base_moved[::-1].copy()
+    expected = [tuple(m) if tuple(m) in held else space.nearest(tuple(m), exclude=tuple(c))
+                for c, m in zip(starts.tolist(), again.tolist())]
+    assert [tuple(r) for r in space._snap(starts, again).tolist()] == expected

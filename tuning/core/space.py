@@ -349,6 +349,7 @@ class RestrictedSpace(Space):
         if not self.allowed:
             raise ValueError("a restricted space needs at least one config")
         self._allowed_set = set(self.allowed)
+        self._held_tuples = {config: config for config in self.allowed}
         self._allowed_array = np.asarray(self.allowed, dtype=np.int64)
         self._tree = cKDTree(self._embed(self.allowed))
         # each config as one mixed-radix integer, for a vectorised membership test (None: too wide)
@@ -356,6 +357,7 @@ class RestrictedSpace(Space):
         fits = math.prod(self.dims) < 2 ** 62
         self._radix = np.asarray(radix, dtype=np.int64) if fits else None
         self._allowed_keys = np.sort(self._allowed_array @ self._radix) if fits else None
+        self._nearest_memo: dict = {}  # a row's key -> its two nearest held configs (_two_nearest)
 
     @property
     def size(self) -> int:
@@ -375,6 +377,12 @@ class RestrictedSpace(Space):
         return self.allowed[int(np.atleast_1d(index[0])[0])]
 
     def canonical(self, config: Config) -> Config:
+        try:
+            held = self._held_tuples.get(config)  # a held config as a tuple: its stored int tuple, no copy
+        except TypeError:  # a list or an array
+            held = None
+        if held is not None:
+            return held
         config = tuple(int(c) for c in config)
         return config if config in self._allowed_set else self.nearest(config)
 
@@ -402,24 +410,45 @@ class RestrictedSpace(Space):
 
     def _snap(self, configs: np.ndarray, moved: np.ndarray) -> np.ndarray:
         """`moved` with every row outside the set replaced by the nearest held config other than
-        the row's start in `configs` (nearest()'s answer, for all rows in one query)."""
-        outside = ~self._held(moved)
-        if outside.any():
-            k = min(2, len(self.allowed))
-            _, index = self._tree.query(self._embed(moved[outside]), k=k)
-            index = np.asarray(index).reshape(int(outside.sum()), k)
-            nearest, second = self._allowed_array[index[:, 0]], self._allowed_array[index[:, -1]]
+        the row's start in `configs` (nearest()'s answer, for all rows at once)."""
+        keys = self._keys(moved)
+        outside = np.flatnonzero(~self._held_keys(keys))
+        if len(outside):
+            pairs = self._two_nearest(moved[outside], [keys[i] for i in outside.tolist()])
+            nearest, second = self._allowed_array[pairs[:, 0]], self._allowed_array[pairs[:, 1]]
             is_start = (nearest == configs[outside]).all(axis=1)
             moved[outside] = np.where(is_start[:, None], second, nearest)
         return moved
 
-    def _held(self, configs: np.ndarray) -> np.ndarray:
-        """Which rows are held configs."""
+    def _two_nearest(self, points: np.ndarray, keys: list) -> np.ndarray:
+        """(rows, 2): the indices of each row's nearest and second-nearest held configs (the nearest
+        twice when only one is held). Walks keep leaving the set at the same configs: each config's
+        answer is asked of the tree once, in one query for the new ones, and remembered."""
+        memo = self._nearest_memo
+        missing = [i for i, key in enumerate(keys) if key not in memo]
+        if missing:
+            k = min(2, len(self.allowed))
+            _, index = self._tree.query(self._embed(points[missing]), k=k)
+            for i, pair in zip(missing, np.asarray(index).reshape(len(missing), k).tolist()):
+                memo[keys[i]] = (pair[0], pair[-1])
+        return np.asarray([memo[key] for key in keys], dtype=np.int64).reshape(len(keys), 2)
+
+    def _keys(self, configs: np.ndarray) -> list:
+        """Each row as one hashable: its mixed-radix integer, or its tuple where the space is too wide."""
         if self._radix is None:
-            return np.array([config in self._allowed_set for config in map(tuple, configs.tolist())], dtype=bool)
-        keys = configs @ self._radix
+            return list(map(tuple, configs.tolist()))
+        return (configs @ self._radix).tolist()
+
+    def _held_keys(self, keys: list) -> np.ndarray:
+        if self._radix is None:
+            return np.array([key in self._allowed_set for key in keys], dtype=bool)
+        keys = np.asarray(keys, dtype=np.int64)
         at = np.minimum(np.searchsorted(self._allowed_keys, keys), len(self._allowed_keys) - 1)
         return self._allowed_keys[at] == keys
+
+    def _held(self, configs: np.ndarray) -> np.ndarray:
+        """Which rows are held configs."""
+        return self._held_keys(self._keys(configs))
 
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
         return [c for c in self.base.neighbors(config, moves) if c in self._allowed_set]

@@ -92,13 +92,29 @@ class XGBoostCostModel(CostModel):
             self.booster = None
             return self
         y = y / max(float(y.max()), 1e-8)
-        train = xgb.DMatrix(X, label=y)
-        stop = xgb.callback.EarlyStopping(rounds=self.early_stopping_rounds, save_best=True, maximize=self.ranks)
-        self.booster = xgb.train(
-            self._params(), train, num_boost_round=self.num_boost_round, evals=[(train, "train")],
-            verbose_eval=False, callbacks=[stop], custom_metric=self._recall if self.ranks else None,
-        )
+        self.booster = self._boost(xgb.DMatrix(X, label=y))
         return self
+
+    def _boost(self, train):
+        """What xgb.train(params, train, num_boost_round, evals=[(train, "train")], callbacks=
+        [EarlyStopping(rounds=early_stopping_rounds, save_best=True, maximize=ranks)], custom_metric)
+        does, without its callback machinery (a third of a replayed run's fitting): the same updates and
+        evaluations in the same order give the same trees; the best round's model is kept."""
+        booster = xgb.Booster(self._params(), [train, train])
+        metric = self._recall if self.ranks else None
+        best_score, best_round, waited = None, 0, 0
+        for round_ in range(self.num_boost_round):
+            booster.update(train, iteration=round_)
+            score = float(booster.eval_set([(train, "train")], round_, metric).rsplit(":", 1)[1])
+            if best_score is None or (score > best_score if self.ranks else score < best_score):
+                best_score, best_round, waited = score, round_, 0
+            else:
+                waited += 1
+                if waited >= self.early_stopping_rounds:
+                    break
+        best = booster[:best_round + 1]
+        best.set_attr(best_iteration=str(best_round), best_score=str(best_score))  # as EarlyStopping leaves them
+        return best.reset()
 
     def _recall(self, predictions, data) -> tuple[str, float]:
         return f"recall@{self.recall_at}", top_n_recall(predictions, data.get_label(), self.recall_at)

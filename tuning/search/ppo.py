@@ -191,7 +191,7 @@ class PPO(Search):
         ratio = np.exp(log_ratio)
         advantage = batch["advantage"]
         surrogate = ratio * advantage
-        clipped = np.clip(ratio, 1 - self.clip, 1 + self.clip) * advantage
+        clipped = np.minimum(np.maximum(ratio, 1 - self.clip), 1 + self.clip) * advantage  # np.clip, less overhead
         value_error = policy.value - batch["returns"]
         surrogate_weight = np.where(surrogate <= clipped, surrogate, 0.0)  # a clipped term has no gradient
         logit_gradient = policy_gradient(policy, taken, surrogate_weight, self.entropy_coef)
