@@ -83,6 +83,19 @@ def test_network_run_is_tracked_in_mlflow(tiny):
 
 
 @pytest.mark.slow  # whole models on real TVM take minutes: make test-full
+def test_in_model_times_each_kernel_in_every_context(tiny):
+    tmp, run_dir, _ = tiny
+    done = subprocess.run([sys.executable, "experiments/in_model.py", str(run_dir), "--kernels", "2", "--passes", "2",
+                           "--runs", "2", "--number", "2", "--settings", "default", "no_spin"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "### default (2 threads" in done.stdout and "### no_spin (2 threads" in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| fused_") or line.startswith("| mean")]
+    assert len(rows) == 4 and all(" - " not in row and "nan" not in row for row in rows), done.stdout
+    assert "in the model against alone (in_model / alone)" in done.stdout
+
+
+@pytest.mark.slow  # whole models on real TVM take minutes: make test-full
 def test_apply_standalone(tiny):
     tmp, run_dir, _ = tiny
     (run_dir / "database").rename(run_dir / "database.moved")  # apply exports it again from the records

@@ -224,6 +224,34 @@ def design_spaces(task: ExtractedTask, target: dict) -> list:
     return list(tune_context(task.mod, target, task.name).generate_design_space())
 
 
+def compiled_model(model_cfg, seed: int, target: dict, database_dir: str, weight_prepack: bool = True,
+                   device: str = "cpu") -> tuple:
+    """(VirtualMachine, input tensor, device) of the model compiled with the database, as the
+    end-to-end check compiles it, on `device` (a device string: "cpu", "cuda:1")."""
+    import tvm
+    from tvm import relax
+
+    from tuning.hardware.tvm_device import tvm_device
+
+    dev = tvm_device(device)
+    loaded = load_model(model_cfg, seed, target)
+    vm = relax.VirtualMachine(compile_with_database(loaded.mod, target, database_dir, weight_prepack), dev)
+    return vm, tvm.runtime.tensor(loaded.example, dev), dev
+
+
+def plain_seconds(vm, x, runs: int) -> list:
+    """Seconds of each of `runs` runs of the model's main, no instrument, after one untimed run."""
+    import time
+
+    vm["main"](x)
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        vm["main"](x)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
 def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: int,
                   weight_prepack: bool = True, device: str = "cpu") -> dict:
     """Where a tuned model's time goes: the model compiled with the database and run `runs` times
@@ -231,46 +259,9 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
     builtins such as allocations and reshapes). {"calls": {symbol: [seconds per run]}, "counts":
     {symbol: calls per run}, "whole": [seconds per run, instrumented], "plain": [seconds per run,
     no instrument]}."""
-    import time
+    from tuning.hardware.kernel_context import model_call_seconds
 
-    import tvm
-    from tvm import relax
-    from tvm.runtime.vm import VMInstrumentReturnKind
-
-    from tuning.hardware.tvm_device import tvm_device
-
-    dev = tvm_device(device)
-    loaded = load_model(model_cfg, seed, target)
-    vm = relax.VirtualMachine(compile_with_database(loaded.mod, target, database_dir, weight_prepack), dev)
-    x = tvm.runtime.tensor(loaded.example, dev)
-    plain = []
-    vm["main"](x)
-    for _ in range(runs):
-        started = time.perf_counter()
-        vm["main"](x)
-        plain.append(time.perf_counter() - started)
-    this_run: dict = {}
-    counts: dict = {}
-    open_calls: list = []
-
-    def instrument(func, symbol, before_run, ret_value, *args):
-        if before_run:
-            open_calls.append(time.perf_counter())
-        else:
-            this_run[symbol] = this_run.get(symbol, 0.0) + time.perf_counter() - open_calls.pop()
-            counts[symbol] = counts.get(symbol, 0) + 1
-        return VMInstrumentReturnKind.NO_OP
-
-    vm.set_instrument(instrument)
-    calls: dict = {}
-    whole = []
-    vm["main"](x)
-    counts.clear()
-    for _ in range(runs):
-        this_run.clear()
-        started = time.perf_counter()
-        vm["main"](x)
-        whole.append(time.perf_counter() - started)
-        for symbol, seconds in this_run.items():
-            calls.setdefault(symbol, []).append(seconds)
-    return {"calls": calls, "counts": {s: n // runs for s, n in counts.items()}, "whole": whole, "plain": plain}
+    vm, x, _ = compiled_model(model_cfg, seed, target, database_dir, weight_prepack, device)
+    plain = plain_seconds(vm, x, runs)
+    calls, whole, counts = model_call_seconds(vm, x, runs)
+    return {"calls": calls, "counts": counts, "whole": whole, "plain": plain}

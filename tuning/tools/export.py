@@ -92,15 +92,17 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     return result
 
 
-def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None) -> TaskOutcome:
+def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None, tasks: list | None = None) -> TaskOutcome:
     """A run's task (by name in a whole-model run) with its best measured config (its
-    tuning.database records included), or ConfigError when it has none."""
+    tuning.database records included), or ConfigError when it has none. `tasks`: the run's tasks
+    when the caller has them (a whole model's take seconds to extract)."""
     from hydra.utils import instantiate
 
     from tuning.core.task import build_tasks
 
     records = RecordLog(run_dir / "records.jsonl").load()
-    tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
+    if tasks is None:
+        tasks = hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
     task = _pick(tasks, task_name, run_dir)
     prior = prior_records(cfg, [task], run_dir, instantiate(cfg.tracking)).get(task.key, [])
     outcome = TaskOutcome(task, [*prior, *(r for r in records if r.workload_key == task.key)])

@@ -1,0 +1,184 @@
+"""Why a tuned kernel is slower inside its model than alone: a whole-model run's heaviest kernels, each
+timed alone, on fresh and on the model's own buffers, after an idle gap, with every cache flushed,
+inside the model with every other kernel skipped and inside the whole model, under several settings
+of TVM's thread pool.
+
+    python experiments/in_model.py outputs/runs/DAY/TIME                       # 10 kernels, 4 settings
+    python experiments/in_model.py RUN --kernels 5 --settings default no_spin --passes 3
+
+Each setting runs in its own process (TVM reads the thread pool's settings when its runtime starts),
+at the run's threads: the model compiled with the run's database as the end-to-end check compiles it,
+then every context of tuning/hardware/kernel_context.py read once a pass, in rotated order. The table
+gives each context's median per call (us) and the steps between contexts as ratios (geometric mean
+over the kernels), so the step that moves a kernel from its standalone time to what the model pays
+shows as the ratio far from 1. The model's latency is read beside the lab's estimate (the run's
+final_metrics.json: the tasks' re-measured best, weighted by calls). Real hardware only; run it alone
+on the host.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+PREPACKED = "_prepacked"  # a kernel compiled with its weights' layout rewritten (hardware.weight_prepack)
+SETTINGS = {  # TVM thread pool environment per setting (src/runtime/thread_pool.cc reads them at start)
+    "default": {},
+    "no_spin": {"TVM_THREAD_POOL_SPIN_COUNT": "0"},   # workers sleep as soon as a parallel region ends
+    "long_spin": {"TVM_THREAD_POOL_SPIN_COUNT": "100000000"},  # workers never sleep between kernels
+    "unbound": {"TVM_BIND_THREADS": "0"},              # no thread-to-core affinity
+}
+STEPS = (  # (label, from context, to context): what each ratio isolates
+    ("the model's build of the kernel (model_fn / alone)", "alone", "model_fn"),
+    ("the model's buffers and prepacked weights (model_args / model_fn)", "model_fn", "model_args"),
+    ("waking the thread pool after a gap (idle / model_args)", "model_args", "idle"),
+    ("cold caches, every level (flushed / idle)", "idle", "flushed"),
+    ("the VM around one kernel (model_only / model_args)", "model_args", "model_only"),
+    ("the other kernels between calls (in_model / model_only)", "model_only", "in_model"),
+    ("what the model pays beyond the call (skip_delta / in_model)", "in_model", "skip_delta"),
+    ("in the model against alone (in_model / alone)", "alone", "in_model"),
+)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a finished whole-model run folder (with database/ and records)")
+    parser.add_argument("--kernels", type=int, default=10, help="the heaviest kernels (by their time in the model)")
+    parser.add_argument("--passes", type=int, default=5, help="readings of every context per kernel")
+    parser.add_argument("--runs", type=int, default=10, help="model runs (or single calls) per reading")
+    parser.add_argument("--number", type=int, default=20, help="back-to-back calls per loop reading")
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                        help="thread pool settings, one process each")
+    parser.add_argument("--child", choices=list(SETTINGS), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("kernels", "passes", "runs", "number"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: must be >= 1")
+    if not (args.run / "database" / "database_tuning_record.json").is_file():
+        parser.error(f"run: {args.run} has no database/ (a finished whole-model run)")
+    return args
+
+
+def open_run(folder: Path):
+    """(config, hardware) of a whole-model run tuned on TVM hardware, read as untrusted input."""
+    from hydra.utils import instantiate
+
+    from tuning.config import ConfigError, validate
+    from tuning.hardware.tvm_backend import TVMHardware
+    from tuning.run_folder import load_config
+    from tuning.whole_model import is_whole_model
+
+    cfg = load_config(folder / "config.yaml", "run")
+    validate(cfg)
+    if not is_whole_model(cfg.model):
+        raise ConfigError(f"model: {folder} tunes a single operator; this compares kernels inside a whole model")
+    hardware = instantiate(cfg.hardware)
+    if not isinstance(hardware, TVMHardware):
+        hardware.close()
+        raise ConfigError(f"hardware: {folder} was not tuned on TVM hardware (hardware=cpu): no kernels to time")
+    return cfg, hardware
+
+
+def measure_in_this_process(args) -> dict:
+    """One setting's readings (kernel_context.time_contexts) of the run's heaviest kernels, with the
+    model's latency and the run's estimate of it."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from tuning.hardware.kernel_context import capture_calls, model_call_seconds, standalone_timer, time_contexts
+    from tuning.hardware.relax_models import compiled_model, plain_seconds
+    from tuning.tools.export import best_in_run
+
+    cfg, hardware = open_run(args.run)
+    with hardware:
+        spec = instantiate(cfg.evaluator).spec
+        device = hardware.attached().devices[0]
+        vm, x, dev = compiled_model(OmegaConf.to_container(cfg.model, resolve=True), cfg.seed, hardware.target,
+                                    str(args.run / "database"), hardware.weight_prepack, device)
+        calls = capture_calls(vm, x)
+        tasks = {t["name"]: t for t in json.loads((args.run / "tasks.json").read_text())}
+        per_symbol = model_call_seconds(vm, x, args.runs)[0]
+        tuned = {s: float(np.median(v)) for s, v in per_symbol.items() if s.removesuffix(PREPACKED) in tasks}
+        heaviest = sorted(tuned, key=tuned.get, reverse=True)[:args.kernels]
+        kernels, tuner_s = {}, {}
+        model_tasks = hardware.model_tasks(cfg.model, cfg.seed)
+        for symbol in heaviest:
+            outcome = best_in_run(cfg, hardware, args.run, symbol.removesuffix(PREPACKED), model_tasks)
+            tuner_s[symbol] = outcome.best_cost
+            kernels[symbol] = standalone_timer(outcome.task.workload, hardware.target, outcome.best_config, spec, dev)
+        plain_before = plain_seconds(vm, x, args.runs * args.passes)
+        timed = time_contexts(vm, x, calls, kernels, args.passes, args.runs, args.number, dev)
+        plain_after = plain_seconds(vm, x, args.runs * args.passes)
+    final = json.loads((args.run / "final_metrics.json").read_text())["metrics"]
+    return {"setting": args.child, "threads": int(os.environ.get("TVM_NUM_THREADS", "0")),
+            "plain_s": plain_before + plain_after, "estimate_s": final.get("best/final_latency_ms", float("nan")) / 1e3,
+            "tuner_s": tuner_s, "tasks": {s: s.removesuffix(PREPACKED) for s in heaviest}, **timed}
+
+
+def run_settings(args, threads: int) -> list[dict]:
+    results = []
+    for setting in args.settings:
+        env = {**os.environ, **SETTINGS[setting], "TVM_NUM_THREADS": str(threads)}
+        command = [sys.executable, __file__, str(args.run), "--child", setting, "--kernels", str(args.kernels),
+                   "--passes", str(args.passes), "--runs", str(args.runs), "--number", str(args.number)]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"tunelab: the {setting} process failed:\n{done.stderr[-3000:]}")
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"setting {setting} timed", file=sys.stderr, flush=True)
+    return results
+
+
+# ---- the tables -----------------------------------------------------------------------------------
+def medians(result: dict) -> dict:
+    """{symbol: {context: median seconds per call}}."""
+    return {s: {c: float(np.median(v)) for c, v in contexts.items() if v} for s, contexts in result["readings"].items()}
+
+
+def setting_table(result: dict) -> str:
+    from tuning.hardware.kernel_context import CONTEXTS
+
+    table = medians(result)
+    plain = float(np.median(result["plain_s"]))
+    lines = [f"### {result['setting']} ({result['threads']} threads; one flush {result['flush_s'] * 1e3:.0f} ms)", "",
+             f"Model: {plain * 1e3:.2f} ms a run (median of {len(result['plain_s'])}); the run's estimate "
+             f"{result['estimate_s'] * 1e3:.2f} ms: model / estimate {plain / result['estimate_s']:.2f}.", "",
+             "| kernel | calls | tuner | " + " | ".join(CONTEXTS) + " | in_model / alone |",
+             "|---|---:|---:|" + "---:|" * len(CONTEXTS) + "---:|"]
+    for symbol, row in table.items():
+        cells = [f"{row[c] * 1e6:.1f}" if c in row else "-" for c in CONTEXTS]
+        ratio = row["in_model"] / row["alone"] if "alone" in row and "in_model" in row else float("nan")
+        lines.append(f"| {result['tasks'][symbol]} | {result['counts'][symbol]} | {result['tuner_s'][symbol] * 1e6:.1f} | "
+                     + " | ".join(cells) + f" | {ratio:.2f} |")
+    lines += ["", "| step | geomean ratio over the kernels | range |", "|---|---:|---|"]
+    for label, before, after in STEPS:
+        ratios = [row[after] / row[before] for row in table.values() if before in row and after in row]
+        if ratios:
+            lines.append(f"| {label} | {float(np.exp(np.mean(np.log(ratios)))):.3f} | "
+                         f"{min(ratios):.2f}-{max(ratios):.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure_in_this_process(args)))
+        return
+    from tuning.run_folder import load_config
+
+    cfg = load_config(args.run / "config.yaml", "run")
+    threads = (cfg.hardware.get("backend") or cfg.hardware).num_threads or os.cpu_count()
+    results = run_settings(args, int(threads))
+    print(f"Kernels of {args.run} (us per call, median of {args.passes} passes; contexts: "
+          "tuning/hardware/kernel_context.py)\n")
+    print("\n\n".join(setting_table(result) for result in results))
+
+
+if __name__ == "__main__":
+    main()

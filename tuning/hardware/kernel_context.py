@@ -1,0 +1,242 @@
+"""One tuned kernel of a compiled model timed in several contexts: what makes it slower inside the
+model than alone (imports TVM; experiments/in_model.py runs it and prints the table).
+
+    vm, x = compiled model and its input (relax_models.compile_with_database)
+    calls = capture_calls(vm, x)                 # every VM call of one model run: symbol, function, args
+    time_contexts(vm, x, calls, symbols, ...)    # {symbol: {context: [seconds per call, one a pass]}}
+
+The contexts, each a column of the table (seconds per call of the kernel):
+    alone        the task's own build, as the tuner timed it (`standalone_timer`: as_built, TVM's
+                 time_evaluator with the run's number / repeat / min_repeat_ms, random inputs)
+    model_fn     the model's compiled function on fresh random buffers of its arguments' shapes,
+                 `number` calls back to back (the same loop as `model_args`)
+    model_args   the same loop on the model's own arguments (its prepacked weights, its planned buffers)
+    idle         one call after an idle gap as long as a flush (TVM's workers have gone to sleep)
+    flushed      one call after every core wrote a buffer twice the size of its caches (L2 + L3):
+                 nothing of the kernel's data, code or page tables is left in any cache
+    model_only   inside the model with every other kernel skipped (the VM still runs its builtins)
+    in_model     inside the whole model (the VM instrument's reading of each call)
+    skip_delta   the model's time minus its time with this kernel's calls skipped, over its calls:
+                 what the model pays for it, neighbours' slowdown included (paired runs)
+
+Every context is read once a pass, in an order rotated each pass, so the host's drift falls on all.
+The thread pool's own settings (spin count, affinity) are environment variables read when TVM's
+runtime starts: the experiment runs one process per setting.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+CONTEXTS = ("alone", "model_fn", "model_args", "idle", "flushed", "model_only", "in_model", "skip_delta")
+CACHE_LEVELS = ("index2", "index3")  # sysfs names of the L2 and L3 caches
+
+
+def capture_calls(vm, x) -> list[tuple]:
+    """[(symbol, function, args)] of every call the VM makes in one run of `main`, in order; the
+    arguments are kept alive (the memory planner's buffers, the prepacked weights)."""
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    calls = []
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        if before_run:
+            calls.append((str(symbol), func, list(args)))
+        return VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    try:
+        vm["main"](x)
+    finally:
+        vm.set_instrument(None)
+    return calls
+
+
+def model_call_seconds(vm, x, runs: int, skip=frozenset()) -> tuple[dict, list, dict]:
+    """({symbol: [seconds it took per model run]}, [model seconds per run], {symbol: calls per
+    run}) over `runs` runs under the instrument, after one run that is not read; calls to a symbol
+    in `skip` do not run."""
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    this_run: dict = {}
+    opened: list = []
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        symbol = str(symbol)
+        if symbol in skip:
+            return VMInstrumentReturnKind.SKIP_RUN
+        if before_run:
+            opened.append(time.perf_counter())
+        else:
+            this_run[symbol] = this_run.get(symbol, 0.0) + time.perf_counter() - opened.pop()
+            counts[symbol] = counts.get(symbol, 0) + 1
+        return VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    per_symbol: dict = {}
+    counts: dict = {}
+    whole = []
+    try:
+        vm["main"](x)  # the first run after a change of instrument is not read
+        counts.clear()
+        for _ in range(runs):
+            this_run.clear()
+            started = time.perf_counter()
+            vm["main"](x)
+            whole.append(time.perf_counter() - started)
+            for symbol, seconds in this_run.items():
+                per_symbol.setdefault(symbol, []).append(seconds)
+    finally:
+        vm.set_instrument(None)
+    return per_symbol, whole, {symbol: n // runs for symbol, n in counts.items()}
+
+
+def skip_delta(vm, x, symbol: str, calls: int, runs: int) -> float:
+    """Median over paired runs of (model with the symbol's calls) - (model without them), per call."""
+    with_it = model_call_seconds(vm, x, runs)[1]
+    without = model_call_seconds(vm, x, runs, skip=frozenset([symbol]))[1]
+    return float(np.median(np.asarray(with_it) - np.asarray(without))) / calls
+
+
+def loop_seconds(func, args, number: int, repeat: int) -> float:
+    """Median over `repeat` of (`number` back-to-back calls) / number: time_evaluator's loop, from
+    Python (about a microsecond a call of foreign-function overhead)."""
+    readings = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for _ in range(number):
+            func(*args)
+        readings.append((time.perf_counter() - started) / number)
+    return float(np.median(readings))
+
+
+def single_call_seconds(func, args, before, runs: int) -> float:
+    """Median over `runs` of one call, each after `before()` (untimed)."""
+    readings = []
+    for _ in range(runs):
+        before()
+        started = time.perf_counter()
+        func(*args)
+        readings.append(time.perf_counter() - started)
+    return float(np.median(readings))
+
+
+def cache_bytes() -> int:
+    """L2 + L3 of cpu0 as sysfs reports them (8 MiB + 32 MiB when it reports nothing)."""
+    total = 0
+    for level, fallback in zip(CACHE_LEVELS, (8 << 20, 32 << 20)):
+        path = Path(f"/sys/devices/system/cpu/cpu0/cache/{level}/size")
+        try:
+            text = path.read_text().strip().upper()
+            total += int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+        except (OSError, ValueError, IndexError):
+            total += fallback
+    return total
+
+
+class CacheFlusher:
+    """Every CPU this process may run on writes its own buffer of twice the caches' size, at once
+    (a thread pinned to each CPU: a core's private L2 is only evicted by that core)."""
+
+    def __init__(self):
+        self.cpus = sorted(os.sched_getaffinity(0))
+        size = 2 * cache_bytes() // 8
+        self.buffers = [np.zeros(size) for _ in self.cpus]
+        self.seconds = 0.0
+
+    def __call__(self) -> None:
+        started = time.perf_counter()
+        threads = [threading.Thread(target=self._write, args=(cpu, buffer))
+                   for cpu, buffer in zip(self.cpus, self.buffers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.seconds = time.perf_counter() - started
+
+    @staticmethod
+    def _write(cpu: int, buffer: np.ndarray) -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        buffer += 1.0
+
+
+def fresh_args(args, dev, rng) -> list:
+    """New tensors of the arguments' shapes and dtypes on `dev`: uniform(-1, 1) floats, zero integers."""
+    import tvm
+
+    fresh = []
+    for arg in args:
+        shape, dtype = tuple(int(d) for d in arg.shape), str(arg.dtype)
+        data = (rng.uniform(-1, 1, size=shape).astype(dtype) if dtype.startswith(("float", "bfloat"))
+                else np.zeros(shape, dtype=dtype))
+        fresh.append(tvm.runtime.tensor(data, dev))
+    return fresh
+
+
+def standalone_timer(workload: dict, target: dict, config: tuple, spec, dev):
+    """A function timing the task's own build of `config` as the tuner does: the scheduled module
+    as built (tvm_worker.as_built: weights taken already re-laid-out), TVM's time_evaluator with
+    the spec's number / repeat / min_repeat_ms (and its argument flush, when it flushes), the median
+    of the repeats, on random inputs."""
+    import tvm
+
+    from tuning.hardware.tvm_worker import _compile, as_built, task_schedules
+
+    mod, shapes = as_built(task_schedules(workload, target).schedule(tuple(config))[0])
+    lib = _compile(mod, target)
+    rng = np.random.default_rng(0)
+    tensors = [tvm.runtime.tensor(rng.uniform(-1, 1, size=s).astype(d), dev) for s, d in shapes]
+    evaluator = lib.time_evaluator(lib.entry_name, dev, number=spec.number, repeat=spec.repeat,
+                                   min_repeat_ms=spec.min_repeat_ms,
+                                   f_preproc="cache_flush_cpu_non_first_arg" if spec.cache_flush else "")
+    return lambda: float(np.median(evaluator(*tensors).results))
+
+
+def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, number: int, dev) -> dict:
+    """{"readings": {symbol: {context: [seconds per call, one a pass]}}, "counts": {symbol: calls per
+    model run}, "flush_s": one flush's seconds} for `kernels` ({symbol: standalone timer, or None
+    where there is none}); `calls` from capture_calls. CONTEXTS says what each context is."""
+    counts: dict = {}
+    first: dict = {}
+    for symbol, func, args in calls:
+        counts[symbol] = counts.get(symbol, 0) + 1
+        first.setdefault(symbol, (func, args))
+    compiled = {symbol for symbol in counts if "." not in symbol}  # the VM's builtins are vm.builtin.*
+    fresh = {symbol: fresh_args(first[symbol][1], dev, np.random.default_rng(0)) for symbol in kernels}
+    flusher = CacheFlusher()
+    flusher()
+    gap = flusher.seconds
+
+    def in_model(skip_others: bool) -> dict:
+        if not skip_others:
+            per_symbol = model_call_seconds(vm, x, runs)[0]
+            return {s: float(np.median(per_symbol[s])) / counts[s] for s in kernels}
+        out = {}
+        for symbol in kernels:
+            per_symbol = model_call_seconds(vm, x, runs, skip=frozenset(compiled - {symbol}))[0]
+            out[symbol] = float(np.median(per_symbol[symbol])) / counts[symbol]
+        return out
+
+    def each(read) -> dict:
+        return {symbol: read(symbol, *first[symbol]) for symbol in kernels}
+
+    readers = {
+        "alone": lambda: {s: kernels[s]() for s in kernels if kernels[s] is not None},
+        "model_fn": lambda: each(lambda s, func, args: loop_seconds(func, fresh[s], number, 3)),
+        "model_args": lambda: each(lambda s, func, args: loop_seconds(func, args, number, 3)),
+        "idle": lambda: each(lambda s, func, args: single_call_seconds(func, args, lambda: time.sleep(gap), runs)),
+        "flushed": lambda: each(lambda s, func, args: single_call_seconds(func, args, flusher, runs)),
+        "model_only": lambda: in_model(skip_others=True),
+        "in_model": lambda: in_model(skip_others=False),
+        "skip_delta": lambda: {s: skip_delta(vm, x, s, counts[s], runs) for s in kernels},
+    }
+    readings = {symbol: {context: [] for context in CONTEXTS} for symbol in kernels}
+    for step in range(passes):
+        for context in CONTEXTS[step % len(CONTEXTS):] + CONTEXTS[:step % len(CONTEXTS)]:
+            for symbol, seconds in readers[context]().items():
+                readings[symbol][context].append(seconds)
+    return {"readings": readings, "counts": {s: counts[s] for s in kernels}, "flush_s": gap}
