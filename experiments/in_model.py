@@ -92,22 +92,23 @@ def measure_in_this_process(args) -> dict:
     from omegaconf import OmegaConf
 
     from tuning.hardware.kernel_context import capture_calls, model_call_seconds, standalone_timer, time_contexts
-    from tuning.hardware.relax_models import compiled_model, plain_seconds
+    from tuning.hardware.relax_models import as_tuning_tasks, compiled_model, extract_tasks, load_model, plain_seconds
     from tuning.tools.export import best_in_run
 
     cfg, hardware = open_run(args.run)
     with hardware:
         spec = instantiate(cfg.evaluator).spec
         device = hardware.attached().devices[0]
-        vm, x, dev = compiled_model(OmegaConf.to_container(cfg.model, resolve=True), cfg.seed, hardware.target,
-                                    str(args.run / "database"), hardware.weight_prepack, device)
+        loaded = load_model(OmegaConf.to_container(cfg.model, resolve=True), cfg.seed, hardware.target)
+        vm, x, dev = compiled_model(loaded, hardware.target, str(args.run / "database"), hardware.weight_prepack, device)
+        # the run's tasks from the model already loaded (hardware.model_tasks would import it again)
+        model_tasks = as_tuning_tasks(extract_tasks(loaded.mod, hardware.target, hardware.weight_prepack))
         calls = capture_calls(vm, x)
-        tasks = {t["name"]: t for t in json.loads((args.run / "tasks.json").read_text())}
+        names = {task.name for task in model_tasks}
         per_symbol = model_call_seconds(vm, x, args.runs)[0]
-        tuned = {s: float(np.median(v)) for s, v in per_symbol.items() if s.removesuffix(PREPACKED) in tasks}
+        tuned = {s: float(np.median(v)) for s, v in per_symbol.items() if s.removesuffix(PREPACKED) in names}
         heaviest = sorted(tuned, key=tuned.get, reverse=True)[:args.kernels]
         kernels, tuner_s = {}, {}
-        model_tasks = hardware.model_tasks(cfg.model, cfg.seed)
         for symbol in heaviest:
             outcome = best_in_run(cfg, hardware, args.run, symbol.removesuffix(PREPACKED), model_tasks)
             tuner_s[symbol] = outcome.best_cost

@@ -348,8 +348,8 @@ class RestrictedSpace(Space):
         self.allowed = list(dict.fromkeys(tuple(int(c) for c in config) for config in configs))
         if not self.allowed:
             raise ValueError("a restricted space needs at least one config")
-        self._allowed_set = set(self.allowed)
-        self._held_tuples = {config: config for config in self.allowed}
+        # membership, and a held config's own stored tuple (ints) for any tuple equal to it
+        self._allowed_set = {config: config for config in self.allowed}
         self._allowed_array = np.asarray(self.allowed, dtype=np.int64)
         self._tree = cKDTree(self._embed(self.allowed))
         # each config as one mixed-radix integer, for a vectorised membership test (None: too wide)
@@ -378,7 +378,7 @@ class RestrictedSpace(Space):
 
     def canonical(self, config: Config) -> Config:
         try:
-            held = self._held_tuples.get(config)  # a held config as a tuple: its stored int tuple, no copy
+            held = self._allowed_set.get(config)  # a held config as a tuple: its stored int tuple, no copy
         except TypeError:  # a list or an array
             held = None
         if held is not None:

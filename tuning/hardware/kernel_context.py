@@ -17,7 +17,8 @@ The contexts, each a column of the table (seconds per call of the kernel):
     model_only   inside the model with every other kernel skipped (the VM still runs its builtins)
     in_model     inside the whole model (the VM instrument's reading of each call)
     skip_delta   the model's time minus its time with this kernel's calls skipped, over its calls:
-                 what the model pays for it, neighbours' slowdown included (paired runs)
+                 what the model pays for it, neighbours' slowdown included (a block of runs with the
+                 calls, then one without; the median of the differences run by run)
 
 Every context is read once a pass, in an order rotated each pass, so the host's drift falls on all.
 The thread pool's own settings (spin count, affinity) are environment variables read when TVM's
@@ -96,7 +97,8 @@ def model_call_seconds(vm, x, runs: int, skip=frozenset()) -> tuple[dict, list, 
 
 
 def skip_delta(vm, x, symbol: str, calls: int, runs: int) -> float:
-    """Median over paired runs of (model with the symbol's calls) - (model without them), per call."""
+    """Median of (model with the symbol's calls) - (model without them), per call: `runs` runs with
+    them, then `runs` without, differenced run by run."""
     with_it = model_call_seconds(vm, x, runs)[1]
     without = model_call_seconds(vm, x, runs, skip=frozenset([symbol]))[1]
     return float(np.median(np.asarray(with_it) - np.asarray(without))) / calls

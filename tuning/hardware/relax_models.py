@@ -224,9 +224,9 @@ def design_spaces(task: ExtractedTask, target: dict) -> list:
     return list(tune_context(task.mod, target, task.name).generate_design_space())
 
 
-def compiled_model(model_cfg, seed: int, target: dict, database_dir: str, weight_prepack: bool = True,
+def compiled_model(loaded: LoadedModel, target: dict, database_dir: str, weight_prepack: bool = True,
                    device: str = "cpu") -> tuple:
-    """(VirtualMachine, input tensor, device) of the model compiled with the database, as the
+    """(VirtualMachine, input tensor, device) of a loaded model compiled with the database, as the
     end-to-end check compiles it, on `device` (a device string: "cpu", "cuda:1")."""
     import tvm
     from tvm import relax
@@ -234,7 +234,6 @@ def compiled_model(model_cfg, seed: int, target: dict, database_dir: str, weight
     from tuning.hardware.tvm_device import tvm_device
 
     dev = tvm_device(device)
-    loaded = load_model(model_cfg, seed, target)
     vm = relax.VirtualMachine(compile_with_database(loaded.mod, target, database_dir, weight_prepack), dev)
     return vm, tvm.runtime.tensor(loaded.example, dev), dev
 
@@ -261,7 +260,7 @@ def profile_calls(model_cfg, seed: int, target: dict, database_dir: str, runs: i
     no instrument]}."""
     from tuning.hardware.kernel_context import model_call_seconds
 
-    vm, x, _ = compiled_model(model_cfg, seed, target, database_dir, weight_prepack, device)
+    vm, x, _ = compiled_model(load_model(model_cfg, seed, target), target, database_dir, weight_prepack, device)
     plain = plain_seconds(vm, x, runs)
     calls, whole, counts = model_call_seconds(vm, x, runs)
     return {"calls": calls, "counts": counts, "whole": whole, "plain": plain}
