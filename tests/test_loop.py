@@ -249,6 +249,29 @@ def test_torn_last_line_is_dropped_before_appending(tmp_path):
     assert len(RecordLog(path).load()) == len(path.read_text().splitlines()) == 100
 
 
+def test_records_reach_the_file_as_measured_and_disk_once_a_round(tmp_path, monkeypatch):
+    """A killed process loses no record (each is in the file when the next is measured); the file
+    is fsynced after every round and at the end, not once a record."""
+    import tuning.core.records as records_module
+    from tuning.callbacks import AppendRecords, MeasureCallback
+
+    path, seen, synced = tmp_path / "records.jsonl", [], []
+
+    class ReadBack(MeasureCallback):
+        def on_result(self, tuner, record) -> None:
+            seen.append(len(path.read_text().splitlines()))
+
+    real_fsync = records_module.os.fsync
+    monkeypatch.setattr(records_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    parts = components(search="random", cost_model="none")
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=100, plan_size=64,
+                  callbacks=[AppendRecords(), ReadBack()])
+    outcome = tune_task(model_task("gemm_64"), parts, run)
+    assert seen == list(range(1, 101))
+    assert len(synced) == 2 + 1  # two rounds (64 + 36), then closing
+    assert file_keys(path) == outcome_keys(outcome)
+
+
 # ---- stopping ----------------------------------------------------------------------------
 def test_early_stop(tmp_path):
     task = model_task("gemm_64")

@@ -70,13 +70,20 @@ class MeasureCallback:
 
 
 class AppendRecords(MeasureCallback):
-    """Each record to the run's records.jsonl, flushed as it arrives (a kill loses no measurement)."""
+    """Each record to the run's records.jsonl, flushed as it arrives (a kill loses no
+    measurement), the file synced to disk after every round and at the end."""
 
     def on_start(self, run) -> None:
-        self.log = run.log
+        self.writer = run.log.writer()
 
     def on_result(self, tuner, record) -> None:
-        self.log.append(record)
+        self.writer.write(record)
+
+    def after_round(self, report: RoundReport) -> None:
+        self.writer.sync()
+
+    def on_end(self, outcomes) -> None:
+        self.writer.close()
 
 
 class ProgressBar(MeasureCallback):

@@ -2,8 +2,8 @@
 
 Errors are values: a MeasureResult either has costs (seconds, every repeat
 kept) or an error kind and message. Records are JSON lines, written and
-flushed one by one as candidates are measured, so a killed run loses
-nothing it measured and can resume from the file. A file is untrusted input
+flushed one by one as candidates are measured (fsynced once a round), so a
+killed run loses nothing it measured and can resume from the file. A file is untrusted input
 (`tuning.database` may name any file): every line is checked field by field,
 and a line that is not a record raises RecordError naming the file and line.
 A cost must be a plausible reading (tuning/core/plausible.py): a record carries
@@ -20,7 +20,7 @@ import json
 import math
 import os
 import statistics
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from tuning.core import plausible
@@ -92,10 +92,13 @@ class Record:
     time: float  # unix time the result came back
 
     def to_json(self) -> str:
-        data = asdict(self)
+        # the fields as they are, not asdict's deep copy (the line is the same: json.dumps copies nothing)
+        result = {name: getattr(self.result, name) for name in _RESULT_NAMES}
         for key, default in _RESULT_DEFAULTS.items():  # see the module docstring
-            if data["result"].get(key) == default:
-                del data["result"][key]
+            if result[key] == default:
+                del result[key]
+        data = {name: getattr(self, name) for name in _RECORD_NAMES}
+        data["result"] = result
         return json.dumps(data, default=str)  # tuples are written as arrays by json itself
 
     @classmethod
@@ -113,6 +116,8 @@ class Record:
 
 
 _RESULT_DEFAULTS = {"reused": False, "gauge_s": None, "device": None}
+_RECORD_NAMES = tuple(f.name for f in fields(Record))
+_RESULT_NAMES = tuple(f.name for f in fields(MeasureResult))
 
 
 def _is_int(value) -> bool:
@@ -177,7 +182,7 @@ def _shape_problem(data, schema, checks: dict, prefix: str) -> str | None:
 
 
 class RecordLog:
-    """records.jsonl: append + flush + fsync per record; tolerant of a torn last line."""
+    """records.jsonl: appended (`writer`: flushed a record, fsynced on `sync`); tolerant of a torn last line."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -219,11 +224,40 @@ class RecordLog:
             os.fsync(f.fileno())
 
     def append(self, record: Record) -> None:
+        with self.writer() as writer:
+            writer.write(record)
+
+    def writer(self) -> RecordWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(record.to_json() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        return RecordWriter(self.path.open("a"))
+
+
+class RecordWriter:
+    """Records appended to an open records.jsonl. Each line is handed to the OS as it is written
+    (a killed process loses none); `sync` makes the file durable (the loop syncs after every
+    round: a machine that loses power loses at most the round in flight). Closing syncs. (An fsync
+    per record was most of what writing a replayed record cost.)"""
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, record: Record) -> None:
+        self.file.write(record.to_json() + "\n")
+        self.file.flush()
+
+    def sync(self) -> None:
+        os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.sync()
+            self.file.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _byte_at(f, offset: int) -> bytes:

@@ -92,7 +92,8 @@ class XGBoostCostModel(CostModel):
             self.booster = None
             return self
         y = y / max(float(y.max()), 1e-8)
-        self.booster = self._boost(xgb.DMatrix(X, label=y))
+        # the fit's threads build the matrix too: xgboost's default (every core) waits on busy cores
+        self.booster = self._boost(xgb.DMatrix(X, label=y, nthread=self.nthread))
         return self
 
     def _boost(self, train):

@@ -200,7 +200,7 @@ def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_ro
     (sum of a program's row scores - label)^2, weighted by the label, on every row of the program.
     `start`: a booster to continue boosting from (fine-tuning a pretrained model)."""
     row_labels = labels[ids]
-    data = xgb.DMatrix(rows, label=row_labels, weight=row_labels)
+    data = xgb.DMatrix(rows, label=row_labels, weight=row_labels, nthread=params["nthread"])
 
     def summed(row_scores):
         return np.bincount(ids, weights=row_scores, minlength=len(labels))[ids]
