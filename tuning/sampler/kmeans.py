@@ -46,6 +46,7 @@ from collections import Counter
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
 
 from tuning.sampler.base import Sampler, random_unvisited
 
@@ -142,7 +143,14 @@ class KMeansSampler(Sampler):
     # ---- Algorithm 1, lines 2-6 ------------------------------------------------------------
     def knee(self, points: np.ndarray, rng) -> tuple[int, np.ndarray, np.ndarray]:
         """Run k-means for growing k until the loss stops falling by `threshold`x;
-        returns (k, labels, centres) of the last k run."""
+        returns (k, labels, centres) of the last k run. On one OpenMP thread: scikit-learn sums
+        the loss in an order that follows its thread count (the last bits of the loss the knee
+        rule reads would follow the host's cores), and its threads spin-wait on cores another
+        job holds (a replay grid runs one job a core: 90x slower beside one)."""
+        with threadpool_limits(limits=1, user_api="openmp"):
+            return self._knee(points, rng)
+
+    def _knee(self, points: np.ndarray, rng) -> tuple[int, np.ndarray, np.ndarray]:
         distinct = len(np.unique(points, axis=0))
         previous_loss, result = np.inf, None
         for k in range(self.k_min, self.k_max, self.k_step):
