@@ -22,11 +22,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+ARGS_FLUSHED_REPEAT = 10  # single calls read per args_flushed reading (evaluator=autotvm_x86's repeat)
 PREPACKED = "_prepacked"  # a kernel compiled with its weights' layout rewritten (hardware.weight_prepack)
 SETTINGS = {  # TVM thread pool environment per setting (src/runtime/thread_pool.cc reads them at start)
     "default": {},
@@ -35,6 +37,7 @@ SETTINGS = {  # TVM thread pool environment per setting (src/runtime/thread_pool
     "unbound": {"TVM_BIND_THREADS": "0"},              # no thread-to-core affinity
 }
 STEPS = (  # (label, from context, to context): what each ratio isolates
+    ("the kernel's arguments cold, its input warm (args_flushed / alone)", "alone", "args_flushed"),
     ("the model's build of the kernel (model_fn / alone)", "alone", "model_fn"),
     ("the model's buffers and prepacked weights (model_args / model_fn)", "model_fn", "model_args"),
     ("waking the thread pool after a gap (idle / model_args)", "model_args", "idle"),
@@ -43,6 +46,7 @@ STEPS = (  # (label, from context, to context): what each ratio isolates
     ("the other kernels between calls (in_model / model_only)", "model_only", "in_model"),
     ("what the model pays beyond the call (skip_delta / in_model)", "in_model", "skip_delta"),
     ("in the model against alone (in_model / alone)", "alone", "in_model"),
+    ("in the model against its arguments flushed (in_model / args_flushed)", "args_flushed", "in_model"),
 )
 
 
@@ -91,13 +95,15 @@ def measure_in_this_process(args) -> dict:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from tuning.hardware.kernel_context import capture_calls, model_call_seconds, standalone_timer, time_contexts
+    from tuning.hardware.kernel_context import capture_calls, model_call_seconds, standalone_timers, time_contexts
     from tuning.hardware.relax_models import as_tuning_tasks, compiled_model, extract_tasks, load_model, plain_seconds
     from tuning.tools.export import best_in_run
 
     cfg, hardware = open_run(args.run)
     with hardware:
         spec = instantiate(cfg.evaluator).spec
+        specs = {"alone": spec, "args_flushed": replace(spec, number=1, min_repeat_ms=0, cache_flush=True,
+                                                        repeat=max(spec.repeat, ARGS_FLUSHED_REPEAT))}
         device = hardware.attached().devices[0]
         loaded = load_model(OmegaConf.to_container(cfg.model, resolve=True), cfg.seed, hardware.target)
         vm, x, dev = compiled_model(loaded, hardware.target, str(args.run / "database"), hardware.weight_prepack, device)
@@ -112,7 +118,7 @@ def measure_in_this_process(args) -> dict:
         for symbol in heaviest:
             outcome = best_in_run(cfg, hardware, args.run, symbol.removesuffix(PREPACKED), model_tasks)
             tuner_s[symbol] = outcome.best_cost
-            kernels[symbol] = standalone_timer(outcome.task.workload, hardware.target, outcome.best_config, spec, dev)
+            kernels[symbol] = standalone_timers(outcome.task.workload, hardware.target, outcome.best_config, specs, dev)
         plain_before = plain_seconds(vm, x, args.runs * args.passes)
         timed = time_contexts(vm, x, calls, kernels, args.passes, args.runs, args.number, dev)
         plain_after = plain_seconds(vm, x, args.runs * args.passes)
@@ -142,6 +148,14 @@ def medians(result: dict) -> dict:
     return {s: {c: float(np.median(v)) for c, v in contexts.items() if v} for s, contexts in result["readings"].items()}
 
 
+def cold_estimate(result: dict) -> float:
+    """The run's estimate with each kernel of the table counted at its args_flushed reading, not the
+    tuner's: what the lab would estimate had it timed them as evaluator=autotvm_x86 does."""
+    table = medians(result)
+    return result["estimate_s"] + sum(result["counts"][s] * (row["args_flushed"] - result["tuner_s"][s])
+                                      for s, row in table.items() if "args_flushed" in row)
+
+
 def setting_table(result: dict) -> str:
     from tuning.hardware.kernel_context import CONTEXTS
 
@@ -149,7 +163,9 @@ def setting_table(result: dict) -> str:
     plain = float(np.median(result["plain_s"]))
     lines = [f"### {result['setting']} ({result['threads']} threads; one flush {result['flush_s'] * 1e3:.0f} ms)", "",
              f"Model: {plain * 1e3:.2f} ms a run (median of {len(result['plain_s'])}); the run's estimate "
-             f"{result['estimate_s'] * 1e3:.2f} ms: model / estimate {plain / result['estimate_s']:.2f}.", "",
+             f"{result['estimate_s'] * 1e3:.2f} ms: model / estimate {plain / result['estimate_s']:.2f}; with the "
+             f"kernels below at their args_flushed readings {cold_estimate(result) * 1e3:.2f} ms: model / that "
+             f"{plain / cold_estimate(result):.2f}.", "",
              "| kernel | calls | tuner | " + " | ".join(CONTEXTS) + " | in_model / alone |",
              "|---|---:|---:|" + "---:|" * len(CONTEXTS) + "---:|"]
     for symbol, row in table.items():

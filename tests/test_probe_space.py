@@ -133,19 +133,22 @@ def test_in_model_table_names_each_step_between_contexts(experiment_script):
     in_model = experiment_script("in_model")
     from tuning.hardware.kernel_context import CONTEXTS
 
-    per_call = dict(zip(CONTEXTS, (100e-6, 100e-6, 110e-6, 130e-6, 150e-6, 112e-6, 180e-6, 200e-6)))
+    per_call = dict(zip(CONTEXTS, (100e-6, 120e-6, 100e-6, 110e-6, 130e-6, 150e-6, 112e-6, 180e-6, 200e-6)))
     result = {"setting": "no_spin", "threads": 2, "flush_s": 0.02, "plain_s": [0.020, 0.022, 0.021],
               "estimate_s": 0.015, "tuner_s": {"k_prepacked": 90e-6}, "tasks": {"k_prepacked": "k"},
               "counts": {"k_prepacked": 2},
               "readings": {"k_prepacked": {c: [v, v * 1.5, v * 0.9] for c, v in per_call.items()} | {"alone": [100e-6]}}}
     text = in_model.setting_table(result)
     assert "### no_spin (2 threads; one flush 20 ms)" in text
-    assert "Model: 21.00 ms a run (median of 3); the run's estimate 15.00 ms: model / estimate 1.40." in text
+    assert ("Model: 21.00 ms a run (median of 3); the run's estimate 15.00 ms: model / estimate 1.40; with the "
+            "kernels below at their args_flushed readings 15.06 ms: model / that 1.39.") in text
     row = next(line for line in text.splitlines() if line.startswith("| k |"))
-    assert row == "| k | 2 | 90.0 | 100.0 | 100.0 | 110.0 | 130.0 | 150.0 | 112.0 | 180.0 | 200.0 | 1.80 |"
+    assert row == "| k | 2 | 90.0 | 100.0 | 120.0 | 100.0 | 110.0 | 130.0 | 150.0 | 112.0 | 180.0 | 200.0 | 1.80 |"
     steps = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in text.splitlines() if line.startswith("| ") and "(" in line}
     assert steps["the other kernels between calls (in_model / model_only)"] == "1.607"
     assert steps["in the model against alone (in_model / alone)"] == "1.800"
+    assert steps["the kernel's arguments cold, its input warm (args_flushed / alone)"] == "1.200"
+    assert steps["in the model against its arguments flushed (in_model / args_flushed)"] == "1.500"
     assert steps["cold caches, every level (flushed / idle)"] == "1.154"
 
 

@@ -6,8 +6,11 @@ model than alone (imports TVM; experiments/in_model.py runs it and prints the ta
     time_contexts(vm, x, calls, symbols, ...)    # {symbol: {context: [seconds per call, one a pass]}}
 
 The contexts, each a column of the table (seconds per call of the kernel):
-    alone        the task's own build, as the tuner timed it (`standalone_timer`: as_built, TVM's
+    alone        the task's own build, as the tuner timed it (`standalone_timers`: as_built, TVM's
                  time_evaluator with the run's number / repeat / min_repeat_ms, random inputs)
+    args_flushed the same build timed as evaluator.cache_flush=true times it (evaluator=autotvm_x86):
+                 single calls, every argument but the first (the input, which the kernel before it
+                 in a model has just written) evicted from the caches before each call
     model_fn     the model's compiled function on fresh random buffers of its arguments' shapes,
                  `number` calls back to back (the same loop as `model_args`)
     model_args   the same loop on the model's own arguments (its prepacked weights, its planned buffers)
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-CONTEXTS = ("alone", "model_fn", "model_args", "idle", "flushed", "model_only", "in_model", "skip_delta")
+CONTEXTS = ("alone", "args_flushed", "model_fn", "model_args", "idle", "flushed", "model_only", "in_model", "skip_delta")
 CACHE_LEVELS = ("index2", "index3")  # sysfs names of the L2 and L3 caches
 
 
@@ -179,11 +182,11 @@ def fresh_args(args, dev, rng) -> list:
     return fresh
 
 
-def standalone_timer(workload: dict, target: dict, config: tuple, spec, dev):
-    """A function timing the task's own build of `config` as the tuner does: the scheduled module
-    as built (tvm_worker.as_built: weights taken already re-laid-out), TVM's time_evaluator with
-    the spec's number / repeat / min_repeat_ms (and its argument flush, when it flushes), the median
-    of the repeats, on random inputs."""
+def standalone_timers(workload: dict, target: dict, config: tuple, specs: dict, dev) -> dict:
+    """{name: a function timing the task's own build of `config` as the tuner does with specs[name]}:
+    the scheduled module as built (tvm_worker.as_built: weights taken already re-laid-out), built
+    once, TVM's time_evaluator with the spec's number / repeat / min_repeat_ms (and its argument
+    flush, when it flushes), the median of the repeats, on random inputs."""
     import tvm
 
     from tuning.hardware.tvm_worker import _compile, as_built, task_schedules
@@ -192,16 +195,21 @@ def standalone_timer(workload: dict, target: dict, config: tuple, spec, dev):
     lib = _compile(mod, target)
     rng = np.random.default_rng(0)
     tensors = [tvm.runtime.tensor(rng.uniform(-1, 1, size=s).astype(d), dev) for s, d in shapes]
-    evaluator = lib.time_evaluator(lib.entry_name, dev, number=spec.number, repeat=spec.repeat,
-                                   min_repeat_ms=spec.min_repeat_ms,
-                                   f_preproc="cache_flush_cpu_non_first_arg" if spec.cache_flush else "")
-    return lambda: float(np.median(evaluator(*tensors).results))
+
+    def timer(spec):
+        evaluator = lib.time_evaluator(lib.entry_name, dev, number=spec.number, repeat=spec.repeat,
+                                       min_repeat_ms=spec.min_repeat_ms,
+                                       f_preproc="cache_flush_cpu_non_first_arg" if spec.cache_flush else "")
+        return lambda: float(np.median(evaluator(*tensors).results))
+
+    return {name: timer(spec) for name, spec in specs.items()}
 
 
 def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, number: int, dev) -> dict:
     """{"readings": {symbol: {context: [seconds per call, one a pass]}}, "counts": {symbol: calls per
-    model run}, "flush_s": one flush's seconds} for `kernels` ({symbol: standalone timer, or None
-    where there is none}); `calls` from capture_calls. CONTEXTS says what each context is."""
+    model run}, "flush_s": one flush's seconds} for `kernels` ({symbol: {"alone": standalone timer,
+    "args_flushed": the same with its arguments flushed}, or {} where there is none}); `calls` from
+    capture_calls. CONTEXTS says what each context is."""
     counts: dict = {}
     first: dict = {}
     for symbol, func, args in calls:
@@ -227,7 +235,8 @@ def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, num
         return {symbol: read(symbol, *first[symbol]) for symbol in kernels}
 
     readers = {
-        "alone": lambda: {s: kernels[s]() for s in kernels if kernels[s] is not None},
+        "alone": lambda: {s: kernels[s]["alone"]() for s in kernels if "alone" in kernels[s]},
+        "args_flushed": lambda: {s: kernels[s]["args_flushed"]() for s in kernels if "args_flushed" in kernels[s]},
         "model_fn": lambda: each(lambda s, func, args: loop_seconds(func, fresh[s], number, 3)),
         "model_args": lambda: each(lambda s, func, args: loop_seconds(func, args, number, 3)),
         "idle": lambda: each(lambda s, func, args: single_call_seconds(func, args, lambda: time.sleep(gap), runs)),
