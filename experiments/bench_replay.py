@@ -16,7 +16,6 @@ python -m tuning.tools.dataset build --store stores/lab.sqlite --model conv_l8 e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from tuning.tools.cli_common import child_json
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {"sa+greedy+xgb": ("sa", "greedy", "xgb"), "ppo+kmeans+xgb": ("ppo", "kmeans", "xgb")}
@@ -94,11 +95,8 @@ def run_in(tree: Path, *args) -> dict:
             "store, model, evaluator, method, space, trials, seed = sys.argv[2:]\n"
             "print(json.dumps(bench.one_run(store, model, evaluator, method, space, int(trials), int(seed))))\n")
     env = {**os.environ, "PYTHONPATH": str(tree), "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, __file__, *map(str, args)], cwd=tree, env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"the run in {tree} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return child_json([sys.executable, "-c", code, __file__, *map(str, args)], f"the run in {tree} failed",
+                      cwd=tree, env=env)
 
 
 def checkout(revision: str, into: Path) -> Path:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from tuning.tools.cli_common import child_json
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS_FLUSHED_REPEAT = 10  # single calls read per args_flushed reading (evaluator=autotvm_x86's repeat)
@@ -134,10 +135,7 @@ def run_settings(args, threads: int) -> list[dict]:
         env = {**os.environ, **SETTINGS[setting], "TVM_NUM_THREADS": str(threads)}
         command = [sys.executable, __file__, str(args.run), "--child", setting, "--kernels", str(args.kernels),
                    "--passes", str(args.passes), "--runs", str(args.runs), "--number", str(args.number)]
-        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
-        if done.returncode != 0:
-            raise SystemExit(f"tunelab: the {setting} process failed:\n{done.stderr[-3000:]}")
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results.append(child_json(command, f"tunelab: the {setting} process failed", cwd=REPO, env=env))
         print(f"setting {setting} timed", file=sys.stderr, flush=True)
     return results
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from tuning.config import ConfigError
+from tuning.tools.cli_common import child_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -170,10 +170,7 @@ def run_processes(args, threads: int | None) -> list[dict]:
                *[f"--variant={v}" for v in args.variant]]
     results = []
     for index in range(args.processes):
-        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
-        if done.returncode != 0:
-            raise SystemExit(f"tunelab: probe process {index + 1} failed:\n{done.stderr[-2000:]}")
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results.append(child_json(command, f"tunelab: probe process {index + 1} failed", cwd=REPO, env=env))
         print(f"process {index + 1}/{args.processes} timed", file=sys.stderr, flush=True)
     return results
 

@@ -160,3 +160,18 @@ def test_dataset_refuses_what_is_neither_an_option_nor_an_override(argv, message
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_child_json_reads_the_last_line_and_names_a_failed_child(tmp_path):
+    import sys
+
+    from tuning.tools.cli_common import child_json
+
+    printed = "print('progress'); print('{\"seconds\": 1.5}')"
+    assert child_json([sys.executable, "-c", printed], "unused", cwd=tmp_path) == {"seconds": 1.5}
+    failing = "import sys; print('x' * 5000 + 'the cause', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(SystemExit) as stopped:
+        child_json([sys.executable, "-c", failing], "tunelab: the default process failed")
+    text = str(stopped.value)
+    assert text.startswith("tunelab: the default process failed:\n") and text.endswith("the cause\n")
+    assert len(text) < 3100  # the end of the child's stderr, not all of it

@@ -1,4 +1,5 @@
-"""What the command-line tools share: one help layout and one flag for the MLflow location.
+"""What the command-line tools share: one help layout, one flag for the MLflow location, and one way
+to read a child process's result (`child_json`: experiments time each setting in a fresh process).
 
     parser = new_parser("python -m tuning.tools.sync", description, prog)  # prog: a dispatcher's name for it
     add_tracking_uri(parser, help="the MLflow store the run is written to")
@@ -8,7 +9,9 @@ Every tool builds its parser with `build_parser(prog=None)` (tests/test_tool_fla
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 
 from tuning import storage
 
@@ -25,6 +28,15 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
                 or "default" in text:
             return text
         return super()._get_help_string(action)
+
+
+def child_json(command: list[str], failure: str, **run) -> dict:
+    """The JSON object on the last line a child process printed; SystemExit naming `failure`, with the
+    end of the child's stderr, when it exits non-zero. `run`: subprocess.run's cwd, env."""
+    done = subprocess.run(command, capture_output=True, text=True, **run)
+    if done.returncode != 0:
+        raise SystemExit(f"{failure}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def new_parser(default_prog: str, description: str, prog: str | None = None) -> argparse.ArgumentParser:
