@@ -234,9 +234,12 @@ def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, num
     def each(read) -> dict:
         return {symbol: read(symbol, *first[symbol]) for symbol in kernels}
 
+    def standalone(context: str):
+        return lambda: {symbol: timers[context]() for symbol, timers in kernels.items() if context in timers}
+
     readers = {
-        "alone": lambda: {s: kernels[s]["alone"]() for s in kernels if "alone" in kernels[s]},
-        "args_flushed": lambda: {s: kernels[s]["args_flushed"]() for s in kernels if "args_flushed" in kernels[s]},
+        "alone": standalone("alone"),
+        "args_flushed": standalone("args_flushed"),
         "model_fn": lambda: each(lambda s, func, args: loop_seconds(func, fresh[s], number, 3)),
         "model_args": lambda: each(lambda s, func, args: loop_seconds(func, args, number, 3)),
         "idle": lambda: each(lambda s, func, args: single_call_seconds(func, args, lambda: time.sleep(gap), runs)),
