@@ -348,8 +348,8 @@ class RestrictedSpace(Space):
         self.allowed = list(dict.fromkeys(tuple(int(c) for c in config) for config in configs))
         if not self.allowed:
             raise ValueError("a restricted space needs at least one config")
-        # membership, and a held config's own stored tuple (ints) for any tuple equal to it
-        self._allowed_set = {config: config for config in self.allowed}
+        # each held config to its own stored tuple (ints): membership, and canonical() without a copy
+        self._stored = {config: config for config in self.allowed}
         self._allowed_array = np.asarray(self.allowed, dtype=np.int64)
         self._tree = cKDTree(self._embed(self.allowed))
         # each config as one mixed-radix integer, for a vectorised membership test (None: too wide)
@@ -378,13 +378,13 @@ class RestrictedSpace(Space):
 
     def canonical(self, config: Config) -> Config:
         try:
-            held = self._allowed_set.get(config)  # a held config as a tuple: its stored int tuple, no copy
+            held = self._stored.get(config)  # a held config as a tuple: its stored int tuple, no copy
         except TypeError:  # a list or an array
             held = None
         if held is not None:
             return held
         config = tuple(int(c) for c in config)
-        return config if config in self._allowed_set else self.nearest(config)
+        return config if config in self._stored else self.nearest(config)
 
     def sample(self, rng: np.random.Generator) -> Config:
         return self.allowed[int(rng.integers(len(self.allowed)))]
@@ -394,7 +394,7 @@ class RestrictedSpace(Space):
 
     def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
         moved = self.base.random_walk(config, rng)
-        return moved if moved in self._allowed_set else self.nearest(moved, exclude=tuple(config))
+        return moved if moved in self._stored else self.nearest(moved, exclude=tuple(config))
 
     def random_walk_all(self, configs, rng: np.random.Generator) -> list[Config]:
         """The base walk of each config in turn (random_walk's draws), then every one that left the
@@ -441,7 +441,7 @@ class RestrictedSpace(Space):
 
     def _held_keys(self, keys: list) -> np.ndarray:
         if self._radix is None:
-            return np.array([key in self._allowed_set for key in keys], dtype=bool)
+            return np.array([key in self._stored for key in keys], dtype=bool)
         keys = np.asarray(keys, dtype=np.int64)
         at = np.minimum(np.searchsorted(self._allowed_keys, keys), len(self._allowed_keys) - 1)
         return self._allowed_keys[at] == keys
@@ -451,17 +451,17 @@ class RestrictedSpace(Space):
         return self._held_keys(self._keys(configs))
 
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
-        return [c for c in self.base.neighbors(config, moves) if c in self._allowed_set]
+        return [c for c in self.base.neighbors(config, moves) if c in self._stored]
 
     def step(self, config: Config, action: tuple) -> Config | None:
         moved = self.base.step(config, action)
-        return moved if moved in self._allowed_set else None
+        return moved if moved in self._stored else None
 
     def untiled(self) -> Config:
         return self.canonical(self.base.untiled())
 
     def is_legitimate(self, config: Config) -> bool:
-        return tuple(int(c) for c in config) in self._allowed_set and super().is_legitimate(config)
+        return tuple(int(c) for c in config) in self._stored and super().is_legitimate(config)
 
     def decisions(self, config: Config) -> dict:
         return self.base.decisions(config)
