@@ -114,7 +114,7 @@ def checkout(revision: str, into: Path) -> Path:
 def _per_walker_step(space, configs, deltas):
     """The restricted step as first written: one nearest() lookup per walker that left the set."""
     moved = space.base.step_all(configs, deltas)
-    return np.asarray([m if m in space._allowed_set else space.nearest(m, exclude=tuple(s))
+    return np.asarray([m if m in space._stored else space.nearest(m, exclude=tuple(s))
                        for s, m in zip(map(tuple, configs.tolist()), map(tuple, moved.tolist()))])
 
 
