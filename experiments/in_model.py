@@ -11,9 +11,10 @@ at the run's threads: the model compiled with the run's database as the end-to-e
 then every context of tuning/hardware/kernel_context.py read once a pass, in rotated order. The table
 gives each context's median per call (us) and the steps between contexts as ratios (geometric mean
 over the kernels), so the step that moves a kernel from its standalone time to what the model pays
-shows as the ratio far from 1. The model's latency is read beside the lab's estimate (the run's
-final_metrics.json: the tasks' re-measured best, weighted by calls). Real hardware only; run it alone
-on the host.
+shows as the ratio far from 1, and each kernel's in-model time over the run's own reading of it (its
+prediction: in_model / tuner, with how many kernels are within 5%). The model's latency is read beside
+the lab's estimate (the run's final_metrics.json: the tasks' re-measured best, weighted by calls).
+Real hardware only; run it alone on the host.
 """
 from __future__ import annotations
 
@@ -115,17 +116,24 @@ def measure_in_this_process(args) -> dict:
         per_symbol = model_call_seconds(vm, x, args.runs)[0]
         tuned = {s: float(np.median(v)) for s, v in per_symbol.items() if s.removesuffix(PREPACKED) in names}
         heaviest = sorted(tuned, key=tuned.get, reverse=True)[:args.kernels]
-        kernels, tuner_s = {}, {}
+        kernels, tuner_s, every_task = {}, {}, []
+        for task in model_tasks:
+            outcome = best_in_run(cfg, hardware, args.run, task.name, model_tasks)
+            alone = standalone_timers(task.workload, hardware.target, outcome.best_config, {"alone": spec}, dev)["alone"]
+            every_task.append((task.weight, alone))
         for symbol in heaviest:
             outcome = best_in_run(cfg, hardware, args.run, symbol.removesuffix(PREPACKED), model_tasks)
             tuner_s[symbol] = outcome.best_cost
             kernels[symbol] = standalone_timers(outcome.task.workload, hardware.target, outcome.best_config, specs, dev)
         plain_before = plain_seconds(vm, x, args.runs * args.passes)
+        reread_before = sum(weight * alone() for weight, alone in every_task)
         timed = time_contexts(vm, x, calls, kernels, args.passes, args.runs, args.number, dev)
+        reread_after = sum(weight * alone() for weight, alone in every_task)
         plain_after = plain_seconds(vm, x, args.runs * args.passes)
     final = json.loads((args.run / "final_metrics.json").read_text())["metrics"]
     return {"setting": args.child, "threads": int(os.environ.get("TVM_NUM_THREADS", "0")),
             "plain_s": plain_before + plain_after, "estimate_s": final.get("best/final_latency_ms", float("nan")) / 1e3,
+            "reread_s": [reread_before, reread_after],
             "tuner_s": tuner_s, "tasks": {s: s.removesuffix(PREPACKED) for s in heaviest}, **timed}
 
 
@@ -163,21 +171,46 @@ def setting_table(result: dict) -> str:
              f"Model: {plain * 1e3:.2f} ms a run (median of {len(result['plain_s'])}); the run's estimate "
              f"{result['estimate_s'] * 1e3:.2f} ms: model / estimate {plain / result['estimate_s']:.2f}; with the "
              f"kernels below at their args_flushed readings {cold_estimate(result) * 1e3:.2f} ms: model / that "
-             f"{plain / cold_estimate(result):.2f}.", "",
-             "| kernel | calls | tuner | " + " | ".join(CONTEXTS) + " | in_model / alone |",
-             "|---|---:|---:|" + "---:|" * len(CONTEXTS) + "---:|"]
+             f"{plain / cold_estimate(result):.2f}. The estimate re-read in this process (every task's best "
+             f"timed as the run's evaluator times it, weighted by calls; before and after the contexts) "
+             f"{reread_line(result, plain)}.", "",
+             "| kernel | calls | tuner | " + " | ".join(CONTEXTS) + " | in_model / alone | in_model / tuner |",
+             "|---|---:|---:|" + "---:|" * len(CONTEXTS) + "---:|---:|"]
     for symbol, row in table.items():
         cells = [f"{row[c] * 1e6:.1f}" if c in row else "-" for c in CONTEXTS]
         ratio = row["in_model"] / row["alone"] if "alone" in row and "in_model" in row else float("nan")
         lines.append(f"| {result['tasks'][symbol]} | {result['counts'][symbol]} | {result['tuner_s'][symbol] * 1e6:.1f} | "
-                     + " | ".join(cells) + f" | {ratio:.2f} |")
+                     + " | ".join(cells) + f" | {ratio:.2f} | {in_model_over_tuner(result, symbol):.2f} |")
     lines += ["", "| step | geomean ratio over the kernels | range |", "|---|---:|---|"]
     for label, before, after in STEPS:
         ratios = [row[after] / row[before] for row in table.values() if before in row and after in row]
         if ratios:
             lines.append(f"| {label} | {float(np.exp(np.mean(np.log(ratios)))):.3f} | "
                          f"{min(ratios):.2f}-{max(ratios):.2f} |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", predicted_line(result)])
+
+
+def reread_line(result: dict, plain: float) -> str:
+    reread = result.get("reread_s")
+    if not reread:
+        return "was not taken"
+    middle = float(np.median(reread))
+    return (f"{', '.join(f'{s * 1e3:.2f}' for s in reread)} ms: model / that {plain / middle:.2f}")
+
+
+def in_model_over_tuner(result: dict, symbol: str) -> float:
+    """What the model pays for a kernel's call over what the run's tuner measured for it (its prediction)."""
+    readings = result["readings"][symbol].get("in_model")
+    return float(np.median(readings)) / result["tuner_s"][symbol] if readings else float("nan")
+
+
+def predicted_line(result: dict, margin: float = 1.05) -> str:
+    ratios = [r for r in (in_model_over_tuner(result, s) for s in result["readings"]) if np.isfinite(r)]
+    if not ratios:
+        return "In the model against the tuner's reading: no in_model readings."
+    return (f"In the model against the tuner's reading (in_model / tuner): geomean "
+            f"{float(np.exp(np.mean(np.log(ratios)))):.3f}, range {min(ratios):.2f}-{max(ratios):.2f}; "
+            f"{sum(r <= margin for r in ratios)} of {len(ratios)} kernels within {margin:.2f}.")
 
 
 def main(argv=None) -> None:
