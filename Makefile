@@ -54,9 +54,14 @@ rpc-demo: setup
 cluster-demo: setup-cluster
 	$(BIN)/python examples/cluster_demo.py $(if $(HOLD),--hold)
 
+# The suite in TEST_JOBS processes (pytest-xdist), a test module per process at a time (its fixtures built
+# once): most tests wait on a subprocess's imports or a single-threaded TVM build, so two run side by side
+# on two cores. TEST_JOBS=0 runs it in this process.
+TEST_JOBS ?= 2
+
 test: setup
 	$(BIN)/python -m compileall -q -j 0 tuning tunelab hydra_plugins > /dev/null 2>&1 || true  # the lab's own bytecode
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 # Everything, including the slow real-hardware checks.
 test-full: setup-cluster
