@@ -48,19 +48,20 @@ SECONDS_PER_MEASUREMENT = 1.0  # this host, conv_l8/gemm_1024 at 256 (a first gu
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), help="conf/model names to tune and time")
     parser.add_argument("--methods", nargs="+", default=list(METHODS),
                         help="search+sampler+cost_model[:key=value,...] (extra run.py overrides)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--trials", type=int, default=256)
-    parser.add_argument("--passes", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="one tuning job per seed, method and workload")
+    parser.add_argument("--trials", type=int, default=256, help="measurements a tuning job (a method's own budget.trials= wins)")
+    parser.add_argument("--passes", type=int, default=5, help="re-timing passes, the order rotated per pass")
+    parser.add_argument("--threads", type=int, default=2, help="threads for tuning, re-timing and the libraries")
     parser.add_argument("--hardware", nargs="+", default=["hardware=cpu"], metavar="OVERRIDE",
                         help="the hardware that tunes and times, as Hydra overrides of conf/")
-    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_vs_peers")
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_vs_peers",
+                        help="job folders; a job whose folder holds done.json is not run again")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                         help="also tune with MetaSchedule's tune_tir (--no-peer: the lab's methods and the libraries)")
-    parser.add_argument("--estimate-only", action="store_true")
+    parser.add_argument("--estimate-only", action="store_true", help="print what the benchmark would cost and stop")
     parser.add_argument("--metaschedule-job", nargs=3, metavar=("WORKLOAD", "SEED", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for method in args.methods:
