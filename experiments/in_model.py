@@ -116,19 +116,20 @@ def measure_in_this_process(args) -> dict:
         per_symbol = model_call_seconds(vm, x, args.runs)[0]
         tuned = {s: float(np.median(v)) for s, v in per_symbol.items() if s.removesuffix(PREPACKED) in names}
         heaviest = sorted(tuned, key=tuned.get, reverse=True)[:args.kernels]
-        kernels, tuner_s, every_task = {}, {}, []
-        for task in model_tasks:
-            outcome = best_in_run(cfg, hardware, args.run, task.name, model_tasks)
-            alone = standalone_timers(task.workload, hardware.target, outcome.best_config, {"alone": spec}, dev)["alone"]
-            every_task.append((task.weight, alone))
-        for symbol in heaviest:
-            outcome = best_in_run(cfg, hardware, args.run, symbol.removesuffix(PREPACKED), model_tasks)
-            tuner_s[symbol] = outcome.best_cost
-            kernels[symbol] = standalone_timers(outcome.task.workload, hardware.target, outcome.best_config, specs, dev)
+        # every task's best built once: its "alone" timer re-reads the estimate, the heaviest are also the table's
+        outcomes = {task.name: best_in_run(cfg, hardware, args.run, task.name, model_tasks) for task in model_tasks}
+        timers = {name: standalone_timers(o.task.workload, hardware.target, o.best_config, specs, dev)
+                  for name, o in outcomes.items()}
+        tuner_s = {s: outcomes[s.removesuffix(PREPACKED)].best_cost for s in heaviest}
+        kernels = {s: timers[s.removesuffix(PREPACKED)] for s in heaviest}
+
+        def reread_estimate() -> float:
+            return sum(task.weight * timers[task.name]["alone"]() for task in model_tasks)
+
         plain_before = plain_seconds(vm, x, args.runs * args.passes)
-        reread_before = sum(weight * alone() for weight, alone in every_task)
+        reread_before = reread_estimate()
         timed = time_contexts(vm, x, calls, kernels, args.passes, args.runs, args.number, dev)
-        reread_after = sum(weight * alone() for weight, alone in every_task)
+        reread_after = reread_estimate()
         plain_after = plain_seconds(vm, x, args.runs * args.passes)
     final = json.loads((args.run / "final_metrics.json").read_text())["metrics"]
     return {"setting": args.child, "threads": int(os.environ.get("TVM_NUM_THREADS", "0")),
@@ -185,17 +186,18 @@ def setting_table(result: dict) -> str:
     for label, before, after in STEPS:
         ratios = [row[after] / row[before] for row in table.values() if before in row and after in row]
         if ratios:
-            lines.append(f"| {label} | {float(np.exp(np.mean(np.log(ratios)))):.3f} | "
+            lines.append(f"| {label} | {geomean(ratios):.3f} | "
                          f"{min(ratios):.2f}-{max(ratios):.2f} |")
     return "\n".join(lines + ["", predicted_line(result)])
 
 
+def geomean(ratios) -> float:
+    return float(np.exp(np.mean(np.log(ratios))))
+
+
 def reread_line(result: dict, plain: float) -> str:
-    reread = result.get("reread_s")
-    if not reread:
-        return "was not taken"
-    middle = float(np.median(reread))
-    return (f"{', '.join(f'{s * 1e3:.2f}' for s in reread)} ms: model / that {plain / middle:.2f}")
+    reread = result["reread_s"]
+    return f"{', '.join(f'{s * 1e3:.2f}' for s in reread)} ms: model / that {plain / float(np.median(reread)):.2f}"
 
 
 def in_model_over_tuner(result: dict, symbol: str) -> float:
@@ -209,7 +211,7 @@ def predicted_line(result: dict, margin: float = 1.05) -> str:
     if not ratios:
         return "In the model against the tuner's reading: no in_model readings."
     return (f"In the model against the tuner's reading (in_model / tuner): geomean "
-            f"{float(np.exp(np.mean(np.log(ratios)))):.3f}, range {min(ratios):.2f}-{max(ratios):.2f}; "
+            f"{geomean(ratios):.3f}, range {min(ratios):.2f}-{max(ratios):.2f}; "
             f"{sum(r <= margin for r in ratios)} of {len(ratios)} kernels within {margin:.2f}.")
 
 
