@@ -18,6 +18,7 @@ from tuning.naming import (BEST_SO_FAR, FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LA
                            run_name, with_current_names)
 from tuning.sweep import best_line
 from tuning.tools.compare.report import compare_runs_page, mlflow_links
+from tuning.tools import sync
 from tuning.tracking.mlflow_tracker import MlflowTracker
 from tuning.tracking.plot import convergence_png
 
@@ -101,6 +102,7 @@ def test_several_tasks_log_each_tasks_result_too(tmp_path):
     outcomes = [TaskOutcome(gemm_task(name, 64, 64, 64), records=[], best_cost=1e-5) for name in ("a", "b")]
     logged = final_metrics(outcomes, tmp_path)
     assert {FINAL_GFLOPS, FINAL_LATENCY_MS, "task/a/final_gflops", "task/b/final_latency_us"} <= set(logged)
+    assert sync.final_metrics(tmp_path) == (40, logged)  # the folder keeps each task's prediction too
     assert "task/a/best_gflops" in curve_metrics(outcomes[0].task, 10.0, 0, per_task=True)
 
 

@@ -136,18 +136,22 @@ def test_in_model_table_names_each_step_between_contexts(experiment_script):
     per_call = dict(zip(CONTEXTS, (100e-6, 120e-6, 100e-6, 110e-6, 130e-6, 150e-6, 112e-6, 180e-6, 200e-6)))
     result = {"setting": "no_spin", "threads": 2, "flush_s": 0.02, "plain_s": [0.020, 0.022, 0.021],
               "estimate_s": 0.015, "reread_s": [0.020, 0.022], "tuner_s": {"k_prepacked": 90e-6}, "tasks": {"k_prepacked": "k"},
+              "predicted_s": {"k_prepacked": 100e-6},
               "counts": {"k_prepacked": 2},
               "readings": {"k_prepacked": {c: [v, v * 1.5, v * 0.9] for c, v in per_call.items()} | {"alone": [100e-6]}}}
     text = in_model.setting_table(result)
     assert "### no_spin (2 threads; one flush 20 ms)" in text
     assert ("Model: 21.00 ms a run (median of 3); the run's estimate 15.00 ms: model / estimate 1.40; with the "
-            "kernels below at their args_flushed readings 15.06 ms: model / that 1.39. The estimate re-read in "
+            "kernels below at their args_flushed readings 15.04 ms: model / that 1.40. The estimate re-read in "
             "this process (every task's best timed as the run's evaluator times it, weighted by calls; before and "
             "after the contexts) 20.00, 22.00 ms: model / that 1.00.") in text
     row = next(line for line in text.splitlines() if line.startswith("| k |"))
-    assert row == "| k | 2 | 90.0 | 100.0 | 120.0 | 100.0 | 110.0 | 130.0 | 150.0 | 112.0 | 180.0 | 200.0 | 1.80 | 2.00 |"
-    assert ("In the model against the tuner's reading (in_model / tuner): geomean 2.000, range 2.00-2.00; "
-            "0 of 1 kernels within 1.05.") in text
+    assert row == "| k | 2 | 90.0 | 100.0 | 100.0 | 120.0 | 100.0 | 110.0 | 130.0 | 150.0 | 112.0 | 180.0 | 200.0 | 1.80 | 1.80 |"
+    assert ("In the model against the run's prediction (each task's best re-measured at the run's end; "
+            "in_model / predicted): geomean 1.800, range 1.80-1.80; 0 of 1 kernels within 1.05.") in text
+    del result["predicted_s"]  # a run folder from before the per-task final metrics: the tuning's best reading
+    assert "(the best reading during tuning where the run folder has no re-measured per-task value; " \
+           "in_model / predicted): geomean 2.000" in in_model.setting_table(result)
     steps = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in text.splitlines() if line.startswith("| ") and "(" in line}
     assert steps["the other kernels between calls (in_model / model_only)"] == "1.607"
     assert steps["in the model against alone (in_model / alone)"] == "1.800"

@@ -22,15 +22,18 @@ def log_final_metrics(outcomes, parts, progress, tuning_wall_s: float, out_dir, 
     """`progress`: the loop's Progress (measurements, simulated seconds); `tuning_wall_s`: the
     seconds of tuning and the final re-measurements."""
     several = len(outcomes) > 1
+    per_task = {}
     for outcome in outcomes:
         if store_writer is not None and outcome.best_config is not None:
             outcome.true_cost = store_writer.truth(outcome.task, parts.hardware.space(outcome.task),
                                                    outcome.best_config)
         if several and math.isfinite(outcome.best_cost):
             parts.tracker.log_metrics(task_metrics(outcome), step=progress.measured)
+            per_task.update(task_metrics(outcome))
     final = {**headline_metrics(outcomes), **run_totals(outcomes, parts, progress, tuning_wall_s)}
     parts.tracker.log_metrics(final, step=progress.measured)
-    save_final_metrics(out_dir, progress.measured, {k: v for k, v in final.items() if math.isfinite(v)})
+    # the per-task lines too: each kernel's prediction, read back by `sync` and the in-model probe
+    save_final_metrics(out_dir, progress.measured, {k: v for k, v in {**per_task, **final}.items() if math.isfinite(v)})
 
 
 def run_totals(outcomes, parts, progress, tuning_wall_s: float) -> dict:
