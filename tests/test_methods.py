@@ -1,6 +1,8 @@
 """Behaviour of the AutoTVM pieces: SA finds what the model likes, the loop beats random."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from tuning.cost_model.none import NoCostModel
@@ -47,6 +49,27 @@ def test_sa_finds_configs_the_model_rates_higher_than_random_picks():
     assert list(sa_scores) == sorted(sa_scores, reverse=True)  # best first
     assert sa_scores.max() > random_scores.max()
     assert sa_scores.mean() > random_scores.mean()
+
+
+def test_sa_refinement_leads_with_the_models_best_neighbours_of_the_fastest_measured():
+    space, rng = HARDWARE.space(TASK), np.random.default_rng(0)
+    configs = [space.canonical(space.sample(rng)) for _ in range(64)]
+    results = HARDWARE.measure(TASK, configs, MeasureSpec())
+    model = XGBoostCostModel(seed=0).fit(space.features(configs), np.array([r.gflops(TASK.flops) for r in results]))
+    search = SimulatedAnnealing(refine_share=0.25, refine_top=2)
+    search.observe(configs, results)
+    fastest = sorted(zip((r.cost for r in results), configs))[:2]
+    assert search.fastest == [[cost, list(config)] for cost, config in fastest]
+    proposals = search.propose(space, model, 16, set(configs), rng)
+    assert search.metrics() == {"refined": 4}
+    near = {space.canonical(c) for _, best in fastest for c in space.neighbors(best, SimulatedAnnealing.REFINE_MOVES)}
+    unvisited = sorted(near - set(configs))
+    scores = dict(zip(unvisited, model.predict(space.features(unvisited))))
+    assert set(proposals[:4]) <= near and [scores[c] for c in proposals[:4]] == sorted(scores.values(), reverse=True)[:4]
+    assert len(set(proposals)) == 16 and not set(proposals) & set(configs)
+    again = SimulatedAnnealing(refine_share=0.25, refine_top=2)
+    again.load_state_dict(json.loads(json.dumps(search.state_dict())))  # resumed from the run's state file
+    assert again.fastest == search.fastest
 
 
 def test_sa_greedy_xgb_beats_random_search_at_equal_budget():

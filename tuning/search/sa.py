@@ -12,6 +12,13 @@ the next round where this one left them.
 Every step predicts the walkers' configs not scored yet this round in one batch
 (one `space.features` and one `cost_model.predict` call; base.CachedScores), so a
 128 x 500 round is a few seconds.
+
+A refinement share (not AutoTVM's; off by default): `refine_share` of each round's
+configs are the cost model's best unmeasured neighbours (space.neighbors: a tile's
+prime factor moved between two levels, another knob's index +-1) of the `refine_top`
+fastest configs measured so far, ahead of the walk's own picks. The walk ranks the
+whole space by the model alone and never returns to what measured fast; MetaSchedule's
+evolutionary search seeds its population from the measured best for this reason.
 """
 from __future__ import annotations
 
@@ -29,25 +36,54 @@ class SimulatedAnnealing(Search):
         temp            (start, end) temperature, linear; or one number held fixed
         persistent      walkers continue from last round's points (True)
         default_plan_size  configs measured per round unless budget.plan_size says otherwise (64)
+        refine_share    share of a round's configs taken from the measured best's neighbours (0: off)
+        refine_top      how many of the fastest measured configs' neighbourhoods are ranked (8)
     """
 
     requires = {"cost_model": ("can_rank",)}
     ranges = {"n_iter": (1, None), "parallel_size": (1, None), "early_stop": (1, None),
-              "default_plan_size": (1, None)}
+              "default_plan_size": (1, None), "refine_share": (0.0, 1.0), "refine_top": (1, None)}
+    REFINE_MOVES = ("factor", "nontile_index")
 
     def __init__(self, n_iter: int = 500, parallel_size: int = 128, early_stop: int = 50,
-                 temp=(1.0, 0.0), persistent: bool = True, default_plan_size: int = 64):
+                 temp=(1.0, 0.0), persistent: bool = True, default_plan_size: int = 64,
+                 refine_share: float = 0.0, refine_top: int = 8):
         self.n_iter = n_iter
         self.parallel_size = parallel_size
         self.early_stop = early_stop
         self.temp = temp
         self.persistent = persistent
         self.default_plan_size = default_plan_size
+        self.refine_share = refine_share
+        self.refine_top = refine_top
         self.points: list[list[int]] | None = None  # walker positions after the last round
+        self.fastest: list[list] = []  # [seconds, config] of the refine_top fastest measured, fastest first
+        self.refined = 0  # configs the latest propose took from the neighbourhoods
 
     def propose(self, space, cost_model, n, visited, rng):
-        points = self._start_points(space, rng)
         score = CachedScores(space, cost_model)
+        refined = self._refine(space, score, round(self.refine_share * n), visited)
+        self.refined = len(refined)
+        walked = self._walk(space, score, n, visited | set(refined) if refined else visited, rng)
+        return fill_with_random([*refined, *walked][:n], space, visited, n, rng)
+
+    def _refine(self, space, score, n, visited) -> list:
+        """The model's n best unvisited neighbours of the fastest measured configs (canonical)."""
+        if n <= 0 or not self.fastest:
+            return []
+        candidates = {}
+        for _, config in self.fastest:
+            if space.is_valid(tuple(config)):
+                candidates.update(dict.fromkeys(space.canonical(c) for c in space.neighbors(tuple(config), self.REFINE_MOVES)))
+        configs = [key for key in candidates if key not in visited]
+        if not configs:
+            return []
+        ranked = np.argsort(-score(configs), kind="stable")[:n]
+        return [configs[i] for i in ranked]
+
+    def _walk(self, space, score, n, visited, rng) -> list:
+        """The annealing walk's n best distinct unvisited configs, best first."""
+        points = self._start_points(space, rng)
         scores = score(points)
         best = TopN(space, visited, n)
         best.offer(points, scores)
@@ -74,7 +110,16 @@ class SimulatedAnnealing(Search):
 
         if self.persistent:
             self.points = [[int(c) for c in p] for p in points]
-        return fill_with_random(best.sorted_configs(), space, visited, n, rng)
+        return best.sorted_configs()
+
+    def observe(self, configs, results):
+        if self.refine_share <= 0:
+            return
+        measured = [[float(r.cost), [int(c) for c in config]] for config, r in zip(configs, results) if r.ok]
+        self.fastest = sorted([*self.fastest, *measured], key=lambda item: item[0])[:self.refine_top]
+
+    def metrics(self) -> dict:
+        return {"refined": self.refined} if self.refine_share > 0 else {}
 
     def _start_points(self, space, rng):
         if self.persistent and self.points is not None and len(self.points) == self.parallel_size:
@@ -84,8 +129,9 @@ class SimulatedAnnealing(Search):
         return [space.sample(rng) for _ in range(self.parallel_size)]
 
     def state_dict(self) -> dict:
-        return {"points": self.points}
+        return {"points": self.points, "fastest": self.fastest}
 
     def load_state_dict(self, state: dict) -> None:
         points = state.get("points")
         self.points = None if points is None else [[int(c) for c in p] for p in points]
+        self.fastest = [[float(cost), [int(c) for c in config]] for cost, config in state.get("fastest") or []]
