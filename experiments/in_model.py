@@ -50,6 +50,7 @@ STEPS = (  # (label, from context, to context): what each ratio isolates
     ("cold caches, every level (flushed / idle)", "idle", "flushed"),
     ("the VM around one kernel (model_only / model_args)", "model_args", "model_only"),
     ("the other kernels between calls (in_model / model_only)", "model_only", "in_model"),
+    ("the model's input not written between runs (stale_input / in_model)", "in_model", "stale_input"),
     ("what the model pays beyond the call (skip_delta / in_model)", "in_model", "skip_delta"),
     ("in the model against alone (in_model / alone)", "alone", "in_model"),
     ("in the model against its arguments flushed (in_model / args_flushed)", "args_flushed", "in_model"),

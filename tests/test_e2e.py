@@ -61,6 +61,7 @@ def test_network_run_prints_table_and_e2e_line_and_matches_torch(tiny):
     e2e = json.loads((run_dir / "e2e.json").read_text())
     assert e2e["match"] and e2e["max_abs_diff"] <= e2e["tolerance"]
     assert set(e2e["latency_ms"]) == {"tuned", "untuned", "torch"} and e2e["num_threads"] == 2
+    assert e2e["fresh_input"] is True  # each call's input written first, as a caller's new input is
     # every task was measured, and the budget was the model's, not per task
     rows = records(run_dir)
     assert len(rows) == 40 and len({r["task"] for r in rows}) == 7
@@ -104,6 +105,9 @@ def test_apply_standalone(tiny):
     line = E2E.search(output)
     assert line and line["verdict"] == "match", output
     assert (run_dir / "database" / "database_tuning_record.json").exists()
+    stale = run(str(run_dir), "--stale-input", module=("-m", "tuning.tools.apply"), tmp=tmp)
+    assert "[2 threads; one input, untouched between calls]" in stale and E2E.search(stale)["verdict"] == "match"
+    assert json.loads((run_dir / "e2e.json").read_text())["fresh_input"] is False
 
 
 @pytest.mark.slow  # whole models on real TVM take minutes: make test-full

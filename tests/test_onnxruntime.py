@@ -34,6 +34,21 @@ def test_session_computes_what_torch_computes_and_is_timed(tiny_onnx):
     assert len(times) == 3 and all(t > 0 for t in times)
 
 
+def test_each_timed_call_gets_its_input_written_first_unless_stale(monkeypatch):
+    events = []
+    monkeypatch.setitem(e2e_worker._variants, "probe", lambda: events.append("call"))
+    monkeypatch.setitem(e2e_worker._input_writers, "probe", lambda: events.append("write"))
+    assert len(e2e_worker.time_block("probe", 2, 2, 10.0)) == 2
+    assert events == ["call", "write", "call", "write", "call"]  # the warm-up call, then each timed call
+    events.clear()
+    e2e_worker.time_block("probe", 2, 2, 10.0, False)
+    assert events == ["call"] * 3
+    verdict = {"latency_ms": {"tuned": 1.0, "untuned": 2.0}, "match": True, "reference": "untuned",
+               "max_abs_diff": 0.0, "num_threads": 2, "fresh_input": False}
+    assert e2e_line(verdict).endswith("[2 threads; one input, untouched between calls]")
+    assert e2e_line({**verdict, "fresh_input": True}).endswith("[2 threads]")
+
+
 def test_onnxruntime_is_the_reference_and_in_the_line(tiny_onnx):
     _, _, expected = tiny_onnx
     outputs = {"tuned": expected + 1e-6, "untuned": expected, "onnxruntime": expected}

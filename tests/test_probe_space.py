@@ -133,7 +133,8 @@ def test_in_model_table_names_each_step_between_contexts(experiment_script):
     in_model = experiment_script("in_model")
     from tuning.hardware.kernel_context import CONTEXTS
 
-    per_call = dict(zip(CONTEXTS, (100e-6, 120e-6, 100e-6, 110e-6, 130e-6, 150e-6, 112e-6, 180e-6, 200e-6)))
+    per_call = dict(zip(CONTEXTS, (100e-6, 120e-6, 100e-6, 110e-6, 130e-6, 150e-6, 112e-6, 180e-6, 198e-6, 200e-6),
+                        strict=True))
     result = {"setting": "no_spin", "threads": 2, "flush_s": 0.02, "plain_s": [0.020, 0.022, 0.021],
               "estimate_s": 0.015, "reread_s": [0.020, 0.022], "tuner_s": {"k_prepacked": 90e-6}, "tasks": {"k_prepacked": "k"},
               "predicted_s": {"k_prepacked": 100e-6},
@@ -146,7 +147,7 @@ def test_in_model_table_names_each_step_between_contexts(experiment_script):
             "this process (every task's best timed as the run's evaluator times it, weighted by calls; before and "
             "after the contexts) 20.00, 22.00 ms: model / that 1.00.") in text
     row = next(line for line in text.splitlines() if line.startswith("| k |"))
-    assert row == "| k | 2 | 90.0 | 100.0 | 100.0 | 120.0 | 100.0 | 110.0 | 130.0 | 150.0 | 112.0 | 180.0 | 200.0 | 1.80 | 1.80 |"
+    assert row == "| k | 2 | 90.0 | 100.0 | 100.0 | 120.0 | 100.0 | 110.0 | 130.0 | 150.0 | 112.0 | 180.0 | 198.0 | 200.0 | 1.80 | 1.80 |"
     assert ("In the model against the run's prediction (each task's best re-measured at the run's end; "
             "in_model / predicted): geomean 1.800, range 1.80-1.80; 0 of 1 kernels within 1.05.") in text
     del result["predicted_s"]  # a run folder from before the per-task final metrics: the tuning's best reading
@@ -158,6 +159,7 @@ def test_in_model_table_names_each_step_between_contexts(experiment_script):
     assert steps["the kernel's arguments cold, its input warm (args_flushed / alone)"] == "1.200"
     assert steps["in the model against its arguments flushed (in_model / args_flushed)"] == "1.500"
     assert steps["cold caches, every level (flushed / idle)"] == "1.154"
+    assert steps["the model's input not written between runs (stale_input / in_model)"] == "1.100"
 
 
 def test_in_model_refuses_a_run_without_a_database(tmp_path):

@@ -63,6 +63,7 @@ class E2ESchema:
     min_runs: int = 3  # ...but at least this many (the untuned build gets only these)...
     max_seconds: float = 10.0  # ...and no more calls once this long was spent on a variant
     timeout_s: float = 3600.0  # compile + run of everything
+    fresh_input: bool = True  # the input written (untimed) before each call, as a caller's new input is
 
 
 @dataclass

@@ -39,7 +39,8 @@ def e2e_line(e2e: dict) -> str:
     if e2e.get("remote_device"):
         peer = "onnxruntime" if e2e.get("reference") == "onnxruntime" else "torch"
         parts.append(f"on {e2e['remote_device']} ({peer} checked here, not timed: it does not run there)")
-    return "  ".join(parts) + f"  [{e2e['num_threads']} threads]"
+    stale = "; one input, untouched between calls" if e2e.get("fresh_input") is False else ""
+    return "  ".join(parts) + f"  [{e2e['num_threads']} threads{stale}]"
 
 
 def e2e_metrics(e2e: dict) -> dict:
@@ -58,7 +59,7 @@ def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
     """Apply the exported database (out_dir/database), time, write e2e.json, log e2e/*."""
     from omegaconf import OmegaConf
 
-    timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s")}
+    timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s", "fresh_input")}
     model = OmegaConf.to_container(cfg.model, resolve=True)
     for name in E2E_FILES:
         inside(out_dir, name)

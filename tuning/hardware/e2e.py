@@ -12,6 +12,8 @@ TVM builds and the torch module live in two worker processes (e2e_worker.py); to
 alternating blocks (BLOCKS each, an untimed call first): this host's speed
 drifts by ~25% over tens of seconds, so one long block each would compare two
 different machines. The untuned build (seconds per call) gets `min_runs` calls.
+With `fresh_input` (the default) every variant's input is written again before each
+call, untimed, as a caller's new input would be (e2e_worker.time_block says why).
 Latency = median. The tuned output is checked against torch (or, for an ONNX
 file, against onnxruntime; the untuned build where onnxruntime, an optional
 extra, is not installed).
@@ -64,13 +66,14 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
                 owner["onnxruntime"] = workers["onnxruntime"]
         times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, timeout)
         times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
-                                 0.0, timeout=timeout)
+                                 0.0, timing.get("fresh_input", True), timeout=timeout)
     finally:
         for worker in workers.values():
             worker.close()
     np.save(os.path.join(out_dir, "e2e_input.npy"), tvm_side["example"])
     np.save(os.path.join(out_dir, "e2e_output.npy"), outputs["tuned"])
     verdict = _verdict(outputs, times, num_threads, tvm_side)
+    verdict["fresh_input"] = bool(timing.get("fresh_input", True)) and not remote
     if model_cfg["kind"] == "onnx":
         verdict["onnxruntime"] = peer_version or "not installed (pip install 'tunelab[onnxruntime]')"
     if remote:
@@ -86,7 +89,7 @@ def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[flo
             wanted = min(per_block, timing["runs"] - len(times[name]))
             if wanted > 0:
                 times[name] += _call(worker, "time_block", name, wanted, min(wanted, timing["min_runs"]),
-                                     timing["max_seconds"] / BLOCKS, timeout=timeout)
+                                     timing["max_seconds"] / BLOCKS, timing.get("fresh_input", True), timeout=timeout)
     return times
 
 

@@ -18,11 +18,15 @@ The contexts, each a column of the table (seconds per call of the kernel):
     flushed      one call after every core wrote a buffer twice the size of its caches (L2 + L3):
                  nothing of the kernel's data, code or page tables is left in any cache
     model_only   inside the model with every other kernel skipped (the VM still runs its builtins)
-    in_model     inside the whole model (the VM instrument's reading of each call)
+    in_model     inside the whole model (the VM instrument's reading of each call), the model's input
+                 written before each run as a caller's fresh input is (and as the end-to-end check does)
+    stale_input  the same with the input left as it was between runs: nothing writes it, so the rest
+                 of the model has evicted it by the next run's first kernel
     skip_delta   the model's time minus its time with this kernel's calls skipped, over its calls:
                  what the model pays for it, neighbours' slowdown included (a block of runs with the
                  calls, then one without; the median of the differences run by run)
 
+Every model run here writes the input first (untimed) unless a context says otherwise.
 Every context is read once a pass, in an order rotated each pass, so the host's drift falls on all.
 The thread pool's own settings (spin count, affinity) are environment variables read when TVM's
 runtime starts: the experiment runs one process per setting.
@@ -36,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-CONTEXTS = ("alone", "args_flushed", "model_fn", "model_args", "idle", "flushed", "model_only", "in_model", "skip_delta")
+CONTEXTS = ("alone", "args_flushed", "model_fn", "model_args", "idle", "flushed", "model_only", "in_model",
+            "stale_input", "skip_delta")
 CACHE_LEVELS = ("index2", "index3")  # sysfs names of the L2 and L3 caches
 
 
@@ -60,10 +65,19 @@ def capture_calls(vm, x) -> list[tuple]:
     return calls
 
 
-def model_call_seconds(vm, x, runs: int, skip=frozenset()) -> tuple[dict, list, dict]:
+def input_writer(x, fresh_input: bool = True):
+    """What runs (untimed) before each model run: x's own values written back into it, as a caller
+    hands the model a new input it has just written; a no-op with fresh_input=False."""
+    if not fresh_input:
+        return lambda: None
+    values = x.numpy()
+    return lambda: x.copyfrom(values)
+
+
+def model_call_seconds(vm, x, runs: int, skip=frozenset(), fresh_input: bool = True) -> tuple[dict, list, dict]:
     """({symbol: [seconds it took per model run]}, [model seconds per run], {symbol: calls per
     run}) over `runs` runs under the instrument, after one run that is not read; calls to a symbol
-    in `skip` do not run."""
+    in `skip` do not run; the input written before each run (input_writer)."""
     from tvm.runtime.vm import VMInstrumentReturnKind
 
     this_run: dict = {}
@@ -84,11 +98,13 @@ def model_call_seconds(vm, x, runs: int, skip=frozenset()) -> tuple[dict, list, 
     per_symbol: dict = {}
     counts: dict = {}
     whole = []
+    write_input = input_writer(x, fresh_input)
     try:
         vm["main"](x)  # the first run after a change of instrument is not read
         counts.clear()
         for _ in range(runs):
             this_run.clear()
+            write_input()
             started = time.perf_counter()
             vm["main"](x)
             whole.append(time.perf_counter() - started)
@@ -221,9 +237,9 @@ def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, num
     flusher()
     gap = flusher.seconds
 
-    def in_model(skip_others: bool) -> dict:
+    def in_model(skip_others: bool, fresh_input: bool = True) -> dict:
         if not skip_others:
-            per_symbol = model_call_seconds(vm, x, runs)[0]
+            per_symbol = model_call_seconds(vm, x, runs, fresh_input=fresh_input)[0]
             return {s: float(np.median(per_symbol[s])) / counts[s] for s in kernels}
         out = {}
         for symbol in kernels:
@@ -246,6 +262,7 @@ def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, num
         "flushed": lambda: each(lambda s, func, args: single_call_seconds(func, args, flusher, runs)),
         "model_only": lambda: in_model(skip_others=True),
         "in_model": lambda: in_model(skip_others=False),
+        "stale_input": lambda: in_model(skip_others=False, fresh_input=False),
         "skip_delta": lambda: {s: skip_delta(vm, x, s, counts[s], runs) for s in kernels},
     }
     readings = {symbol: {context: [] for context in CONTEXTS} for symbol in kernels}

@@ -238,13 +238,18 @@ def compiled_model(loaded: LoadedModel, target: dict, database_dir: str, weight_
     return vm, tvm.runtime.tensor(loaded.example, dev), dev
 
 
-def plain_seconds(vm, x, runs: int) -> list:
-    """Seconds of each of `runs` runs of the model's main, no instrument, after one untimed run."""
+def plain_seconds(vm, x, runs: int, fresh_input: bool = True) -> list:
+    """Seconds of each of `runs` runs of the model's main, no instrument, after one untimed run; the
+    input written before each (untimed: kernel_context.input_writer), as the end-to-end check does."""
     import time
 
+    from tuning.hardware.kernel_context import input_writer
+
+    write_input = input_writer(x, fresh_input)
     vm["main"](x)
     seconds = []
     for _ in range(runs):
+        write_input()
         started = time.perf_counter()
         vm["main"](x)
         seconds.append(time.perf_counter() - started)

@@ -29,11 +29,14 @@ from tuning.tools.cli_common import new_parser
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
-def apply_run(run_dir: Path) -> dict:
-    """The run folder is untrusted input: its config is checked like run.py's before anything is built."""
+def apply_run(run_dir: Path, stale_input: bool = False) -> dict:
+    """The run folder is untrusted input: its config is checked like run.py's before anything is built.
+    `stale_input`: time the model back to back on one untouched input (e2e.fresh_input=false)."""
     from hydra.utils import instantiate
 
     cfg = load_config(run_dir / "config.yaml", "run")
+    if stale_input:
+        cfg.e2e.fresh_input = False
     validate(cfg)
     records = RecordLog(run_dir / "records.jsonl").load()
     if not is_whole_model(cfg.model):
@@ -120,11 +123,15 @@ def tracker_of(cfg, run_dir: Path):
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.apply", __doc__.split("\n\n")[0], prog)
     parser.add_argument("run", type=Path, help="a run folder (outputs/runs/<date>/<time>)")
+    parser.add_argument("--stale-input", action="store_true",
+                        help="time the whole model back to back on one untouched input (e2e.fresh_input=false), "
+                             "not with its input written before each call")
     return parser
 
 
 def main(argv=None, prog: str | None = None) -> None:
-    on_run_folder(build_parser(prog).parse_args(argv).run, apply_run)
+    args = build_parser(prog).parse_args(argv)
+    on_run_folder(args.run, lambda run_dir: apply_run(run_dir, args.stale_input))
 
 
 if __name__ == "__main__":
