@@ -316,8 +316,13 @@ def overhead_report(args) -> list[str]:
             medians = {k: float(np.median([f.get(k, 0.0) for f in found])) for k in keys}
             parts = "  ".join(f"{k} {v:.1%}" for k, v in medians.items())
             overhead = "" if method == PEER else f"  -> outside measure {1 - medians['measure']:.1%}"
-            lines.append(f"  {workload:10s} {method:34s} {parts}{overhead}")
+            lines.append(f"  {workload:10s} {method:{name_width(args)}s} {parts}{overhead}")
     return lines
+
+
+def name_width(args) -> int:
+    """The tables' first column: as wide as the longest row name (a method with overrides is long)."""
+    return max(34, *(len(name) for name in rows(args)))
 
 
 def report(args, seconds: dict) -> str:
@@ -329,7 +334,8 @@ def report(args, seconds: dict) -> str:
     overall_torch: dict = {}
     for workload, variants in seconds.items():
         flops = task_of(workload).flops
-        lines += ["", f"{workload}", f"  {'variant':34s} {'GFLOP/s':>8s}  {'vs torch [95% CI]':>24s}  "
+        width = name_width(args)
+        lines += ["", f"{workload}", f"  {'variant':{width}s} {'GFLOP/s':>8s}  {'vs torch [95% CI]':>24s}  "
                   f"{'vs metaschedule [95% CI]':>26s}  {'tuning min':>10s}"]
         for name, by_seed in variants.items():
             gflops = flops / np.median(np.concatenate(list(by_seed.values()))) / 1e9
@@ -341,13 +347,13 @@ def report(args, seconds: dict) -> str:
             overall_torch.setdefault(name, {}).update({(workload, s): v for s, v in torch_ratio.items()})
             peer = f"{p:.2f}x [{pl:.2f}, {ph:.2f}]" if peer_ratio else "-"
             wall = wall_minutes(args, workload, name) if name in rows(args) else float("nan")
-            lines.append(f"  {name:34s} {gflops:8.1f}  {t:.2f}x [{tl:.2f}, {th:.2f}]".ljust(70)
+            lines.append(f"  {name:{width}s} {gflops:8.1f}  {t:.2f}x [{tl:.2f}, {th:.2f}]".ljust(width + 36)
                          + f"{peer:>26s}  " + (f"{wall:10.1f}" if np.isfinite(wall) else f"{'-':>10s}"))
     for reference, by_name in (("metaschedule's tuner", overall), ("torch", overall_torch)):
         if any(by_name.values()):
             lines += ["", f"geomean over workloads and seeds, speed relative to {reference} "
                       "(95% CI resampling workload-seed pairs):"]
-            lines += [f"  {name:34s} " + "{:.2f}x [{:.2f}, {:.2f}]".format(*geomean_ci(ratios, rng))
+            lines += [f"  {name:{name_width(args)}s} " + "{:.2f}x [{:.2f}, {:.2f}]".format(*geomean_ci(ratios, rng))
                       for name, ratios in by_name.items() if ratios and name != "torch"]
     return "\n".join(lines + overhead_report(args))
 

@@ -312,7 +312,8 @@ def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
     target.write_text("mine")
     (run / "e2e.json").symlink_to(target)
     cfg = OmegaConf.create({"seed": 0, "model": {"kind": "network"},
-                            "e2e": {"runs": 1, "min_runs": 1, "max_seconds": 1.0, "timeout_s": 1.0}})
+                            "e2e": {"runs": 1, "min_runs": 1, "max_seconds": 1.0, "timeout_s": 1.0,
+                                    "fresh_input": True}})
     with pytest.raises(ConfigError, match=r"^run: .*e2e.json is a symlink"):
         evaluate_end_to_end(cfg, Hardware(), NoTracker(), run)
     assert target.read_text() == "mine"
