@@ -305,6 +305,7 @@ def overhead_report(args) -> list[str]:
     lab's overhead is everything but measure (builds, runs, the store and the workers' messages)."""
     lines = ["", "where the tuning seconds went (median share over seeds; lab: the rounds' wall; "
              "metaschedule: its profiler's total):"]
+    width = name_width(args)
     for workload in args.workloads:
         for method in rows(args):
             read = metaschedule_shares if method == PEER else lab_shares
@@ -316,7 +317,7 @@ def overhead_report(args) -> list[str]:
             medians = {k: float(np.median([f.get(k, 0.0) for f in found])) for k in keys}
             parts = "  ".join(f"{k} {v:.1%}" for k, v in medians.items())
             overhead = "" if method == PEER else f"  -> outside measure {1 - medians['measure']:.1%}"
-            lines.append(f"  {workload:10s} {method:{name_width(args)}s} {parts}{overhead}")
+            lines.append(f"  {workload:10s} {method:{width}s} {parts}{overhead}")
     return lines
 
 
@@ -332,9 +333,9 @@ def report(args, seconds: dict) -> str:
              f"{args.passes} re-timing passes"]
     overall: dict = {}
     overall_torch: dict = {}
+    width = name_width(args)
     for workload, variants in seconds.items():
         flops = task_of(workload).flops
-        width = name_width(args)
         lines += ["", f"{workload}", f"  {'variant':{width}s} {'GFLOP/s':>8s}  {'vs torch [95% CI]':>24s}  "
                   f"{'vs metaschedule [95% CI]':>26s}  {'tuning min':>10s}"]
         for name, by_seed in variants.items():
@@ -353,7 +354,7 @@ def report(args, seconds: dict) -> str:
         if any(by_name.values()):
             lines += ["", f"geomean over workloads and seeds, speed relative to {reference} "
                       "(95% CI resampling workload-seed pairs):"]
-            lines += [f"  {name:{name_width(args)}s} " + "{:.2f}x [{:.2f}, {:.2f}]".format(*geomean_ci(ratios, rng))
+            lines += [f"  {name:{width}s} " + "{:.2f}x [{:.2f}, {:.2f}]".format(*geomean_ci(ratios, rng))
                       for name, ratios in by_name.items() if ratios and name != "torch"]
     return "\n".join(lines + overhead_report(args))
 

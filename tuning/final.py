@@ -28,8 +28,9 @@ def log_final_metrics(outcomes, parts, progress, tuning_wall_s: float, out_dir, 
             outcome.true_cost = store_writer.truth(outcome.task, parts.hardware.space(outcome.task),
                                                    outcome.best_config)
         if several and math.isfinite(outcome.best_cost):
-            parts.tracker.log_metrics(task_metrics(outcome), step=progress.measured)
-            per_task.update(task_metrics(outcome))
+            metrics = task_metrics(outcome)
+            parts.tracker.log_metrics(metrics, step=progress.measured)
+            per_task.update(metrics)
     final = {**headline_metrics(outcomes), **run_totals(outcomes, parts, progress, tuning_wall_s)}
     parts.tracker.log_metrics(final, step=progress.measured)
     # the per-task lines too: each kernel's prediction, read back by `sync` and the in-model probe

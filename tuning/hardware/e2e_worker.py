@@ -38,6 +38,7 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_
     import tvm
     from tvm import relax
 
+    from tuning.hardware.kernel_context import input_writer
     from tuning.hardware.relax_models import compile_with_database, load_model
     from tuning.hardware.tvm_device import tvm_device
     from tuning.hardware.tvm_space import make_target
@@ -55,10 +56,11 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_
     else:
         dev = tvm_device(device)
         x = tvm.runtime.tensor(loaded.example, dev)
+        write_x = input_writer(x)  # both builds read the one input tensor
         for variant, executable in executables.items():
             vm = relax.VirtualMachine(executable, dev)
             _variants[variant] = (lambda vm=vm: _first_tensor(vm["main"](x)))
-            _input_writers[variant] = lambda: x.copyfrom(loaded.example)
+            _input_writers[variant] = write_x
         name = None
     return {"example": loaded.example, "compile_tuned_s": compile_tuned_s, "compile_untuned_s": compile_untuned_s,
             "outputs": {variant: _variants[variant]().numpy() for variant in executables}, "remote_device": name}
