@@ -76,6 +76,8 @@ REJECTED = {
     "e2e timeout zero": (["e2e.timeout_s=0"], "e2e.timeout_s"),
     # combinations a method cannot run with
     "tiling space on a conv": (["model=conv_l8", "model.space=tiling"], "model.space"),
+    "wide space on a network": (["model=resnet18", "model.space=wide"], "model.space"),
+    "wide space on synthetic hardware": (["hardware=synthetic", "model.space=wide"], "model.space"),
     "gbfs with a sampler adding its own picks": (["search=gbfs", "sampler=greedy"], "sampler"),
     "a2c with a cost model nobody reads": (["search=a2c", "cost_model=xgb"], "cost_model"),
     "gbfs with an unknown move": (["search=gbfs", "search.moves=[swap]"], "search.moves"),

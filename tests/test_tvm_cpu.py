@@ -81,6 +81,20 @@ def test_random_configs_build_run_and_beat_untuned(hardware, task):
     assert best < untuned_seconds(task, hardware)
 
 
+def test_wide_space_adds_tilings_whose_kernels_compute_the_product(hardware, tmp_path):
+    wide = gemm_task("gemm_64", 64, 64, 64, space="wide")
+    space = hardware.space(wide)
+    assert wide.key != GEMM.key and space.num_sketches == hardware.space(GEMM).num_sketches + 3
+    rng = np.random.default_rng(5)
+    for sketch in range(3, 6):  # the write cache at tile level 3, at level 4, and the accumulator tile
+        config = space.canonical(space.sample_in(sketch, rng))
+        script = hardware.export(wide, config, tmp_path / str(sketch))[0]
+        text = open(script).read()
+        assert ('scope="local"' in text) == (sketch == 5) and ("SSSRS" in text) == (sketch == 5)
+        checked = hardware.check_export(wide, script)
+        assert checked["correct"] and checked["max_abs_error"] < 1e-3, checked
+
+
 def test_adaptive_evaluator_stops_inside_the_run_worker(hardware):
     """AdaTune's rule runs in the worker: between min_batches and max_batches micro-batch costs,
     and a CV threshold of 0 (never satisfied) times every micro-batch."""

@@ -112,8 +112,9 @@ class ConfigError(ValueError):
 
 
 # store: only the configs the measurement store holds (docs/store.md); tiling: the GEMM-tiling paper's
-# space, gemm models only (docs/tvm.md §The tiling space)
-MODEL_SPACES = ("full", "store", "tiling")
+# space, gemm models only (docs/tvm.md §The tiling space); wide: MetaSchedule's sketches and more
+# multi-level tilings, single operators on hardware that builds it (docs/tvm.md §The wide space)
+MODEL_SPACES = ("full", "store", "tiling", "wide")
 MODEL_COMMON_KEYS = ("name", "kind", "description", "space", "dtype")
 # the correctness check's inputs (uniform in [-1, 1]) and tolerance (1e-3) are float32's
 MODEL_DTYPES = ("float32",)
@@ -193,6 +194,10 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         if cfg.model.kind not in classes["hardware"].model_kinds:
             problems.append(f"hardware: hardware={names['hardware']} tunes model.kind "
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")
+        space = cfg.model.get("space", "full")
+        if space not in ("full", "store") and space not in classes["hardware"].model_spaces:
+            problems.append(f"model.space: hardware={names['hardware']} builds no `{space}` space (it builds "
+                            f"{', '.join(classes['hardware'].model_spaces)})")
     if problems:  # a NaN in a ranged key is found by the walk and by its range check: say it once
         raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(problems)))
 
@@ -291,6 +296,9 @@ def _check_model(model) -> list[str]:
         problems.append(f"model.space: expected one of {', '.join(MODEL_SPACES)}, got {model.get('space')!r}")
     elif model.get("space") == "tiling" and kind != "gemm":
         problems.append(f"model.space: `tiling` is the GEMM-tiling paper's space, for gemm models only; "
+                        f"{model.get('name')} is a {kind} model")
+    elif model.get("space") == "wide" and kind not in ("gemm", "batch_matmul", "conv2d"):
+        problems.append(f"model.space: `wide` widens a single operator's space (gemm, batch_matmul, conv2d); "
                         f"{model.get('name')} is a {kind} model")
     for key, typ in MODEL_KEYS[kind].items():
         value = model.get(key, MODEL_DEFAULTS.get(kind, {}).get(key))

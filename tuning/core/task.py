@@ -46,25 +46,35 @@ def _compact(value) -> int | list[int]:
     return h if h == w else [h, w]
 
 
+# model.space values the backend builds from the workload (a different task key): tiling, the GEMM-tiling
+# paper's space; wide, MetaSchedule's sketches and more (docs/tvm.md). full and store leave it out.
+WORKLOAD_SPACES = ("tiling", "wide")
+
+
+def _with_space(workload: dict, space: str) -> dict:
+    if space in WORKLOAD_SPACES:
+        workload["space"] = space
+    return workload
+
+
 def gemm_task(name: str, M: int, N: int, K: int, dtype: str = "float32", weight: int = 1,
               space: str = "full") -> Task:
-    """space="tiling": the backend gives the GEMM-tiling paper's space (a different task key)."""
-    workload = {"op": "gemm", "M": M, "N": N, "K": K, "dtype": dtype}
-    if space == "tiling":
-        workload["space"] = "tiling"
+    """space="tiling" or "wide": the backend gives that space (a different task key)."""
+    workload = _with_space({"op": "gemm", "M": M, "N": N, "K": K, "dtype": dtype}, space)
     return Task(name, workload, flops=2.0 * M * N * K, weight=weight)
 
 
 def batch_matmul_task(name: str, batch: int, M: int, N: int, K: int, dtype: str = "float32",
-                      weight: int = 1) -> Task:
+                      weight: int = 1, space: str = "full") -> Task:
     """C[b] = A[b] @ B[b] with A (batch, M, K) and B (batch, K, N): attention's Q K^T and P V."""
-    workload = {"op": "batch_matmul", "batch": batch, "M": M, "N": N, "K": K, "dtype": dtype}
+    workload = _with_space({"op": "batch_matmul", "batch": batch, "M": M, "N": N, "K": K, "dtype": dtype}, space)
     return Task(name, workload, flops=2.0 * batch * M * N * K, weight=weight)
 
 
 def conv2d_task(
     name: str, batch: int, in_channels: int, height: int, width: int, out_channels: int,
     kernel, stride=1, padding=0, dtype: str = "float32", weight: int = 1, groups: int = 1, dilation=1,
+    space: str = "full",
 ) -> Task:
     """NCHW input, OIHW weight (I = in_channels / groups, torch's layout). kernel, stride, padding
     and dilation are an int (both axes) or [height, width]; groups == in_channels is depthwise.
@@ -78,6 +88,7 @@ def conv2d_task(
         workload["groups"] = groups
     if pair(dilation) != (1, 1):
         workload["dilation"] = _compact(dilation)
+    _with_space(workload, space)
     out_h, out_w = conv2d_output_shape(workload)
     kh, kw = pair(kernel)
     flops = 2.0 * batch * out_channels * out_h * out_w * (in_channels // groups) * kh * kw
@@ -102,13 +113,13 @@ def build_tasks(model_cfg) -> list[Task]:
                           space=model_cfg.get("space", "full"))]
     if kind == "batch_matmul":
         return [batch_matmul_task(name, *(int(model_cfg[k]) for k in ("batch", "M", "N", "K")),
-                                  model_cfg.get("dtype", "float32"))]
+                                  model_cfg.get("dtype", "float32"), space=model_cfg.get("space", "full"))]
     if kind == "conv2d":
         ints = (int(model_cfg[k]) for k in ("batch", "in_channels", "height", "width", "out_channels"))
         sizes = {k: _size(model_cfg.get(k, default)) for k, default in
                  (("kernel", None), ("stride", 1), ("padding", 0), ("dilation", 1))}
         return [conv2d_task(name, *ints, **sizes, groups=int(model_cfg.get("groups", 1)),
-                            dtype=model_cfg.get("dtype", "float32"))]
+                            dtype=model_cfg.get("dtype", "float32"), space=model_cfg.get("space", "full"))]
     raise ValueError(f"model.kind: unknown kind {kind!r} (allowed: gemm, batch_matmul, conv2d)")
 
 

@@ -55,6 +55,8 @@ Every backend provides:
     close()                  stop the workers.
     model_kinds              the model.kind values it can tune (config validation
                              rejects the others before any work).
+    model_spaces             the model.space values whose spaces it builds from the workload
+                             (full, and e.g. tiling; store is the replay's); validation as above.
     schedules_programs       True when its spaces give TVM's per-store features of the scheduled
                              program (Space.store_features, packed by tuning/core/features.py):
                              cost_model.features=per_store|both.
@@ -74,6 +76,7 @@ from tuning.core.component import Component
 
 class Hardware(Component):
     model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")
+    model_spaces = ("full", "tiling")
     schedules_programs = False
 
     @abstractmethod

@@ -30,6 +30,7 @@ class CPUHardware(TVMHardware):
 
     name = "cpu"
     device = "cpu"
+    model_spaces = ("full", "tiling", "wide")
     ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
 
     def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1,

@@ -96,6 +96,7 @@ class ReplayHardware(Hardware):
     # an instance tunes and gives what its backend does; the class, read by config validation before
     # any backend exists, claims all of it (tuning/config.py's feature check then reads the backend's)
     model_kinds = _FromBackend(Hardware.model_kinds)
+    model_spaces = _FromBackend(("full", "tiling", "wide"))
     schedules_programs = _FromBackend(True)
     simulated_clock = True  # its own: a hyperparameter, set per instance
 

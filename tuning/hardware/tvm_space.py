@@ -28,6 +28,18 @@ from tuning.core.task import pair
 # (13 and 11 of 25).
 TILING_UNROLL = 512
 
+# model.space=wide (docs/tvm.md §The wide space): MetaSchedule's own llvm sketches, plus those of
+# multi-level tilings its llvm defaults leave out, each generated with that MultiLevelTiling rule in
+# place of the default one (req, levels, scope of the write cache; levels count the structure's tiles).
+WIDE_TILINGS = (
+    # the write cache at the inner tile levels: after the outer reduction tile (3) or the third
+    # spatial tile (4), where the defaults stop at the first two
+    ("SSRSRS", ("must", [3, 4], "global")),
+    # the whole reduction inside the third spatial tile: an accumulator tile of the innermost spatial
+    # factors, in local scope, written back once (a register-blocked kernel)
+    ("SSSRS", ("must", [3], "local")),
+)
+
 
 def fast_tensor_intrin_import(target_kind: str = "llvm") -> None:
     """Import only the tensor intrinsics the target needs (0.5 s instead of ~45 s).
@@ -188,6 +200,27 @@ def space_generator(target: dict):
     return ms.space_generator.PostOrderApply()
 
 
+def wide_sketches(mod, target: dict) -> list:
+    """The extra sketches of model.space=wide: one design space per WIDE_TILINGS entry, the default
+    llvm rules with that multi-level tiling in place of theirs (llvm targets only)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTiling, ReuseType
+
+    if target.get("kind", "llvm") != "llvm":
+        raise ValueError(f"model.space=wide: its extra tilings are MetaSchedule's llvm rules; the target is "
+                         f"{target.get('kind')!r} (use model.space=full)")
+    traces = []
+    for structure, (req, levels, scope) in WIDE_TILINGS:
+        tiling = MultiLevelTiling(structure=structure, max_innermost_factor=64,
+                                  reuse_write=ReuseType(req=req, levels=levels, scope=scope))
+        rules = [tiling if isinstance(rule, MultiLevelTiling) else rule
+                 for rule in ms.schedule_rule.ScheduleRule.create("llvm")]
+        generator = ms.space_generator.PostOrderApply(sch_rules=rules, postprocs="llvm", mutator_probs="llvm")
+        context = ms.TuneContext(mod=mod, target=make_target(target), space_generator=generator, rand_state=0)
+        traces += [s.trace for s in context.generate_design_space()]
+    return traces
+
+
 def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:
     """(shape, dtype) of each of a PrimFunc's buffers, in parameter order."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -285,6 +318,8 @@ class TaskSchedules:
         self.sketches = [s.trace for s in context.generate_design_space()]
         if self.tiling:
             self.sketches = [tiling_sketch(self.sketches)]
+        elif workload.get("space") == "wide":
+            self.sketches += wide_sketches(self.mod, target)
         self.postprocs = list(context.space_generator.postprocs)
         for postproc in self.postprocs:
             postproc._initialize_with_tune_context(context)
