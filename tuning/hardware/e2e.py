@@ -38,6 +38,7 @@ BLOCKS = 5
 def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: dict, device: str, env: dict,
                    num_threads: int | None, weight_prepack: bool, remote: dict | None = None) -> dict:
     timeout = timing.get("timeout_s", 3600)
+    fresh_input = bool(timing.get("fresh_input", True))
     workers = {"tvm": Worker(env, f"{WORKER}:init_tvm", init_args=(target,))}
     if model_cfg["kind"] == "network":
         workers["torch"] = Worker({"OMP_NUM_THREADS": num_threads} if num_threads else {}, f"{WORKER}:init_torch")
@@ -64,16 +65,16 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
             peer_version = runtime_side["version"]
             if not remote:
                 owner["onnxruntime"] = workers["onnxruntime"]
-        times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, timeout)
+        times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, fresh_input, timeout)
         times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
-                                 0.0, timing.get("fresh_input", True), timeout=timeout)
+                                 0.0, fresh_input, timeout=timeout)
     finally:
         for worker in workers.values():
             worker.close()
     np.save(os.path.join(out_dir, "e2e_input.npy"), tvm_side["example"])
     np.save(os.path.join(out_dir, "e2e_output.npy"), outputs["tuned"])
     verdict = _verdict(outputs, times, num_threads, tvm_side)
-    verdict["fresh_input"] = bool(timing.get("fresh_input", True)) and not remote
+    verdict["fresh_input"] = fresh_input and not remote
     if model_cfg["kind"] == "onnx":
         verdict["onnxruntime"] = peer_version or "not installed (pip install 'tunelab[onnxruntime]')"
     if remote:
@@ -81,7 +82,7 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
     return verdict
 
 
-def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[float]]:
+def _alternate(owners: dict, timing: dict, fresh_input: bool, timeout: float) -> dict[str, list[float]]:
     times = {name: [] for name in owners}
     per_block = -(-timing["runs"] // BLOCKS)
     for _ in range(BLOCKS):
@@ -89,7 +90,7 @@ def _alternate(owners: dict, timing: dict, timeout: float) -> dict[str, list[flo
             wanted = min(per_block, timing["runs"] - len(times[name]))
             if wanted > 0:
                 times[name] += _call(worker, "time_block", name, wanted, min(wanted, timing["min_runs"]),
-                                     timing["max_seconds"] / BLOCKS, timing.get("fresh_input", True), timeout=timeout)
+                                     timing["max_seconds"] / BLOCKS, fresh_input, timeout=timeout)
     return times
 
 
