@@ -79,12 +79,18 @@ def parse_args(argv=None):
     return args
 
 
-def task_of(name: str):
+def task_of(name: str, run: Path | None = None):
+    """The workload's task as conf/model has it or, given a run folder, as that run tuned it (a
+    method's model.* overrides, e.g. model.space=wide, make another task)."""
     from omegaconf import OmegaConf
 
     from tuning.core.task import build_tasks
 
-    [task] = build_tasks(OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml"))
+    if run is not None:
+        model = OmegaConf.load(run / "config.yaml").model
+    else:
+        model = OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml")
+    [task] = build_tasks(model)
     return task
 
 
@@ -189,7 +195,7 @@ def best_module(workload: str, method: str, folder: Path, hardware):
     from tuning.core.outcome import TaskOutcome, best_from_records
     from tuning.core.records import RecordLog
 
-    task = task_of(workload)
+    task = task_of(workload, folder / "run")
     records = [r for r in RecordLog(folder / "run" / "records.jsonl").load() if r.workload_key == task.key]
     outcome = TaskOutcome(task, records)
     best_from_records(outcome)
@@ -228,6 +234,8 @@ def retime(args) -> dict:
                 mod = best_module(workload, method, folder, hardware) if (folder / "done.json").exists() else None
                 if mod is not None:
                     timers[(method, seed)] = timer.build(mod)
+                elif (folder / "done.json").exists():
+                    print(f"{workload} {method} seed {seed}: no measured config to re-time", flush=True)
         timed = rotated_passes(timers, args.passes, after_pass=lambda step, _, w=workload: print(
             f"{w} pass {step + 1}/{args.passes} timed", flush=True))
         seconds[workload] = {}

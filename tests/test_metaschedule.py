@@ -312,6 +312,38 @@ def test_peer_benchmark_says_where_the_tuning_seconds_went(experiment_script, tm
     assert bench.lab_shares(tmp_path / "conv_l8" / "sa+greedy+xgb" / "seed0") is None
 
 
+def test_peer_benchmark_retimes_the_task_a_row_tuned(experiment_script, tmp_path):
+    """A row with model.* overrides (model.space=wide) tuned another task than conf/model's: its
+    best is found among its own run's records, not dropped from the table."""
+    from omegaconf import OmegaConf
+
+    from tuning.core.records import Record
+
+    bench = experiment_script("bench_vs_peers")
+    run = tmp_path / "gemm_64" / "sa+greedy+xgb__model.space-wide" / "seed0" / "run"
+    run.mkdir(parents=True)
+    model = {"name": "gemm_64", "kind": "gemm", "M": 64, "N": 64, "K": 64, "dtype": "float32", "space": "wide"}
+    OmegaConf.save(OmegaConf.create({"model": model}), run / "config.yaml")
+    wide = gemm_task("gemm_64", 64, 64, 64, space="wide")
+    assert wide.key != bench.task_of("gemm_64").key
+    record = Record("gemm_64", wide.key, [5, 1, 2, 0], {}, MeasureResult(costs=[1e-5, 1e-5]), 0, "sa", 0, 0, 0.0)
+    (run / "records.jsonl").write_text(record.to_json() + "\n")
+    asked = []
+
+    class Schedules:
+        def schedule(self, config):
+            return type("Scheduled", (), {"mod": ("module of", config)})(), config
+
+    class Hardware:
+        def schedules(self, task):
+            asked.append(task.key)
+            return Schedules()
+
+    assert bench.best_module("gemm_64", "sa+greedy+xgb:model.space=wide", run.parent, Hardware()) == (
+        "module of", (5, 1, 2, 0))
+    assert asked == [wide.key]
+
+
 def test_a_peer_benchmark_row_may_have_its_own_budget(experiment_script):
     bench = experiment_script("bench_vs_peers")
     args = bench.parse_args(["--trials", "256", "--methods", "sa+greedy+xgb:budget.trials=1000", "sa+greedy+xgb"])
