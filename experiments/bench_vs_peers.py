@@ -231,11 +231,13 @@ def retime(args) -> dict:
         for method in rows(args):
             for seed in args.seeds:
                 folder = args.out / workload / folder_name(method) / f"seed{seed}"
-                mod = best_module(workload, method, folder, hardware) if (folder / "done.json").exists() else None
-                if mod is not None:
-                    timers[(method, seed)] = timer.build(mod)
-                elif (folder / "done.json").exists():
+                if not (folder / "done.json").exists():
+                    continue
+                mod = best_module(workload, method, folder, hardware)
+                if mod is None:
                     print(f"{workload} {method} seed {seed}: no measured config to re-time", flush=True)
+                else:
+                    timers[(method, seed)] = timer.build(mod)
         timed = rotated_passes(timers, args.passes, after_pass=lambda step, _, w=workload: print(
             f"{w} pass {step + 1}/{args.passes} timed", flush=True))
         seconds[workload] = {}

@@ -8,6 +8,7 @@ runner's (tuning/hardware/runners/, hardware/runner=local by default).
 """
 from __future__ import annotations
 
+from tuning.core.task import WORKLOAD_SPACES
 from tuning.hardware.gpu_pack_runner import cpu_name as cpu_model  # standalone there: a pack carries it
 from tuning.hardware.runners.base import Runner
 from tuning.hardware.tvm_backend import TVMHardware
@@ -30,7 +31,7 @@ class CPUHardware(TVMHardware):
 
     name = "cpu"
     device = "cpu"
-    model_spaces = ("full", "tiling", "wide")
+    model_spaces = ("full", *WORKLOAD_SPACES)
     ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
 
     def __init__(self, mcpu: str = "auto", num_threads: int = 2, build_workers: int = 1,

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tuning.hardware.base import Hardware
 from tuning.core.records import MeasureResult
+from tuning.core.task import WORKLOAD_SPACES
 from tuning.whole_model import WHOLE_MODEL_KINDS
 from tuning.store import MeasurementStore, TaskRows, display_location, is_store_url, reading_settings, unwritable
 
@@ -96,7 +97,7 @@ class ReplayHardware(Hardware):
     # an instance tunes and gives what its backend does; the class, read by config validation before
     # any backend exists, claims all of it (tuning/config.py's feature check then reads the backend's)
     model_kinds = _FromBackend(Hardware.model_kinds)
-    model_spaces = _FromBackend(("full", "tiling", "wide"))
+    model_spaces = _FromBackend(("full", *WORKLOAD_SPACES))
     schedules_programs = _FromBackend(True)
     simulated_clock = True  # its own: a hyperparameter, set per instance
 

@@ -173,8 +173,9 @@ def untuned_runs_on(target: dict) -> bool:
     return "gpu" not in make_target(target).keys
 
 
-def tune_context(mod, target: dict, task_name: str = "task"):
-    """MetaSchedule's TuneContext with its default design-space generator for `target`."""
+def tune_context(mod, target: dict, task_name: str = "task", tiling=None):
+    """MetaSchedule's TuneContext with its default design-space generator for `target` (with
+    `tiling`, a WIDE_TILINGS entry, in place of the default multi-level tiling)."""
     from tvm.s_tir import meta_schedule as ms
 
     fast_tensor_intrin_import(target.get("kind", "llvm"))
@@ -182,11 +183,11 @@ def tune_context(mod, target: dict, task_name: str = "task"):
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # "cannot be tensorized" x3
     # A fixed rand_state: the sketches' own (sampled) decisions decide some knobs' ranges (a compute
     # location's loop count follows earlier choices), so every process must generate the same sketches.
-    return ms.TuneContext(mod=mod, target=make_target(target), space_generator=space_generator(target),
+    return ms.TuneContext(mod=mod, target=make_target(target), space_generator=space_generator(target, tiling),
                           task_name=task_name, rand_state=0)
 
 
-def space_generator(target: dict):
+def space_generator(target: dict, tiling=None):
     """MetaSchedule's post-order design-space generator with the target's default rules. A cuda
     target gets MetaSchedule's "cuda" rules (multi-level tiling bound to threads with shared-memory
     caching, cross-thread reduction, auto-bind, its postprocessors, GPU verification last), not
@@ -195,30 +196,33 @@ def space_generator(target: dict):
     every process, for float16 workloads the lab does not tune (docs/gpus.md)."""
     from tvm.s_tir import meta_schedule as ms
 
+    if tiling is not None:
+        return ms.space_generator.PostOrderApply(sch_rules=rules_with(tiling), postprocs="llvm", mutator_probs="llvm")
     if target.get("kind") == "cuda":
         return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
     return ms.space_generator.PostOrderApply()
 
 
-def wide_sketches(mod, target: dict) -> list:
-    """The extra sketches of model.space=wide: one design space per WIDE_TILINGS entry, the default
-    llvm rules with that multi-level tiling in place of theirs (llvm targets only)."""
+def rules_with(tiling) -> list:
+    """MetaSchedule's default llvm rules with a WIDE_TILINGS entry's multi-level tiling in place of theirs."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTiling, ReuseType
 
+    structure, (req, levels, scope) = tiling
+    rule = MultiLevelTiling(structure=structure, max_innermost_factor=64,
+                            reuse_write=ReuseType(req=req, levels=levels, scope=scope))
+    return [rule if isinstance(default, MultiLevelTiling) else default
+            for default in ms.schedule_rule.ScheduleRule.create("llvm")]
+
+
+def wide_sketches(mod, target: dict) -> list:
+    """The extra sketches of model.space=wide: one design space per WIDE_TILINGS entry, the default
+    llvm rules with that multi-level tiling in place of theirs (llvm targets only)."""
     if target.get("kind", "llvm") != "llvm":
         raise ValueError(f"model.space=wide: its extra tilings are MetaSchedule's llvm rules; the target is "
                          f"{target.get('kind')!r} (use model.space=full)")
-    traces = []
-    for structure, (req, levels, scope) in WIDE_TILINGS:
-        tiling = MultiLevelTiling(structure=structure, max_innermost_factor=64,
-                                  reuse_write=ReuseType(req=req, levels=levels, scope=scope))
-        rules = [tiling if isinstance(rule, MultiLevelTiling) else rule
-                 for rule in ms.schedule_rule.ScheduleRule.create("llvm")]
-        generator = ms.space_generator.PostOrderApply(sch_rules=rules, postprocs="llvm", mutator_probs="llvm")
-        context = ms.TuneContext(mod=mod, target=make_target(target), space_generator=generator, rand_state=0)
-        traces += [s.trace for s in context.generate_design_space()]
-    return traces
+    return [s.trace for tiling in WIDE_TILINGS
+            for s in tune_context(mod, target, tiling=tiling).generate_design_space()]
 
 
 def arg_shapes(func) -> list[tuple[tuple[int, ...], str]]:
