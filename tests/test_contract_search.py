@@ -153,3 +153,46 @@ def test_enumerate_lists_every_valid_config_once():
     assert all(space.is_valid(c) for c in every)
     rng = np.random.default_rng(0)
     assert {space.sample(rng) for _ in range(2000)} <= set(every)
+
+
+def test_topn_prefetch_changes_nothing_and_looks_up_only_what_offer_would():
+    """SA canonicalises a walk's candidates in batches (TopN.prefetch) before offering them: the heap
+    must end the same, and the batch must hold only configs the offers look up anyway (none wasted).
+    The canonicalisation here merges configs, as TVM's compute-location repair does."""
+    from tuning.search.base import TopN
+
+    looked_up, batched = [], []
+
+    def space_with_collisions():
+        base = HARDWARE.space(TASKS["conv"])
+        merge = lambda config: (*config[:-1], config[-1] - config[-1] % 3)  # noqa: E731
+        def one(config):
+            looked_up.append(config)
+            return merge(config)
+        def many(configs):
+            batched.extend(configs)
+            return [merge(c) for c in configs]
+        return type(base)(base.knobs, base.active, canonicalize=one, canonicalize_many=many)
+
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        offers = []
+        for _ in range(40):
+            configs = [HARDWARE.space(TASKS["conv"]).sample(rng) for _ in range(16)]
+            offers.append((configs, rng.normal(size=len(configs)) + 0.05 * len(offers)))
+        offers.append((offers[5][0], offers[5][1] - 1.0))  # configs offered again, lower
+        visited = {offers[0][0][0]}
+        results = []
+        for prefetching in (False, True):
+            looked_up.clear(), batched.clear()
+            top = TopN(space_with_collisions(), visited, 24)
+            for start in range(0, len(offers), 8):
+                chunk = offers[start:start + 8]
+                if prefetching and start:
+                    top.prefetch(chunk)
+                for configs, scores in chunk:
+                    for config, score in zip(configs, scores):  # one by one: offer's own batch stays out
+                        top.offer([config], [score])
+            results.append((top.sorted_configs(), set(looked_up)))
+        assert results[1][0] == results[0][0]
+        assert batched and set(batched) <= results[0][1]

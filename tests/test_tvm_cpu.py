@@ -55,9 +55,17 @@ def test_space_reads_the_design_spaces(hardware):
 
 def test_canonical_is_the_replayed_identity(hardware):
     space = hardware.space(CONV)
+    schedules = space.canonicalize.__self__  # the TaskSchedules behind the space
     rng = np.random.default_rng(0)
     configs = [space.sample(rng) for _ in range(30)]
-    canon = [space.canonical(c) for c in configs]
+    threads, schedules.canonical_threads = schedules.canonical_threads, 2
+    try:
+        canon = space.canonical_many(configs)  # the cut trace, replayed on two threads
+    finally:
+        schedules.canonical_threads = threads
+    # the whole sketch replayed with TVM's decision callbacks, as a build does
+    assert canon == [schedules.effective_config(schedules.replay(c), c[0]) for c in configs]
+    assert canon == [space.canonical(c) for c in configs]
     assert any(c != k for c, k in zip(configs, canon)), "illegal compute locations should be repaired"
     assert all(space.canonical(k) == k for k in canon)
     assert all(space.is_valid(k) for k in canon)

@@ -14,6 +14,9 @@ The hardware backend fills in the knobs and, optionally, a `canonicalize`
 function: TVM silently repairs some invalid decisions (an illegal compute
 location becomes a legal one), so a config's identity is the config read back
 after replay. Searches may propose raw configs; samplers compare canonical ones.
+A backend whose canonicalisation is costly may add `canonicalize_many`, the
+same function over a batch (TVM's replays run on parallel threads): searches
+that canonicalise many configs at once go through `canonical_many`.
 It may also give a `legitimacy` check (the GEMM-tiling paper's J, Eq. 5): the
 schedule replays and passes the backend's postprocessors. Neighbourhood
 searches (G-BFS, N-A2C) move only to legitimate configs. And it may give
@@ -39,6 +42,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 Config = tuple  # tuple[int, ...]
+
+
+def _ints(config) -> Config:
+    return tuple(int(c) for c in config)
+
+
 MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
 
 
@@ -73,6 +82,7 @@ class Space:
     canonicalize: Callable[[Config], Config] | None = None
     legitimacy: Callable[[Config], bool] | None = None
     store_features: Callable[[Sequence[Config]], list] | None = None
+    canonicalize_many: Callable[[list[Config]], list[Config]] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
     _legitimate_cache: dict = field(default_factory=dict, repr=False)
     _store_rows: object = field(default=None, repr=False, compare=False)  # tuning/core/features.py's StoreRows, made on first use
@@ -284,6 +294,15 @@ class Space:
         if config not in self._canonical_cache:
             self._canonical_cache[config] = tuple(self.canonicalize(config))
         return self._canonical_cache[config]
+
+    def canonical_many(self, configs) -> list[Config]:
+        """canonical() of each config; those not known yet go to `canonicalize_many` in one batch."""
+        if self.canonicalize_many is not None:
+            unknown = list(dict.fromkeys(c for c in map(_ints, configs) if c not in self._canonical_cache))
+            if len(unknown) > 1:
+                for config, key in zip(unknown, self.canonicalize_many(unknown), strict=True):
+                    self._canonical_cache[config] = tuple(key)
+        return [self.canonical(config) for config in configs]
 
     def mark_canonical(self, configs) -> None:
         """Take `configs` as canonical without asking the canonicalizer (a measurement store's

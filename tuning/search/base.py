@@ -137,6 +137,8 @@ class TopN:
         if self.n > 0 and len(self.heap) == self.n:  # only a score above today's minimum can enter
             better = np.flatnonzero(scores > self.heap[0][0]).tolist()
             configs, scores = [configs[i] for i in better], scores[better]
+        if self.n > 0 and len(configs) > 1:
+            self.space.canonical_many(configs)  # one batch: a backend may replay them side by side
         for config, score in zip(configs, scores.tolist()):
             if self.n <= 0 or (len(self.heap) == self.n and score <= self.heap[0][0]):
                 continue
@@ -151,6 +153,23 @@ class TopN:
             self.keys.add(key)
             changed = True
         return changed
+
+    def prefetch(self, offers) -> None:
+        """Canonicalise in one batch the configs of `offers` ([(configs, scores)], to be offered in
+        this order) that `offer` will look up for certain: those scored above the n-th best of the
+        distinct configs' best scores in the heap and `offers`, a floor the heap's minimum cannot end
+        above (n distinct canonical configs are n distinct configs). Changes nothing `offer` decides; a
+        backend may replay the batch side by side."""
+        if self.n <= 0:
+            return
+        scored = {config: score for score, config in self.heap}
+        for configs, scores in offers:
+            for config, score in zip(map(tuple, configs), np.asarray(scores, dtype=np.float64).tolist()):
+                scored[config] = max(score, scored.get(config, -np.inf))
+        if len(scored) < self.n:
+            return
+        floor = heapq.nlargest(self.n, scored.values())[-1]
+        self.space.canonical_many([config for config, score in scored.items() if score > floor])
 
     def sorted_configs(self) -> list:
         return [config for _, config in sorted(self.heap, reverse=True)]
