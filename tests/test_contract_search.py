@@ -196,3 +196,31 @@ def test_topn_prefetch_changes_nothing_and_looks_up_only_what_offer_would():
             results.append((top.sorted_configs(), set(looked_up)))
         assert results[1][0] == results[0][0]
         assert batched and set(batched) <= results[0][1]
+
+
+@pytest.mark.parametrize("visited_share", [0.0, 0.5, 0.97, 1.0])
+def test_fill_with_random_is_slot_by_slot_filling_in_batches(visited_share):
+    """The batched fill keeps the configs, in the order, that filling slot by slot with
+    random_unvisited keeps, and leaves the rng where that leaves it (also when draws run out)."""
+    from tuning.sampler.base import random_unvisited
+    from tuning.search.base import fill_with_random
+
+    space = HARDWARE.space(gemm_task("small", 8, 4, 4))
+    every = list(space.enumerate())
+    picker = np.random.default_rng(7)
+    visited = {c for c in every if picker.random() < visited_share}
+    start = [c for c in every if c not in visited][:2]
+
+    def slot_by_slot(rng, n, tries):
+        proposals, keys = list(start), [space.canonical(c) for c in start]
+        while len(proposals) < n:
+            config = random_unvisited(space, visited, keys, rng, tries=tries)
+            if config is None:
+                break
+            proposals.append(config), keys.append(config)
+        return proposals
+
+    for n, tries in ((16, 1000), (len(every), 1000), (40, 30)):
+        expected_rng, rng = np.random.default_rng(3), np.random.default_rng(3)
+        assert fill_with_random(start, space, visited, n, rng, tries=tries) == slot_by_slot(expected_rng, n, tries)
+        assert rng.random() == expected_rng.random()

@@ -167,6 +167,33 @@ def test_exports_apply_through_metaschedule(hardware, tmp_path):
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4)
 
 
+def test_database_applies_the_kernel_the_run_reports(hardware, tmp_path):
+    """MetaSchedule compiles the record with the lowest mean of its run seconds; tunelab ranks by the
+    median and may pick another after re-measuring. The database must lead with tunelab's choice."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning.core.records import MeasureResult
+
+    space = hardware.space(GEMM)
+    rng = np.random.default_rng(5)
+    spiky, steady, slow = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(6)))[:3]
+    readings = {spiky: [1e-5] * 4 + [5e-4], steady: [2e-5] * 5, slow: [3e-5] * 5}  # spiky: median 1e-5, mean 1.1e-4
+    records = [Record(GEMM.name, GEMM.key, list(c), space.decisions(c), MeasureResult(costs=costs), 0, "test", 0, i,
+                      time.time()) for i, (c, costs) in enumerate(readings.items())]
+    schedules = hardware.schedules(GEMM)
+
+    def applied(folder, chosen=None) -> tuple:
+        hardware.export_database([(GEMM, records)], tmp_path / folder, chosen=chosen)
+        database = ms.database.JSONDatabase(work_dir=str(tmp_path / folder))
+        top = database.get_top_k(database.commit_workload(schedules.mod), 1)[0]
+        return next(c for c in readings if str(schedules.schedule(c)[0].trace) == str(top.trace))
+
+    assert applied("db") == spiky  # the mean of its readings would have put steady first
+    # re-measured at the run's end, steady won: spiky, faster while tuning, is left out, also of the
+    # rows the export before this one wrote to the same folder (a resumed run exports again)
+    assert applied("db", {GEMM.name: (steady, 1.5e-5)}) == steady
+
+
 def test_describe_names_target_and_cpu(hardware):
     info = hardware.describe()
     assert info["hardware"] == "cpu" and "llvm" in info["target"] and info["num_threads"] == 1

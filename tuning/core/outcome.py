@@ -52,6 +52,12 @@ def best_from_records(outcome: TaskOutcome) -> None:
         outcome.best_cost = outcome.tuning_best_cost = best.result.cost
 
 
+def chosen_bests(outcomes) -> dict:
+    """{task name: (best config, its seconds)}: what a run reports, which its database ranks first."""
+    return {o.task.name: (o.best_config, o.best_cost) for o in outcomes
+            if o.best_config is not None and math.isfinite(o.best_cost)}
+
+
 def in_measured_order(outcomes) -> list[tuple[object, object, bool]]:
     """(task, record, reused) over all tasks: reused records first, then in the order measured."""
     merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),

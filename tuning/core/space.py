@@ -270,7 +270,7 @@ class Space:
 
     def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
         """AutoTVM's SA move: one knob (or the sketch) set to another random value."""
-        movable = [k for k in (0, *self.active[config[0]]) if self.dims[k] > 1]
+        movable = self._movable(config[0])
         if not movable:
             return config
         knob = movable[int(rng.integers(len(movable)))]
@@ -285,6 +285,14 @@ class Space:
     def random_walk_all(self, configs, rng: np.random.Generator) -> list[Config]:
         """random_walk of each config in turn (the same draws, in the same order)."""
         return [self.random_walk(config, rng) for config in configs]
+
+    def _movable(self, sketch: int) -> tuple[int, ...]:
+        """The slots a random walk may move in `sketch` (the sketch slot among them), cached: SA asks
+        for them some 200,000 times a run."""
+        cache = self.__dict__.setdefault("_movable_cache", {})
+        if sketch not in cache:
+            cache[sketch] = tuple(k for k in (0, *self.active[sketch]) if self.dims[k] > 1)
+        return cache[sketch]
 
     # ---- identity and description -----------------------------------------
     def canonical(self, config: Config) -> Config:

@@ -27,10 +27,11 @@ Every backend provides:
         backend has several; a device lost mid-batch makes `device_lost` results.
     export(task, config, out_dir) -> list of written paths
         The schedule as TVMScript (best schedules artifact).
-    export_database(records_by_task, out_dir, unmeasured=()) -> list of written paths
+    export_database(records_by_task, out_dir, unmeasured=(), chosen=None) -> list of written paths
         A MetaSchedule JSON database TVM can compile from (optional). `unmeasured`: (task, config,
         predicted seconds) chosen with no measurement (budget.trials=0), committed with the
-        prediction as their run seconds.
+        prediction as their run seconds. `chosen`: {task name: (config, seconds)}, the best the run
+        reports; the database must rank it first, so a model compiled from it runs that kernel.
     check_export(task, script_path) -> dict
         Compile an exported schedule, check its answer, time it: {"correct", "max_abs_error",
         "reference_max", "seconds"} (optional; tuning.tools.apply on a single operator).
@@ -90,7 +91,7 @@ class Hardware(Component):
     def export(self, task, config, out_dir):
         return []
 
-    def export_database(self, records_by_task, out_dir, unmeasured=()):
+    def export_database(self, records_by_task, out_dir, unmeasured=(), chosen=None):
         return []
 
     def check_export(self, task, script_path) -> dict:

@@ -154,14 +154,14 @@ class TVMHardware(Hardware):
         written = write_inside(run_dir, script, snippet(task.workload, library, result["args"]))
         return {**result, "snippet": str(written)}
 
-    def export_database(self, records_by_task, out_dir, unmeasured=()):
+    def export_database(self, records_by_task, out_dir, unmeasured=(), chosen=None):
         from tuning.hardware.tvm_database import DATABASE_FILES, write_database
         from tuning.run_folder import inside
 
         out_dir = Path(out_dir)
         for name in DATABASE_FILES:
             inside(out_dir.parent, Path(out_dir.name) / name)
-        return write_database(self, records_by_task, out_dir, unmeasured)
+        return write_database(self, records_by_task, out_dir, unmeasured, chosen)
 
     def describe(self) -> dict:
         import tvm

@@ -50,7 +50,6 @@ import numpy as np
 
 from tuning.core.component import Component
 from tuning.cost_model.base import model_input
-from tuning.sampler.base import random_unvisited
 
 
 class Search(Component):
@@ -110,16 +109,24 @@ class CachedScores:
         return np.fromiter(map(self.scores.__getitem__, keys), dtype=np.float64, count=len(keys))
 
 
-def fill_with_random(proposals, space, visited, n, rng) -> list:
-    """Top up `proposals` to n with random unvisited configs (a walk may find fewer)."""
+def fill_with_random(proposals, space, visited, n, rng, tries: int = 1000) -> list:
+    """Top up `proposals` to n with random unvisited configs (a walk may find fewer): random draws,
+    canonical, each kept unless visited or taken, until n are held or `tries` draws in a row fail
+    (sampler.base.random_unvisited, slot by slot). The draws are canonicalised in batches no larger
+    than the draws that slot-by-slot filling is sure to make, so the same configs come out and the
+    rng ends where it would."""
     proposals = list(proposals)
-    keys = [space.canonical(c) for c in proposals]
-    while len(proposals) < n:
-        config = random_unvisited(space, visited, keys, rng)
-        if config is None:
-            break
-        proposals.append(config)
-        keys.append(config)
+    taken = set(space.canonical_many(proposals))
+    failures = 0
+    while len(proposals) < n and failures < tries:
+        draws = [space.sample(rng) for _ in range(min(n - len(proposals), tries - failures))]
+        for canonical in space.canonical_many(draws):
+            if canonical in visited or canonical in taken:
+                failures += 1
+            else:
+                proposals.append(canonical)
+                taken.add(canonical)
+                failures = 0
     return proposals
 
 

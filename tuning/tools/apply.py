@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 
 from tuning.config import validate
-from tuning.core.outcome import TaskOutcome, best_from_records, task_table
+from tuning.core.outcome import TaskOutcome, best_from_records, chosen_bests, task_table
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
@@ -56,7 +56,8 @@ def apply_run(run_dir: Path, stale_input: bool = False) -> dict:
         missing = [o.task.name for o in outcomes if o.best_config is None]
         if missing:
             raise SystemExit(f"tunelab: no valid record for {len(missing)} task(s) of {run_dir}: {', '.join(missing)}")
-        hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database")
+        hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
+                                 chosen=chosen_bests(outcomes))
         e2e = end_to_end(cfg, hardware, run_dir)
     print(task_table(outcomes))
     print(e2e_line(e2e))

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from tuning.config import ConfigError, validate
-from tuning.core.outcome import TaskOutcome, best_from_records, best_so_far, weighted_latency_ms
+from tuning.core.outcome import TaskOutcome, best_from_records, best_so_far, chosen_bests, weighted_latency_ms
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
@@ -46,7 +46,8 @@ def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
     measured = [(o.task, o.records) for o in outcomes if o.best_config is not None and o.records]
     unmeasured = [(o.task, o.best_config, o.predicted_cost) for o in outcomes
                   if o.best_config is not None and not o.records]
-    exported = hardware.export_database(measured, out_dir / "database", unmeasured) if measured or unmeasured else []
+    exported = hardware.export_database(measured, out_dir / "database", unmeasured, chosen_bests(outcomes)) \
+        if measured or unmeasured else []
     for path in exported:
         tracker.log_artifact(path, "database")
     tracker.log_artifact(_convergence(outcomes, out_dir, title))
