@@ -410,7 +410,7 @@ class TaskSchedules:
 
     def canonical_many(self, configs) -> list[tuple]:
         """canonical() of each config, replayed on `canonical_threads` threads (TVM releases the GIL
-        while it replays a trace that calls no Python: ~1.9x on two cores for a conv2d's sketches)."""
+        while it replays a trace that calls no Python: 1.6-1.8x on two cores for a conv2d's sketches)."""
         if self.canonical_threads < 2 or len(configs) < 2:
             return [self.canonical(config) for config in configs]
         self._sampling_prefixes(), self._unscheduled()  # made here, not raced for by the threads
