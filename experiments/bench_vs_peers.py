@@ -85,9 +85,10 @@ def task_of(name: str, run: Path | None = None):
     from omegaconf import OmegaConf
 
     from tuning.core.task import build_tasks
+    from tuning.run_folder import load_config
 
     if run is not None:
-        model = OmegaConf.load(run / "config.yaml").model
+        model = load_config(run / "config.yaml", "run").model  # a run folder is read as untrusted input
     else:
         model = OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml")
     [task] = build_tasks(model)

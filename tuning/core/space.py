@@ -42,12 +42,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 Config = tuple  # tuple[int, ...]
-
-
-def _ints(config) -> Config:
-    return tuple(int(c) for c in config)
-
-
 MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
 
 
@@ -306,7 +300,8 @@ class Space:
     def canonical_many(self, configs) -> list[Config]:
         """canonical() of each config; those not known yet go to `canonicalize_many` in one batch."""
         if self.canonicalize_many is not None:
-            unknown = list(dict.fromkeys(c for c in map(_ints, configs) if c not in self._canonical_cache))
+            configs = [tuple(int(c) for c in config) for config in configs]
+            unknown = list(dict.fromkeys(c for c in configs if c not in self._canonical_cache))
             if len(unknown) > 1:
                 for config, key in zip(unknown, self.canonicalize_many(unknown), strict=True):
                     self._canonical_cache[config] = tuple(key)
