@@ -125,7 +125,7 @@ def measure_in_this_process(args) -> dict:
         outcomes = {task.name: best_in_run(cfg, hardware, args.run, task.name, model_tasks) for task in model_tasks}
         timers = {name: standalone_timers(o.task.workload, hardware.target, o.best_config, specs, dev)
                   for name, o in outcomes.items()}
-        tuner_s = {s: outcomes[s.removesuffix(PREPACKED)].best_cost for s in heaviest}
+        tuner_s = {s: outcomes[s.removesuffix(PREPACKED)].tuning_best_cost for s in heaviest}
         kernels = {s: timers[s.removesuffix(PREPACKED)] for s in heaviest}
 
         def reread_estimate() -> float:

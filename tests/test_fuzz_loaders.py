@@ -1,7 +1,7 @@
 """Fuzzing every loader of untrusted files with seeded mutations of a real run folder.
 
 A tiny real run (synthetic hardware, gemm_64, a measurement store) gives the inputs: config.yaml,
-records.jsonl, tasks.json, state/<key>.json and the store's sqlite rows. Each input is one seeded
+records.jsonl, tasks.json, best_configs.json, state/<key>.json and the store's sqlite rows. Each input is one seeded
 mutation of one of them (keys deleted, duplicated or swapped, types changed, `_target_`s of callables
 that would create a canary file, interpolations, huge and non-finite numbers, unicode, truncation,
 byte flips, nesting bombs, rows and tables changed with SQL) and goes, in this process, through the
@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 FAST_INPUTS = 60
 SLOW_INPUTS = 600
-KINDS = ("config", "records", "tasks", "state", "store")
+KINDS = ("config", "records", "tasks", "state", "store", "chosen")
 INPUT_LIMIT_S = 60  # one input longer than this is a hang, stopped...
 SLOW_INPUT_S = 5.0  # ...and one longer than this a finding: a file of a few bytes should not cost seconds
 HEAVY_SEEDS = 10_000  # inputs from this seed on (the slow variant) may draw the heaviest bombs
@@ -96,7 +96,7 @@ def original(tmp_path_factory) -> Original:
         main(cfg)
     [state] = (folder / "state").glob("*.json")
     files = {name: (folder / name).read_bytes() for name in ("config.yaml", "records.jsonl", "tasks.json",
-                                                             "run.yaml")}
+                                                             "best_configs.json", "run.yaml")}
     files[f"state/{state.name}"] = state.read_bytes()
     _consistent_copy(store, root / "clean.sqlite")
     [task] = json.loads(files["tasks.json"])
@@ -402,6 +402,20 @@ def m_store_retarget(rng, tree, item):
     return f"tasks[0].{key} = {short(value)}"
 
 
+# best_configs.json only
+def m_chosen_edge(rng, tree, item):
+    rows = tree.root if isinstance(tree.root, list) else []
+    row = rows[0] if rows and isinstance(rows[0], dict) else {}
+    key, value = pick(rng, [
+        ("task", 5), ("task", "no such task"), ("task", None), ("config", [1.5]), ("config", [True]),
+        ("config", [10 ** 30]), ("config", [-1] * 5), ("config", []), ("config", "1,2"), ("config", [[1]]),
+        ("config", {"a": 1}), ("costs", []), ("costs", [0]), ("costs", [-1e-5]), ("costs", ["1e-5"]),
+        ("costs", [float("nan")]), ("costs", [float("inf")]), ("costs", [1e308]), ("costs", [True]),
+        ("costs", 1e-5), ("costs", [1e-5] * 100_000)])
+    row[key] = value
+    return f"chosen[0].{key} = {short(value)}"
+
+
 # state only
 def m_state_edge(rng, tree, item):
     root = tree.root if isinstance(tree.root, dict) else {}
@@ -476,6 +490,7 @@ KIND_MUTATIONS = {
     "records": TREE_MUTATIONS + [m_record_edge] * 4 + TEXT_MUTATIONS,
     "tasks": TREE_MUTATIONS + [m_store_retarget] * 4 + TEXT_MUTATIONS,
     "state": TREE_MUTATIONS + [m_state_edge] * 3 + TEXT_MUTATIONS,
+    "chosen": TREE_MUTATIONS + [m_chosen_edge] * 4 + TEXT_MUTATIONS,
 }
 
 
@@ -495,7 +510,7 @@ def dump(kind: str, tree: Tree) -> bytes:
 
 def file_of(kind: str, orig: Original) -> str:
     return {"config": "config.yaml", "records": "records.jsonl", "tasks": "tasks.json",
-            "state": orig.state_name}[kind]
+            "chosen": "best_configs.json", "state": orig.state_name}[kind]
 
 
 def mutate_file(rng, item: Input, orig: Original) -> None:
@@ -739,11 +754,24 @@ def loaders(item: Input, orig: Original, clean) -> list[Step]:
                      lambda tasks: [Step("sync.history(loaded tasks)",
                                          lambda: sync.history(tasks, {}, clean.records))]),
                 Step("compare.load_run (tasks.json)", load_run, loaded_run_then)]
+    if item.kind == "chosen":
+        return [Step("sync.load_chosen", lambda: sync.load_chosen(run),
+                     lambda chosen: [Step("sync.best_as_reported(loaded choices)",
+                                          lambda: _reported(clean, chosen, run))])]
     if item.kind == "state":
         if hasattr(resume, "check_states"):  # resume checks every state before any work, where the lab does
             return [Step("resume.check_states, then restore_state", lambda: _checked_and_restored(run, clean))]
         return [Step("resume.restore_state", lambda: _restored(run, clean))]
     return store_steps(item, orig)
+
+
+def _reported(clean, chosen: dict, run: Path):
+    from tuning.core.outcome import TaskOutcome
+    from tuning.tools.sync import best_as_reported
+
+    outcome = TaskOutcome(clean.tasks[0], clean.records)
+    best_as_reported(outcome, chosen, run)
+    return outcome.best_config
 
 
 def _validated(cfg, validate):

@@ -8,6 +8,7 @@ Its files are checked before the model is compiled: none is written through a sy
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from tuning.config import ConfigError
@@ -36,6 +37,9 @@ def e2e_line(e2e: dict) -> str:
     parts.append(f"vs untuned {latency['untuned'] / latency['tuned']:.1f}x")
     verdict = "match" if e2e["match"] else "DO NOT match"
     parts.append(f"outputs {verdict} {e2e['reference']} (max abs diff {e2e['max_abs_diff']:.2e})")
+    if "estimate_ms" in e2e:
+        parts.append(f"the lab's estimate {e2e['estimate_ms']:.2f} ms (tuned / estimate "
+                     f"{latency['tuned'] / e2e['estimate_ms']:.3f})")
     if e2e.get("remote_device"):
         peer = "onnxruntime" if e2e.get("reference") == "onnxruntime" else "torch"
         parts.append(f"on {e2e['remote_device']} ({peer} checked here, not timed: it does not run there)")
@@ -50,13 +54,18 @@ def e2e_metrics(e2e: dict) -> dict:
     for peer in ("torch", "onnxruntime"):
         if peer in latency:
             metrics[f"e2e/speedup_vs_{peer}"] = latency[peer] / latency["tuned"]
+    if "estimate_ms" in e2e:
+        metrics["e2e/estimate_ms"] = e2e["estimate_ms"]
+        metrics["e2e/tuned_over_estimate"] = latency["tuned"] / e2e["estimate_ms"]
     metrics["e2e/match"] = float(e2e["match"])
     metrics["e2e/max_abs_diff"] = e2e["max_abs_diff"]
     return metrics
 
 
-def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
-    """Apply the exported database (out_dir/database), time, write e2e.json, log e2e/*."""
+def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path, estimate_ms: float | None = None) -> dict:
+    """Apply the exported database (out_dir/database), time, write e2e.json, log e2e/*. `estimate_ms`:
+    the lab's estimate of the model (its kernels' chosen latencies weighted by calls), kept beside
+    the reading so that the two are compared in the process that timed the model."""
     from omegaconf import OmegaConf
 
     timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s", "fresh_input")}
@@ -64,6 +73,8 @@ def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path) -> dict:
     for name in E2E_FILES:
         inside(out_dir, name)
     e2e = hardware.evaluate_model(model, cfg.seed, out_dir / "database", out_dir, timing)
+    if estimate_ms is not None and math.isfinite(estimate_ms) and estimate_ms > 0:
+        e2e["estimate_ms"] = estimate_ms
     path = write_inside(out_dir, "e2e.json", json.dumps(e2e, indent=1))
     tracker.log_metrics(e2e_metrics(e2e), step=0)
     tracker.set_tags({"e2e_match": str(e2e["match"])})

@@ -52,6 +52,16 @@ def best_from_records(outcome: TaskOutcome) -> None:
         outcome.best_cost = outcome.tuning_best_cost = best.result.cost
 
 
+def take_chosen(outcome: TaskOutcome, config: tuple, seconds: float) -> None:
+    """The run's reported best (the config its end chose by re-measuring, with those seconds) as the
+    outcome's result in place of the records' fastest reading; ValueError unless the run measured
+    that config validly."""
+    if not any(r.result.ok and tuple(r.config) == config for r in outcome.records):
+        raise ValueError(f"{outcome.task.name}'s chosen config {list(config)} has no valid record in the run")
+    best_from_records(outcome)
+    outcome.best_config, outcome.best_cost, outcome.final_costs = config, seconds, [seconds]
+
+
 def chosen_bests(outcomes) -> dict:
     """{task name: (best config, its seconds)}: what a run reports, which its database ranks first."""
     return {o.task.name: (o.best_config, o.best_cost) for o in outcomes

@@ -3,13 +3,15 @@
     python -m tuning.tools.apply outputs/runs/2026-11-21/18-00-00-000000
 
 does for a finished (or killed) run what the end of `run.py` does for a network
-model: compile with the run's MetaSchedule database (exported again from its
-records if missing), check the output against torch, time tuned / untuned /
+model: write the run's MetaSchedule database again from its records, each task's
+best as the run chose it (best_configs.json: its finalists re-measured at its
+end; for a run without that file, its fastest record) first, compile the model
+with it, check the output against torch, time tuned / untuned /
 torch eager with the run's thread count, print the per-task table and the
 end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run. A run
 that measured nothing (budget.trials=0, search=value) applies its database/ as written.
 
-For a single operator (gemm, batch_matmul, conv2d) it exports the best record's
+For a single operator (gemm, batch_matmul, conv2d) it exports the chosen best's
 schedule to best_schedules/<task>.py again, compiles that TVMScript file as a user
 would, checks its output (numpy's product for the matmuls, torch's conv2d for a
 conv) and times it; exit status 1 when the answer is wrong. A run folder holding a link is refused
@@ -21,11 +23,12 @@ import argparse
 from pathlib import Path
 
 from tuning.config import validate
-from tuning.core.outcome import TaskOutcome, best_from_records, chosen_bests, task_table
+from tuning.core.outcome import TaskOutcome, chosen_bests, task_table, weighted_latency_ms
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
+from tuning.tools.sync import best_as_reported, load_chosen
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
@@ -46,19 +49,19 @@ def apply_run(run_dir: Path, stale_input: bool = False) -> dict:
     with instantiate(cfg.hardware) as hardware:
         tasks = hardware.model_tasks(cfg.model, cfg.seed)
         prior = prior_records(cfg, tasks, run_dir, instantiate(cfg.tracking))  # its tuning.database, if any
-        outcomes = []
+        chosen, outcomes = load_chosen(run_dir), []
         for task in tasks:
             own = [r for r in records if r.workload_key == task.key]
             outcome = TaskOutcome(task, [*prior.get(task.key, []), *own], reused=len(prior.get(task.key, [])))
-            best_from_records(outcome)
-            outcome.stopped_because = "from records"
+            best_as_reported(outcome, chosen, run_dir)
+            outcome.stopped_because = "as the run chose" if task.name in chosen else "from records"
             outcomes.append(outcome)
         missing = [o.task.name for o in outcomes if o.best_config is None]
         if missing:
             raise SystemExit(f"tunelab: no valid record for {len(missing)} task(s) of {run_dir}: {', '.join(missing)}")
         hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
                                  chosen=chosen_bests(outcomes))
-        e2e = end_to_end(cfg, hardware, run_dir)
+        e2e = end_to_end(cfg, hardware, run_dir, weighted_latency_ms(outcomes))
     print(task_table(outcomes))
     print(e2e_line(e2e))
     return e2e
@@ -76,11 +79,11 @@ def apply_unmeasured(cfg, run_dir: Path) -> dict:
     return e2e
 
 
-def end_to_end(cfg, hardware, run_dir: Path) -> dict:
+def end_to_end(cfg, hardware, run_dir: Path, estimate_ms: float | None = None) -> dict:
     """The model compiled with run_dir/database, timed, logged to the run's MLflow run."""
     tracker = tracker_of(cfg, run_dir)
     try:
-        return evaluate_end_to_end(cfg, hardware, tracker, run_dir)
+        return evaluate_end_to_end(cfg, hardware, tracker, run_dir, estimate_ms)
     finally:
         tracker.end("FINISHED")
 
@@ -93,7 +96,7 @@ def check_operator(cfg, run_dir: Path, records) -> dict:
 
     [task] = build_tasks(cfg.model)
     outcome = TaskOutcome(task, [r for r in records if r.workload_key == task.key])
-    best_from_records(outcome)
+    best_as_reported(outcome, load_chosen(run_dir), run_dir)
     if outcome.best_config is None:
         raise SystemExit(f"tunelab: no valid record of {task.name} in {run_dir}")
     with instantiate(cfg.hardware) as hardware:

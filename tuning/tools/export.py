@@ -25,11 +25,12 @@ import tempfile
 from pathlib import Path
 
 from tuning.config import ConfigError, validate
-from tuning.core.outcome import TaskOutcome, best_from_records, best_so_far, chosen_bests, weighted_latency_ms
+from tuning.core.outcome import TaskOutcome, best_so_far, chosen_bests, weighted_latency_ms
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
+from tuning.tools.sync import CHOSEN_FILE, best_as_reported, load_chosen, save_chosen
 from tuning.tracking.plot import convergence_png
 from tuning.whole_model import is_whole_model
 
@@ -51,7 +52,8 @@ def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
     for path in exported:
         tracker.log_artifact(path, "database")
     tracker.log_artifact(_convergence(outcomes, out_dir, title))
-    for name in ("records.jsonl", "config.yaml", "tasks.json"):
+    save_chosen(out_dir, outcomes)
+    for name in ("records.jsonl", "config.yaml", "tasks.json", CHOSEN_FILE):
         tracker.log_artifact(str(out_dir / name))
     for log in out_dir.glob("*.log"):  # Hydra's job log
         tracker.log_artifact(str(log), "logs")
@@ -94,8 +96,9 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
 
 
 def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None, tasks: list | None = None) -> TaskOutcome:
-    """A run's task (by name in a whole-model run) with its best measured config (its
-    tuning.database records included), or ConfigError when it has none. `tasks`: the run's tasks
+    """A run's task (by name in a whole-model run) with the best config the run reported
+    (best_configs.json; in a run without one, the fastest of its records, tuning.database's
+    included), or ConfigError when it has none. `tasks`: the run's tasks
     when the caller has them (a whole model's take seconds to extract)."""
     from hydra.utils import instantiate
 
@@ -107,7 +110,7 @@ def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None, task
     task = _pick(tasks, task_name, run_dir)
     prior = prior_records(cfg, [task], run_dir, instantiate(cfg.tracking)).get(task.key, [])
     outcome = TaskOutcome(task, [*prior, *(r for r in records if r.workload_key == task.key)])
-    best_from_records(outcome)
+    best_as_reported(outcome, load_chosen(run_dir), run_dir)
     if outcome.best_config is None:
         raise ConfigError(f"run: {run_dir} holds no valid measurement of {task.name}")
     return outcome

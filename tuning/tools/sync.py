@@ -20,19 +20,23 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
 from tuning.naming import BEST_SO_FAR, run_name
+from tuning.core.outcome import best_from_records, take_chosen
 from tuning.core.records import RecordLog
 from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
 FINAL_METRICS_FILE = "final_metrics.json"
+CHOSEN_FILE = "best_configs.json"  # each task's reported best: its config and the re-measured readings
 SPOOL_FILE = "mlflow_pending.jsonl"  # metrics the store did not take during the run (the tracker's spool)
 CURVE_KEY = BEST_SO_FAR  # a run logged under its earlier name (tuning/best_gflops) gets the whole curve again
 COPY_TAG = "tunelab.copy_of"  # on a copy in another store: the source run (see the module docstring)
@@ -137,8 +141,8 @@ def load_tasks(out_dir: Path, cfg) -> list:
 
 def run_files(out_dir: Path) -> list[tuple[Path, str | None]]:
     """(file, artifact folder) of everything run.py logs as an artifact, where the folder has it."""
-    files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", TASKS_FILE, "summary.txt",
-                                                 "convergence.png")]
+    files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", TASKS_FILE, CHOSEN_FILE,
+                                                 "summary.txt", "convergence.png")]
     files += [(p, "best_schedules") for p in sorted((out_dir / "best_schedules").glob("*"))]
     files += [(p, "database") for p in sorted((out_dir / "database").glob("*"))]
     files += [(p, "logs") for p in sorted(out_dir.glob("*.log"))]
@@ -158,6 +162,53 @@ def final_metrics(out_dir: Path) -> tuple[int, dict]:
 
 def save_final_metrics(out_dir: Path, step: int, metrics: dict) -> None:
     (out_dir / FINAL_METRICS_FILE).write_text(json.dumps({"step": step, "metrics": metrics}))
+
+
+def save_chosen(out_dir: Path, outcomes) -> None:
+    """best_configs.json: each task's reported best, the config the run's end chose by re-measuring its
+    finalists and those readings, so that apply, export and the in-model probe use the config the
+    run reports rather than the records' fastest single reading."""
+    rows = [{"task": o.task.name, "config": [int(v) for v in o.best_config], "costs": [float(c) for c in o.final_costs]}
+            for o in outcomes if o.best_config is not None and o.final_costs]
+    (out_dir / CHOSEN_FILE).write_text(json.dumps(rows))
+
+
+def load_chosen(out_dir: Path) -> dict:
+    """{task name: (config, re-measured seconds)} from best_configs.json, {} where a run has none (a run
+    from before the file, or one killed before its end); ConfigError where the file is not one."""
+    path = out_dir / CHOSEN_FILE
+    if not path.exists():
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+        chosen = {str(row["task"]): (_ints(row["config"]), _seconds(row["costs"])) for row in rows}
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
+        raise ConfigError(f"run: {path} is not a tunelab list of chosen configs ({type(error).__name__}: {error})") \
+            from None
+    return chosen
+
+
+def best_as_reported(outcome, chosen: dict, run_dir: Path) -> None:
+    """The outcome's result as its run reported it (`chosen`: load_chosen's), else its records' fastest."""
+    best_from_records(outcome)
+    if outcome.best_config is not None and outcome.task.name in chosen:
+        try:
+            take_chosen(outcome, *chosen[outcome.task.name])
+        except ValueError as error:
+            raise ConfigError(f"run: {run_dir / CHOSEN_FILE}: {error}") from None
+
+
+def _ints(values) -> tuple:
+    if not isinstance(values, list) or not all(type(v) is int for v in values):
+        raise TypeError(f"config {values!r} is not a list of integers")
+    return tuple(values)
+
+
+def _seconds(costs) -> float:
+    if not isinstance(costs, list) or not costs or not all(type(c) in (int, float) and 0 < c < math.inf
+                                                             for c in costs):
+        raise ValueError(f"costs {costs!r} are not positive finite seconds")
+    return statistics.median(costs)
 
 
 # ---- the command -----------------------------------------------------------------------------
