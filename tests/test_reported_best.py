@@ -100,3 +100,28 @@ def test_a_choice_that_is_not_one_of_the_runs_measurements_is_refused_naming_the
     (run / CHOSEN_FILE).write_text(json.dumps([{"task": task.name, **row}]))
     with pytest.raises(ConfigError, match=f"{CHOSEN_FILE}.*{says}"):
         best_of(run)
+
+
+def test_the_end_to_end_line_sets_the_heaviest_kernels_beside_their_predictions():
+    """Each kernel's reading inside the model beside what the run predicted for it (its chosen best),
+    heaviest in the model (calls x seconds) first; the line summarises the ten heaviest."""
+    from types import SimpleNamespace
+
+    from tuning.core.outcome import TaskOutcome
+    from tuning.whole_model import HEAVIEST, e2e_line, e2e_metrics, heaviest_kernels, kernel_rows
+
+    outcomes = [TaskOutcome(SimpleNamespace(name=f"k{i}", weight=1 + (i == 0)), [], best_cost=(i + 1) * 1e-4)
+                for i in range(12)]
+    outcomes.append(TaskOutcome(SimpleNamespace(name="untuned", weight=1), []))  # no prediction: no row
+    in_model = {f"k{i}": {"seconds": (i + 1) * 1e-4 * (1.10 if i in (3, 11) else 1.0), "calls": 1 + (i == 0)}
+                for i in range(12)}
+    in_model["untuned"] = {"seconds": 5e-3, "calls": 1}
+    rows = kernel_rows(in_model, outcomes)
+    assert [row["task"] for row in rows][:10] == [f"k{i}" for i in range(11, 1, -1)] and len(rows) == 12
+    e2e = {"latency_ms": {"tuned": 8.0, "untuned": 80.0}, "match": True, "reference": "untuned", "max_abs_diff": 0.0,
+           "num_threads": 2, "estimate_ms": 7.8, "kernels": rows}
+    heaviest = heaviest_kernels(e2e)  # k11 (1.10) among the ten heaviest, k3 (1.10) too; k0-k1 are not
+    assert heaviest["kernels"] == HEAVIEST and heaviest["within"] == 8 and heaviest["high"] == pytest.approx(1.10)
+    assert "its 10 heaviest kernels in the model / predicted: geomean 1.019 (1.00-1.10), 8 within 1.05" in e2e_line(e2e)
+    assert e2e_metrics(e2e)["e2e/heaviest_kernels_within_margin"] == 8
+    assert "tuned / estimate 1.026" in e2e_line(e2e)

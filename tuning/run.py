@@ -33,7 +33,7 @@ from tuning.final import log_final_metrics, print_result
 from tuning.job_folder import continue_log_in, discard_untouched
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
-from tuning.core.outcome import summary, weighted_latency_ms
+from tuning.core.outcome import summary
 from tuning.resume import check_records, check_resume, prior_records, resolve_resume
 from tuning.hardware.runners.base import NoDeviceLeft
 from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
@@ -231,7 +231,7 @@ def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     export_artifacts(parts, outcomes, out_dir, job.figure_title)
     e2e = None
     if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
-        e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir, weighted_latency_ms(outcomes))
+        e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir, outcomes)
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))
     return e2e

@@ -14,6 +14,9 @@ drifts by ~25% over tens of seconds, so one long block each would compare two
 different machines. The untuned build (seconds per call) gets `min_runs` calls.
 With `fresh_input` (the default) every variant's input is written again before each
 call, untimed, as a caller's new input would be (e2e_worker.time_block says why).
+On this host each tuned kernel is then read inside the model by the VM's instrument
+(`kernels_in_model`: seconds per call, calls per run), which the lab sets beside
+each kernel's prediction.
 Latency = median. The tuned output is checked against torch (or, for an ONNX
 file, against onnxruntime; the untuned build where onnxruntime, an optional
 extra, is not installed).
@@ -68,6 +71,7 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
         times = _alternate({name: owner[name] for name in owner if name != "untuned"}, timing, fresh_input, timeout)
         times["untuned"] = _call(workers["tvm"], "time_block", "untuned", timing["min_runs"], timing["min_runs"],
                                  0.0, fresh_input, timeout=timeout)
+        kernels = _call(workers["tvm"], "tuned_kernels", timing["runs"], fresh_input, timeout=timeout)
     finally:
         for worker in workers.values():
             worker.close()
@@ -75,6 +79,8 @@ def evaluate_model(model_cfg, seed, database_dir, out_dir, timing, *, target: di
     np.save(os.path.join(out_dir, "e2e_output.npy"), outputs["tuned"])
     verdict = _verdict(outputs, times, num_threads, tvm_side)
     verdict["fresh_input"] = fresh_input and not remote
+    if kernels:
+        verdict["kernels_in_model"] = kernels
     if model_cfg["kind"] == "onnx":
         verdict["onnxruntime"] = peer_version or "not installed (pip install 'tunelab[onnxruntime]')"
     if remote:

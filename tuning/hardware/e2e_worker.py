@@ -17,6 +17,7 @@ _variants: dict = {}  # name -> a callable that runs the model once on the store
 _input_writers: dict = {}  # name -> a callable that writes the stored input again (a caller's fresh input)
 _device_timed: dict = {}  # name -> runs -> seconds per run, timed on a remote device by its own clock
 _sessions: list = []  # a remote device's session, held for as long as the worker lives
+_tuned_local: list = []  # (vm, input) of the tuned build on this host: its kernels are read one by one
 
 
 def init_tvm(target: dict) -> None:
@@ -61,6 +62,8 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_
             vm = relax.VirtualMachine(executable, dev)
             _variants[variant] = (lambda vm=vm: _first_tensor(vm["main"](x)))
             _input_writers[variant] = write_x
+            if variant == "tuned":
+                _tuned_local.append((vm, x))
         name = None
     return {"example": loaded.example, "compile_tuned_s": compile_tuned_s, "compile_untuned_s": compile_untuned_s,
             "outputs": {variant: _variants[variant]().numpy() for variant in executables}, "remote_device": name}
@@ -166,6 +169,17 @@ def time_block(name: str, runs: int, min_runs: int, max_seconds: float, fresh_in
         call()
         times.append(time.perf_counter() - begin)
     return times
+
+
+def tuned_kernels(runs: int, fresh_input: bool = True) -> dict:
+    """Each kernel's seconds per call inside the tuned model on this host (kernel_context.kernels_in_model),
+    {} for a model run on a remote device."""
+    from tuning.hardware.kernel_context import kernels_in_model
+
+    if not _tuned_local:
+        return {}
+    vm, x = _tuned_local[0]
+    return kernels_in_model(vm, x, runs, fresh_input)
 
 
 def _first_tensor(output):

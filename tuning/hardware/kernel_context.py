@@ -43,6 +43,7 @@ import numpy as np
 CONTEXTS = ("alone", "args_flushed", "model_fn", "model_args", "idle", "flushed", "model_only", "in_model",
             "stale_input", "skip_delta")
 CACHE_LEVELS = ("index2", "index3")  # sysfs names of the L2 and L3 caches
+PREPACKED = "_prepacked"  # the suffix of a kernel compiled with its weights' layout rewritten (weight_prepack)
 
 
 def capture_calls(vm, x) -> list[tuple]:
@@ -113,6 +114,16 @@ def model_call_seconds(vm, x, runs: int, skip=frozenset(), fresh_input: bool = T
     finally:
         vm.set_instrument(None)
     return per_symbol, whole, {symbol: n // runs for symbol, n in counts.items()}
+
+
+def kernels_in_model(vm, x, runs: int, fresh_input: bool = True) -> dict:
+    """{kernel: {"seconds": median seconds per call, "calls": calls per run}} of every compiled
+    kernel of the model (the VM's builtins left out), read by the VM's instrument over `runs` runs,
+    named as the tuning tasks are (PREPACKED dropped)."""
+    per_symbol, _, counts = model_call_seconds(vm, x, runs, fresh_input=fresh_input)
+    return {symbol.removesuffix(PREPACKED): {"seconds": float(np.median(seconds)) / max(counts[symbol], 1),
+                                             "calls": counts[symbol]}
+            for symbol, seconds in per_symbol.items() if "." not in symbol and counts.get(symbol)}
 
 
 def skip_delta(vm, x, symbol: str, calls: int, runs: int) -> float:

@@ -23,7 +23,7 @@ import argparse
 from pathlib import Path
 
 from tuning.config import validate
-from tuning.core.outcome import TaskOutcome, chosen_bests, task_table, weighted_latency_ms
+from tuning.core.outcome import TaskOutcome, chosen_bests, task_table
 from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
@@ -61,7 +61,7 @@ def apply_run(run_dir: Path, stale_input: bool = False) -> dict:
             raise SystemExit(f"tunelab: no valid record for {len(missing)} task(s) of {run_dir}: {', '.join(missing)}")
         hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
                                  chosen=chosen_bests(outcomes))
-        e2e = end_to_end(cfg, hardware, run_dir, weighted_latency_ms(outcomes))
+        e2e = end_to_end(cfg, hardware, run_dir, outcomes)
     print(task_table(outcomes))
     print(e2e_line(e2e))
     return e2e
@@ -79,11 +79,11 @@ def apply_unmeasured(cfg, run_dir: Path) -> dict:
     return e2e
 
 
-def end_to_end(cfg, hardware, run_dir: Path, estimate_ms: float | None = None) -> dict:
+def end_to_end(cfg, hardware, run_dir: Path, outcomes=None) -> dict:
     """The model compiled with run_dir/database, timed, logged to the run's MLflow run."""
     tracker = tracker_of(cfg, run_dir)
     try:
-        return evaluate_end_to_end(cfg, hardware, tracker, run_dir, estimate_ms)
+        return evaluate_end_to_end(cfg, hardware, tracker, run_dir, outcomes)
     finally:
         tracker.end("FINISHED")
 
