@@ -307,3 +307,11 @@ def test_runs_from_different_hardware_are_flagged(tmp_path):
     assert any(note.startswith("the runs were measured on different hardware") and "EPYC" in note for note in notes)
     same = [run for run, _ in made if run.info.run_id != "ppo-1"]
     assert "hardware: cpu / Xeon" in gather(client, same, tmp_path, ["search"]).notes
+
+
+def test_a_store_key_sqlite_cannot_take_falls_back_to_the_runs_readings():
+    """tasks.json is an untrusted artifact: JSON can carry a lone surrogate, which sqlite cannot bind."""
+    from tuning.tools.compare.load import _store_entry
+
+    assert _store_entry({"store": "s.sqlite", "store_key": ["hw", "task", "\udc80"]}) == (None, ())
+    assert _store_entry({"store": "s.sqlite", "store_key": ["hw", "task", "space"]}) == ("s.sqlite", ("hw", "task", "space"))

@@ -427,3 +427,18 @@ def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):
     saved.write_text("- not\n- a mapping\n")
     with pytest.raises(ConfigError, match=r"resume: .* \(expected a mapping\)"):
         load_config(saved, "resume")
+
+
+@pytest.mark.parametrize("text, says", [
+    ("seed: !!timestamp 'x'\n", "a value its tag cannot construct"),  # PyYAML's constructor fails with AttributeError
+    ("seed: !!float 'x'\n", "a value its tag cannot construct"),
+    ("hardware:\n  store:\n" + "".join(f"    k{i}: {i}\n" for i in range(10_001)), "more than 10000 values"),
+])
+def test_a_saved_config_yaml_cannot_construct_or_that_is_too_wide_is_refused_naming_the_file(tmp_path, text, says):
+    from tuning.config import ConfigError
+    from tuning.run_folder import load_config
+
+    saved = tmp_path / "config.yaml"
+    saved.write_text(text)
+    with pytest.raises(ConfigError, match=f"resume: cannot read {saved} .*{says}"):
+        load_config(saved, "resume")

@@ -219,6 +219,7 @@ def _with_defaults(data: dict, path: Path, key: str) -> DictConfig:
 
 MAX_CONFIG_BYTES = 1 << 20  # a saved config is a few KiB and a few levels deep: more is not the lab's
 MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_VALUES = 10_000  # a saved config holds about 200; OmegaConf takes seconds over tens of thousands
 
 
 class UnsafeYaml(yaml.YAMLError):
@@ -226,21 +227,28 @@ class UnsafeYaml(yaml.YAMLError):
 
 
 def _safe_yaml(path: Path):
-    """YAML without aliases and no deeper than MAX_CONFIG_DEPTH: the lab writes neither, an alias bomb
-    expands a few hundred bytes into millions of nodes, and a nesting bomb takes PyYAML's recursive
-    loader seconds to fail, before any check could look at them."""
+    """YAML without aliases, no deeper than MAX_CONFIG_DEPTH and of at most MAX_CONFIG_VALUES values:
+    the lab writes none of these, an alias bomb expands a few hundred bytes into millions of nodes, a
+    nesting bomb takes PyYAML's recursive loader seconds to fail, and a very wide node OmegaConf
+    seconds to take, before any check could look at them."""
     with path.open("rb") as f:
         text = f.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
     if len(text) > MAX_CONFIG_BYTES:
         raise UnsafeYaml(f"larger than {MAX_CONFIG_BYTES} bytes")
-    depth = 0
+    depth = values = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             raise UnsafeYaml("YAML aliases are not accepted in a saved config")
+        values += isinstance(event, yaml.ScalarEvent)
+        if values > MAX_CONFIG_VALUES:
+            raise UnsafeYaml(f"more than {MAX_CONFIG_VALUES} values")
         depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
         if depth > MAX_CONFIG_DEPTH:
             raise UnsafeYaml(f"nested more than {MAX_CONFIG_DEPTH} levels deep")
-    return yaml.safe_load(text)
+    try:
+        return yaml.safe_load(text)
+    except (AttributeError, ValueError, TypeError, OverflowError) as error:  # a tag's constructor on a bad value
+        raise UnsafeYaml(f"a value its tag cannot construct ({type(error).__name__}: {error})") from None
 
 
 def _untrusted(node, where: str):

@@ -171,9 +171,18 @@ def _store_entry(task: dict) -> tuple[str | None, tuple]:
     when the entry names none or names it malformed (the artifact is untrusted)."""
     path, key = task.get("store"), task.get("store_key")
     if not (isinstance(path, str) and path and isinstance(key, list) and len(key) == 3
-            and all(isinstance(k, str) for k in key)):
+            and all(isinstance(k, str) and _utf8(k) for k in key)):
         return None, ()
     return path, tuple(key)
+
+
+def _utf8(text: str) -> bool:
+    """False for a string sqlite cannot take as a parameter (a lone surrogate, which JSON can carry)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _pooled_truth(runs: list[LoadedRun], key: str) -> TaskTruth:
