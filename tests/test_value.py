@@ -9,7 +9,7 @@ from tuning.core.space import Knob, Space
 from tuning.core.task import conv2d_task, gemm_task
 from tuning.value.beam import beam_search
 from tuning.value.encoding import WIDTH, children, config_of, decode, encode, is_complete, order, prefix_of, work
-from tuning.value.net import KernelData, complete_errors, fit, prefix_targets
+from tuning.value.net import KernelData, complete_errors, fit, group_of, prefix_targets, split
 
 from configs import QUICK_TIMING
 from value_models import synthetic_kernels
@@ -70,6 +70,52 @@ def test_a_prefix_target_is_the_best_measured_completion():
     best = dict(zip(prefixes, 10 ** targets * work(space)))
     assert best[()] == pytest.approx(2.0) and best[(0,)] == pytest.approx(2.0) and best[(0, 1)] == pytest.approx(2.0)
     assert best[(0, 1, 0)] == pytest.approx(4.0) and best[(1,)] == pytest.approx(8.0)
+
+
+def walk_kernel(space, count: int, seed: int) -> KernelData:
+    """A kernel's configs as a tuner's walk leaves them: each one decision from one before it."""
+    rng = np.random.default_rng(seed)
+    configs = [space.sample(rng)]
+    while len(configs) < count:
+        config = list(configs[int(rng.integers(len(configs)))])
+        slot = int(rng.choice(order(space, config[0])[1:]))
+        config[slot] = int(rng.integers(space.dims[slot]))
+        if tuple(config) not in configs:
+            configs.append(tuple(config))
+    return KernelData("walk", space, configs, rng.uniform(1.0, 2.0, len(configs)))
+
+
+def test_the_held_out_configs_stay_held_out_as_the_corpus_grows_and_are_never_trained_on():
+    """The improvement loop splits a grown store each round: a config trained on in one round must
+    not be held out in the next (V, warm-started, has seen it), nor the other way round."""
+    space = synthetic_space(conv2d_task("c", 1, 16, 14, 14, 32, 3, padding=1).workload)
+    grown = walk_kernel(space, 600, seed=3)
+    small = KernelData("walk", space, grown.configs[:200], grown.seconds[:200])
+    reordered = np.random.default_rng(4).permutation(len(grown.configs))
+    shuffled = KernelData("walk", space, [grown.configs[i] for i in reordered], grown.seconds[reordered])
+    before, after = split([small], 0.2, seed=7), split([shuffled], 0.2, seed=7)
+    held_before, held_after = set(before.held[0].configs), set(after.held[0].configs)
+    trained_before, trained_after = set(before.train[0].configs), set(after.train[0].configs)
+    assert held_before <= held_after and not trained_before & held_after and not trained_after & held_before
+    assert 0.1 < len(held_after) / len(grown.configs) < 0.3
+    assert split([shuffled], 0.2, seed=8).held[0].configs != after.held[0].configs  # the seed chooses
+
+
+def test_no_config_trained_on_is_one_decision_from_a_held_out_config():
+    """Near-duplicates (a walk's one-knob moves) stand in for a held-out config: they are grouped with it
+    (the same first decisions) or left out of training."""
+    space = synthetic_space(conv2d_task("c", 1, 16, 14, 14, 32, 3, padding=1).workload)
+    kernel = walk_kernel(space, 400, seed=5)
+    cut = split([kernel], 0.25, seed=0)
+    held = np.asarray(cut.held[0].configs)
+    for config in cut.train[0].configs:
+        assert ((np.asarray(config)[None, :] != held).sum(axis=1) != 1).all()
+    groups = {}
+    for part, kernels in (("held", cut.held), ("train", cut.train)):
+        for config in kernels[0].configs:
+            groups.setdefault(group_of(space, config), set()).add(part)
+    assert all(len(sides) == 1 for sides in groups.values())  # a group is never split
+    assert cut.near == len(kernel.configs) - len(cut.train[0].configs) - len(cut.held[0].configs) > 0
 
 
 def test_training_loss_falls_and_is_seeded():
@@ -314,11 +360,49 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
     assert other.returncode != 0 and "not --model models:/elsewhere/1" in other.stderr
 
 
+def test_the_improvement_loop_never_trains_on_what_any_round_holds_out(tmp_path, monkeypatch):
+    """Each round refits V from the last round's weights on a grown store: the configs and kernels held
+    out are the same in every round and never trained on in any."""
+    from tuning.value import net as value_net
+    from tuning.value.__main__ import parse_args
+    from tuning.value.improve import improve as improve_loop
+
+    from value_models import shared_value_model
+
+    trained, held = [], []
+    real_fit, real_split = value_net.fit, value_net.split
+
+    def recording_split(kernels, fraction, seed):
+        cut = real_split(kernels, fraction, seed)
+        held.append({(k.name, c) for k in cut.held for c in k.configs})
+        return cut
+
+    def recording_fit(kernels, *args, **kwargs):
+        trained.append({(k.name, c) for k in kernels for c in k.configs})
+        return real_fit(kernels, *args, **kwargs)
+
+    monkeypatch.setattr(value_net, "split", recording_split)
+    monkeypatch.setattr(value_net, "fit", recording_fit)
+    reference, registry = shared_value_model()
+    improve_loop(parse_args(["improve", "--model", reference, "--tracking-uri", registry, "--store",
+                             str(tmp_path / "store.sqlite"), "--network", "gemm_64", "conv2d", "--schedules", "2",
+                             "--epochs", "2", "--rounds", "3", "--val-fraction", "0.5", "--holdout", "gemm*",
+                             "--name", f"held-{tmp_path.name}", "--out", str(tmp_path / "loop"),
+                             "--override", "hardware=synthetic"]))
+    assert len(trained) == len(held) == 3 and all(trained) and held[0]
+    assert not set().union(*trained) & set().union(*held)
+    assert not any(name.startswith("gemm") for name, _ in set().union(*trained))  # --holdout: in no round
+    assert held[0] <= held[1] <= held[2]  # the store grows; what was held out stays held out
+
+
 def test_improvement_loop_arguments_are_checked(tmp_path):
     bad = improve(tmp_path, "--noise", "nan")
     assert bad.returncode == 2 and "--noise" in bad.stderr
     bad = improve(tmp_path, "--override", "search=sa")
     assert bad.returncode == 2 and "--override: only hardware" in bad.stderr
+    bad = improve(tmp_path, "--holdout", "resnet*")
+    assert bad.returncode == 1 and "--holdout: no kernel matches resnet*" in bad.stderr
+    assert not (tmp_path / "store.sqlite").exists()  # refused before any round
 
 
 def test_a_choice_that_fails_is_not_applied():

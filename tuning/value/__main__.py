@@ -10,8 +10,10 @@
 Reads every kernel of the stores with tuning/corpus.py (the loader the pre-trained cost model uses),
 rebuilds each kernel's space for the hardware it was measured on, and trains V (tuning/value/net.py)
 on every prefix of the measured configs of the kernels not held out, except a seeded `--val-fraction`
-of each kernel's configs. It reports, on complete schedules, V's R^2 of log10 seconds, its mean
-relative error of seconds and its rank correlation within a kernel: on the training configs, on the
+of each kernel's configs, chosen by groups of configs that share their first decisions, and any
+training config one decision from a held-out one (tuning/value/net.py `split`). It reports, on
+complete schedules, V's R^2 of log10 seconds, its mean relative error of seconds and its rank
+correlation within a kernel: on the training configs, on the
 held-out configs of the same kernels, and on the held-out kernels (those `--holdout` names, by shell
 pattern, or all kernels of a `--holdout-store`). A network's kernels are named by their fused
 operators, not by the network: to hold out a whole network, keep each network's measurements in its
@@ -85,7 +87,9 @@ def add_improve(improve_cmd) -> None:
     improve_cmd.add_argument("--out", type=Path, default=Path("outputs") / "value_improve",
                              help="where the rounds done are kept (the same --out continues a killed loop)")
     improve_cmd.add_argument("--val-fraction", type=float, default=0.2,
-                             help="each kernel's configs held out of a refit")
+                             help="each kernel's configs held out of every refit (the same configs in every round)")
+    improve_cmd.add_argument("--holdout", nargs="+", default=[], metavar="PATTERN",
+                             help="kernels (by name, shell patterns) never trained on in any round, reported apart")
     improve_cmd.add_argument("--min-configs", type=int, default=2,
                              help="kernels with fewer measured configs are skipped")
     improve_cmd.add_argument("--epochs", type=int, default=20, help="refit epochs a round, from V's weights")
@@ -153,12 +157,15 @@ def train(args) -> None:
     if shared:
         print(f"tunelab: {len(shared)} held-out kernel(s) are also in the training stores (the same computation "
               f"in two networks): V has seen their configs", file=sys.stderr)
-    seen, held = split(inside, args.val_fraction, np.random.default_rng(args.seed))
+    cut = split(inside, args.val_fraction, args.seed)
+    seen, held = cut.train, cut.held
     with tqdm(total=args.epochs, desc="training V", unit="epoch", disable=None) as bar:
         net, losses = fit(seen, args.hidden, args.layers, args.epochs, args.lr, args.batch, args.seed,
                           progress=lambda epoch, loss: (bar.update(), bar.set_postfix(loss=f"{loss:.4f}")))
     results = {"train": complete_errors(net, seen), "heldout_configs": complete_errors(net, held),
                "heldout_kernels": complete_errors(net, outside)}
+    if cut.near:
+        print(f"tunelab: {cut.near} training configs one decision from a held-out config were left out of training")
     reference = register_value(net, args, fingerprint, seen, outside, losses, results)
     print(f"trained on {len(seen)} kernels, {sum(len(k.configs) for k in seen)} measured configs "
           f"(final loss {losses[-1]:.4f})")

@@ -11,13 +11,20 @@ Each round, for every kernel of every --network (a whole model or a single opera
 then V is trained again, from its own weights, on every kernel the store holds for this hardware:
 each prefix's target is its best measured completion, Alg. 2's V(s) = min(r, V(s)). The new V is
 registered as the next version of --name. Each round is one MLflow run (experiment `value-improve`):
-V's error on the round's measurements before the refit, the greedy schedules' latency per network
-(the sum over kernels of weight x seconds), the measurements, and V's held-out error after the refit.
+V's error on the round's measurements before the refit (`before_refit/*`: configs V has not trained
+on), the greedy schedules' latency per network (the sum over kernels of weight x seconds), the
+measurements, and V's error after the refit on its training configs, on held-out configs and on the
+kernels `--holdout` names. What is held out is the same in every round: the kernels by name, the
+configs by a hash of (seed, kernel, the config's first decisions) that does not depend on how large
+the store has grown (tuning/value/net.py `split`), so no round trains on a config or kernel an
+earlier or later round reports as held out; training configs one decision from a held-out config
+are left out of the refit (`split/near_duplicates_left_out`).
 `--out` records the rounds done: the same command continues a killed loop, and a killed round
 proposes the same configs again (seeded), the store answering those already measured.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import zlib
 from pathlib import Path
@@ -92,6 +99,20 @@ def run_round(round_index: int, args, net, hardware, spec, store, networks) -> d
     return {**metrics, **prediction_errors(predicted, measured), "measured": new}
 
 
+def matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def check_holdout(patterns, names: list[str]) -> None:
+    """Before any round: every --holdout pattern names a kernel, and some kernel is left to train on."""
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(name, p) for name in names)]
+    if unmatched:
+        raise SystemExit(f"tunelab: --holdout: no kernel matches {', '.join(unmatched)} (kernels: "
+                         f"{', '.join(sorted(set(names)))})")
+    if patterns and all(matches(name, patterns) for name in names):
+        raise SystemExit("tunelab: --holdout leaves no kernel to train on")
+
+
 def improve(args) -> None:
     from hydra.utils import instantiate
 
@@ -105,32 +126,38 @@ def improve(args) -> None:
     progress = read_progress(args.out / "progress.json", args)
     cfgs = [compose([f"model={name}", *args.overrides]) for name in args.network]
     hardware, spec = instantiate(cfgs[0].hardware), full_readings(instantiate(cfgs[0].evaluator).spec)
-    store = MeasurementStore(args.store)
     reference = progress["model"]
     net = load_value(reference, args.registry)
     with hardware:
         networks = [(name, model_tasks(cfg, hardware)) for name, cfg in zip(args.network, cfgs)]
+        check_holdout(args.holdout, [task.name for _, tasks in networks for task in tasks])
+        store = MeasurementStore(args.store)
         key, _ = fingerprint(hardware, spec)
         for round_index in range(progress["rounds_done"] + 1, args.rounds + 1):
             metrics = run_round(round_index, args, net, hardware, spec, store, networks)
-            corpus = load_corpus([args.store], key, args.min_configs)
-            seen, held = split(kernels_of(corpus, hardware), args.val_fraction, np.random.default_rng(args.seed))
+            kernels = kernels_of(load_corpus([args.store], key, args.min_configs), hardware)
+            outside = [k for k in kernels if matches(k.name, args.holdout)]
+            cut = split([k for k in kernels if not matches(k.name, args.holdout)], args.val_fraction, args.seed)
             with tqdm(total=args.epochs, desc=f"round {round_index}: refitting V", unit="epoch", disable=None) as bar:
-                net, losses = fit(seen, net.hidden, net.layers, args.epochs, args.lr, args.batch,
+                net, losses = fit(cut.train, net.hidden, net.layers, args.epochs, args.lr, args.batch,
                                   args.seed + round_index, progress=lambda *_: bar.update(), start=net)
             errors = {f"after_refit/{part}/{k}": v for part, numbers in
-                      (("train", complete_errors(net, seen)), ("heldout_configs", complete_errors(net, held)))
+                      (("train", complete_errors(net, cut.train)), ("heldout_configs", complete_errors(net, cut.held)),
+                       ("heldout_kernels", complete_errors(net, outside)))
                       for k, v in numbers.items()}
+            errors["split/near_duplicates_left_out"] = cut.near
             version = resolve(reference, args.registry)
             reference = register(
                 lambda mlflow: log_value(mlflow, net, args.name), args.name, args.registry, "value-improve",
                 params={"round": round_index, "from_model": f"models:/{version.name}/{version.version}",
                         "networks": ",".join(args.network), "schedules": args.schedules, "noise": args.noise,
                         "beam": args.beam, "epochs": args.epochs, "seed": args.seed,
+                        "holdout": ",".join(args.holdout) or "none", "val_fraction": args.val_fraction,
                         "store": display_location(args.store)},
                 metrics={**metrics, **errors, "final_loss": losses[-1]},
                 tags={**shape_tag(net), "tunelab.hardware": key, "tunelab.round": str(round_index),
-                      "tunelab.tasks": json.dumps([{"name": k.name, "configs": len(k.configs)} for k in seen])})
+                      "tunelab.tasks": json.dumps([{"name": k.name, "configs": len(k.configs)} for k in cut.train]),
+                      "tunelab.heldout_kernels": json.dumps(sorted({k.name for k in outside}))})
             progress = {"rounds_done": round_index, "model": reference, "start_model": progress["start_model"]}
             (args.out / "progress.json").write_text(json.dumps(progress))
             print(f"round {round_index}: {metrics['measured']} new measurements; "

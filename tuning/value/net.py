@@ -9,6 +9,7 @@ a prefix's target is the best measured config that completes it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -70,17 +71,60 @@ def kernels_of(corpus, backend) -> list[KernelData]:
             for t, space in zip(corpus.tasks, task_spaces)]
 
 
-def split(kernels: list[KernelData], fraction: float, rng) -> tuple[list[KernelData], list[KernelData]]:
-    """Each kernel's configs in two: a random `fraction` held out (at least one config kept for training)."""
-    train, held = [], []
+@dataclass
+class Split:
+    """A corpus cut for training and evaluation (`split`)."""
+    train: list  # [KernelData]
+    held: list  # [KernelData]: the held-out configs of the kernels trained on
+    near: int  # training configs left out for being one decision from a held-out config
+
+
+def split(kernels: list[KernelData], fraction: float, seed: int) -> Split:
+    """Each kernel's configs in two, the same way in every call with this seed, however the corpus
+    grows: a config is held out when a hash of (seed, kernel, its group) falls under `fraction`, its
+    group the first half of its decisions (`group_of`), so configs that differ only in later decisions
+    (most of a walk's one-knob moves) fall on the same side. A config trained on is never held out in
+    a later call, and one held out is never trained on. Training configs one decision from a held-out
+    config are left out of both (`near`): a near-duplicate in training would stand in for the
+    held-out config. A kernel all of whose configs fall out is held out entirely."""
+    train, held, near = [], [], 0
     for kernel in kernels:
-        shuffled = rng.permutation(len(kernel.configs))
-        cut = min(int(round(fraction * len(shuffled))), len(shuffled) - 1)
-        for part, rows in ((held, shuffled[:cut]), (train, shuffled[cut:])):
+        out = np.array([held_out(seed, kernel.name, group_of(kernel.space, c), fraction) for c in kernel.configs],
+                       dtype=bool)
+        close = one_decision_from(kernel.configs, out) & ~out
+        near += int(close.sum())
+        for part, rows in ((held, np.flatnonzero(out)), (train, np.flatnonzero(~out & ~close))):
             if len(rows):
                 part.append(KernelData(kernel.name, kernel.space, [kernel.configs[i] for i in rows],
                                        kernel.seconds[rows]))
-    return train, held
+    return Split(train, held, near)
+
+
+def group_of(space, config) -> tuple:
+    """The first half (rounded up) of a config's decisions in V's order: the sketch and the outer
+    decisions, which configs of one group share."""
+    length = len(order(space, config[0]))
+    return prefix_of(space, config, (length + 1) // 2)
+
+
+def held_out(seed: int, kernel: str, key, fraction: float) -> bool:
+    """Whether `key` of `kernel` is held out: a uniform number in [0, 1) from a hash of the three,
+    which depends on nothing else (not on the corpus's size or order)."""
+    digest = hashlib.blake2b(json.dumps([seed, kernel, key]).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0 ** 64 < fraction
+
+
+def one_decision_from(configs: list, out: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """For each config: is some config marked `out` different from it in exactly one slot."""
+    near = np.zeros(len(configs), dtype=bool)
+    if not out.any():
+        return near
+    table = np.asarray(configs, dtype=np.int64)
+    others = table[out]
+    for start in range(0, len(table), chunk):
+        rows = table[start:start + chunk]
+        near[start:start + chunk] = ((rows[:, None, :] != others[None, :, :]).sum(axis=2) == 1).any(axis=1)
+    return near
 
 
 def prefix_targets(kernel: KernelData) -> tuple[list[tuple], np.ndarray]:
