@@ -63,7 +63,7 @@ def prepare_tvm(model_cfg: dict, seed: int, target: dict, device: str, database_
             _variants[variant] = (lambda vm=vm: _first_tensor(vm["main"](x)))
             _input_writers[variant] = write_x
             if variant == "tuned":
-                _tuned_local.append((vm, x))
+                _tuned_local[:] = [(vm, x)]
         name = None
     return {"example": loaded.example, "compile_tuned_s": compile_tuned_s, "compile_untuned_s": compile_untuned_s,
             "outputs": {variant: _variants[variant]().numpy() for variant in executables}, "remote_device": name}
