@@ -62,7 +62,9 @@ def test_network_run_prints_table_and_e2e_line_and_matches_torch(tiny):
     assert e2e["match"] and e2e["max_abs_diff"] <= e2e["tolerance"]
     assert set(e2e["latency_ms"]) == {"tuned", "untuned", "torch"} and e2e["num_threads"] == 2
     assert e2e["fresh_input"] is True  # each call's input written first, as a caller's new input is
-    assert e2e["estimate_ms"] > 0 and len(e2e["kernels"]) == 7  # every tuned kernel read inside the model
+    tasks = {t["name"] for t in json.loads((run_dir / "tasks.json").read_text())}
+    # every tuned kernel the model calls read inside it (its reshape runs as the VM's view builtin)
+    assert e2e["estimate_ms"] > 0 and {row["task"] for row in e2e["kernels"]} == tasks - {"reshape1"}
     assert "heaviest kernels in the model / predicted" in output
     # every task was measured, and the budget was the model's, not per task
     rows = records(run_dir)
