@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tuning.hardware.kernel_context import PREPACKED
 from tuning.tools.cli_common import child_json
 from tuning.tools.sync import final_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS_FLUSHED_REPEAT = 10  # single calls read per args_flushed reading (evaluator=autotvm_x86's repeat)
-PREPACKED = "_prepacked"  # a kernel compiled with its weights' layout rewritten (hardware.weight_prepack)
 SETTINGS = {  # TVM thread pool environment per setting (src/runtime/thread_pool.cc reads them at start)
     "default": {},
     "no_spin": {"TVM_THREAD_POOL_SPIN_COUNT": "0"},   # workers sleep as soon as a parallel region ends

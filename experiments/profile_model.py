@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-PREPACKED = "_prepacked"  # a kernel compiled with its weights' layout rewritten (hardware.weight_prepack)
+from tuning.hardware.kernel_context import PREPACKED
 
 
 def parse_args(argv=None):

@@ -54,11 +54,10 @@ def best_from_records(outcome: TaskOutcome) -> None:
 
 def take_chosen(outcome: TaskOutcome, config: tuple, seconds: float) -> None:
     """The run's reported best (the config its end chose by re-measuring, with those seconds) as the
-    outcome's result in place of the records' fastest reading; ValueError unless the run measured
-    that config validly."""
+    result of an outcome best_from_records has filled, in place of the records' fastest reading
+    (tuning_best_cost stays that reading); ValueError unless the run measured that config validly."""
     if not any(r.result.ok and tuple(r.config) == config for r in outcome.records):
         raise ValueError(f"{outcome.task.name}'s chosen config {list(config)} has no valid record in the run")
-    best_from_records(outcome)
     outcome.best_config, outcome.best_cost, outcome.final_costs = config, seconds, [seconds]
 
 

@@ -79,6 +79,7 @@ class Space:
     canonicalize_many: Callable[[list[Config]], list[Config]] | None = None
     _canonical_cache: dict = field(default_factory=dict, repr=False)
     _legitimate_cache: dict = field(default_factory=dict, repr=False)
+    _movable_cache: dict = field(default_factory=dict, repr=False, compare=False)  # sketch -> random_walk's slots
     _store_rows: object = field(default=None, repr=False, compare=False)  # tuning/core/features.py's StoreRows, made on first use
 
     def __post_init__(self):
@@ -283,10 +284,9 @@ class Space:
     def _movable(self, sketch: int) -> tuple[int, ...]:
         """The slots a random walk may move in `sketch` (the sketch slot among them), cached: SA asks
         for them some 200,000 times a run."""
-        cache = self.__dict__.setdefault("_movable_cache", {})
-        if sketch not in cache:
-            cache[sketch] = tuple(k for k in (0, *self.active[sketch]) if self.dims[k] > 1)
-        return cache[sketch]
+        if sketch not in self._movable_cache:
+            self._movable_cache[sketch] = tuple(k for k in (0, *self.active[sketch]) if self.dims[k] > 1)
+        return self._movable_cache[sketch]
 
     # ---- identity and description -----------------------------------------
     def canonical(self, config: Config) -> Config:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
 from tuning.naming import BEST_SO_FAR, run_name
 from tuning.core.outcome import best_from_records, take_chosen
-from tuning.core.records import RecordLog
+from tuning.core.records import RecordLog, _is_finite, _is_ints
 from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 
@@ -199,14 +198,13 @@ def best_as_reported(outcome, chosen: dict, run_dir: Path) -> None:
 
 
 def _ints(values) -> tuple:
-    if not isinstance(values, list) or not all(type(v) is int for v in values):
+    if not _is_ints(values):
         raise TypeError(f"config {values!r} is not a list of integers")
     return tuple(values)
 
 
 def _seconds(costs) -> float:
-    if not isinstance(costs, list) or not costs or not all(type(c) in (int, float) and 0 < c < math.inf
-                                                             for c in costs):
+    if not isinstance(costs, list) or not costs or not all(_is_finite(c) and c > 0 for c in costs):
         raise ValueError(f"costs {costs!r} are not positive finite seconds")
     return statistics.median(costs)
 
