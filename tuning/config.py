@@ -64,6 +64,11 @@ class E2ESchema:
     max_seconds: float = 10.0  # ...and no more calls once this long was spent on a variant
     timeout_s: float = 3600.0  # compile + run of everything
     fresh_input: bool = True  # the input written (untimed) before each call, as a caller's new input is
+    in_model_kernels: int = 10  # the heaviest tasks re-chosen by their candidates' time inside the model (0: off)
+    in_model_candidates: int = 4  # configs timed there per task (its chosen one and the next fastest)
+    in_model_processes: int = 2  # fresh processes reading them (each lays the model's buffers out anew)
+    in_model_rounds: int = 3  # readings of every candidate per process, in an order rotated each round
+    in_model_runs: int = 20  # model runs per reading (its median)
 
 
 @dataclass
@@ -169,8 +174,9 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
             problems += check_range(f"budget.{key}", cfg.budget[key], 1, None)
     problems += check_range("budget.min_trials_per_task", cfg.budget.min_trials_per_task, 0, None)
     problems += check_range("budget.init_random", cfg.budget.init_random, 0, None)
-    for key in ("runs", "min_runs"):
+    for key in ("runs", "min_runs", "in_model_candidates", "in_model_processes", "in_model_rounds", "in_model_runs"):
         problems += check_range(f"e2e.{key}", cfg.e2e[key], 1, None)
+    problems += check_range("e2e.in_model_kernels", cfg.e2e.in_model_kernels, 0, None)
     problems += check_range("e2e.max_seconds", cfg.e2e.max_seconds, 0, None)
     problems += check_range("e2e.timeout_s", cfg.e2e.timeout_s, 0, None, inclusive_low=False)
     problems += _check_model(cfg.model)

@@ -28,10 +28,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from tuning.budget import BudgetPlan, resolve_budget, with_plan_size
 from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
-from tuning.tools.export import export_artifacts
+from tuning.tools.export import export_artifacts, export_choice
 from tuning.final import log_final_metrics, print_result
 from tuning.job_folder import continue_log_in, discard_untouched
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
+from tuning.model_choice import choose_in_model
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.resume import check_records, check_resume, prior_records, resolve_resume
@@ -231,6 +232,8 @@ def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     export_artifacts(parts, outcomes, out_dir, job.figure_title)
     e2e = None
     if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
+        if choose_in_model(cfg, parts.hardware, outcomes, out_dir, parts.tracker):
+            export_choice(parts, outcomes, out_dir)
         e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir, outcomes)
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))

@@ -108,6 +108,11 @@ class Hardware(Component):
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
         raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
 
+    def time_in_model(self, model_cfg, seed, database_dir, candidates, timing):
+        """[{task name: [[seconds per call] per candidate config]}, one per reading process]: each
+        named task's candidates timed inside the model compiled with the database."""
+        raise NotImplementedError(f"{type(self).__name__} cannot time kernels inside a model")
+
     simulated_clock = False
 
     @classmethod

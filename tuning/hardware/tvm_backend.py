@@ -127,6 +127,9 @@ class TVMHardware(Hardware):
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
         return self.attached().evaluate_model(model_cfg, seed, database_dir, out_dir, timing)
 
+    def time_in_model(self, model_cfg, seed, database_dir, candidates, timing):
+        return self.attached().time_in_model(model_cfg, seed, database_dir, candidates, timing)
+
     # ---- outputs: out_dir is a run folder's best_schedules/, export/ or database/ ---------------------
     def export(self, task, config, out_dir):
         from tuning.run_folder import write_inside

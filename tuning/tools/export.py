@@ -39,6 +39,18 @@ def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
     """A finished tuning job's results into its folder and its MLflow run: best_schedules/,
     database/ (the MetaSchedule database of the best schedules), convergence.png (titled `title`),
     and the records, config, tasks and Hydra job log."""
+    tracker = parts.tracker
+    export_choice(parts, outcomes, out_dir)
+    tracker.log_artifact(_convergence(outcomes, out_dir, title))
+    for name in ("records.jsonl", "config.yaml", "tasks.json"):
+        tracker.log_artifact(str(out_dir / name))
+    for log in out_dir.glob("*.log"):  # Hydra's job log
+        tracker.log_artifact(str(log), "logs")
+
+
+def export_choice(parts, outcomes, out_dir: Path) -> None:
+    """What the run chose, into its folder and its MLflow run: best_schedules/, database/ (its choice
+    ranked first) and best_configs.json; again after a choice changes (tuning/model_choice.py)."""
     tracker, hardware = parts.tracker, parts.hardware
     for outcome in outcomes:
         if outcome.best_config is not None:
@@ -51,12 +63,8 @@ def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
         if measured or unmeasured else []
     for path in exported:
         tracker.log_artifact(path, "database")
-    tracker.log_artifact(_convergence(outcomes, out_dir, title))
     save_chosen(out_dir, outcomes)
-    for name in ("records.jsonl", "config.yaml", "tasks.json", CHOSEN_FILE):
-        tracker.log_artifact(str(out_dir / name))
-    for log in out_dir.glob("*.log"):  # Hydra's job log
-        tracker.log_artifact(str(log), "logs")
+    tracker.log_artifact(str(out_dir / CHOSEN_FILE))
 
 
 def _convergence(outcomes, out_dir: Path, title: str) -> str:

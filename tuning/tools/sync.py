@@ -166,8 +166,10 @@ def save_final_metrics(out_dir: Path, step: int, metrics: dict) -> None:
 def save_chosen(out_dir: Path, outcomes) -> None:
     """best_configs.json: each task's reported best, the config the run's end chose by re-measuring its
     finalists and those readings, so that apply, export and the in-model probe use the config the
-    run reports rather than the records' fastest single reading."""
-    rows = [{"task": o.task.name, "config": [int(v) for v in o.best_config], "costs": [float(c) for c in o.final_costs]}
+    run reports rather than the records' fastest single reading ("in_model": chosen and read inside
+    the model, tuning/model_choice.py)."""
+    rows = [{"task": o.task.name, "config": [int(v) for v in o.best_config], "costs": [float(c) for c in o.final_costs],
+             **({"in_model": True} if o.chosen_in_model else {})}
             for o in outcomes if o.best_config is not None and o.final_costs]
     (out_dir / CHOSEN_FILE).write_text(json.dumps(rows))
 

@@ -148,6 +148,11 @@ class Runner(Component):
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing) -> dict:
         raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
 
+    def time_in_model(self, model_cfg, seed, database_dir, candidates: dict, timing: dict) -> list[dict]:
+        """Each candidate config of each named task timed inside the model compiled with the database
+        (tuning/hardware/in_context.py): one {task: [[seconds] per config]} per reading process."""
+        raise NotImplementedError(f"{type(self).__name__} cannot time kernels inside a model")
+
     def measure(self, task, configs, spec, on_result=None) -> list[MeasureResult]:
         """Build the whole batch, then time it with nothing compiling (a compile beside a
         measurement nearly doubles it on a 2-core host)."""

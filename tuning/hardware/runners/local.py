@@ -146,6 +146,25 @@ class LocalRunner(Runner):
                               device=self.device, env=self.setup.env, num_threads=self.setup.num_threads,
                               weight_prepack=self.setup.weight_prepack)
 
+    def time_in_model(self, model_cfg, seed, database_dir, candidates: dict, timing: dict) -> list[dict]:
+        """One fresh process per reading (`timing["processes"]`): each lays the model's buffers out
+        anew, and a kernel's time inside the model differs between processes by more than between
+        rounds of one."""
+        readings = []
+        for _ in range(timing["processes"]):
+            worker = Worker(self.setup.env, "tuning.hardware.e2e_worker:init_tvm", init_args=(self.setup.target,))
+            try:
+                status, value = worker.call("tuning.hardware.in_context:time_candidates", model_cfg, seed,
+                                            self.setup.target, self.device, str(database_dir),
+                                            self.setup.weight_prepack, candidates, timing["rounds"],
+                                            timing["runs"], timeout=timing["timeout_s"])
+            finally:
+                worker.close()
+            if status != "ok":
+                raise RuntimeError(f"timing kernels inside the model failed ({status}): {value}")
+            readings.append(value)
+        return readings
+
     def close(self) -> None:
         if self.builds:
             self.builds.close()

@@ -1,0 +1,115 @@
+"""A whole model's heaviest kernels chosen by their time inside the model (the in-context evaluator).
+
+The tuner times each candidate alone, on warm caches and buffers of its own; the model calls it
+after the kernel before it, on the memory planner's buffers, with what the rest of the model left
+in the caches, and a kernel can take more there than alone, by an amount that differs between two
+configs that are equally fast alone (docs/methods.md, "Inside the model"). At a whole-model run's
+end, `choose_in_model` takes the `e2e.in_model_kernels` heaviest tasks (weight x chosen latency),
+each with its `e2e.in_model_candidates` fastest configs (the chosen one first), and has the
+hardware time them inside the model compiled with the run's database (hardware.time_in_model:
+each candidate called in place of the model's kernel, `e2e.in_model_rounds` readings of
+`e2e.in_model_runs` model runs in each of `e2e.in_model_processes` fresh processes). Each task then
+reports the candidate with the lowest median of those readings, and its costs are those readings:
+the model's estimate and each kernel's prediction become what the model pays. Every reading goes
+to in_model.json; best_configs.json marks the tasks chosen this way.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from tuning.run_folder import write_inside
+
+REPORT_FILE = "in_model.json"
+
+
+def choose_in_model(cfg, hardware, outcomes, out_dir: Path, tracker) -> dict | None:
+    """{task: its readings and choice} after re-choosing the heaviest tasks (their outcomes updated
+    in place); None when e2e.in_model_kernels is 0 or the hardware cannot time inside a model."""
+    from omegaconf import OmegaConf
+
+    settings = cfg.e2e
+    heaviest = heaviest_outcomes(outcomes, settings.in_model_kernels)
+    if not heaviest:
+        return None
+    candidates = {o.task.name: finalists(o, settings.in_model_candidates) for o in heaviest}
+    timing = {"processes": settings.in_model_processes, "rounds": settings.in_model_rounds,
+              "runs": settings.in_model_runs, "timeout_s": settings.timeout_s}
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    try:
+        per_process = hardware.time_in_model(model, cfg.seed, out_dir / "database",
+                                             {name: [list(c) for c in configs] for name, configs in candidates.items()},
+                                             timing)
+    except NotImplementedError as error:
+        print(f"kernels not re-chosen inside the model: {error}")
+        return None
+    report = {}
+    for outcome in heaviest:
+        if any(outcome.task.name not in process for process in per_process):
+            continue  # the model does not call it (a reshape run as a view)
+        configs = candidates[outcome.task.name]
+        readings = [[s for process in per_process for s in process[outcome.task.name][i]] for i in range(len(configs))]
+        report[outcome.task.name] = choice_report(outcome, configs, readings)
+        take_in_model(outcome, configs, readings)
+    if not report:
+        return None
+    path = write_inside(out_dir, REPORT_FILE, json.dumps(report, indent=1))
+    tracker.log_artifact(str(path))
+    tracker.log_metrics(choice_metrics(report), step=0)
+    print(choice_line(report))
+    return report
+
+
+def heaviest_outcomes(outcomes, count: int) -> list:
+    """The `count` tasks with the largest weight x chosen latency among those with measured records."""
+    measured = [o for o in outcomes if o.best_config is not None and o.records and math.isfinite(o.best_cost)]
+    return sorted(measured, key=lambda o: -o.task.weight * o.best_cost)[:count]
+
+
+def finalists(outcome, count: int) -> list[tuple]:
+    """The chosen config, then the other validly measured configs fastest record first: `count` in all."""
+    fastest: dict = {}
+    for record in outcome.records:
+        if record.result.ok:
+            config = tuple(record.config)
+            fastest[config] = min(fastest.get(config, math.inf), record.result.cost)
+    chosen = tuple(outcome.best_config)
+    others = sorted((c for c in fastest if c != chosen), key=fastest.get)
+    return [chosen, *others][:count]
+
+
+def take_in_model(outcome, configs: list, readings: list) -> None:
+    """The outcome reports the config whose in-model readings have the lowest median, at those readings."""
+    medians = [float(np.median(r)) if r else math.inf for r in readings]
+    best = int(np.argmin(medians))
+    if not math.isfinite(medians[best]):
+        return
+    outcome.best_config = tuple(configs[best])
+    outcome.final_costs = list(readings[best])
+    outcome.best_cost = medians[best]
+    outcome.chosen_in_model = True
+
+
+def choice_report(outcome, configs: list, readings: list) -> dict:
+    medians = [float(np.median(r)) for r in readings]
+    return {"before": {"config": list(outcome.best_config), "alone_s": outcome.best_cost},
+            "configs": [list(c) for c in configs], "in_model_s": readings, "median_s": medians,
+            "chosen": int(np.argmin(medians))}
+
+
+def choice_metrics(report: dict) -> dict:
+    changed = sum(row["chosen"] != 0 for row in report.values())
+    alone_ms = sum(row["before"]["alone_s"] for row in report.values()) * 1e3
+    in_model_ms = sum(row["median_s"][row["chosen"]] for row in report.values()) * 1e3
+    return {"in_model/kernels": len(report), "in_model/changed": changed,
+            "in_model/before_alone_ms": alone_ms, "in_model/chosen_ms": in_model_ms}
+
+
+def choice_line(report: dict) -> str:
+    metrics = choice_metrics(report)
+    return (f"inside the model: {metrics['in_model/kernels']} heaviest kernels' candidates timed there, "
+            f"{metrics['in_model/changed']} choices changed; their predictions {metrics['in_model/before_alone_ms']:.2f} ms "
+            f"alone -> {metrics['in_model/chosen_ms']:.2f} ms in the model (one call each)")
