@@ -66,6 +66,14 @@ def test_network_run_prints_table_and_e2e_line_and_matches_torch(tiny):
     # every tuned kernel the model calls read inside it (its reshape runs as the VM's view builtin)
     assert e2e["estimate_ms"] > 0 and {row["task"] for row in e2e["kernels"]} == tasks - {"reshape1"}
     assert "heaviest kernels in the model / predicted" in output
+    # the heaviest kernels were re-chosen inside the model, and their predictions are those readings
+    chosen = json.loads((run_dir / "in_model.json").read_text())
+    assert "inside the model:" in output and chosen and "reshape1" not in chosen
+    saved = {row["task"]: row for row in json.loads((run_dir / "best_configs.json").read_text())}
+    predicted = {row["task"]: row["predicted_us"] for row in e2e["kernels"]}
+    for task, row in chosen.items():
+        assert saved[task]["in_model"] and saved[task]["config"] == row["configs"][row["chosen"]]
+        assert predicted[task] == pytest.approx(row["median_s"][row["chosen"]] * 1e6)
     # every task was measured, and the budget was the model's, not per task
     rows = records(run_dir)
     assert len(rows) == 40 and len({r["task"] for r in rows}) == 7

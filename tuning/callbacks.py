@@ -218,10 +218,13 @@ class Pace(MeasureCallback):
     take on this host at the pace so far (wall seconds per measurement, search and fitting included),
     plus the final re-measurement (`finalists` configs, at the first round's mean build + run seconds)
     and, for a whole model, the end-to-end check: two model builds of `kernels` kernels at the first
-    round's mean compile seconds, and `e2e_timing_s` of timing."""
+    round's mean compile seconds, and `e2e_timing_s` of timing; `in_model_builds` more kernel builds
+    when the heaviest kernels are re-chosen inside the model (tuning/model_choice.py; its readings,
+    model runs, are not counted)."""
 
-    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0, finalists: int = 0):
+    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0, finalists: int = 0, in_model_builds: int = 0):
         self.kernels, self.e2e_timing_s, self.finalists = kernels, e2e_timing_s, finalists
+        self.in_model_builds = in_model_builds
         self.said = False
 
     @classmethod
@@ -229,7 +232,11 @@ class Pace(MeasureCallback):
         """A tuning job's: each task's best few re-measured; a whole model's end-to-end check when enabled."""
         finalists = len(tasks) * evaluator.final_candidates
         if is_whole_model(cfg.model) and cfg.e2e.enabled:  # tuned, untuned and torch timed
-            return cls(kernels=len(tasks), e2e_timing_s=3 * cfg.e2e.max_seconds, finalists=finalists)
+            e2e = cfg.e2e
+            in_model = min(e2e.in_model_kernels, len(tasks))
+            builds = e2e.in_model_processes * (len(tasks) + in_model * e2e.in_model_candidates) if in_model else 0
+            return cls(kernels=len(tasks), e2e_timing_s=3 * e2e.max_seconds, finalists=finalists,
+                       in_model_builds=builds)
         return cls(finalists=finalists)
 
     def on_start(self, run) -> None:
@@ -245,7 +252,7 @@ class Pace(MeasureCallback):
         tuning_s = per * (self.run.trials - report.measured)
         build_s = sum(r.build_s for r in new) / len(new)
         final_s = self.finalists * (build_s + sum(r.run_s for r in new) / len(new))
-        e2e_s = 2 * self.kernels * build_s + self.e2e_timing_s if self.kernels else 0.0
+        e2e_s = (2 * self.kernels + self.in_model_builds) * build_s + self.e2e_timing_s if self.kernels else 0.0
         log.info(f"estimate: {_minutes(tuning_s + final_s + e2e_s)} more at this pace ({per:.2g} s per measurement "
                  f"in the first round x {self.run.trials - report.measured} to go, + {_minutes(final_s)} "
                  f"re-measuring the best" + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")

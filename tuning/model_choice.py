@@ -95,21 +95,23 @@ def take_in_model(outcome, configs: list, readings: list) -> None:
 
 def choice_report(outcome, configs: list, readings: list) -> dict:
     medians = [float(np.median(r)) for r in readings]
-    return {"before": {"config": list(outcome.best_config), "alone_s": outcome.best_cost},
+    """The task's choice before (its config and predicted seconds: alone, or inside the model where an
+    earlier choice was made there), every candidate's readings, their medians and the one chosen."""
+    return {"before": {"config": list(outcome.best_config), "seconds": outcome.best_cost},
             "configs": [list(c) for c in configs], "in_model_s": readings, "median_s": medians,
             "chosen": int(np.argmin(medians))}
 
 
 def choice_metrics(report: dict) -> dict:
     changed = sum(row["chosen"] != 0 for row in report.values())
-    alone_ms = sum(row["before"]["alone_s"] for row in report.values()) * 1e3
+    before_ms = sum(row["before"]["seconds"] for row in report.values()) * 1e3
     in_model_ms = sum(row["median_s"][row["chosen"]] for row in report.values()) * 1e3
     return {"in_model/kernels": len(report), "in_model/changed": changed,
-            "in_model/before_alone_ms": alone_ms, "in_model/chosen_ms": in_model_ms}
+            "in_model/before_ms": before_ms, "in_model/chosen_ms": in_model_ms}
 
 
 def choice_line(report: dict) -> str:
     metrics = choice_metrics(report)
     return (f"inside the model: {metrics['in_model/kernels']} heaviest kernels' candidates timed there, "
-            f"{metrics['in_model/changed']} choices changed; their predictions {metrics['in_model/before_alone_ms']:.2f} ms "
-            f"alone -> {metrics['in_model/chosen_ms']:.2f} ms in the model (one call each)")
+            f"{metrics['in_model/changed']} choices changed; their predictions {metrics['in_model/before_ms']:.2f} ms "
+            f"-> {metrics['in_model/chosen_ms']:.2f} ms read in the model (one call each)")

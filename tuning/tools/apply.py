@@ -10,6 +10,9 @@ with it, check the output against torch, time tuned / untuned /
 torch eager with the run's thread count, print the per-task table and the
 end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run. A run
 that measured nothing (budget.trials=0, search=value) applies its database/ as written.
+With `--in-model`, the run's heaviest kernels are first re-chosen by their time inside the model,
+as a run's end does (tuning/model_choice.py, the run's e2e.in_model_* settings): for a run from
+before that step, or to choose again; best_configs.json and in_model.json are rewritten.
 
 For a single operator (gemm, batch_matmul, conv2d) it exports the chosen best's
 schedule to best_schedules/<task>.py again, compiles that TVMScript file as a user
@@ -28,13 +31,15 @@ from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
-from tuning.tools.sync import best_as_reported, load_chosen
+from tuning.model_choice import choose_in_model
+from tuning.tools.sync import best_as_reported, load_chosen, save_chosen
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
-def apply_run(run_dir: Path, stale_input: bool = False) -> dict:
+def apply_run(run_dir: Path, stale_input: bool = False, in_model: bool = False) -> dict:
     """The run folder is untrusted input: its config is checked like run.py's before anything is built.
-    `stale_input`: time the model back to back on one untouched input (e2e.fresh_input=false)."""
+    `stale_input`: time the model back to back on one untouched input (e2e.fresh_input=false).
+    `in_model`: re-choose the heaviest kernels inside the model first."""
     from hydra.utils import instantiate
 
     cfg = load_config(run_dir / "config.yaml", "run")
@@ -61,7 +66,7 @@ def apply_run(run_dir: Path, stale_input: bool = False) -> dict:
             raise SystemExit(f"tunelab: no valid record for {len(missing)} task(s) of {run_dir}: {', '.join(missing)}")
         hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
                                  chosen=chosen_bests(outcomes))
-        e2e = end_to_end(cfg, hardware, run_dir, outcomes)
+        e2e = end_to_end(cfg, hardware, run_dir, outcomes, in_model)
     print(task_table(outcomes))
     print(e2e_line(e2e))
     return e2e
@@ -79,10 +84,16 @@ def apply_unmeasured(cfg, run_dir: Path) -> dict:
     return e2e
 
 
-def end_to_end(cfg, hardware, run_dir: Path, outcomes=None) -> dict:
-    """The model compiled with run_dir/database, timed, logged to the run's MLflow run."""
+def end_to_end(cfg, hardware, run_dir: Path, outcomes=None, in_model: bool = False) -> dict:
+    """The model compiled with run_dir/database, timed, logged to the run's MLflow run; with
+    `in_model`, its heaviest kernels re-chosen inside the model first and the database and
+    best_configs.json written again with that choice."""
     tracker = tracker_of(cfg, run_dir)
     try:
+        if in_model and outcomes and choose_in_model(cfg, hardware, outcomes, run_dir, tracker):
+            hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
+                                     chosen=chosen_bests(outcomes))
+            save_chosen(run_dir, outcomes)
         return evaluate_end_to_end(cfg, hardware, tracker, run_dir, outcomes)
     finally:
         tracker.end("FINISHED")
@@ -130,12 +141,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--stale-input", action="store_true",
                         help="time the whole model back to back on one untouched input (e2e.fresh_input=false), "
                              "not with its input written before each call")
+    parser.add_argument("--in-model", action="store_true",
+                        help="first re-choose the heaviest kernels by their time inside the model (the run's "
+                             "e2e.in_model_* settings), rewriting best_configs.json, as a run's end does")
     return parser
 
 
 def main(argv=None, prog: str | None = None) -> None:
     args = build_parser(prog).parse_args(argv)
-    on_run_folder(args.run, lambda run_dir: apply_run(run_dir, args.stale_input))
+    on_run_folder(args.run, lambda run_dir: apply_run(run_dir, args.stale_input, args.in_model))
 
 
 if __name__ == "__main__":

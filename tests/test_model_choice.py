@@ -1,0 +1,126 @@
+"""The in-context evaluator's choice (tuning/model_choice.py): the heaviest tasks' finalists, read
+inside the model by the hardware, re-chosen by their median there and reported at those readings.
+A stand-in hardware returns the readings: no TVM build (tests/test_e2e.py runs the real one)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from tuning.config import ConfigError, validate
+from tuning.core.outcome import TaskOutcome
+from tuning.core.records import MeasureResult, Record
+from tuning.core.task import Task
+from tuning.model_choice import REPORT_FILE, choose_in_model, finalists, heaviest_outcomes, take_in_model
+from tuning.tools.sync import CHOSEN_FILE, load_chosen, save_chosen
+
+
+def record(task: Task, config, seconds: float, error: str | None = None) -> Record:
+    result = MeasureResult(costs=[] if error else [seconds], error=error)
+    return Record(task.name, task.key, list(config), {}, result, 0, "test", 0, 0, 0.0)
+
+
+def outcome(name: str, weight: int, readings: dict, chosen=None) -> TaskOutcome:
+    """A task's outcome with one record per config (config -> seconds; None: a failed build)."""
+    task = Task(name, {"op": "gemm", "M": len(name), "N": weight, "K": 1}, flops=1.0, weight=weight)
+    records = [record(task, c, s if s is not None else 0.0, None if s is not None else "build") for c, s in readings.items()]
+    best = chosen or min((c for c, s in readings.items() if s is not None), key=readings.get)
+    return TaskOutcome(task, records, best_config=tuple(best), best_cost=readings[best], final_costs=[readings[best]])
+
+
+class Tracker:
+    def __init__(self):
+        self.metrics, self.artifacts = {}, []
+
+    def log_metrics(self, metrics, step):
+        self.metrics.update(metrics)
+
+    def log_artifact(self, path, *_):
+        self.artifacts.append(path)
+
+
+class InModelHardware:
+    """time_in_model answering each candidate with seconds from `seconds` ({config: per-process list})."""
+
+    def __init__(self, seconds: dict, missing=()):
+        self.seconds, self.missing, self.asked = seconds, set(missing), []
+
+    def time_in_model(self, model_cfg, seed, database_dir, candidates, timing):
+        self.asked.append((candidates, timing))
+        return [{name: [[self.seconds[tuple(c)][p]] * timing["rounds"] for c in configs]
+                 for name, configs in candidates.items() if name not in self.missing}
+                for p in range(timing["processes"])]
+
+
+def settings(**e2e):
+    values = {"in_model_kernels": 10, "in_model_candidates": 3, "in_model_processes": 2, "in_model_rounds": 2,
+              "in_model_runs": 5, "timeout_s": 60.0, **e2e}
+    return OmegaConf.create({"seed": 0, "model": {"kind": "network"}, "e2e": values})
+
+
+def test_the_heaviest_are_by_weight_times_latency_and_need_records():
+    light = outcome("light", 1, {(1,): 5e-3})
+    heavy = outcome("heavy", 4, {(1,): 2e-3})  # 8 ms a run
+    unmeasured = TaskOutcome(Task("unmeasured", {"op": "gemm"}, weight=100), [], best_config=(1,), best_cost=1.0)
+    assert [o.task.name for o in heaviest_outcomes([light, heavy, unmeasured], 2)] == ["heavy", "light"]
+    assert heaviest_outcomes([light, heavy], 0) == []
+
+
+def test_finalists_are_the_chosen_config_then_the_fastest_valid_others():
+    o = outcome("t", 1, {(1,): 3e-3, (2,): 1e-3, (3,): 2e-3, (4,): None, (5,): 4e-3}, chosen=(1,))
+    assert finalists(o, 3) == [(1,), (2,), (3,)]  # the failed build (4,) is never a finalist
+    assert finalists(o, 10) == [(1,), (2,), (3,), (5,)]
+
+
+def test_the_config_with_the_lowest_median_inside_the_model_is_reported_at_those_readings():
+    o = outcome("t", 1, {(1,): 1.0e-3, (2,): 1.01e-3})
+    take_in_model(o, [(1,), (2,)], [[1.2e-3, 1.3e-3, 1.1e-3], [1.05e-3, 1.0e-3, 1.5e-3]])
+    assert o.best_config == (2,) and o.final_costs == [1.05e-3, 1.0e-3, 1.5e-3]
+    assert o.best_cost == pytest.approx(1.05e-3) and o.chosen_in_model
+
+
+def test_a_choice_changes_the_outcome_the_saved_choice_and_the_report(tmp_path):
+    stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3, (3,): 0.99e-3})
+    other = outcome("other", 2, {(7,): 0.5e-3, (8,): 0.6e-3})
+    reshape = outcome("reshape", 1, {(0,): 0.1e-3})
+    hardware = InModelHardware({(1,): [1.20e-3, 1.16e-3], (2,): [0.99e-3, 1.01e-3], (3,): [1.0e-3, 1.1e-3],
+                                (7,): [0.52e-3, 0.51e-3], (8,): [0.7e-3, 0.8e-3], (0,): [1.0, 1.0]},
+                               missing={"reshape"})  # the model runs it as a view: no kernel to replace
+    tracker = Tracker()
+    report = choose_in_model(settings(), hardware, [stem, other, reshape], tmp_path, tracker)
+    candidates, timing = hardware.asked[0]
+    assert candidates["stem"] == [[1], [2], [3]] and timing["processes"] == 2 and timing["rounds"] == 2
+    assert stem.best_config == (2,) and stem.best_cost == pytest.approx(1.0e-3) and len(stem.final_costs) == 4
+    assert other.best_config == (7,) and other.chosen_in_model  # kept, now at its in-model readings
+    assert reshape.best_config == (0,) and not reshape.chosen_in_model and reshape.best_cost == 0.1e-3
+    saved = json.loads((tmp_path / REPORT_FILE).read_text())
+    assert saved == report and saved["stem"]["chosen"] == 1 and set(saved) == {"stem", "other"}
+    assert tracker.metrics["in_model/changed"] == 1 and tracker.metrics["in_model/kernels"] == 2
+    assert str(tmp_path / REPORT_FILE) in tracker.artifacts
+    save_chosen(tmp_path, [stem, other, reshape])
+    rows = {row["task"]: row for row in json.loads((tmp_path / CHOSEN_FILE).read_text())}
+    assert rows["stem"]["in_model"] is True and "in_model" not in rows["reshape"]
+    assert load_chosen(tmp_path)["stem"] == ((2,), pytest.approx(1.0e-3))
+
+
+def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):
+    stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3})
+    assert choose_in_model(settings(in_model_kernels=0), InModelHardware({}), [stem], tmp_path, Tracker()) is None
+
+    class Plain:
+        def time_in_model(self, *args):
+            raise NotImplementedError("Plain cannot time kernels inside a model")
+
+    assert choose_in_model(settings(), Plain(), [stem], tmp_path, Tracker()) is None
+    assert stem.best_config == (1,) and not stem.chosen_in_model and not (tmp_path / REPORT_FILE).exists()
+    assert math.isclose(stem.best_cost, 0.95e-3)
+
+
+@pytest.mark.parametrize("key, value", [("in_model_kernels", -1), ("in_model_candidates", 0),
+                                        ("in_model_processes", 0), ("in_model_rounds", 0), ("in_model_runs", 0)])
+def test_bad_in_model_settings_are_rejected_naming_the_key(compose_cfg, key, value):
+    cfg = compose_cfg("tracking=none", "hardware=synthetic", f"e2e.{key}={value}")
+    with pytest.raises(ConfigError, match=f"e2e.{key}"):
+        validate(cfg)
