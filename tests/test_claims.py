@@ -231,13 +231,41 @@ def test_a_quality_bound_breaks_a_faster_method():
     claim = Claim("x", "SA", "SA+AS", "measurements", "2x", quality_bound=1.02)
     result = claims_result(2.0, quality=1.5)  # twice as fast to... a 50% slower kernel
     speed = time_ratio(result, "t", claim, np.random.default_rng(0))
+    speed["p_holm"] = speed["p"]  # the only row of its table
     quality = final_quality(result, "t", claim, np.random.default_rng(0))
     assert quality["ratio"] == pytest.approx(1.5) and claim_verdict(speed, quality, 1.02) == "does not hold"
     assert math.isnan(time_ratio(claims_result(2.0, seeds=1), "t", claim, np.random.default_rng(0))["ratio"])
-    faster, worse = {"low": 1.5, "high": 2.5}, {"low": 1.1, "high": 1.3}
+    faster, worse = {"low": 1.5, "high": 2.5, "p_holm": 0.001}, {"low": 1.1, "high": 1.3}
     assert claim_verdict(faster, worse, 1.0) == "does not hold: slower output"
     assert claim_verdict(faster, {"low": 0.9, "high": 1.0}, 1.0) == "holds"
     assert claim_verdict(faster, {"low": 0.9, "high": 1.1}, 1.0) == "undecided at this power"
+
+
+def test_a_claims_table_is_one_family_adding_a_row_raises_the_others_adjusted_p():
+    result = claims_result(1.25, seeds=6)
+    [alone] = claim_rows([SA_AS], result)
+    control = Claim("a control on the same runs", "SA", "SA+AS", "run/run_s", "")
+    others = [Claim(f"control {i}", "SA+AS", "SA", "measurements", "") for i in range(3)]
+    with_more = claim_rows([SA_AS, control, *others], result)
+    row = next(r for r in with_more if r["claim"] == SA_AS.text)
+    assert row["speed_p"] == alone["speed_p"] and alone["speed_p_holm"] == alone["speed_p"]
+    assert row["speed_p_holm"] > alone["speed_p_holm"]  # Holm across the table, not per row
+    assert alone["verdict"] == "holds" and alone["speed_p"] < 0.05
+
+
+def test_a_verdict_needs_the_adjusted_test_as_well_as_the_interval():
+    faster, same = {"low": 1.2, "high": 1.5}, {"low": 0.95, "high": 1.0}
+    assert claim_verdict({**faster, "p_holm": 0.01}, same, 1.0) == "holds"
+    assert claim_verdict({**faster, "p_holm": 0.2}, same, 1.0) == "undecided at this power"
+    assert claim_verdict(faster, same, 1.0) == "undecided at this power"  # no test, no verdict
+
+
+def test_a_count_the_budget_fixes_is_an_identity_not_a_finding():
+    made = Claim("SA+AS makes fewer measurements", "SA", "SA+AS", "made", "2x")
+    result = claims_result(2.0)
+    [row] = claim_rows([made], result)  # every run made 200 measurements: the ratio is 1 on every seed
+    assert row["speed_identity"] and row["verdict"] == "an accounting identity: not tested"
+    assert math.isnan(row["speed_p_holm"])
 
 
 def test_a_cell_keeps_an_open_ended_interval():

@@ -93,6 +93,20 @@ def test_the_same_method_twice_is_undecided():
     assert row["verdict"] == "undecided"
 
 
+def test_the_same_within_a_margin_needs_the_margin_and_the_equivalence_test():
+    bases = [c for c in grid() if c.method == "base"]
+    rng = np.random.default_rng(1)
+    twins = [curve("twin", c.seed, c.true_s * (1 + 0.004 * rng.standard_normal())) for c in bases]
+    plain = compare(bases + twins, truth(10.0), "base", budgets=(64,))
+    [row] = [r for r in plain.budget_table if r["method"] == "twin"]
+    assert row["verdict"] == "undecided" and "p_same" not in row
+    within = compare(bases + twins, truth(10.0), "base", budgets=(64,), margin=1.05)
+    [row] = [r for r in within.budget_table if r["method"] == "twin"]
+    assert row["verdict"] == "the same within 1.05x" and row["p_same_holm"] < 0.05
+    narrow = compare(bases + twins, truth(10.0), "base", budgets=(64,), margin=1.001)
+    assert [r["verdict"] for r in narrow.budget_table if r["method"] == "twin"] == ["undecided"]
+
+
 def test_the_target_comes_from_the_store_not_from_the_baselines_runs():
     # the store knows a config at 10; every run's incumbent stays above 50: nobody reaches the target,
     # and every run is counted (censored at its length), none dropped

@@ -87,6 +87,27 @@ def test_verdict_needs_the_interval_and_the_test(low, high, p, expected):
     assert stats.verdict(low, high, p) == expected
 
 
+def test_equivalence_needs_both_one_sided_tests_inside_the_margin():
+    rng = np.random.default_rng(0)
+    centred = np.log(1 + 0.005 * rng.standard_normal(10))  # within 1%: inside a 1.05 margin on both sides
+    assert stats.tost_p(centred, 1.05) < 0.01
+    noise = rng.standard_normal(10)
+    near_upper = math.log(1.05) + 0.01 * (noise - noise.mean())  # mean on the upper bound: that side cannot pass
+    assert stats.tost_p(near_upper, 1.05) > 0.05
+    assert stats.tost_p(near_upper, 1.10) < 0.05  # the same data inside a wider stated margin
+    assert stats.tost_p(-near_upper, 1.05) > 0.05  # and the lower side alone fails the same way
+    assert math.isnan(stats.tost_p([0.0], 1.05))
+    with pytest.raises(ValueError, match="margin"):
+        stats.tost_p(centred, 0.95)
+
+
+def test_only_an_equivalence_test_says_the_same():
+    assert stats.verdict(0.98, 1.02, 0.9) == "undecided"  # not significant is not "the same"
+    assert stats.verdict(0.98, 1.02, 0.9, equivalence_p=0.01, margin=1.05) == "the same within 1.05x"
+    assert stats.verdict(0.98, 1.02, 0.9, equivalence_p=0.2, margin=1.05) == "undecided"
+    assert stats.verdict(0.93, 1.02, 0.9, equivalence_p=0.01, margin=1.05) == "undecided"  # CI leaves the margin
+
+
 # ---- censoring -------------------------------------------------------------------------------------
 def test_kaplan_meier_median_counts_censored_runs():
     # reached at 3, 5 and 8 measurements; two runs stopped at 10 without reaching. Survival:

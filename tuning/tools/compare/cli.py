@@ -82,6 +82,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output folder (default: compare/<time> beside a sqlite MLflow store, "
                                       "else outputs/compare/<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    parser.add_argument("--margin", type=float, default=None, metavar="RATIO",
+                        help="an equivalence margin (e.g. 1.05): a budget row reads 'the same within RATIO' only "
+                             "when both one-sided tests (TOST on the per-seed log ratios, Holm-adjusted) put the "
+                             "ratio inside [1/RATIO, RATIO]; without it no verdict says 'the same'")
     return parser
 
 
@@ -93,6 +97,8 @@ def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
         problems.append(f"--fraction: expected a number in (0, 1], got {args.fraction}")
     if any(b < 1 for b in args.budgets):
         problems.append(f"--budgets: expected positive measurement counts, got {args.budgets}")
+    if args.margin is not None and not (math.isfinite(args.margin) and args.margin > 1):
+        problems.append(f"--margin: expected a ratio above 1 (e.g. 1.05), got {args.margin}")
     if any(not (math.isfinite(t) and t > 0) for t in args.seconds):
         problems.append(f"--seconds: expected positive finite seconds, got {args.seconds}")
     bad_tags = [t for t in args.tag if "=" not in t or not t.split("=", 1)[0]]
@@ -121,7 +127,7 @@ def main(argv=None, rename: dict | None = None, prog: str | None = None) -> Comp
         found = gather(client, runs, Path(scratch), args.method_by, args.store, rename)
     try:
         result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
-                         found.metrics, args.metric, args.seconds)
+                         found.metrics, args.metric, args.seconds, args.margin)
     except ValueError as error:
         raise SystemExit(f"tuning.tools.compare: {error}") from None
     result.notes = found.notes + result.notes

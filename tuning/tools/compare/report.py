@@ -24,7 +24,7 @@ def verdict_lines(result: Comparison) -> list[str]:
         if "verdict" in row:
             lines.append(f"{row['task']} at {_budget_cell(row)}: {row['method']} vs {result.baseline}: "
                          f"{row['ratio']:.3f}x [{row['ratio_low']:.3f}, {row['ratio_high']:.3f}] over {row['pairs']} "
-                         f"paired seeds, Wilcoxon p={row['p']:.3g} (Holm {row['p_holm']:.3g}) -> "
+                         f"paired seeds, Wilcoxon p={row['p']:.3g} (Holm {row['p_holm']:.3g}){_tost(row)} -> "
                          f"{_said(row['verdict'], row['pairs'])}")
     for row in result.metric_table:
         if "verdict" in row:
@@ -42,6 +42,10 @@ def verdict_lines(result: Comparison) -> list[str]:
 
 def _budget_cell(row: dict) -> str:
     return f"{row['budget']:g} s" if row["axis"] == "seconds" else f"{row['budget']} measurements"
+
+
+def _tost(row: dict) -> str:
+    return f", equivalence TOST p={row['p_same']:.3g} (Holm {row['p_same_holm']:.3g})" if "p_same" in row else ""
 
 
 def _said(verdict: str, n: int) -> str:
@@ -280,7 +284,8 @@ QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulate
 
 SHORT = {"holds": "holds", "does not hold": "does not hold",
          "does not hold: slower output": "does not hold (slower output)", "undecided at this power": "undecided",
-         "the method needs less": "less", "the method needs more": "more"}
+         "the method needs less": "less", "the method needs more": "more",
+         "an accounting identity: not tested": "identity"}
 
 
 def claim_cell(value: float, low: float, high: float) -> str:

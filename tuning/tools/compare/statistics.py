@@ -20,8 +20,10 @@ DEFAULT_BUDGETS = (64, 256, 1000)
 
 
 # ---- the statistics of one task ------------------------------------------------------------------
-def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng, axis: str = "measurements") -> list[dict]:
-    """The incumbent at each budget, on the measurements axis or (--seconds) the seconds axis."""
+def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng, axis: str = "measurements",
+                margin: float | None = None) -> list[dict]:
+    """The incumbent at each budget, on the measurements axis or (--seconds) the seconds axis; with an
+    equivalence `margin`, each ratio's TOST p-value too (`p_same`)."""
     at = value_at if axis == "measurements" else value_at_seconds
     rows = []
     for budget in budgets:
@@ -33,9 +35,9 @@ def budget_rows(task: str, by_method: dict, baseline: str, budgets, rng, axis: s
             if method != baseline and baseline in by_method:
                 pairs = [(at(a, budget), at(b, budget)) for a, b in paired_by_seed(curves, by_method[baseline])]
                 pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]  # no incumbent yet: no ratio
-                ratio = stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
+                ratio = stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng, margin=margin)
                 row.update(pairs=ratio["n"], ratio=ratio["ratio"], ratio_low=ratio["low"], ratio_high=ratio["high"],
-                           p=ratio["p"])
+                           p=ratio["p"], **({"p_same": ratio["p_same"]} if margin is not None else {}))
             rows.append(row)
     return rows
 
@@ -56,16 +58,16 @@ def target_rows(task: str, by_method: dict, baseline: str, target_s: float) -> l
     return rows
 
 
-def holm_within(rows: list[dict], group_keys: tuple[str, ...]) -> None:
-    """Holm-adjust each row's `p` within its family: the rows of one method with the same `group_keys`
-    (the tasks of one budget, or the metrics of one comparison)."""
+def holm_within(rows: list[dict], group_keys: tuple[str, ...], key: str = "p") -> None:
+    """Holm-adjust each row's `key` (a p-value) into `{key}_holm` within its family: the rows of one
+    method with the same `group_keys` (the tasks of one budget, or the metrics of one comparison)."""
     families = defaultdict(list)
     for row in rows:
-        if "p" in row:
+        if key in row:
             families[tuple(row[k] for k in ("method", *group_keys))].append(row)
     for family in families.values():
-        for row, adjusted in zip(family, stats.holm([r["p"] for r in family])):
-            row["p_holm"] = adjusted
+        for row, adjusted in zip(family, stats.holm([r[key] for r in family])):
+            row[f"{key}_holm"] = adjusted
 
 
 # ---- the whole comparison --------------------------------------------------------------------
@@ -95,9 +97,12 @@ class Comparison:
 
 
 def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BUDGETS, fraction: float = 1.0,
-            seed: int = 0, run_metrics: dict | None = None, metric_keys=(), seconds=()) -> Comparison:
+            seed: int = 0, run_metrics: dict | None = None, metric_keys=(), seconds=(),
+            margin: float | None = None) -> Comparison:
     """Every statistic of the comparison, from the runs' curves (seeded: the same inputs give the
-    same numbers)."""
+    same numbers). With an equivalence `margin` (a ratio above 1), a budget row whose TOST says the
+    ratio lies within it (Holm-adjusted like the difference test) reads "the same within m";
+    without one, no verdict says "the same"."""
     methods = sorted({c.method for c in curves})
     if baseline not in methods:
         raise ValueError(f"--baseline: no method {baseline!r} among the runs (methods: {', '.join(methods)})")
@@ -111,8 +116,9 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
                             "measurements of a task")
     for task in result.tasks():
         by_method = result.by_method(task)
-        result.budget_table += budget_rows(task, by_method, baseline, result.budgets, rng)
-        result.budget_table += budget_rows(task, by_method, baseline, sorted(seconds), rng, axis="seconds")
+        result.budget_table += budget_rows(task, by_method, baseline, result.budgets, rng, margin=margin)
+        result.budget_table += budget_rows(task, by_method, baseline, sorted(seconds), rng, axis="seconds",
+                                           margin=margin)
         target = truths[task].best_s / fraction
         result.target_table += target_rows(task, by_method, baseline, target)
     ended = sorted({c.method for c in curves if seconds and c.elapsed_s[-1] < max(seconds)})
@@ -120,10 +126,12 @@ def compare(curves: list[Curve], truths: dict, baseline: str, budgets=DEFAULT_BU
         result.notes.append(f"runs of {', '.join(ended)} ended before {max(seconds):g} s: at a later seconds budget "
                             "they keep their last incumbent (more measurements could have improved it)")
     holm_within(result.budget_table, ("budget", "axis"))
+    holm_within(result.budget_table, ("budget", "axis"), key="p_same")
     holm_within(result.target_table, ("axis",))
     for row in result.budget_table:
         if "ratio" in row:
-            row["verdict"] = stats.verdict(row["ratio_low"], row["ratio_high"], row["p_holm"])
+            row["verdict"] = stats.verdict(row["ratio_low"], row["ratio_high"], row["p_holm"],
+                                           equivalence_p=row.get("p_same_holm", math.nan), margin=margin)
     for row in result.target_table:
         if "p" in row:
             row["verdict"] = _target_verdict(row, result.target_table, baseline)
@@ -243,7 +251,8 @@ def time_ratio(result: Comparison, task: str, claim: Claim, rng) -> dict:
     draws = np.nan_to_num(draws, nan=1.0, posinf=np.inf)  # neither reached the target: no difference seen
     low, high = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")  # no interpolation between infs
     return {"n": len(pairs), "ratio": point, "low": float(low), "high": float(high),
-            "reached": (sum(r for _, r in method), sum(r for _, r in base))}
+            "reached": (sum(r for _, r in method), sum(r for _, r in base)),
+            "p": stats.logrank_p(*zip(*method), *zip(*base)), "identity": False}
 
 
 def metric_ratio(result: Comparison, task: str, claim: Claim, rng) -> dict:
@@ -258,7 +267,10 @@ def metric_ratio(result: Comparison, task: str, claim: Claim, rng) -> dict:
     pairs = [(values[(claim.method, s)], values[(claim.baseline, s)]) for s in seeds]
     pairs = [(a, b) for a, b in pairs if a and b and math.isfinite(a) and math.isfinite(b)]
     found = stats.paired_ratio([b for _, b in pairs], [a for a, _ in pairs], rng)
-    return {"n": found["n"], "ratio": found["ratio"], "low": found["low"], "high": found["high"]}
+    # every seed the same ratio (the measurements a fixed budget makes): a count, not a finding
+    identity = len(pairs) >= 2 and len({round(b / a, 12) for a, b in pairs}) == 1
+    return {"n": found["n"], "ratio": found["ratio"], "low": found["low"], "high": found["high"], "p": found["p"],
+            "identity": identity}
 
 
 def metric_value(metrics: dict, key: str, task: str) -> float | None:
@@ -277,11 +289,17 @@ def final_quality(result: Comparison, task: str, claim: Claim, rng) -> dict:
     return stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
 
 
-def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True) -> str:
+def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True,
+                  alpha: float = 1 - stats.LEVEL) -> str:
     """holds / does not hold for a paper's claim; for a control or fidelity row (no claim) which of
-    the two needs less, or undecided."""
+    the two needs less, or undecided. A verdict needs the CI to exclude 1 AND the row's test, Holm-
+    adjusted across the whole table (`speed["p_holm"]`), below alpha; a ratio every seed shares (a
+    count the budget fixes) is an accounting identity and gets no verdict."""
     low, high = speed["low"], speed["high"]
-    if not (math.isfinite(low) and math.isfinite(high)):
+    if speed.get("identity"):
+        return "an accounting identity: not tested"
+    p_holm = speed.get("p_holm", math.nan)
+    if not (math.isfinite(low) and math.isfinite(high)) or not (math.isfinite(p_holm) and p_holm < alpha):
         return "undecided at this power"
     broken = bound is not None and math.isfinite(quality["low"]) and quality["low"] > bound
     kept = bound is None or (math.isfinite(quality["high"]) and quality["high"] <= bound)
@@ -308,8 +326,11 @@ def magnitude(paper: str, speed: dict) -> str:
 
 def claim_rows(claims, result: Comparison, seed: int = 0) -> list[dict]:
     """Every claim on every task both its rows ran on; each (claim, task) bootstraps with its own
-    seeded generator, so adding a claim never moves another's interval."""
-    rows = []
+    seeded generator, so adding a claim never moves another's interval. The table is one family:
+    each row's p-value (log-rank for a time to the target, Wilcoxon on the per-seed log ratios for
+    a metric) is Holm-adjusted across all its rows (`speed_p_holm`), so adding a row can move
+    another's adjusted p and verdict."""
+    rows, found = [], []
     for claim in claims:
         for task in result.tasks():
             methods = result.by_method(task)
@@ -319,9 +340,13 @@ def claim_rows(claims, result: Comparison, seed: int = 0) -> list[dict]:
             timed = claim.quantity in ("measurements", "seconds")
             speed = time_ratio(result, task, claim, rng) if timed else metric_ratio(result, task, claim, rng)
             quality = final_quality(result, task, claim, rng)
+            found.append((claim, speed, quality))
             rows.append({"claim": claim.text, "task": task, "baseline": claim.baseline, "method": claim.method,
-                         "quantity": claim.quantity, "paper": claim.paper or "-", **{f"speed_{k}": v for k, v in speed.items()},
-                         **{f"quality_{k}": v for k, v in quality.items()},
-                         "verdict": claim_verdict(speed, quality, claim.quality_bound, bool(claim.paper)),
-                         "magnitude": magnitude(claim.paper, speed)})
+                         "quantity": claim.quantity, "paper": claim.paper or "-",
+                         **{f"quality_{k}": v for k, v in quality.items()}, "magnitude": magnitude(claim.paper, speed)})
+    tested = [math.nan if speed.get("identity") else speed.get("p", math.nan) for _, speed, _ in found]
+    for row, (claim, speed, quality), p_holm in zip(rows, found, stats.holm(tested)):
+        speed["p_holm"] = p_holm
+        row.update({f"speed_{k}": v for k, v in speed.items()})
+        row["verdict"] = claim_verdict(speed, quality, claim.quality_bound, bool(claim.paper))
     return rows

@@ -10,7 +10,9 @@ Kaplan-Meier, log-rank); what is written here is the glue and the conventions:
     test                 Wilcoxon signed-rank on the per-seed log ratios (exact for small n), then Holm's
                          step-down correction across the tasks of one comparison
     verdict              better / worse only when the CI excludes 1 AND the Holm-adjusted p < alpha;
-                         otherwise undecided at this power
+                         "the same within m" only from an equivalence test with a stated margin m
+                         (TOST: both one-sided tests of the log ratios against +-log m below alpha,
+                         after Holm); otherwise undecided at this power: not significant is not "the same"
     censoring            runs that never reach the target are right-censored at their length, never
                          dropped: Kaplan-Meier median with its interval, log-rank test between methods
 """
@@ -59,15 +61,19 @@ def curve_band(curves, statistic=np.median, rng=None, level: float = LEVEL,
 
 
 # ---- paired comparison ----------------------------------------------------------------------------
-def paired_ratio(method, baseline, rng=None, level: float = LEVEL) -> dict:
+def paired_ratio(method, baseline, rng=None, level: float = LEVEL, margin: float | None = None) -> dict:
     """Per-seed latencies (aligned arrays) -> the geometric mean of method/baseline with its paired
-    bootstrap CI (resampling seeds) and the Wilcoxon signed-rank p-value of the log ratios."""
+    bootstrap CI (resampling seeds) and the Wilcoxon signed-rank p-value of the log ratios; with an
+    equivalence `margin`, also `p_same`, the TOST p-value of "within the margin" (tost_p)."""
     method, baseline = np.asarray(method, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
     logs = np.log(method / baseline)
     mean, low, high = bootstrap_ci(logs, np.mean, rng, level)
-    return {"n": len(logs), "ratio": math.exp(mean) if len(logs) else math.nan,
-            "low": math.exp(low) if math.isfinite(low) else math.nan,
-            "high": math.exp(high) if math.isfinite(high) else math.nan, "p": wilcoxon_p(logs)}
+    found = {"n": len(logs), "ratio": math.exp(mean) if len(logs) else math.nan,
+             "low": math.exp(low) if math.isfinite(low) else math.nan,
+             "high": math.exp(high) if math.isfinite(high) else math.nan, "p": wilcoxon_p(logs)}
+    if margin is not None:
+        found["p_same"] = tost_p(logs, margin)
+    return found
 
 
 def wilcoxon_p(differences) -> float:
@@ -79,6 +85,24 @@ def wilcoxon_p(differences) -> float:
     if not np.any(differences):
         return 1.0
     return float(stats.wilcoxon(differences, zero_method="wilcox").pvalue)
+
+
+def tost_p(differences, margin: float) -> float:
+    """Two one-sided tests of equivalence within a ratio `margin` (> 1) on per-seed log ratios: the
+    larger of the one-sided t-test p-values of mean > -log(margin) and mean < log(margin); both
+    must be small for "the same within margin". nan with fewer than 2 differences; with no
+    spread, 0 inside the margin and 1 outside."""
+    differences = np.asarray(differences, dtype=np.float64)
+    if margin <= 1:
+        raise ValueError(f"an equivalence margin is a ratio above 1, got {margin}")
+    if len(differences) < 2:
+        return math.nan
+    bound = math.log(margin)
+    if np.ptp(differences) == 0:
+        return 0.0 if abs(differences[0]) < bound else 1.0
+    above_lower = stats.ttest_1samp(differences, -bound, alternative="greater").pvalue
+    below_upper = stats.ttest_1samp(differences, bound, alternative="less").pvalue
+    return float(max(above_lower, below_upper))
 
 
 def holm(p_values) -> list[float]:
@@ -93,14 +117,19 @@ def holm(p_values) -> list[float]:
     return adjusted.tolist()
 
 
-def verdict(low: float, high: float, p_adjusted: float, alpha: float = 1 - LEVEL) -> str:
-    """better / worse (lower latency is better) when the CI excludes 1 and the adjusted test agrees."""
-    if not all(math.isfinite(v) for v in (low, high, p_adjusted)) or p_adjusted >= alpha:
-        return "undecided"
-    if high < 1:
-        return "better"
-    if low > 1:
-        return "worse"
+def verdict(low: float, high: float, p_adjusted: float, alpha: float = 1 - LEVEL,
+            equivalence_p: float = math.nan, margin: float | None = None) -> str:
+    """better / worse (lower latency is better) when the CI excludes 1 and the adjusted test agrees;
+    "the same within {margin}" when the (adjusted) equivalence test `equivalence_p` is below alpha
+    and the CI lies inside the margin; otherwise undecided."""
+    if all(math.isfinite(v) for v in (low, high, p_adjusted)) and p_adjusted < alpha:
+        if high < 1:
+            return "better"
+        if low > 1:
+            return "worse"
+    if margin is not None and math.isfinite(equivalence_p) and equivalence_p < alpha \
+            and 1 / margin < low and high < margin:
+        return f"the same within {margin:g}x"
     return "undecided"
 
 
