@@ -268,6 +268,27 @@ def test_a_count_the_budget_fixes_is_an_identity_not_a_finding():
     assert math.isnan(row["speed_p_holm"])
 
 
+def test_the_final_kernels_interval_counts_the_stores_noise():
+    rng = np.random.default_rng(3)
+    a, b = (1,), (2,)  # SA+AS always ends on a, SA on b; the store read each 6 times, 5% apart
+    readings = {a: list(1.008e-4 * (1 + 0.05 * rng.standard_normal(6))), b: list(1e-4 * (1 + 0.05 * rng.standard_normal(6)))}
+    by_config = {c: float(np.median(r)) for c, r in readings.items()}
+    curves = []
+    for seed in range(8):
+        for method, config in (("SA", b), ("SA+AS", a)):
+            values = np.full(50, by_config[config])
+            curves.append(Curve("t", method, seed, f"{method}{seed}", values, np.arange(1, 51) * 0.5, "store",
+                                final_config=config))
+    claim = Claim("x", "SA", "SA+AS", "measurements", "", quality_bound=1.0)
+    noisy = compare(curves, {"t": TaskTruth(by_config, min(by_config.values()), "store x", readings)}, "SA", budgets=(8,))
+    quality = final_quality(noisy, "t", claim, np.random.default_rng(0))
+    assert quality["readings_resampled"] and quality["low"] < 1 < quality["high"]  # the store cannot tell a from b
+    medians_only = compare(curves, {"t": TaskTruth(by_config, min(by_config.values()), "store x")}, "SA", budgets=(8,))
+    certain = final_quality(medians_only, "t", claim, np.random.default_rng(0))
+    assert certain["low"] == pytest.approx(certain["high"])  # seeds alone: every seed the same ratio, no width
+    assert certain["ratio"] == pytest.approx(quality["ratio"])
+
+
 def test_a_cell_keeps_an_open_ended_interval():
     assert claim_cell(0.895, 0.5, math.inf) == "0.895x [0.500, inf]"  # some resamples never reached
     assert claim_cell(1.2, 1.1, 1.3) == "1.200x [1.100, 1.300]"

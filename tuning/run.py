@@ -1,15 +1,14 @@
 """One tuning job: validate -> instantiate -> prepare -> tune each task -> export -> report.
 
 Called by run.py / `tunelab run` (the thin @hydra.main; `main` returns the sweep objective) and by
-`tunelab.tune` (`run_job` returns the outcomes too). The objective (`cfg.objective`,
-tuning/sweep.py) is what Optuna sweeps minimise; a job that is an
-Optuna trial reports its best-so-far each round and raises optuna.TrialPruned
-when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
+`tunelab.tune` (`run_job` returns the outcomes too). The objective (`cfg.objective`, tuning/sweep.py)
+is what Optuna sweeps minimise; a job that is an Optuna trial reports its best-so-far each round and
+raises optuna.TrialPruned when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
 
-This module orders the steps and says what went wrong; each step lives with its subject: the
-budget (tuning/budget.py), the measurement store (tuning/store_wiring.py), the loop
-(tuning/loop.py), the final metrics (tuning/final.py), the artifacts (tuning/tools/export.py), the
-MLflow tags and note (tuning/tracking/tags.py).
+This module orders the steps and says what went wrong; each step lives with its subject: the budget
+(tuning/budget.py), the measurement store (tuning/store_wiring.py), the loop (tuning/loop.py), the
+final metrics (tuning/final.py), the artifacts (tuning/tools/export.py), a whole model's choice inside
+it (tuning/model_choice.py), the MLflow tags and note (tuning/tracking/tags.py).
 """
 from __future__ import annotations
 
@@ -28,11 +27,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from tuning.budget import BudgetPlan, resolve_budget, with_plan_size
 from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
-from tuning.tools.export import export_artifacts, export_choice
+from tuning.tools.export import choose_in_model_and_export, export_artifacts
 from tuning.final import log_final_metrics, print_result
 from tuning.job_folder import continue_log_in, discard_untouched
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
-from tuning.model_choice import choose_in_model
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.resume import check_records, check_resume, prior_records, resolve_resume
@@ -232,8 +230,7 @@ def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     export_artifacts(parts, outcomes, out_dir, job.figure_title)
     e2e = None
     if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
-        if choose_in_model(cfg, parts.hardware, outcomes, out_dir, parts.tracker):
-            export_choice(parts, outcomes, out_dir)
+        choose_in_model_and_export(cfg, parts, outcomes, out_dir)
         e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir, outcomes)
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))

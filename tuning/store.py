@@ -303,11 +303,16 @@ class MeasurementStore:
 
     def truths(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, float]:
         """`truth` of every config of a task at once (configs with fewer readings are left out)."""
+        return {c: statistics.median(r) for c, r in self.readings(hardware, task_key, space, min_readings).items()}
+
+    def readings(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, list[float]]:
+        """Every valid reading of each config of a task (configs with fewer are left out): what a
+        truth is the median of, for intervals that count the store's own noise."""
         readings: dict = {}
         for row in self.rows(hardware, task_key, space):
             if row.ok:
                 readings.setdefault(row.config, []).extend(row.costs)
-        return {c: statistics.median(r) for c, r in readings.items() if len(r) >= min_readings}
+        return {c: r for c, r in readings.items() if len(r) >= min_readings}
 
     def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
         """Each config's stored decisions, from its earliest row whose decisions parse (rows whose

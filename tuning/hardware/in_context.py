@@ -16,10 +16,10 @@ values do not change a kernel's time; the model's output is not read here). The 
 `runs` model runs is one reading; every candidate is read once a round, in an order rotated each
 round, so the host's drift falls on all.
 
-Why: a kernel's time inside the model is not its time alone. ResNet-18's stem convolution, timed
-alone at 0.95-0.99 ms, took 1.11-1.30 ms inside the model in most processes, another of its
-finalists within 3% of its alone time (docs/methods.md, "Inside the model"): the tuner ranks
-by a number the model does not pay unless it reads the kernel where the model runs it.
+Why: a kernel's time inside the model is not its time alone. Four configs of ResNet-18's stem
+convolution within 3% of each other alone read 0.95-1.11 ms inside the model (docs/methods.md,
+"Inside the model"): the tuner ranks by a number the model does not pay unless it reads the kernel
+where the model runs it.
 """
 from __future__ import annotations
 

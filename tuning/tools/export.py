@@ -27,6 +27,7 @@ from pathlib import Path
 from tuning.config import ConfigError, validate
 from tuning.core.outcome import TaskOutcome, best_so_far, chosen_bests, weighted_latency_ms
 from tuning.core.records import RecordLog
+from tuning.model_choice import choose_in_model
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
@@ -65,6 +66,13 @@ def export_choice(parts, outcomes, out_dir: Path) -> None:
         tracker.log_artifact(path, "database")
     save_chosen(out_dir, outcomes)
     tracker.log_artifact(str(out_dir / CHOSEN_FILE))
+
+
+def choose_in_model_and_export(cfg, parts, outcomes, out_dir: Path) -> None:
+    """A whole model's run end: its heaviest kernels re-chosen inside the model (tuning/model_choice.py),
+    then the database, best_schedules/ and best_configs.json written again when they were."""
+    if choose_in_model(cfg, parts.hardware, outcomes, out_dir, parts.tracker):
+        export_choice(parts, outcomes, out_dir)
 
 
 def _convergence(outcomes, out_dir: Path, title: str) -> str:

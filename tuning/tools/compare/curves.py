@@ -23,6 +23,7 @@ class Curve:
     scored_by: str  # "store" or "readings"
     init_random: int = 0
     errors: dict = field(default_factory=dict)  # error kind -> count, and "fewer_runs": slow kernels timed shorter
+    final_config: tuple | None = None  # the config the run returns at its end (its lowest reading)
 
     @property
     def length(self) -> int:
@@ -36,6 +37,7 @@ class TaskTruth:
     by_config: dict
     best_s: float
     source: str  # "store <path>" or "readings of the compared runs"
+    readings: dict = field(default_factory=dict)  # config -> the store's readings (by_config holds their medians)
 
 
 def incumbent_curve(records, truth: dict | None) -> np.ndarray:
@@ -67,8 +69,15 @@ def run_curves(records, tasks: list[dict], truths: dict, method: str, seed: int,
         curves.append(Curve(task["name"], method, seed, run_id,
                             incumbent_curve(own, truth.by_config if scored else None),
                             np.asarray([r.time - start_s for r in own], dtype=np.float64),
-                            "store" if scored else "readings", init_random, error_counts(own)))
+                            "store" if scored else "readings", init_random, error_counts(own),
+                            final_incumbent(own)))
     return curves
+
+
+def final_incumbent(records) -> tuple | None:
+    """The config with the lowest valid reading (what the run returns), None without one."""
+    valid = [r for r in records if r.result.ok]
+    return tuple(min(valid, key=lambda r: r.result.cost).config) if valid else None
 
 
 def error_counts(records) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,11 +152,12 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
                 if not is_store_url(path) and not Path(path).is_file():
                     raise StoreError(f"{path}: no such file (--store names where it is now)")
                 store = stores.setdefault(path, MeasurementStore(path, read_only=True))  # only read, never changed
-                by_config = store.truths(*keys.pop())
+                readings = store.readings(*keys.pop())
             except StoreError as error:
                 raise SystemExit(f"tuning.tools.compare: {error} (the store {named_by} names)") from None
-            if by_config:
-                found[name] = TaskTruth(by_config, min(by_config.values()), f"store {display_location(path)}")
+            if readings:
+                by_config = {config: statistics.median(values) for config, values in readings.items()}
+                found[name] = TaskTruth(by_config, min(by_config.values()), f"store {display_location(path)}", readings)
                 continue
             notes.append(f"{name}: the store {display_location(path)} holds no reading of it; scored by the runs' "
                          "own readings")

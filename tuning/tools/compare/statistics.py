@@ -282,11 +282,17 @@ def metric_value(metrics: dict, key: str, task: str) -> float | None:
 
 
 def final_quality(result: Comparison, task: str, claim: Claim, rng) -> dict:
-    """Method / baseline of the final incumbent's true latency, paired by seed."""
+    """Method / baseline of the final incumbent's true latency, paired by seed. Where the store holds
+    the readings of both runs' final configs, the interval resamples those readings as well as the
+    seeds (stats.paired_ratio_with_readings): the truth is a median of noisy readings."""
     by_method = result.by_method(task)
     pairs = paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
-    pairs = [(m.true_s[-1], b.true_s[-1]) for m, b in pairs if math.isfinite(m.true_s[-1]) and math.isfinite(b.true_s[-1])]
-    return stats.paired_ratio([a for a, _ in pairs], [b for _, b in pairs], rng)
+    pairs = [(m, b) for m, b in pairs if math.isfinite(m.true_s[-1]) and math.isfinite(b.true_s[-1])]
+    readings = result.truths[task].readings if task in result.truths else {}
+    if pairs and all(m.final_config in readings and b.final_config in readings for m, b in pairs):
+        return stats.paired_ratio_with_readings([readings[m.final_config] for m, _ in pairs],
+                                                [readings[b.final_config] for _, b in pairs], rng)
+    return stats.paired_ratio([m.true_s[-1] for m, _ in pairs], [b.true_s[-1] for _, b in pairs], rng)
 
 
 def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True,

@@ -5,7 +5,9 @@ inputs give the same numbers. scipy does the work where it has the tool (bootstr
 Kaplan-Meier, log-rank); what is written here is the glue and the conventions:
 
     lower is better      every value is a latency (seconds); a ratio < 1 means faster than the baseline
-    bootstrap            percentile intervals, 95% by default, resampling seeds (runs), never readings
+    bootstrap            percentile intervals, 95% by default, resampling seeds (runs); a final
+                         kernel's quality also resamples the store's readings of each config
+                         (paired_ratio_with_readings), so the store's own noise is in its interval
     paired ratio         the geometric mean of per-seed ratios method / baseline, CI by resampling seeds
     test                 Wilcoxon signed-rank on the per-seed log ratios (exact for small n), then Holm's
                          step-down correction across the tasks of one comparison
@@ -74,6 +76,31 @@ def paired_ratio(method, baseline, rng=None, level: float = LEVEL, margin: float
     if margin is not None:
         found["p_same"] = tost_p(logs, margin)
     return found
+
+
+def paired_ratio_with_readings(method, baseline, rng=None, level: float = LEVEL,
+                               resamples: int = RESAMPLES) -> dict:
+    """paired_ratio of per-seed latencies that are each the median of a config's readings (lists,
+    aligned by seed): the interval resamples the seeds AND, inside each draw, every config's
+    readings, so a difference smaller than the readings' own noise does not look certain. The
+    point estimate and the Wilcoxon p are paired_ratio's on the medians."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    method = [np.asarray(r, dtype=np.float64) for r in method]
+    baseline = [np.asarray(r, dtype=np.float64) for r in baseline]
+    found = paired_ratio([np.median(r) for r in method], [np.median(r) for r in baseline], rng, level)
+    if len(method) < 2:
+        return found
+
+    def resampled_median(readings):
+        return np.median(readings[rng.integers(len(readings), size=len(readings))])
+
+    draws = []
+    for _ in range(resamples):
+        seeds = rng.integers(len(method), size=len(method))
+        logs = [math.log(resampled_median(method[i]) / resampled_median(baseline[i])) for i in seeds]
+        draws.append(np.mean(logs))
+    low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    return {**found, "low": math.exp(low), "high": math.exp(high), "readings_resampled": True}
 
 
 def wilcoxon_p(differences) -> float:
