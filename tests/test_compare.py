@@ -237,6 +237,26 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
                                                                          "curves_gemm_64.png"}
     assert (tmp_path / "mlartifacts").is_dir()  # beside the store, never ./mlruns of the working directory
 
+    from tuning.tools.compare.load import gather, job_runs
+
+    runs = job_runs(client, "grid")
+    plain = {(c.method, c.seed): c.elapsed_s for c in gather(client, runs, tmp_path / "s1", ["search"]).curves}
+    loaded = gather(client, runs, tmp_path / "s2", ["search"], with_overhead=True)
+    assert any("search and model-fitting seconds" in note for note in loaded.notes)
+    for curve in loaded.curves:  # every method's own compute on its seconds axis, the same rule for all
+        added = curve.elapsed_s - plain[(curve.method, curve.seed)]
+        assert np.all(np.diff(added) >= -1e-12) and added[-1] > 0  # (float sums: differences of 1e-18)
+
+
+def test_the_overhead_axis_counts_a_rounds_search_before_it_and_its_fit_after_it():
+    from tuning.tools.compare.load import overhead_at_each
+
+    search = {16: 1.0, 32: 3.0, 48: 6.0}  # cumulative seconds after each round of 16
+    assert overhead_at_each(search, 50).tolist() == [1.0] * 16 + [3.0] * 16 + [6.0] * 18
+    fits = {16: 0.5, 32: 1.5, 48: 2.0}  # a round's fit comes after its measurements: the next round pays it
+    assert overhead_at_each(fits, 48, from_round_before=True).tolist() == [0.0] * 16 + [0.5] * 16 + [1.5] * 16
+    assert overhead_at_each({}, 3).tolist() == [0.0, 0.0, 0.0]
+
 
 def test_a_run_measured_in_a_single_round_is_counted_as_such():
     """compare warns about runs whose search never saw a measurement: each task's rounds are counted."""

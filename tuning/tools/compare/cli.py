@@ -82,6 +82,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output folder (default: compare/<time> beside a sqlite MLflow store, "
                                       "else outputs/compare/<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    parser.add_argument("--with-overhead", action="store_true",
+                        help="the seconds axis also counts each run's own search and model-fitting seconds "
+                             "(logged per round), the same rule for every method; default: build and run seconds")
     parser.add_argument("--margin", type=float, default=None, metavar="RATIO",
                         help="an equivalence margin (e.g. 1.05): a budget row reads 'the same within RATIO' only "
                              "when both one-sided tests (TOST on the per-seed log ratios, Holm-adjusted) put the "
@@ -124,7 +127,7 @@ def main(argv=None, rename: dict | None = None, prog: str | None = None) -> Comp
     client = MlflowClient(uri)
     runs = job_runs(client, args.experiment, args.parent, args.tag, args.model)
     with tempfile.TemporaryDirectory() as scratch:
-        found = gather(client, runs, Path(scratch), args.method_by, args.store, rename)
+        found = gather(client, runs, Path(scratch), args.method_by, args.store, rename, args.with_overhead)
     try:
         result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
                          found.metrics, args.metric, args.seconds, args.margin)

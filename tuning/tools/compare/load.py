@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
 from tuning.core.records import RecordError, RecordLog
 from tuning.naming import with_current_names
@@ -201,9 +203,10 @@ class Gathered:
 
 
 def gather(client, runs, scratch: Path, method_by, store_override: str | None = None,
-           rename: dict | None = None) -> Gathered:
+           rename: dict | None = None, with_overhead: bool = False) -> Gathered:
     """The curves, truths and notes of the selected MLflow runs (newest run per method, seed and model);
-    `rename` maps method names to the names to show (e.g. sa+greedy -> SA)."""
+    `rename` maps method names to the names to show (e.g. sa+greedy -> SA). `with_overhead`: each
+    curve's seconds also count its run's own search and model-fitting seconds (add_overhead)."""
     notes, loaded = [], []
     for run in runs:
         found = load_run(client, run, scratch, method_by)
@@ -238,4 +241,43 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
     truths, truth_notes = task_truths(kept, store_override)
     curves = [c for run in kept for c in run_curves(run.records, run.tasks, truths, labels[run.run_id], run.seed,
                                                      run.run_id, run.start_s, run.init_random)]
+    if with_overhead:
+        notes += add_overhead(client, kept, curves)
     return Gathered(curves, truths, notes + truth_notes, {slot: run.metrics for slot, run in newest.items()})
+
+
+# per round, cumulative, at step = measurements so far; the search proposes a round before it is
+# measured, the model is fitted after: a measurement has paid its round's search and the fits before it
+OVERHEAD_METRICS = {"time/search_s": False, "time/model_s": True}  # key -> counted from the round before
+
+
+def add_overhead(client, runs: list[LoadedRun], curves: list[Curve]) -> list[str]:
+    """One time axis for every method: each curve's seconds plus its run's own search and model
+    seconds so far (the runs' per-round metrics), so a method's compute counts as it does in its
+    optimisation seconds. A run of several tasks logs those per task under one name: left as it is,
+    and said."""
+    notes, by_run = [], {run.run_id: run for run in runs}
+    for curve in curves:
+        run = by_run[curve.run_id]
+        if len(run.tasks) != 1:
+            notes.append(f"{curve.method} seed {curve.seed}: several tasks, seconds without search and model time")
+            continue
+        for key, before in OVERHEAD_METRICS.items():
+            history = {m.step: m.value for m in client.get_metric_history(run.run_id, key)}
+            curve.elapsed_s = curve.elapsed_s + overhead_at_each(history, curve.length, before)
+    return notes + ["seconds include each run's own search and model-fitting seconds (--with-overhead)"]
+
+
+def overhead_at_each(history: dict, length: int, from_round_before: bool = False) -> np.ndarray:
+    """Cumulative seconds ({step: seconds so far}, step = measurements after a round) at each
+    measurement 1..length: the value logged after the round that holds it, or with
+    `from_round_before` after the round before it (0 in the first round); the last value past the
+    last round; zeros with no history."""
+    steps = np.array(sorted(history), dtype=np.int64)
+    if not len(steps):
+        return np.zeros(length)
+    values = np.array([history[s] for s in steps], dtype=np.float64)
+    index = np.searchsorted(steps, np.arange(1, length + 1), side="left")
+    if from_round_before:
+        values = np.concatenate([[0.0], values])
+    return values[np.minimum(index, len(values) - 1)]

@@ -148,7 +148,7 @@ def _file_part(name: str) -> str:
 def write_csv(result: Comparison, path: Path) -> None:
     columns = ["kind", "task", "metric", "model", "method", "budget", "axis", "seeds", "median_us", "median_low_us", "median_high_us",
                "pairs", "ratio", "ratio_low", "ratio_high", "runs", "reached", "median", "low", "high", "at_least",
-               "p", "p_holm", "verdict", "score"]
+               "p", "p_holm", "p_same", "p_same_holm", "verdict", "score"]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
         writer.writeheader()
