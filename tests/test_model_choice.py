@@ -105,6 +105,23 @@ def test_a_choice_changes_the_outcome_the_saved_choice_and_the_report(tmp_path):
     assert load_chosen(tmp_path)["stem"] == ((2,), pytest.approx(1.0e-3))
 
 
+def test_the_final_metrics_follow_the_new_choice_and_keep_the_rest(tmp_path):
+    from tuning.final import log_choice_metrics
+    from tuning.tools.sync import final_metrics, save_final_metrics
+
+    stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3})
+    other = outcome("other", 2, {(7,): 0.5e-3})
+    save_final_metrics(tmp_path, 640, {"task/stem/final_latency_us": 950.0, "run/build_s": 12.0,
+                                       "best/final_latency_ms": 1.95})
+    take_in_model(stem, [(1,), (2,)], [[1.2e-3], [1.0e-3]])
+    tracker = Tracker()
+    log_choice_metrics([stem, other], tracker, tmp_path)
+    step, saved = final_metrics(tmp_path)
+    assert step == 640 and saved["run/build_s"] == 12.0  # what the choice does not decide is kept
+    assert saved["task/stem/final_latency_us"] == pytest.approx(1000.0)
+    assert saved["best/final_latency_ms"] == pytest.approx(1.0 + 2 * 0.5) == tracker.metrics["best/final_latency_ms"]
+
+
 def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):
     stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3})
     assert choose_in_model(settings(in_model_kernels=0), InModelHardware({}), [stem], tmp_path, Tracker()) is None

@@ -13,7 +13,7 @@ from tuning.core.outcome import summary, weighted_latency_ms
 from tuning.loop import ROUND_TIMES
 from tuning.naming import FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US
 from tuning.whole_model import e2e_line
-from tuning.tools.sync import save_final_metrics
+from tuning.tools.sync import final_metrics, save_final_metrics
 
 TIME_KEYS = ROUND_TIMES
 
@@ -35,6 +35,19 @@ def log_final_metrics(outcomes, parts, progress, tuning_wall_s: float, out_dir, 
     parts.tracker.log_metrics(final, step=progress.measured)
     # the per-task lines too: each kernel's prediction, read back by `sync` and the in-model probe
     save_final_metrics(out_dir, progress.measured, {k: v for k, v in {**per_task, **final}.items() if math.isfinite(v)})
+
+
+def log_choice_metrics(outcomes, tracker, out_dir) -> None:
+    """After the run's end chose again inside the model (tuning/model_choice.py): the metrics the
+    choice decides (each task's final latency and GFLOP/s, the headline, the weighted latency)
+    logged again at the run's final step and written over theirs in final_metrics.json."""
+    step, saved = final_metrics(out_dir)
+    chosen = {k: v for o in outcomes if len(outcomes) > 1 and math.isfinite(o.best_cost)
+              for k, v in task_metrics(o).items()}
+    chosen.update(headline_metrics(outcomes), **{"tuning/weighted_latency_ms": weighted_latency_ms(outcomes)})
+    chosen = {k: v for k, v in chosen.items() if math.isfinite(v)}
+    tracker.log_metrics(chosen, step=step)
+    save_final_metrics(out_dir, step, {**saved, **chosen})
 
 
 def run_totals(outcomes, parts, progress, tuning_wall_s: float) -> dict:

@@ -31,6 +31,7 @@ from tuning.core.records import RecordLog
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
+from tuning.final import log_choice_metrics
 from tuning.model_choice import choose_in_model
 from tuning.tools.sync import best_as_reported, load_chosen, save_chosen
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
@@ -94,6 +95,7 @@ def end_to_end(cfg, hardware, run_dir: Path, outcomes=None, in_model: bool = Fal
             hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
                                      chosen=chosen_bests(outcomes))
             save_chosen(run_dir, outcomes)
+            log_choice_metrics(outcomes, tracker, run_dir)
         return evaluate_end_to_end(cfg, hardware, tracker, run_dir, outcomes)
     finally:
         tracker.end("FINISHED")

@@ -27,6 +27,7 @@ from pathlib import Path
 from tuning.config import ConfigError, validate
 from tuning.core.outcome import TaskOutcome, best_so_far, chosen_bests, weighted_latency_ms
 from tuning.core.records import RecordLog
+from tuning.final import log_choice_metrics
 from tuning.model_choice import choose_in_model
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
@@ -70,9 +71,11 @@ def export_choice(parts, outcomes, out_dir: Path) -> None:
 
 def choose_in_model_and_export(cfg, parts, outcomes, out_dir: Path) -> None:
     """A whole model's run end: its heaviest kernels re-chosen inside the model (tuning/model_choice.py),
-    then the database, best_schedules/ and best_configs.json written again when they were."""
+    then the database, best_schedules/, best_configs.json and the final metrics the choice decides
+    written again when they were."""
     if choose_in_model(cfg, parts.hardware, outcomes, out_dir, parts.tracker):
         export_choice(parts, outcomes, out_dir)
+        log_choice_metrics(outcomes, parts.tracker, out_dir)
 
 
 def _convergence(outcomes, out_dir: Path, title: str) -> str:
