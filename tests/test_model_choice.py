@@ -131,6 +131,16 @@ def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):
             raise NotImplementedError("Plain cannot time kernels inside a model")
 
     assert choose_in_model(settings(), Plain(), [stem], tmp_path, Tracker()) is None
+
+    class Crashing:
+        def time_in_model(self, *args):
+            raise RuntimeError("timing kernels inside the model failed (crash): worker exited with -11")
+
+    tracker = Tracker()
+    tracker.tags = {}
+    tracker.set_tags = tracker.tags.update
+    assert choose_in_model(settings(), Crashing(), [stem], tmp_path, tracker) is None
+    assert tracker.tags["in_model"].startswith("failed: timing kernels inside the model failed (crash)")
     assert stem.best_config == (1,) and not stem.chosen_in_model and not (tmp_path / REPORT_FILE).exists()
     assert math.isclose(stem.best_cost, 0.95e-3)
 

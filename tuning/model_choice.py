@@ -28,7 +28,8 @@ REPORT_FILE = "in_model.json"
 
 def choose_in_model(cfg, hardware, outcomes, out_dir: Path, tracker) -> dict | None:
     """{task: its readings and choice} after re-choosing the heaviest tasks (their outcomes updated
-    in place); None when e2e.in_model_kernels is 0 or the hardware cannot time inside a model."""
+    in place); None when e2e.in_model_kernels is 0, the hardware cannot time inside a model, or its
+    timing failed (a crashed or timed-out worker: said, tagged `in_model`, the choice left as it was)."""
     from omegaconf import OmegaConf
 
     settings = cfg.e2e
@@ -45,6 +46,10 @@ def choose_in_model(cfg, hardware, outcomes, out_dir: Path, tracker) -> dict | N
                                              timing)
     except NotImplementedError as error:
         print(f"kernels not re-chosen inside the model: {error}")
+        return None
+    except RuntimeError as error:  # a worker that crashed or timed out: the run keeps its standalone choice
+        print(f"kernels not re-chosen inside the model, the standalone choice kept: {error}")
+        tracker.set_tags({"in_model": f"failed: {str(error)[:200]}"})
         return None
     report = {}
     for outcome in heaviest:
