@@ -260,6 +260,11 @@ def test_a_verdict_needs_the_adjusted_test_as_well_as_the_interval():
     assert claim_verdict(faster, same, 1.0) == "undecided at this power"  # no test, no verdict
 
 
+def test_a_claim_with_one_seed_is_undecided_and_its_row_prints():
+    [row] = claim_rows([SA_AS], claims_result(2.0, seeds=1))
+    assert math.isnan(row["speed_p"]) and row["verdict"] == "undecided at this power"
+
+
 def test_a_count_the_budget_fixes_is_an_identity_not_a_finding():
     made = Claim("SA+AS makes fewer measurements", "SA", "SA+AS", "made", "2x")
     result = claims_result(2.0)

@@ -256,6 +256,10 @@ def test_the_overhead_axis_counts_a_rounds_search_before_it_and_its_fit_after_it
     fits = {16: 0.5, 32: 1.5, 48: 2.0}  # a round's fit comes after its measurements: the next round pays it
     assert overhead_at_each(fits, 48, from_round_before=True).tolist() == [0.0] * 16 + [0.5] * 16 + [1.5] * 16
     assert overhead_at_each({}, 3).tolist() == [0.0, 0.0, 0.0]
+    resumed = {16: 1.0, 32: 3.0, 48: 0.5}  # a resume counts its seconds from 0 again: 3.0 + 0.5
+    assert overhead_at_each(resumed, 48).tolist()[-1] == 3.5
+    reused = {24: 1.0, 40: 2.0}  # 8 records from tuning.database counted in the steps
+    assert overhead_at_each(reused, 32, reused=8).tolist() == [1.0] * 16 + [2.0] * 16
 
 
 def test_a_run_measured_in_a_single_round_is_counted_as_such():

@@ -79,6 +79,7 @@ def test_the_config_with_the_lowest_median_inside_the_model_is_reported_at_those
     take_in_model(o, [(1,), (2,)], [[1.2e-3, 1.3e-3, 1.1e-3], [1.05e-3, 1.0e-3, 1.5e-3]])
     assert o.best_config == (2,) and o.final_costs == [1.05e-3, 1.0e-3, 1.5e-3]
     assert o.best_cost == pytest.approx(1.05e-3) and o.chosen_in_model
+    assert o.true_cost is None  # the store's median of the config chosen before no longer applies
 
 
 def test_a_choice_changes_the_outcome_the_saved_choice_and_the_report(tmp_path):
@@ -120,6 +121,7 @@ def test_the_final_metrics_follow_the_new_choice_and_keep_the_rest(tmp_path):
     assert step == 640 and saved["run/build_s"] == 12.0  # what the choice does not decide is kept
     assert saved["task/stem/final_latency_us"] == pytest.approx(1000.0)
     assert saved["best/final_latency_ms"] == pytest.approx(1.0 + 2 * 0.5) == tracker.metrics["best/final_latency_ms"]
+    assert saved["tuning/final_gflops"] == pytest.approx(stem.best_gflops + other.best_gflops)
 
 
 def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):

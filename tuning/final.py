@@ -45,6 +45,8 @@ def log_choice_metrics(outcomes, tracker, out_dir) -> None:
     chosen = {k: v for o in outcomes if len(outcomes) > 1 and math.isfinite(o.best_cost)
               for k, v in task_metrics(o).items()}
     chosen.update(headline_metrics(outcomes), **{"tuning/weighted_latency_ms": weighted_latency_ms(outcomes)})
+    if len(outcomes) > 1:
+        chosen["tuning/final_gflops"] = sum(o.best_gflops for o in outcomes)
     chosen = {k: v for k, v in chosen.items() if math.isfinite(v)}
     tracker.log_metrics(chosen, step=step)
     save_final_metrics(out_dir, step, {**saved, **chosen})

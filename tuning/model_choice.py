@@ -49,7 +49,8 @@ def choose_in_model(cfg, hardware, outcomes, out_dir: Path, tracker) -> dict | N
         return None
     except RuntimeError as error:  # a worker that crashed or timed out: the run keeps its standalone choice
         print(f"kernels not re-chosen inside the model, the standalone choice kept: {error}")
-        tracker.set_tags({"in_model": f"failed: {str(error)[:200]}"})
+        last_line = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        tracker.set_tags({"in_model": f"failed: {last_line[:200]}"})
         return None
     report = {}
     for outcome in heaviest:
@@ -96,6 +97,7 @@ def take_in_model(outcome, configs: list, readings: list) -> None:
     outcome.final_costs = list(readings[best])
     outcome.best_cost = medians[best]
     outcome.chosen_in_model = True
+    outcome.true_cost = None  # the store's median was of the config chosen before
 
 
 def choice_report(outcome, configs: list, readings: list) -> dict:

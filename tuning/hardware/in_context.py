@@ -55,16 +55,24 @@ def time_candidates(model_cfg: dict, seed: int, target: dict, device: str, datab
 
 
 def build_candidate(task, target: dict, config: tuple, dev) -> tuple:
-    """(function, [a tensor of each argument's shape], the library that holds the function) of the
-    task's own build of `config`."""
+    """(function, own(k): a tensor of each argument's shape for the k-th call of a model run, the
+    library that holds the function) of the task's own build of `config`. Each call site gets its
+    own tensors, as the model's call sites have their own weights: one shared tensor would stay in
+    the caches between two calls of a run and flatter the candidate."""
     import tvm
 
     from tuning.hardware.tvm_worker import _compile, as_built, task_schedules
 
     mod, shapes = as_built(task_schedules(task.workload, target).schedule(config)[0])
     lib = _compile(mod, target)
-    rng = np.random.default_rng(0)
-    own = [tvm.runtime.tensor(rng.uniform(-1, 1, size=shape).astype(dtype), dev) for shape, dtype in shapes]
+    by_call: dict = {}
+
+    def own(k: int) -> list:
+        if k not in by_call:
+            rng = np.random.default_rng(k)
+            by_call[k] = [tvm.runtime.tensor(rng.uniform(-1, 1, size=shape).astype(dtype), dev) for shape, dtype in shapes]
+        return by_call[k]
+
     return lib[lib.entry_name], own, lib
 
 
@@ -75,12 +83,15 @@ def substituted_seconds(vm, x, symbol: str, kernel: tuple, runs: int) -> float:
 
     function, own, _ = kernel
     seconds: list = []
+    calls_this_run = [0]
 
     def instrument(func, called, before_run, ret_value, *args):
         if str(called) != symbol:
             return VMInstrumentReturnKind.NO_OP
         if before_run:
-            used = [arg if tuple(arg.shape) == tuple(mine.shape) else mine for arg, mine in zip(args, own)]
+            mine = own(calls_this_run[0])
+            calls_this_run[0] += 1
+            used = [arg if tuple(arg.shape) == tuple(m.shape) else m for arg, m in zip(args, mine)]
             started = time.perf_counter()
             function(*used)
             seconds.append(time.perf_counter() - started)
@@ -91,6 +102,7 @@ def substituted_seconds(vm, x, symbol: str, kernel: tuple, runs: int) -> float:
     try:
         for _ in range(runs + 1):
             write_input()
+            calls_this_run[0] = 0
             vm["main"](x)
     finally:
         vm.set_instrument(None)

@@ -262,22 +262,26 @@ def add_overhead(client, runs: list[LoadedRun], curves: list[Curve]) -> list[str
         if len(run.tasks) != 1:
             notes.append(f"{curve.method} seed {curve.seed}: several tasks, seconds without search and model time")
             continue
+        reused = run.metrics.get("tuning/measurements", 0) - run.metrics.get("tuning/new_measurements", 0)
         for key, before in OVERHEAD_METRICS.items():
             history = {m.step: m.value for m in client.get_metric_history(run.run_id, key)}
-            curve.elapsed_s = curve.elapsed_s + overhead_at_each(history, curve.length, before)
+            curve.elapsed_s = curve.elapsed_s + overhead_at_each(history, curve.length, before, int(reused))
     return notes + ["seconds include each run's own search and model-fitting seconds (--with-overhead)"]
 
 
-def overhead_at_each(history: dict, length: int, from_round_before: bool = False) -> np.ndarray:
-    """Cumulative seconds ({step: seconds so far}, step = measurements after a round) at each
-    measurement 1..length: the value logged after the round that holds it, or with
-    `from_round_before` after the round before it (0 in the first round); the last value past the
-    last round; zeros with no history."""
+def overhead_at_each(history: dict, length: int, from_round_before: bool = False, reused: int = 0) -> np.ndarray:
+    """Cumulative seconds ({step: seconds so far}, step = measurements after a round, `reused`
+    records from tuning.database counted in it) at each of the run's own measurements 1..length: the
+    value logged after the round that holds it, or with `from_round_before` after the round before
+    it (0 in the first round); the last value past the last round; zeros with no history. A resume
+    counts its seconds from 0 again: each later value keeps what was logged before the drop."""
     steps = np.array(sorted(history), dtype=np.int64)
     if not len(steps):
         return np.zeros(length)
     values = np.array([history[s] for s in steps], dtype=np.float64)
-    index = np.searchsorted(steps, np.arange(1, length + 1), side="left")
+    drops = np.concatenate([[0.0], np.where(np.diff(values) < 0, values[:-1], 0.0)])
+    values = values + np.cumsum(drops)
+    index = np.searchsorted(steps, np.arange(1, length + 1) + reused, side="left")
     if from_round_before:
         values = np.concatenate([[0.0], values])
     return values[np.minimum(index, len(values) - 1)]

@@ -236,7 +236,8 @@ def time_ratio(result: Comparison, task: str, claim: Claim, rng) -> dict:
     by_method = result.by_method(task)
     pairs = paired_by_seed(by_method.get(claim.method, []), by_method.get(claim.baseline, []))
     if len(pairs) < 2:
-        return {"n": len(pairs), "ratio": math.nan, "low": math.nan, "high": math.nan}
+        return {"n": len(pairs), "ratio": math.nan, "low": math.nan, "high": math.nan, "p": math.nan,
+                "identity": False}
     method = [time_to_target(m, target, claim.quantity) for m, _ in pairs]
     base = [time_to_target(b, target, claim.quantity) for _, b in pairs]
 
