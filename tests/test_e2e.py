@@ -120,6 +120,12 @@ def test_apply_standalone(tiny):
     stale = run(str(run_dir), "--stale-input", module=("-m", "tuning.tools.apply"), tmp=tmp)
     assert "[2 threads; one input, untouched between calls]" in stale and E2E.search(stale)["verdict"] == "match"
     assert json.loads((run_dir / "e2e.json").read_text())["fresh_input"] is False
+    (run_dir / "in_model.json").unlink()
+    again = run(str(run_dir), "--in-model", module=("-m", "tuning.tools.apply"), tmp=tmp)
+    assert "inside the model:" in again and E2E.search(again)["verdict"] == "match"
+    chosen = json.loads((run_dir / "in_model.json").read_text())
+    saved = {row["task"]: row for row in json.loads((run_dir / "best_configs.json").read_text())}
+    assert all(saved[task]["in_model"] for task in chosen) and (run_dir / "best_schedules").is_dir()
 
 
 @pytest.mark.slow  # whole models on real TVM take minutes: make test-full

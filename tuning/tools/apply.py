@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 
 from tuning.config import validate
 from tuning.core.outcome import TaskOutcome, chosen_bests, task_table
@@ -33,7 +34,8 @@ from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
 from tuning.final import log_choice_metrics
 from tuning.model_choice import choose_in_model
-from tuning.tools.sync import best_as_reported, load_chosen, save_chosen
+from tuning.tools.export import export_choice
+from tuning.tools.sync import best_as_reported, load_chosen, tracker_of
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
@@ -87,14 +89,12 @@ def apply_unmeasured(cfg, run_dir: Path) -> dict:
 
 def end_to_end(cfg, hardware, run_dir: Path, outcomes=None, in_model: bool = False) -> dict:
     """The model compiled with run_dir/database, timed, logged to the run's MLflow run; with
-    `in_model`, its heaviest kernels re-chosen inside the model first and the database and
-    best_configs.json written again with that choice."""
+    `in_model`, its heaviest kernels re-chosen inside the model first and the database,
+    best_schedules/ and best_configs.json written again with that choice (export_choice)."""
     tracker = tracker_of(cfg, run_dir)
     try:
         if in_model and outcomes and choose_in_model(cfg, hardware, outcomes, run_dir, tracker):
-            hardware.export_database([(o.task, o.records) for o in outcomes], run_dir / "database",
-                                     chosen=chosen_bests(outcomes))
-            save_chosen(run_dir, outcomes)
+            export_choice(SimpleNamespace(tracker=tracker, hardware=hardware), outcomes, run_dir)
             log_choice_metrics(outcomes, tracker, run_dir)
         return evaluate_end_to_end(cfg, hardware, tracker, run_dir, outcomes)
     finally:
@@ -122,19 +122,6 @@ def check_operator(cfg, run_dir: Path, records) -> dict:
     if not checked["correct"]:
         raise SystemExit(1)
     return checked
-
-
-def tracker_of(cfg, run_dir: Path):
-    from hydra.utils import instantiate
-
-    from tuning.tracking.base import NoTracker
-
-    run_id_file = run_dir / "mlflow_run_id"
-    if not run_id_file.exists():
-        return NoTracker()
-    tracker = instantiate(cfg.tracking)
-    tracker.start(cfg.model.name, {}, {}, resume_run_id=run_id_file.read_text().strip())
-    return tracker
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:

@@ -32,7 +32,7 @@ from tuning.model_choice import choose_in_model
 from tuning.resume import prior_records
 from tuning.run_folder import load_config, on_run_folder
 from tuning.tools.cli_common import new_parser
-from tuning.tools.sync import CHOSEN_FILE, best_as_reported, load_chosen, save_chosen
+from tuning.tools.sync import CHOSEN_FILE, best_as_reported, load_chosen, save_chosen, tracker_of
 from tuning.tracking.plot import convergence_png
 from tuning.whole_model import is_whole_model
 
@@ -91,8 +91,6 @@ def _convergence(outcomes, out_dir: Path, title: str) -> str:
 def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     """The run folder is untrusted input: its config is checked like run.py's before anything is built."""
     from hydra.utils import instantiate
-
-    from tuning.tools.apply import tracker_of
 
     cfg = load_config(run_dir / "config.yaml", "run")
     validate(cfg)

@@ -159,6 +159,21 @@ def final_metrics(out_dir: Path) -> tuple[int, dict]:
         return 0, {}
 
 
+def tracker_of(cfg, run_dir: Path):
+    """The run's own MLflow run, resumed (a NoTracker for a run without one): what apply and
+    export log to."""
+    from hydra.utils import instantiate
+
+    from tuning.tracking.base import NoTracker
+
+    run_id_file = run_dir / "mlflow_run_id"
+    if not run_id_file.exists():
+        return NoTracker()
+    tracker = instantiate(cfg.tracking)
+    tracker.start(cfg.model.name, {}, {}, resume_run_id=run_id_file.read_text().strip())
+    return tracker
+
+
 def save_final_metrics(out_dir: Path, step: int, metrics: dict) -> None:
     (out_dir / FINAL_METRICS_FILE).write_text(json.dumps({"step": step, "metrics": metrics}))
 
