@@ -44,9 +44,7 @@ def log_choice_metrics(outcomes, tracker, out_dir) -> None:
     step, saved = final_metrics(out_dir)
     chosen = {k: v for o in outcomes if len(outcomes) > 1 and math.isfinite(o.best_cost)
               for k, v in task_metrics(o).items()}
-    chosen.update(headline_metrics(outcomes), **{"tuning/weighted_latency_ms": weighted_latency_ms(outcomes)})
-    if len(outcomes) > 1:
-        chosen["tuning/final_gflops"] = sum(o.best_gflops for o in outcomes)
+    chosen.update(headline_metrics(outcomes), **chosen_totals(outcomes))
     chosen = {k: v for k, v in chosen.items() if math.isfinite(v)}
     tracker.log_metrics(chosen, step=step)
     save_final_metrics(out_dir, step, {**saved, **chosen})
@@ -61,11 +59,18 @@ def run_totals(outcomes, parts, progress, tuning_wall_s: float) -> dict:
         totals["run/simulated_s"] = progress.simulated_s
     if len(outcomes) == 1 and outcomes[0].true_cost:
         totals["tuning/best_true_us"] = outcomes[0].true_cost * 1e6
-    if len(outcomes) > 1:
-        totals["tuning/final_gflops"] = sum(o.best_gflops for o in outcomes)
     return {"tuning/measurements": progress.measured,
             "tuning/new_measurements": progress.measured - sum(o.reused for o in outcomes),
-            "tuning/weighted_latency_ms": weighted_latency_ms(outcomes), **totals}
+            **chosen_totals(outcomes), **totals}
+
+
+def chosen_totals(outcomes) -> dict:
+    """The tuning/* totals the chosen configs decide: the weighted latency and, for several tasks,
+    tuning/final_gflops."""
+    totals = {"tuning/weighted_latency_ms": weighted_latency_ms(outcomes)}
+    if len(outcomes) > 1:
+        totals["tuning/final_gflops"] = sum(o.best_gflops for o in outcomes)
+    return totals
 
 
 def task_metrics(outcome) -> dict:

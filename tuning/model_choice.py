@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tuning.core.outcome import fastest_by_config
 from tuning.run_folder import write_inside
 
 REPORT_FILE = "in_model.json"
@@ -77,11 +78,7 @@ def heaviest_outcomes(outcomes, count: int) -> list:
 
 def finalists(outcome, count: int) -> list[tuple]:
     """The chosen config, then the other validly measured configs fastest record first: `count` in all."""
-    fastest: dict = {}
-    for record in outcome.records:
-        if record.result.ok:
-            config = tuple(record.config)
-            fastest[config] = min(fastest.get(config, math.inf), record.result.cost)
+    fastest = fastest_by_config(outcome.records)
     chosen = tuple(outcome.best_config)
     others = sorted((c for c in fastest if c != chosen), key=fastest.get)
     return [chosen, *others][:count]
@@ -101,9 +98,9 @@ def take_in_model(outcome, configs: list, readings: list) -> None:
 
 
 def choice_report(outcome, configs: list, readings: list) -> dict:
-    medians = [float(np.median(r)) for r in readings]
     """The task's choice before (its config and predicted seconds: alone, or inside the model where an
     earlier choice was made there), every candidate's readings, their medians and the one chosen."""
+    medians = [float(np.median(r)) for r in readings]
     return {"before": {"config": list(outcome.best_config), "seconds": outcome.best_cost},
             "configs": [list(c) for c in configs], "in_model_s": readings, "median_s": medians,
             "chosen": int(np.argmin(medians))}

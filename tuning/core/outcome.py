@@ -44,6 +44,16 @@ class TaskOutcome:
         return best_so_far([self], "gflops")
 
 
+def fastest_by_config(records) -> dict:
+    """{config: its fastest valid reading} over the records, each config once."""
+    fastest: dict = {}
+    for record in records:
+        if record.result.ok:
+            config = tuple(record.config)
+            fastest[config] = min(fastest.get(config, math.inf), record.result.cost)
+    return fastest
+
+
 def best_from_records(outcome: TaskOutcome) -> None:
     """The best valid record as the outcome's result, without re-measuring it."""
     ok = [r for r in outcome.records if r.result.ok]

@@ -5,8 +5,9 @@ Relax pipelines) can apply what tunelab found, like any MetaSchedule result.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
+
+from tuning.core.outcome import fastest_by_config
 
 KEEP_BEST = 16  # per task: enough to pick from, small enough to replay quickly
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # what JSONDatabase writes
@@ -41,12 +42,7 @@ def database_rows(records, chosen=None) -> list[tuple[tuple, list[float]]]:
     the re-measured best of the run's end), that config leads with those seconds and only configs
     slower than it by their own records follow: one faster by its tuning-time median is one the
     re-measurement passed over. KEEP_BEST rows at most."""
-    best: dict = {}
-    for record in records:
-        if record.result.ok:
-            config = tuple(record.config)
-            best[config] = min(best.get(config, math.inf), record.result.cost)
-    rows = sorted(best.items(), key=lambda row: row[1])
+    rows = sorted(fastest_by_config(records).items(), key=lambda row: row[1])
     if chosen is not None:
         config, seconds = tuple(chosen[0]), float(chosen[1])
         rows = [(config, seconds), *((c, s) for c, s in rows if c != config and s > seconds)]

@@ -105,7 +105,7 @@ def matches(name: str, patterns) -> bool:
 
 def check_holdout(patterns, names: list[str]) -> None:
     """Before any round: every --holdout pattern names a kernel, and some kernel is left to train on."""
-    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(name, p) for name in names)]
+    unmatched = [p for p in patterns if not any(matches(name, [p]) for name in names)]
     if unmatched:
         raise SystemExit(f"tunelab: --holdout: no kernel matches {', '.join(unmatched)} (kernels: "
                          f"{', '.join(sorted(set(names)))})")
