@@ -5,6 +5,7 @@
     python experiments/claims.py chameleon --table-only     # the table from the runs already made
     python experiments/claims.py adatune --models conv_l8 --seeds 10 --jobs 2
     python experiments/claims.py adatune budget.trials=500                  # Hydra overrides for every run
+    python experiments/claims.py chameleon --full-space --hours 2           # the headline rows on whole spaces
 
 The store is one built with the store's documented command (docs/store.md), timed as
 evaluator=adatune_de so that one store answers every evaluator of both papers:
@@ -18,6 +19,16 @@ mean k" (sa_plan_k), then compares everything with `python -m tuning.tools.compa
 claim: the paper's number, ours with a 95% CI over seeds, and a verdict. `adatune` does the same with
 `+experiment=adatune_replay`. Nothing is measured: every run replays the store (simulated clock).
 
+`--full-space` re-tests the headline rows (Chameleon: SA, SA+AS, AE, AE+AS; AdaTune: XGB+SA+DE and
+RFEI+CSA+AE) where the methods' moves are their own: the tasks' whole spaces (conv_l8 and gemm_512 by
+default), 500 measurements a run, each config no run has measured before timed on this host and added
+to the store (stores/full-space.sqlite; hardware.on_miss=measure), so the seeds and rows share every
+reading and a run that proposes a config another measured replays it. Each run has its folder under
+outputs/campaigns/<paper>-full/<task>/<row>/seed<k>; the runs go seed by seed, one at a time; `--hours`
+stops the campaign cleanly (the run in flight ends KILLED) and the same command continues it: finished
+runs are skipped, a stopped one resumes, nothing measured is measured again. The table (MLflow
+experiment claims-<paper>-full) compares the finished runs.
+
 A claim's ratio is a speed-up, baseline / method (above 1: the method needs less). For times to a
 target with censored runs it is the ratio of the Kaplan-Meier medians with a bootstrap CI that
 resamples seeds (the same seeds for both: common random numbers); for a final metric it is the
@@ -30,11 +41,13 @@ needs less, or "undecided at this power".
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +74,7 @@ class Paper:
     budgets: tuple
     claims: tuple
     notes: tuple
+    full_rows: tuple  # the headline rows --full-space re-runs on the tasks' whole spaces
 
 
 CHAMELEON = Paper(
@@ -88,7 +102,8 @@ CHAMELEON = Paper(
     ("Budget: 16 iterations per task and at most 1000 measurements (Chameleon Tables 7-8); greedy columns "
      "measure 1000, adaptive ones what their knee asks for.",
      "opt_s: the simulated build + run seconds of the store's readings plus the search and model-fitting "
-     "seconds this host spent (the paper's optimisation time includes all three)."))
+     "seconds this host spent (the paper's optimisation time includes all three)."),
+    ("sa", "sa_as", "ae", "ae_as"))
 
 ADATUNE = Paper(
     "adatune_replay", "claims-adatune", "experiment/adatune_row",
@@ -108,7 +123,8 @@ ADATUNE = Paper(
      Claim("contextual SA on top of RFEI (§5.3, Fig. 11)", "RFEI+SA+DE", "RFEI+CSA+DE", "seconds", "")),
     ("Budget: 1000 measurements, plan size 32 for every row (AdaTune's code).",
      "run/run_s: the seconds spent running kernels, from the store's rows (the adaptive evaluator is "
-     "charged the stored seconds of the micro-batches its rule kept)."))
+     "charged the stored seconds of the micro-batches its rule kept)."),
+    ("xgb_sa_de", "rfei_csa_ae"))
 
 PAPERS = {"chameleon": CHAMELEON, "adatune": ADATUNE}
 
@@ -126,6 +142,83 @@ def run_grid(paper: Paper, args, extra: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run(command, cwd=REPO, check=True)
     return time.perf_counter() - started
+
+
+# ---- the full-space campaign ---------------------------------------------------------------------
+FULL_MODELS = ("conv_l8", "gemm_512")
+FULL_TRIALS = 500  # measurements per run
+FULL_BUDGETS = (128, 500)
+FULL_STORE = "stores/full-space.sqlite"
+
+
+def full_experiment(paper: Paper) -> str:
+    return f"{paper.mlflow_experiment}-full"
+
+
+def full_space_overrides(paper: Paper, args) -> list[str]:
+    """The paper's experiment on the tasks' whole spaces: every proposal answered from the store when a
+    reading is there, measured on this host and added first when not (hardware.on_miss=measure)."""
+    return ["model.space=full", "hardware.on_miss=measure", "hardware.create=true", f"hardware.store={args.store}",
+            f"budget.trials_per_task={FULL_TRIALS}", f"tracking.uri={args.tracking_uri}",
+            f"tracking.experiment={full_experiment(paper)}"]
+
+
+def campaign_jobs(paper: Paper, args) -> list[tuple[str, int, str]]:
+    """(model, seed, row), seed by seed: a campaign stopped early leaves whole seeds behind it."""
+    return [(model, seed, row) for seed in range(args.seed_from, args.seed_from + args.seeds)
+            for model in args.models for row in paper.full_rows]
+
+
+def job_command(paper: Paper, args, model: str, seed: int, row: str, folder: Path) -> list[str]:
+    """run.py's command for the job: a resume where its folder holds a run, else a new run there."""
+    if any((folder / name).exists() for name in ("config.yaml", "records.jsonl")):
+        return [sys.executable, str(REPO / "run.py"), f"resume={folder}"]
+    return [sys.executable, str(REPO / "run.py"), f"+experiment={paper.experiment}",
+            f"+{paper.row_group}={row}", f"model={model}", f"seed={seed}", *full_space_overrides(paper, args),
+            *args.overrides, f"hydra.run.dir={folder}"]
+
+
+def run_campaign(paper: Paper, args) -> float:
+    """Every job's run in its own folder under --campaign: finished runs skipped, stopped ones resumed,
+    the rest started, one at a time (they time kernels). At --hours the run in flight gets SIGTERM (it
+    ends KILLED with its records and MLflow history) and the next call resumes it. Returns its wall
+    seconds."""
+    deadline = time.monotonic() + args.hours * 3600 if args.hours else math.inf
+    started, jobs = time.perf_counter(), campaign_jobs(paper, args)
+    for model, seed, row in jobs:
+        folder = args.campaign / model / row / f"seed{seed}"
+        if _status(folder) == "FINISHED":
+            continue
+        if time.monotonic() >= deadline:
+            break
+        command = job_command(paper, args, model, seed, row, folder)
+        print("$ " + " ".join(command), flush=True)
+        process = subprocess.Popen(command, cwd=REPO)
+        try:
+            code = process.wait(timeout=None if math.isinf(deadline) else max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+            break
+        if code != 0:
+            raise SystemExit(f"claims: the run in {folder} exited {code} (its run.log says why); "
+                             "the same command resumes it")
+    finished, total = campaign_progress(paper, args)
+    if finished < total:
+        print(f"campaign stopped at --hours with {finished} of {total} runs finished: the same command "
+              "continues it (finished runs are skipped, a stopped one resumes, the store re-measures nothing)")
+    return time.perf_counter() - started
+
+
+def campaign_progress(paper: Paper, args) -> tuple[int, int]:
+    """(runs finished, runs in the campaign)."""
+    jobs = campaign_jobs(paper, args)
+    return sum(_status(args.campaign / m / r / f"seed{s}") == "FINISHED" for m, s, r in jobs), len(jobs)
+
+
+def _status(folder: Path) -> str | None:
+    path = folder / "status"
+    return path.read_text().strip() if path.is_file() else None
 
 
 def mean_k(client, paper: Paper, model: str) -> float:
@@ -188,7 +281,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paper", choices=sorted(PAPERS))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (e.g. budget.trials=500)")
-    parser.add_argument("--store", default="stores/lab.sqlite")
+    parser.add_argument("--store", help=f"the measurement store (default: stores/lab.sqlite; with --full-space "
+                                        f"{FULL_STORE}, created when missing)")
     parser.add_argument("--models", nargs="+", help="tasks (default: the paper's)")
     parser.add_argument("--seeds", type=int, default=10, help="seeds to run")
     parser.add_argument("--seed-from", type=int, default=0, help="the first seed (add seeds to a grid already run: "
@@ -201,14 +295,30 @@ def parse_args(argv=None):
                         help="seconds to the target also count each run's own search and model-fitting seconds, "
                              "as the optimisation seconds do (one time axis for every method)")
     parser.add_argument("--out", help="output folder (default: claims-<paper>/<time> beside the MLflow store)")
+    parser.add_argument("--full-space", action="store_true",
+                        help=f"the paper's headline rows on the tasks' whole spaces (default tasks "
+                             f"{' '.join(FULL_MODELS)}), {FULL_TRIALS} measurements a run, each new config measured "
+                             "on this host into --store: a campaign of hours that resumes")
+    parser.add_argument("--hours", type=float, help="--full-space: stop cleanly after this many hours (the run in "
+                                                    "flight ends KILLED; the same command continues)")
+    parser.add_argument("--campaign", type=Path, help="--full-space: the runs' folders (default: "
+                                                      "outputs/campaigns/<paper>-full)")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     paper = PAPERS[args.paper]
-    args.models = args.models or list(paper.models)
+    args.models = args.models or list(FULL_MODELS if args.full_space else paper.models)
     if args.seeds < 1 or args.seed_from < 0 or not (0 < args.fraction <= 1) or args.jobs < 1:
         parser.error("--seeds must be >= 1, --seed-from >= 0, --fraction in (0, 1], --jobs >= 1")
-    store = Path(args.store)
-    if not store.is_file():
-        parser.error(f"--store: no such file {args.store!r} (build it: see this command's --help)")
+    if (args.hours is not None or args.campaign) and not args.full_space:
+        parser.error("--hours and --campaign belong to a --full-space campaign")
+    if args.hours is not None and not args.hours > 0:
+        parser.error("--hours: must be > 0")
+    store = Path(args.store or (FULL_STORE if args.full_space else "stores/lab.sqlite"))
+    if args.full_space:
+        store = REPO / store if not store.is_absolute() else store
+        store.parent.mkdir(parents=True, exist_ok=True)
+        args.campaign = (args.campaign or REPO / "outputs" / "campaigns" / f"{args.paper}-full").resolve()
+    elif not store.is_file():
+        parser.error(f"--store: no such file {str(store)!r} (build it: see this command's --help)")
     args.store = str(store.resolve())
     return args, paper
 
@@ -219,6 +329,8 @@ def main(argv=None) -> list[dict]:
     args, paper = parse_args(argv)
     client = MlflowClient(args.tracking_uri)
     cost, k_by_model = {}, {}
+    if args.full_space:
+        return full_space_main(paper, args)
     if not args.table_only:
         seconds = run_grid(paper, args, [])
         if paper is CHAMELEON:
@@ -229,19 +341,42 @@ def main(argv=None) -> list[dict]:
         cost["grid"] = f"{seconds / 60:.1f} min wall"
     elif paper is CHAMELEON:
         k_by_model = {m: mean_k(client, paper, m) for m in args.models}
+    return claims_table(paper, args, paper.mlflow_experiment, paper.budgets, paper.claims, cost, k_by_model,
+                        "restricted to the store's configs")
+
+
+def full_space_main(paper: Paper, args) -> list[dict]:
+    """The campaign (unless --table-only), then the table of the claims between its rows."""
+    cost = {}
+    if not args.table_only:
+        cost["campaign"] = f"{run_campaign(paper, args) / 60:.1f} min wall this call"
+    finished, total = campaign_progress(paper, args)
+    cost["runs"] = f"{finished} of the campaign's {total} runs finished ({args.campaign})"
+    names = {paper.rows[row] for row in paper.full_rows}
+    claims = tuple(c for c in paper.claims if {c.baseline, c.method} <= names)
+    full = replace(paper, notes=(f"Full space (model.space=full): every run measured {FULL_TRIALS} proposals; "
+                                 "a config the store held was answered from it, any other measured on this host and "
+                                 "added (hardware.on_miss=measure), so seeds and rows share readings and the "
+                                 "simulated clock counts each reading's stored build + run seconds.", *paper.notes[1:]))
+    return claims_table(full, args, full_experiment(paper), FULL_BUDGETS, claims, cost, {}, "full space")
+
+
+def claims_table(paper: Paper, args, experiment: str, budgets, claims, cost: dict, k_by_model: dict,
+                 space: str) -> list[dict]:
+    """The comparison of the experiment's finished runs, the claims' rows and the page claims.md."""
     out = Path(args.out) if args.out else default_out(args.tracking_uri, args.paper)
-    result = compare_main(["--experiment", paper.mlflow_experiment, "--tag", f"experiment={paper.experiment}",
+    result = compare_main(["--experiment", experiment, "--tag", f"experiment={paper.experiment}",
                            "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
-                           "--fraction", str(args.fraction), "--budgets", *map(str, paper.budgets),
+                           "--fraction", str(args.fraction), "--budgets", *map(str, budgets),
                            "--metric", "run/run_s", "--tracking-uri", args.tracking_uri, "--out", str(out),
                            "--no-mlflow-run", *(["--with-overhead"] if args.with_overhead else [])],
                           rename=paper.rows)
     cost["replays"] = replay_cost(result)
     cost["store"] = store_cost(args.store, _store_tasks(args.store, result))
-    rows = claim_rows(paper.claims, result)
+    rows = claim_rows(claims, result)
     seeds = sorted({c.seed for c in result.curves})
-    text = (f"# Claims: {args.paper}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), target {args.fraction:g} of the "
-            f"best known throughput\n\n" + claims_markdown(paper, rows, cost, k_by_model))
+    text = (f"# Claims: {args.paper}, {space}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), target {args.fraction:g} "
+            f"of the best known throughput\n\n" + claims_markdown(paper, rows, cost, k_by_model))
     (out / "claims.md").write_text(text)
     print("\n" + text)
     print(f"files: {out}")

@@ -4,6 +4,7 @@ on hand-made curves."""
 from __future__ import annotations
 
 import math
+import sqlite3
 
 import numpy as np
 import pytest
@@ -385,3 +386,55 @@ def test_xgb_fits_the_trees_xgb_train_with_early_stopping_would(objective):
     assert model.booster.attr("best_iteration") == reference.attr("best_iteration")
     probe = rng.integers(0, 8, size=(40, 4)).astype(float)
     assert np.array_equal(model.predict(probe), reference.inplace_predict(probe).astype(np.float64))
+
+
+def test_a_full_space_campaign_stops_at_its_hours_and_the_same_command_continues_it(tmp_path, experiment_script, capsys):
+    """claims.py --full-space on a synthetic backend: a stop at --hours leaves no run finished; the same
+    command then runs every job; a third call measures nothing and starts no run."""
+    from mlflow.tracking import MlflowClient
+
+    claims = experiment_script("claims")
+    store, uri = tmp_path / "stores" / "full.sqlite", f"sqlite:///{tmp_path}/mlflow.db"
+    command = ["adatune", "--full-space", "--store", str(store), "--models", "gemm_64", "--seeds", "2",
+               "--campaign", str(tmp_path / "campaign"), "--tracking-uri", uri, "--out", str(tmp_path / "out"),
+               *SYNTHETIC_BACKEND, "budget.trials_per_task=48"]
+    with pytest.raises(SystemExit):  # no run finished: nothing to compare yet
+        claims.main([*command, "--hours", str(1 / 3600)])  # SIGTERM a second in: run.py is still starting
+    assert "campaign stopped at --hours with 0 of 4 runs finished" in capsys.readouterr().out
+    rows = claims.main(command)
+    assert {r["method"] for r in rows} == {"RFEI+CSA+AE"} and all(r["baseline"] == "XGB+SA+DE" for r in rows)
+    text = (tmp_path / "out" / "claims.md").read_text()
+    assert "full space, seeds 0-1 (2)" in text and "Full space (model.space=full)" in text
+    folders = sorted(p.parent.relative_to(tmp_path / "campaign") for p in (tmp_path / "campaign").rglob("status"))
+    assert [str(f) for f in folders] == [f"gemm_64/{row}/seed{s}" for row in ("rfei_csa_ae", "xgb_sa_de") for s in (0, 1)]
+    client = MlflowClient(uri)
+    [experiment] = [e for e in client.search_experiments() if e.name == "claims-adatune-full"]
+    runs = len(client.search_runs([experiment.experiment_id]))
+    rows_in_store = sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0]
+    claims.main(command)
+    assert len(client.search_runs([experiment.experiment_id])) == runs
+    assert sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0] == rows_in_store
+
+
+def test_campaign_options_belong_to_a_full_space_campaign(experiment_script, capsys):
+    claims = experiment_script("claims")
+    with pytest.raises(SystemExit):
+        claims.parse_args(["chameleon", "--hours", "2"])
+    assert "--hours and --campaign belong to a --full-space campaign" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.parse_args(["chameleon", "--full-space", "--hours", "0"])
+    assert "--hours: must be > 0" in capsys.readouterr().err
+
+
+def test_a_job_whose_folder_holds_a_run_resumes_it(tmp_path, experiment_script):
+    claims = experiment_script("claims")
+    args, paper = claims.parse_args(["chameleon", "--full-space", "--store", str(tmp_path / "s.sqlite"),
+                                     "--campaign", str(tmp_path / "c"), "budget.trials_per_task=8"])
+    folder = tmp_path / "c" / "conv_l8" / "sa" / "seed0"
+    new = claims.job_command(paper, args, "conv_l8", 0, "sa", folder)
+    assert "+experiment/chameleon_row=sa" in new and "model.space=full" in new and "hardware.on_miss=measure" in new
+    assert new.index("budget.trials_per_task=500") < new.index("budget.trials_per_task=8")  # the user's wins
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("{}")
+    assert claims.job_command(paper, args, "conv_l8", 0, "sa", folder)[2:] == [f"resume={folder}"]
+    assert [job[2] for job in claims.campaign_jobs(paper, args)[:4]] == ["sa", "sa_as", "ae", "ae_as"]
