@@ -66,7 +66,8 @@ class E2ESchema:
     fresh_input: bool = True  # the input written (untimed) before each call, as a caller's new input is
     in_model_kernels: int = 10  # the heaviest tasks re-chosen by their candidates' time inside the model (0: off)
     in_model_candidates: int = 4  # configs timed there per task (its chosen one and the next fastest)
-    in_model_processes: int = 2  # fresh processes reading them (each lays the model's buffers out anew)
+    in_model_processes: int = 4  # fresh processes reading them (each lays the model's buffers out anew): the
+                                 # even-numbered ones choose, the odd-numbered ones predict
     in_model_rounds: int = 3  # readings of every candidate per process, in an order rotated each round
     in_model_runs: int = 20  # model runs per reading (its median)
 
