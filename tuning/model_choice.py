@@ -105,7 +105,7 @@ def take_in_model(outcome, configs: list, choice: list, prediction: list | None 
     """The outcome reports the config whose `choice` readings have the lowest median, at its
     `prediction` readings (default: the choice's own)."""
     prediction = choice if prediction is None else prediction
-    medians = [float(np.median(r)) if r else math.inf for r in choice]
+    medians = _medians(choice)
     best = int(np.argmin(medians))
     if not (math.isfinite(medians[best]) and prediction[best]):
         return
