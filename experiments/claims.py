@@ -310,6 +310,8 @@ def parse_args(argv=None):
         parser.error("--seeds must be >= 1, --seed-from >= 0, --fraction in (0, 1], --jobs >= 1")
     if (args.hours is not None or args.campaign) and not args.full_space:
         parser.error("--hours and --campaign belong to a --full-space campaign")
+    if args.full_space and args.jobs > 1:
+        parser.error("--jobs: a --full-space campaign times kernels, one run at a time")
     if args.hours is not None and not args.hours > 0:
         parser.error("--hours: must be > 0")
     store = Path(args.store or (FULL_STORE if args.full_space else "stores/lab.sqlite"))
@@ -354,7 +356,8 @@ def full_space_main(paper: Paper, args) -> list[dict]:
     cost["runs"] = f"{finished} of the campaign's {total} runs finished ({args.campaign})"
     names = {paper.rows[row] for row in paper.full_rows}
     claims = tuple(c for c in paper.claims if {c.baseline, c.method} <= names)
-    full = replace(paper, notes=(f"Full space (model.space=full): every run measured {FULL_TRIALS} proposals; "
+    full = replace(paper, notes=(f"Full space (model.space=full): at most {FULL_TRIALS} measurements a run (the "
+                                 "paper's rounds otherwise; an adaptive sampler measures what its knee asks for); "
                                  "a config the store held was answered from it, any other measured on this host and "
                                  "added (hardware.on_miss=measure), so seeds and rows share readings and the "
                                  "simulated clock counts each reading's stored build + run seconds.", *paper.notes[1:]))

@@ -424,6 +424,9 @@ def test_campaign_options_belong_to_a_full_space_campaign(experiment_script, cap
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--full-space", "--hours", "0"])
     assert "--hours: must be > 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.parse_args(["chameleon", "--full-space", "--jobs", "2"])
+    assert "--jobs: a --full-space campaign times kernels" in capsys.readouterr().err
 
 
 def test_a_job_whose_folder_holds_a_run_resumes_it(tmp_path, experiment_script):
