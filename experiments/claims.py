@@ -56,6 +56,7 @@ from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import QUANTITY_NAMES, claim_cell, summary_markdown
 from tuning.tools.compare.statistics import Claim, claim_rows
+from tuning.run_folder import holds_run, read_status
 from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -171,7 +172,7 @@ def campaign_jobs(paper: Paper, args) -> list[tuple[str, int, str]]:
 
 def job_command(paper: Paper, args, model: str, seed: int, row: str, folder: Path) -> list[str]:
     """run.py's command for the job: a resume where its folder holds a run, else a new run there."""
-    if any((folder / name).exists() for name in ("config.yaml", "records.jsonl")):
+    if holds_run(folder):
         return [sys.executable, str(REPO / "run.py"), f"resume={folder}"]
     return [sys.executable, str(REPO / "run.py"), f"+experiment={paper.experiment}",
             f"+{paper.row_group}={row}", f"model={model}", f"seed={seed}", *full_space_overrides(paper, args),
@@ -186,8 +187,8 @@ def run_campaign(paper: Paper, args) -> float:
     deadline = time.monotonic() + args.hours * 3600 if args.hours else math.inf
     started, jobs = time.perf_counter(), campaign_jobs(paper, args)
     for model, seed, row in jobs:
-        folder = args.campaign / model / row / f"seed{seed}"
-        if _status(folder) == "FINISHED":
+        folder = job_folder(args, model, seed, row)
+        if read_status(folder) == "FINISHED":
             continue
         if time.monotonic() >= deadline:
             break
@@ -213,12 +214,11 @@ def run_campaign(paper: Paper, args) -> float:
 def campaign_progress(paper: Paper, args) -> tuple[int, int]:
     """(runs finished, runs in the campaign)."""
     jobs = campaign_jobs(paper, args)
-    return sum(_status(args.campaign / m / r / f"seed{s}") == "FINISHED" for m, s, r in jobs), len(jobs)
+    return sum(read_status(job_folder(args, *job)) == "FINISHED" for job in jobs), len(jobs)
 
 
-def _status(folder: Path) -> str | None:
-    path = folder / "status"
-    return path.read_text().strip() if path.is_file() else None
+def job_folder(args, model: str, seed: int, row: str) -> Path:
+    return args.campaign / model / row / f"seed{seed}"
 
 
 def mean_k(client, paper: Paper, model: str) -> float:

@@ -32,6 +32,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from tuning.tools.compare.stats import holm, paired_ratio
+from tuning.whole_model import KERNEL_MARGIN
 
 NOT_COPIED = {"mlflow_run_id"}  # the copy's apply logs nowhere: the run's MLflow history stays as it is
 
@@ -41,7 +42,7 @@ def parse_args(argv=None):
     parser.add_argument("runs", type=Path, nargs="+", help="finished whole-model run folders")
     parser.add_argument("--processes", type=int, default=8, help="fresh processes (one reading each) per run")
     parser.add_argument("--kernels", type=int, default=10, help="the heaviest kernels tabled (by calls x time)")
-    parser.add_argument("--margin", type=float, default=1.05, help="the in-model / predicted ratio a kernel should stay under")
+    parser.add_argument("--margin", type=float, default=KERNEL_MARGIN, help="the in-model / predicted ratio a kernel should stay under")
     parser.add_argument("--json", type=Path, help="also write every process's e2e.json here")
     args = parser.parse_args(argv)
     if args.processes < 2:
