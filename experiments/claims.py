@@ -41,9 +41,7 @@ needs less, or "undecided at this power".
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -54,9 +52,9 @@ import numpy as np
 
 from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.load import find_runs
-from tuning.tools.compare.report import QUANTITY_NAMES, claim_cell, summary_markdown
+from tuning.tools.compare.report import claims_markdown
 from tuning.tools.compare.statistics import Claim, claim_rows
-from tuning.run_folder import holds_run, read_status
+from tuning.tools.campaign import Job, progress, run_campaign
 from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -164,61 +162,13 @@ def full_space_overrides(paper: Paper, args) -> list[str]:
             f"tracking.experiment={full_experiment(paper)}"]
 
 
-def campaign_jobs(paper: Paper, args) -> list[tuple[str, int, str]]:
-    """(model, seed, row), seed by seed: a campaign stopped early leaves whole seeds behind it."""
-    return [(model, seed, row) for seed in range(args.seed_from, args.seed_from + args.seeds)
+def campaign_jobs(paper: Paper, args) -> list[Job]:
+    """One job per (model, row), seed by seed: a campaign stopped early leaves whole seeds behind it."""
+    return [Job(args.campaign / model / row / f"seed{seed}",
+                (f"+experiment={paper.experiment}", f"+{paper.row_group}={row}", f"model={model}", f"seed={seed}",
+                 *full_space_overrides(paper, args), *args.overrides))
+            for seed in range(args.seed_from, args.seed_from + args.seeds)
             for model in args.models for row in paper.full_rows]
-
-
-def job_command(paper: Paper, args, model: str, seed: int, row: str, folder: Path) -> list[str]:
-    """run.py's command for the job: a resume where its folder holds a run, else a new run there."""
-    if holds_run(folder):
-        return [sys.executable, str(REPO / "run.py"), f"resume={folder}"]
-    return [sys.executable, str(REPO / "run.py"), f"+experiment={paper.experiment}",
-            f"+{paper.row_group}={row}", f"model={model}", f"seed={seed}", *full_space_overrides(paper, args),
-            *args.overrides, f"hydra.run.dir={folder}"]
-
-
-def run_campaign(paper: Paper, args) -> float:
-    """Every job's run in its own folder under --campaign: finished runs skipped, stopped ones resumed,
-    the rest started, one at a time (they time kernels). At --hours the run in flight gets SIGTERM (it
-    ends KILLED with its records and MLflow history) and the next call resumes it. Returns its wall
-    seconds."""
-    deadline = time.monotonic() + args.hours * 3600 if args.hours else math.inf
-    started, jobs = time.perf_counter(), campaign_jobs(paper, args)
-    for model, seed, row in jobs:
-        folder = job_folder(args, model, seed, row)
-        if read_status(folder) == "FINISHED":
-            continue
-        if time.monotonic() >= deadline:
-            break
-        command = job_command(paper, args, model, seed, row, folder)
-        print("$ " + " ".join(command), flush=True)
-        process = subprocess.Popen(command, cwd=REPO)
-        try:
-            code = process.wait(timeout=None if math.isinf(deadline) else max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGTERM)
-            process.wait()
-            break
-        if code != 0:
-            raise SystemExit(f"claims: the run in {folder} exited {code} (its run.log says why); "
-                             "the same command resumes it")
-    finished, total = campaign_progress(paper, args)
-    if finished < total:
-        print(f"campaign stopped at --hours with {finished} of {total} runs finished: the same command "
-              "continues it (finished runs are skipped, a stopped one resumes, the store re-measures nothing)")
-    return time.perf_counter() - started
-
-
-def campaign_progress(paper: Paper, args) -> tuple[int, int]:
-    """(runs finished, runs in the campaign)."""
-    jobs = campaign_jobs(paper, args)
-    return sum(read_status(job_folder(args, *job)) == "FINISHED" for job in jobs), len(jobs)
-
-
-def job_folder(args, model: str, seed: int, row: str) -> Path:
-    return args.campaign / model / row / f"seed{seed}"
 
 
 def mean_k(client, paper: Paper, model: str) -> float:
@@ -233,32 +183,12 @@ def mean_k(client, paper: Paper, model: str) -> float:
 
 
 # ---- the claims' page ----------------------------------------------------------------------------
-def claims_markdown(paper: Paper, rows: list[dict], cost: dict, k_by_model: dict) -> str:
-    out = ["Speed-up = baseline / method (above 1: the method needs less), 95% CI over seeds; verdict: holds / does "
-           "not hold / undecided for a paper's claim, less / more / undecided for a control or fidelity row, each "
-           "only when the CI excludes 1 and the row's test (log-rank on the times to the target, Wilcoxon on "
-           "the per-seed log ratios of a metric) is below 0.05 after Holm's correction across every row of "
-           "this table; a ratio every seed shares (a count the budget fixes) is an accounting identity, not tested.",
-           "", *summary_markdown(rows), "", "In detail, with each method's final latency against its baseline's:", "",
-           "| claim | task | speed-up (baseline / method) [95% CI] | on | paper | final latency method / baseline "
-           "[95% CI] | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['claim']}: {r['method']} vs {r['baseline']} | {r['task']} | "
-                   f"{claim_cell(r['speed_ratio'], r['speed_low'], r['speed_high'])} | {QUANTITY_NAMES[r['quantity']]} | "
-                   f"{r['paper']} | {claim_cell(r['quality_ratio'], r['quality_low'], r['quality_high'])} | "
-                   f"{_p_cell(r)} | {r['verdict']}{'; ' + r['magnitude'] if r['magnitude'] else ''} |")
-    out += ["", *paper.notes]
+def page_notes(paper: Paper, cost: dict, k_by_model: dict) -> list[str]:
+    notes = list(paper.notes)
     if k_by_model:
-        out.append("SA plan=k: greedy SA at plan size " + ", ".join(f"{m} {k:.1f} -> {round(k)}" for m, k in k_by_model.items())
-                   + " (SA+AS's mean k on the task).")
-    out.append("Cost: " + ", ".join(f"{k} {v}" for k, v in cost.items()) + ".")
-    return "\n".join(out) + "\n"
-
-
-def _p_cell(row: dict) -> str:
-    if row.get("speed_identity"):
-        return "-"
-    return f"{row['speed_p']:.3g} ({row['speed_p_holm']:.3g})"
+        notes.append("SA plan=k: greedy SA at plan size " + ", ".join(f"{m} {k:.1f} -> {round(k)}" for m, k in k_by_model.items())
+                     + " (SA+AS's mean k on the task).")
+    return notes + ["Cost: " + ", ".join(f"{k} {v}" for k, v in cost.items()) + "."]
 
 
 def replay_cost(result) -> str:
@@ -351,8 +281,8 @@ def full_space_main(paper: Paper, args) -> list[dict]:
     """The campaign (unless --table-only), then the table of the claims between its rows."""
     cost = {}
     if not args.table_only:
-        cost["campaign"] = f"{run_campaign(paper, args) / 60:.1f} min wall this call"
-    finished, total = campaign_progress(paper, args)
+        cost["campaign"] = f"{run_campaign(campaign_jobs(paper, args), args.hours) / 60:.1f} min wall this call"
+    finished, total = progress(campaign_jobs(paper, args))
     cost["runs"] = f"{finished} of the campaign's {total} runs finished ({args.campaign})"
     names = {paper.rows[row] for row in paper.full_rows}
     claims = tuple(c for c in paper.claims if {c.baseline, c.method} <= names)
@@ -379,7 +309,7 @@ def claims_table(paper: Paper, args, experiment: str, budgets, claims, cost: dic
     rows = claim_rows(claims, result)
     seeds = sorted({c.seed for c in result.curves})
     text = (f"# Claims: {args.paper}, {space}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), target {args.fraction:g} "
-            f"of the best known throughput\n\n" + claims_markdown(paper, rows, cost, k_by_model))
+            f"of the best known throughput\n\n" + claims_markdown(rows, page_notes(paper, cost, k_by_model)))
     (out / "claims.md").write_text(text)
     print("\n" + text)
     print(f"files: {out}")

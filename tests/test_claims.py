@@ -9,10 +9,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from tuning.tools.compare import (Claim, Curve, TaskTruth, claim_cell, claim_rows, claim_verdict, compare, error_counts,
-                            final_quality, magnitude, time_ratio)
+from tuning.tools.compare import (Claim, Curve, TaskTruth, claim_cell, claim_rows, claim_verdict, claims_markdown,
+                                  compare, error_counts, final_quality, magnitude, time_ratio)
 from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
 from tuning.tools.dataset import full_readings
+from tuning.tools.campaign import job_command
 from tuning.core.records import MeasureResult, Record
 from tuning.sampler.kmeans import KMeansSampler
 
@@ -295,6 +296,27 @@ def test_the_final_kernels_interval_counts_the_stores_noise():
     assert certain["ratio"] == pytest.approx(quality["ratio"])
 
 
+def test_a_final_claim_is_the_baselines_final_latency_over_the_methods_with_its_test():
+    """quantity "final": "a faster kernel at the same budget", baseline / method of the final kernels."""
+    faster = Claim("a faster kernel", "SA", "SA+AS", "final", "1.1-1.5x")
+    [row] = claim_rows([faster], claims_result(1.0, quality=0.8))  # SA+AS ends on a kernel 0.8x SA's
+    assert row["speed_ratio"] == pytest.approx(1.25) and row["quality_ratio"] == pytest.approx(0.8)
+    assert row["speed_low"] == pytest.approx(1 / row["quality_high"]) and row["speed_p"] < 0.05
+    assert row["verdict"] == "holds" and row["magnitude"] == "paper's within our CI"
+    [slower] = claim_rows([faster], claims_result(1.0, quality=1.3))
+    assert slower["speed_ratio"] == pytest.approx(1 / 1.3) and slower["verdict"] == "does not hold"
+    [same] = claim_rows([faster], claims_result(1.0))
+    assert same["verdict"] == "undecided at this power"
+
+
+def test_a_method_that_never_reaches_the_target_reads_so_not_as_zero():
+    [row] = sa_as_rows(claims_result(0.4))  # SA+AS would reach it at 250 measurements: after its 200
+    assert row["speed_ratio"] == 0 and row["verdict"] == "does not hold"
+    assert "method never reached the target (0/10 runs; baseline 10/10)" in claims_markdown([row], [])
+    [reached] = sa_as_rows(claims_result(2.0))
+    assert "never" not in claims_markdown([reached], [])
+
+
 def test_a_cell_keeps_an_open_ended_interval():
     assert claim_cell(0.895, 0.5, math.inf) == "0.895x [0.500, inf]"  # some resamples never reached
     assert claim_cell(1.2, 1.1, 1.3) == "1.200x [1.100, 1.300]"
@@ -434,10 +456,13 @@ def test_a_job_whose_folder_holds_a_run_resumes_it(tmp_path, experiment_script):
     args, paper = claims.parse_args(["chameleon", "--full-space", "--store", str(tmp_path / "s.sqlite"),
                                      "--campaign", str(tmp_path / "c"), "budget.trials_per_task=8"])
     folder = tmp_path / "c" / "conv_l8" / "sa" / "seed0"
-    new = claims.job_command(paper, args, "conv_l8", 0, "sa", folder)
+    jobs = claims.campaign_jobs(paper, args)
+    assert jobs[0].folder == folder
+    new = job_command(jobs[0])
     assert "+experiment/chameleon_row=sa" in new and "model.space=full" in new and "hardware.on_miss=measure" in new
     assert new.index("budget.trials_per_task=500") < new.index("budget.trials_per_task=8")  # the user's wins
+    assert new[-1] == f"hydra.run.dir={folder}"
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text("{}")
-    assert claims.job_command(paper, args, "conv_l8", 0, "sa", folder)[2:] == [f"resume={folder}"]
-    assert [job[2] for job in claims.campaign_jobs(paper, args)[:4]] == ["sa", "sa_as", "ae", "ae_as"]
+    assert job_command(jobs[0])[2:] == [f"resume={folder}"]
+    assert [job.folder.parent.name for job in jobs[:4]] == ["sa", "sa_as", "ae", "ae_as"]

@@ -160,6 +160,25 @@ def test_gbfs_plan_larger_than_rho_pops_several_states():
     assert len(fourth) == 6 and search.metrics()["pops"] == 3
 
 
+def test_gbfs_after_shared_random_configs_starts_from_them_not_from_s0(tmp_path):
+    """budget.init_random: the run's first 16 measurements are the seed's shared random configs; G-BFS
+    then pops the best of them and never measures the untiled s0."""
+    from tuning.loop import RunInfo, tune_task
+
+    from test_loop import components
+
+    parts = components(search="gbfs", sampler="all", cost_model="none")
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=26, plan_size=5, init_random=16)
+    records = tune_task(TILING_64, parts, run).records
+    space = HARDWARE.space(TILING_64)
+    shared = [tuple(r.config) for r in records[:16]]
+    assert [r.round for r in records[:20]] == [0] * 5 + [1] * 5 + [2] * 5 + [3] * 5  # the 16th shares round 3
+    best = min(records[:15], key=lambda r: r.result.cost)  # what G-BFS had measured when round 3 was planned
+    assert space.untiled() not in {tuple(r.config) for r in records}
+    assert set(tuple(r.config) for r in records[16:20]) <= set(space.neighbors(tuple(best.config), PAPER_MOVES))
+    assert not set(shared) & {tuple(r.config) for r in records[16:]}
+
+
 # ---- N-A2C ---------------------------------------------------------------------------------
 def test_a2c_update_on_a_hand_made_transition_moves_actor_and_critic():
     space, rng = tiling_space(64), np.random.default_rng(0)

@@ -15,7 +15,7 @@ Measure once, compare many (docs/store.md). A row is one measurement of one conf
     costs      every reading in seconds (each repeat, or each micro-batch of an adaptive evaluator,
                in the order measured, so a replayed early-stop rule can truncate them)
     error, message, build_s, run_s, gauge_s (the drift gauge read with the row's batch),
-    measured_at (unix time), source (run, remeasure, dataset, import)
+    measured_at (unix time), source (run, remeasure, dataset, import, value, reread)
 
 A store is named by a path (sqlite) or a URL `postgresql://user@host:port/db` (also
 `postgresql+psycopg://`): `MeasurementStore(location)`, `connect_store` and `open_store` give the
@@ -64,7 +64,7 @@ from pathlib import Path
 from tuning.core import plausible
 
 FORMAT = 1
-SOURCES = ("run", "remeasure", "dataset", "import", "value")  # value: the value function's improvement loop
+SOURCES = ("run", "remeasure", "dataset", "import", "value", "reread")  # value: the value function's improvement loop
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -3,7 +3,9 @@
 Zhang, Cheng, Zang, Park, "Compiler-Level Matrix Multiplication Optimization for Deep Learning",
 arXiv 2019, §4.2, Algorithm 1. No cost model: the hardware is the only judge.
 
-  1. start  measure the start state s0 (§5: no tiling, Space.untiled) and push it.
+  1. start  measure the start state s0 (§5: no tiling, Space.untiled) and push it; when a run
+            measured shared random configs first (budget.init_random), they are in Q and are the
+            start instead.
   2. pop    take the cheapest measured state s from the priority queue Q (ordered by cost).
   3. expand draw rho of its unvisited legitimate neighbours g(s) at random (Space.neighbors with
             `moves`: a prime factor moved between two levels of a tile, Eq. 6; +-1 on other
@@ -62,7 +64,8 @@ class GreedyBestFirst(Search):
     def propose(self, space, cost_model, n, visited, rng):
         if not self.started:
             self.started = True
-            return self._start_state(space, visited, rng)
+            if not self.queue:  # budget.init_random's shared configs, when measured first, are the start
+                return self._start_state(space, visited, rng)
         proposals: list = []
         pops = 0
         while len(proposals) < n and self.queue:

@@ -3,6 +3,7 @@
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
     python -m tuning.tools.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
+    python -m tuning.tools.dataset reread --store stores/host.sqlite outputs/campaigns/x/*/*/seed* --top 1 --measurements 5
     python -m tuning.tools.dataset stats  --store stores/host.sqlite
     python -m tuning.tools.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
     python -m tuning.tools.dataset copy   --store stores/host.sqlite --to postgresql://lab@db:5432/tunelab
@@ -21,6 +22,12 @@ store already holds: running the same command again resumes a killed build.
 names the same hardware and evaluator settings as a composition with the given overrides; a saved
 config is untrusted (tuning/run_folder.py `load_config`): one naming a class the lab does not
 register is skipped, nothing in it instantiated.
+
+`reread` measures each run's best `--top` configs again (by the run's own readings) until the store
+holds `--measurements` readings of each, on the hardware and evaluator of the run's saved config, in
+passes over all of them (a config is measured once per pass, so the host's drift spreads over them
+all): a final kernel's true latency is then the median of several readings, not of one noisy one. A
+config shared by several runs is measured for all of them at once; a second call adds nothing.
 
 `gpu-batch export` builds a batch of candidates into packs that a GPU host with only TVM's runtime
 times (tuning/tools/gpu_batch.py; docs/gpus.md); `import` of a pack's folder adds the readings
@@ -232,6 +239,89 @@ def saved_config(path: Path, overrides: list[str]):
     return cfg
 
 
+# ---- reread ------------------------------------------------------------------------------------
+def reread(args) -> None:
+    """More readings of each run's best configs, until the store holds --measurements of each."""
+    store = open_store(args.store, "--store")
+    added = 0
+    with sole_builder(store):
+        for (cfg, folders) in _runs_by_config(args.runs, args.overrides).values():
+            added += _reread_group(store, cfg, folders, args.top, args.measurements)
+    print(f"added {added:,} readings; store: {store.location} ({store.count():,} rows)")
+
+
+def _runs_by_config(paths: list[str], overrides: list[str]) -> dict:
+    """Run folders grouped by the model, hardware and evaluator of their saved configs (one
+    instantiation per group); a folder without a readable run is skipped with a message."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    groups: dict = {}
+    for path in map(Path, paths):
+        run_dir = path.parent if path.is_file() else path
+        if not (run_dir / "records.jsonl").is_file() or not (run_dir / "config.yaml").is_file():
+            print(f"skip {run_dir}: no records.jsonl and config.yaml")
+            continue
+        try:
+            cfg = saved_config(run_dir / "config.yaml", overrides)
+        except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
+            print(f"skip {run_dir}: {error}")
+            continue
+        key = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["model", "hardware", "evaluator"]))
+        groups.setdefault(key, (cfg, []))[1].append(run_dir)
+    return groups
+
+
+def _reread_group(store, cfg, folders: list[Path], top: int, measurements: int) -> int:
+    """Re-read the best `top` configs of each run in `folders` (one model, hardware and evaluator)."""
+    from hydra.utils import instantiate
+
+    from tuning.core.records import RecordLog
+
+    added = 0
+    with instantiate(cfg.hardware) as hardware:
+        backend = getattr(hardware, "backend", hardware)  # a replay's readings come from its backend
+        spec = full_readings(instantiate(cfg.evaluator).spec)
+        tables = {task.key: TaskRows(store, backend, spec, task, backend.space(task))
+                  for task in model_tasks(cfg, backend)}
+        wanted: dict = {key: {} for key in tables}
+        for folder in folders:
+            for key, configs in best_configs(RecordLog(folder / "records.jsonl").load(), top).items():
+                if key in tables:
+                    wanted[key].update(dict.fromkeys(tables[key].space.canonical(c) for c in configs))
+        for key, table in tables.items():
+            added += _reread_table(table, backend, spec, list(wanted[key]), measurements)
+    return added
+
+
+def best_configs(records, top: int) -> dict[str, list[tuple]]:
+    """Per task key, the `top` distinct configs with the lowest readings among the records."""
+    by_task: dict = {}
+    for record in sorted((r for r in records if r.result.ok), key=lambda r: r.result.cost):
+        configs = by_task.setdefault(record.workload_key, [])
+        if len(configs) < top and tuple(record.config) not in configs:
+            configs.append(tuple(record.config))
+    return by_task
+
+
+def _reread_table(table: TaskRows, backend, spec, configs: list[tuple], measurements: int) -> int:
+    """Measure `configs` in passes until each has `measurements` valid readings (at most that many
+    passes: a config that fails to measure is not retried forever)."""
+    def valid(config) -> int:
+        return sum(row.ok for row in table.store.rows(*table.key, config))
+
+    added = 0
+    for _ in range(measurements):
+        todo = [c for c in configs if valid(c) < measurements]
+        if not todo:
+            break
+        measure_into(table, backend, spec, todo, source="reread")
+        added += len(todo)
+    print(f"{table.task.name}: {len(configs)} configs, {added} readings added (at most {measurements} each)")
+    return added
+
+
 # ---- stats and export -------------------------------------------------------------------------
 def task_table(store, hardware: str, task_key: str, space: str) -> dict:
     """Per config: its earliest row (what a replay answers) and the median of all its readings."""
@@ -378,9 +468,10 @@ STORE_HELP = "the measurement store (an sqlite file, or a PostgreSQL database: p
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.dataset", __doc__.split("\n\n")[0], prog)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     help="build, import, stats, export, copy or gpu-batch (each has its --help)")
+                                     help="build, import, reread, stats, export, copy or gpu-batch (each has its --help)")
     add_build(add_command(commands, "build", help="measure a random sample (or all) of each model's space"))
     add_import(add_command(commands, "import", help="add earlier runs' records"))
+    add_reread(add_command(commands, "reread", help="measure runs' best configs again until each has N readings"))
     stats_cmd = add_command(commands, "stats", help="per task: configs, best, median, coverage, drift")
     stats_cmd.add_argument("--store", required=True, help=STORE_HELP)
     add_export(add_command(commands, "export",
@@ -416,6 +507,16 @@ def add_import(import_cmd) -> None:
                                  "(repeatable)")
 
 
+def add_reread(reread_cmd) -> None:
+    reread_cmd.add_argument("--store", required=True, help=f"{STORE_HELP}; created if missing")
+    reread_cmd.add_argument("runs", nargs="+", metavar="RUN", help="run folders (or their records.jsonl)")
+    reread_cmd.add_argument("--top", type=int, default=1, help="each run's best this many configs (by its readings)")
+    reread_cmd.add_argument("--measurements", type=int, default=5,
+                            help="readings the store should hold of each of them, those it has counted")
+    reread_cmd.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="a dotlist override of each run's saved config (repeatable)")
+
+
 def add_export(export_cmd) -> None:
     export_cmd.add_argument("--store", required=True, help=STORE_HELP)
     export_cmd.add_argument("--task", required=True, help="task name (e.g. conv_l8) or store key")
@@ -445,7 +546,7 @@ def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
         parser.error(f"--store: no such file {args.store!r}")
     if getattr(args, "python", None) is None and args.command == "gpu-batch":
         args.python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for key in ("configs", "exhaustive_limit", "batch", "per_library", "attempts", "max_mib"):
+    for key in ("configs", "exhaustive_limit", "batch", "per_library", "attempts", "max_mib", "top", "measurements"):
         if getattr(args, key, 1) < (0 if key == "exhaustive_limit" else 1):
             parser.error(f"--{key.replace('_', '-')}: must be positive")
     return args
@@ -476,7 +577,7 @@ def in_typed_order(words: list[str], argv: list[str]) -> list[str]:
 def main(argv=None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
     try:
-        {"build": build, "import": import_records, "stats": stats, "export": export, "copy": copy,
+        {"build": build, "import": import_records, "reread": reread, "stats": stats, "export": export, "copy": copy,
          "gpu-batch": gpu_batch_export}[args.command](args)
     except (StoreError, PackError) as error:
         print(f"tunelab: {error}", file=sys.stderr)

@@ -22,11 +22,11 @@ HOMES = {
                "time_to_target", "paired_by_seed"),
     "statistics": ("DEFAULT_BUDGETS", "Comparison", "compare", "budget_rows", "target_rows", "holm_within",
                    "metric_rows", "methodology_scores", "Claim", "claim_rows", "time_ratio", "metric_ratio",
-                   "metric_value", "final_quality", "claim_verdict", "magnitude", "km_median"),
+                   "metric_value", "final_quality", "final_speed", "claim_verdict", "magnitude", "km_median"),
     "load": ("GROUPS", "find_runs", "job_runs", "LoadedRun", "load_run", "method_labels",
              "task_truths", "Gathered", "gather"),
     "report": ("verdict_lines", "markdown", "write_csv", "curves_png", "write_outputs", "log_to_mlflow",
-               "claim_cell", "summary_markdown", "QUANTITY_NAMES"),
+               "claim_cell", "summary_markdown", "claims_markdown", "QUANTITY_NAMES"),
     "cli": ("default_out_dir", "parse_args", "main"),
 }
 _HOME_OF = {name: module for module, names in HOMES.items() for name in names}

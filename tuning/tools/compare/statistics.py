@@ -218,8 +218,9 @@ class Claim:
     text: str
     baseline: str
     method: str
-    quantity: str  # "measurements" / "seconds" (to the target), "made" (measurements a run made), or a final
-    #                metric ("run/run_s", "opt_s")
+    quantity: str  # "measurements" / "seconds" (to the target), "made" (measurements a run made), "final" (the
+    #                final kernel's true latency: "a faster kernel at the same budget"), or a final metric
+    #                ("run/run_s", "opt_s")
     paper: str  # the paper's number, as printed ("" for a control)
     quality_bound: float | None = None  # the method's final latency may be at most this x the baseline's
 
@@ -296,6 +297,16 @@ def final_quality(result: Comparison, task: str, claim: Claim, rng) -> dict:
     return stats.paired_ratio([m.true_s[-1] for m, _ in pairs], [b.true_s[-1] for _, b in pairs], rng)
 
 
+def final_speed(quality: dict) -> dict:
+    """A "final" claim's speed-up: baseline / method of the final kernel's latency (final_quality
+    turned over), with its test."""
+    def inverse(value):
+        return 1 / value if value and math.isfinite(value) else math.nan
+
+    return {"n": quality["n"], "ratio": inverse(quality["ratio"]), "low": inverse(quality["high"]),
+            "high": inverse(quality["low"]), "p": quality["p"], "identity": False}
+
+
 def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True,
                   alpha: float = 1 - stats.LEVEL) -> str:
     """holds / does not hold for a paper's claim; for a control or fidelity row (no claim) which of
@@ -344,9 +355,13 @@ def claim_rows(claims, result: Comparison, seed: int = 0) -> list[dict]:
             if claim.method not in methods or claim.baseline not in methods:
                 continue
             rng = np.random.default_rng([seed, zlib.crc32(f"{claim.text}|{claim.method}|{task}".encode())])
-            timed = claim.quantity in ("measurements", "seconds")
-            speed = time_ratio(result, task, claim, rng) if timed else metric_ratio(result, task, claim, rng)
             quality = final_quality(result, task, claim, rng)
+            if claim.quantity in ("measurements", "seconds"):
+                speed = time_ratio(result, task, claim, rng)
+            elif claim.quantity == "final":
+                speed = final_speed(quality)
+            else:
+                speed = metric_ratio(result, task, claim, rng)
             found.append((claim, speed, quality))
             rows.append({"claim": claim.text, "task": task, "baseline": claim.baseline, "method": claim.method,
                          "quantity": claim.quantity, "paper": claim.paper or "-",

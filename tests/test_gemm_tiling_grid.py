@@ -1,0 +1,127 @@
+"""experiments/gemm_tiling_grid.py: one factor at a time from the GEMM-tiling paper's settings, a
+campaign on a synthetic backend, the finalists' re-reads, and both claims tables."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from omegaconf import OmegaConf
+
+from tuning.store import MeasurementStore
+from tuning.tools.dataset import best_configs
+from tuning.core.records import MeasureResult, Record, RecordLog
+
+from test_store import SYNTHETIC_BACKEND
+
+# what each sensitivity row may change from its default row, nothing else
+CHANGES = {"gbfs_random_start": {"search.start"}, "gbfs_shared_start": {"budget.init_random"},
+           "a2c_shared_start": {"budget.init_random"}, "a2c_epsilon_printed": {"search.epsilon"},
+           "gbfs_rho2": {"search.rho", "search.default_plan_size"},
+           "gbfs_rho10": {"search.rho", "search.default_plan_size"},
+           "a2c_t1": {"search.walk_steps"}, "a2c_t6": {"search.walk_steps"}}
+
+
+def flat(cfg) -> dict:
+    """A job config as {dotted key: value}, Hydra's own node left out."""
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container.pop("hydra", None)
+    found = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            found[prefix[:-1]] = node
+
+    walk(container, "")
+    return found
+
+
+def differences(a, b) -> set:
+    a, b = flat(a), flat(b)
+    return {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
+
+
+@pytest.mark.parametrize("row", sorted(CHANGES))
+def test_every_sensitivity_row_changes_one_factor_from_the_papers_settings(compose_cfg, experiment_script, tmp_path,
+                                                                          row):
+    from tuning.config import validate
+
+    grid = experiment_script("gemm_tiling_grid")
+    args = grid.parse_args(["--store", str(tmp_path / "s.sqlite"), "--campaign", str(tmp_path / "c")])
+    assert set(CHANGES) == set(grid.DEFAULT_OF)
+    variant = compose_cfg(*grid.run_overrides(args, "gemm_1024", row, 0))
+    default = compose_cfg(*grid.run_overrides(args, "gemm_1024", grid.DEFAULT_OF[row], 0))
+    validate(variant)
+    assert differences(variant, default) == CHANGES[row]
+
+
+def test_the_paper_rows_on_another_size_change_the_size_and_the_budget_only(compose_cfg, experiment_script, tmp_path):
+    grid = experiment_script("gemm_tiling_grid")
+    args = grid.parse_args(["--store", str(tmp_path / "s.sqlite")])
+    base = compose_cfg(*grid.run_overrides(args, "gemm_1024", "gbfs", 3))
+    other = compose_cfg(*grid.run_overrides(args, "gemm_512", "gbfs", 3))
+    assert {key for key in differences(base, other) if not key.startswith("model.")} == {"budget.trials"}
+    assert base.search.start == "untiled" and base.budget.trials == 900 and other.budget.trials == 484
+    assert base.model.space == other.model.space == "tiling"
+    xgb = compose_cfg(*grid.run_overrides(args, "gemm_1024", "xgb", 3))
+    assert xgb.budget.init_random == 16 and base.budget.init_random == 0  # XGB shares the shared-start rows' 16
+
+
+def test_the_grid_goes_block_by_block_and_seed_by_seed(experiment_script, tmp_path):
+    grid = experiment_script("gemm_tiling_grid")
+    args = grid.parse_args(["--blocks", "rho", "paper", "--seeds", "2", "--campaign", str(tmp_path / "c"),
+                            "--store", str(tmp_path / "s.sqlite")])
+    names = [str(job.folder.relative_to(tmp_path / "c")) for job in grid.grid_jobs(args)]
+    assert names[:4] == ["gemm_1024/gbfs_rho2/seed0", "gemm_1024/gbfs_rho10/seed0", "gemm_1024/gbfs_rho2/seed1",
+                         "gemm_1024/gbfs_rho10/seed1"]
+    assert names[4:8] == [f"gemm_1024/{row}/seed0" for row in ("gbfs", "a2c", "xgb", "random")] and len(names) == 12
+
+
+def test_bad_grid_options_are_named(experiment_script, capsys):
+    grid = experiment_script("gemm_tiling_grid")
+    for argv, named in ((["--blocks", "nope"], "--blocks"), (["--rereads", "0"], "--rereads"),
+                        (["--hours", "0"], "--hours")):
+        with pytest.raises(SystemExit):
+            grid.parse_args(argv)
+        assert named in capsys.readouterr().err
+
+
+def test_best_configs_are_each_tasks_lowest_distinct_readings():
+    def record(task, config, cost, error=None):
+        result = MeasureResult.failed(error, "x") if error else MeasureResult(costs=[cost])
+        return Record(task, task, list(config), {}, result, 0, "m", 0, 0, 0.0)
+
+    records = [record("a", (1,), 3.0), record("a", (2,), 1.0), record("a", (2,), 1.5), record("a", (3,), 0.5, "timeout"),
+               record("a", (4,), 2.0), record("b", (9,), 7.0)]
+    assert best_configs(records, 2) == {"a": [(2,), (4,)], "b": [(9,)]}
+
+
+def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_path, experiment_script):
+    """The paper block at 2 seeds on a synthetic backend: 8 runs, each finished run's best config read
+    5 times in the store, both tables written; a second call measures nothing and starts no run."""
+    from mlflow.tracking import MlflowClient
+
+    grid = experiment_script("gemm_tiling_grid")
+    store, uri = tmp_path / "grid.sqlite", f"sqlite:///{tmp_path}/mlflow.db"
+    command = ["--blocks", "paper", "--seeds", "2", "--store", str(store), "--campaign", str(tmp_path / "c"),
+               "--tracking-uri", uri, "--out", str(tmp_path / "out"), *SYNTHETIC_BACKEND, "budget.trials=32",
+               "budget.plan_size=8"]
+    paper, sensitivity = grid.main(command)
+    assert {(r["method"], r["baseline"]) for r in paper} >= {("G-BFS", "XGB"), ("N-A2C", "XGB"), ("G-BFS", "random")}
+    assert not sensitivity  # no variant ran
+    text = (tmp_path / "out" / "grid.md").read_text()
+    assert "seeds 0-1 (2)" in text and "one Holm family" in text and "8 of the grid's 8 runs finished" in text
+    readings = MeasurementStore(str(store))
+    for folder in (tmp_path / "c" / "gemm_1024").glob("*/seed*"):
+        [[best]] = best_configs(RecordLog(folder / "records.jsonl").load(), 1).values()
+        [key] = [k for k in readings.keys() if readings.task_info(k[1])["name"] == "gemm_1024"]
+        assert sum(row.ok for row in readings.rows(*key, best)) >= 5, folder
+    client = MlflowClient(uri)
+    [experiment] = [e for e in client.search_experiments() if e.name == grid.EXPERIMENT]
+    runs = len(client.search_runs([experiment.experiment_id]))
+    rows = sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0]
+    grid.main(command)
+    assert len(client.search_runs([experiment.experiment_id])) == runs
+    assert sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0] == rows

@@ -1,0 +1,79 @@
+"""A campaign: many runs of real measuring, one folder each, that span sittings.
+
+    jobs = [Job(Path("outputs/campaigns/x/gemm_512/sa/seed0"), ("search=sa", "model=gemm_512", "seed=0")), ...]
+    run_campaign(jobs, hours=2.0)      # stops cleanly at 2 h; the same call later continues
+    finished, total = progress(jobs)
+
+Each job is one `run.py` run in its own folder (hydra.run.dir). A call goes through the jobs in
+order, one at a time (they time kernels on this host): a FINISHED folder is skipped, a folder that
+holds a run (stopped, killed or crashed) is resumed with `run.py resume=<folder>`, the rest start.
+At `hours` the run in flight gets SIGTERM: it ends KILLED with its records and MLflow history, and
+the next call resumes it. Runs that share a measurement store (hardware=replay on_miss=measure)
+measure nothing twice, so a stopped campaign loses at most the build of one batch.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuning.run_folder import holds_run, read_status
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Job:
+    folder: Path  # the run's folder (hydra.run.dir)
+    overrides: tuple  # run.py's overrides for a new run there
+
+
+def job_command(job: Job) -> list[str]:
+    """run.py's command for the job: a resume where its folder holds a run, else a new run there."""
+    run_py = [sys.executable, str(REPO / "run.py")]
+    if holds_run(job.folder):
+        return [*run_py, f"resume={job.folder}"]
+    return [*run_py, *job.overrides, f"hydra.run.dir={job.folder}"]
+
+
+def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campaign") -> float:
+    """Every job's run, finished ones skipped, stopped ones resumed, one at a time; stops at `hours`
+    (the run in flight ends KILLED). Returns the call's wall seconds. A run that exits with an
+    error stops the campaign, naming its folder."""
+    deadline = time.monotonic() + hours * 3600 if hours else math.inf
+    started = time.perf_counter()
+    for job in jobs:
+        if read_status(job.folder) == "FINISHED":
+            continue
+        if time.monotonic() >= deadline:
+            break
+        command = job_command(job)
+        print("$ " + " ".join(command), flush=True)
+        process = subprocess.Popen(command, cwd=REPO)
+        try:
+            code = process.wait(timeout=None if math.isinf(deadline) else max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+            break
+        if code != 0:
+            raise SystemExit(f"{name}: the run in {job.folder} exited {code} (its run.log says why); "
+                             "the same command resumes it")
+    finished, total = progress(jobs)
+    if finished < total:
+        print(f"{name} stopped at --hours with {finished} of {total} runs finished: the same command "
+              "continues it (finished runs are skipped, a stopped one resumes, the store re-measures nothing)")
+    return time.perf_counter() - started
+
+
+def progress(jobs: list[Job]) -> tuple[int, int]:
+    """(runs finished, runs in the campaign)."""
+    return sum(read_status(job.folder) == "FINISHED" for job in jobs), len(jobs)
+
+
+def finished_folders(jobs: list[Job]) -> list[Path]:
+    return [job.folder for job in jobs if read_status(job.folder) == "FINISHED"]
