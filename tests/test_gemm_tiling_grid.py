@@ -108,6 +108,7 @@ def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_
     command = ["--blocks", "paper", "--seeds", "2", "--store", str(store), "--campaign", str(tmp_path / "c"),
                "--tracking-uri", uri, "--out", str(tmp_path / "out"), *SYNTHETIC_BACKEND, "budget.trials=32",
                "budget.plan_size=8"]
+    assert grid.main([*command, "--table-only"]) == ([], [])  # nothing finished: no table, no error
     paper, sensitivity = grid.main(command)
     assert {(r["method"], r["baseline"]) for r in paper} >= {("G-BFS", "XGB"), ("N-A2C", "XGB"), ("G-BFS", "random")}
     assert not sensitivity  # no variant ran

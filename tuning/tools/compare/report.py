@@ -297,11 +297,14 @@ def claim_cell(value: float, low: float, high: float) -> str:
 
 
 def speed_cell(row: dict) -> str:
-    """A claim row's speed-up; a time to the target the method never reached reads so, not as 0x."""
-    reached = row.get("speed_reached")
-    if reached and reached[0] == 0 and row["speed_ratio"] == 0:
-        return f"method never reached the target ({reached[0]}/{row['speed_n']} runs; baseline {reached[1]}/{row['speed_n']})"
-    return claim_cell(row["speed_ratio"], row["speed_low"], row["speed_high"])
+    """A claim row's speed-up. Where a Kaplan-Meier median is not reached (fewer than half the runs
+    reached the target) the ratio is 0 or undefined: the cell says so and how many runs reached it."""
+    reached, ratio = row.get("speed_reached"), row["speed_ratio"]
+    if reached and (ratio == 0 or math.isnan(ratio)):
+        who = "the method's" if ratio == 0 else "neither's"
+        return (f"{who} median not reached (method {reached[0]}/{row['speed_n']} runs, "
+                f"baseline {reached[1]}/{row['speed_n']})")
+    return claim_cell(ratio, row["speed_low"], row["speed_high"])
 
 
 def summary_markdown(rows: list[dict]) -> list[str]:
