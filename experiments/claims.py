@@ -279,10 +279,10 @@ def main(argv=None) -> list[dict]:
 
 def full_space_main(paper: Paper, args) -> list[dict]:
     """The campaign (unless --table-only), then the table of the claims between its rows."""
-    cost = {}
+    cost, jobs = {}, campaign_jobs(paper, args)
     if not args.table_only:
-        cost["campaign"] = f"{run_campaign(campaign_jobs(paper, args), args.hours) / 60:.1f} min wall this call"
-    finished, total = progress(campaign_jobs(paper, args))
+        cost["campaign"] = f"{run_campaign(jobs, args.hours) / 60:.1f} min wall this call"
+    finished, total = progress(jobs)
     cost["runs"] = f"{finished} of the campaign's {total} runs finished ({args.campaign})"
     names = {paper.rows[row] for row in paper.full_rows}
     claims = tuple(c for c in paper.claims if {c.baseline, c.method} <= names)
@@ -318,7 +318,7 @@ def claims_table(paper: Paper, args, experiment: str, budgets, claims, cost: dic
 
 def default_out(uri: str, paper: str) -> Path:
     """claims-<paper>/<time>/ beside the MLflow sqlite store (as tuning.tools.compare's compare/<time>/)."""
-    return default_out_dir(uri).parent.parent / f"claims-{paper}" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    return default_out_dir(uri, f"claims-{paper}")
 
 
 def _store_tasks(store: str, result) -> list[str]:

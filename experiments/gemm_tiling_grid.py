@@ -118,8 +118,7 @@ def reread(args, jobs: list[Job]) -> None:
 
 def tables(args, cost: dict) -> tuple[list[dict], list[dict]]:
     """The comparison of the grid's finished runs, then the paper's claims and the sensitivity table."""
-    out = Path(args.out) if args.out else default_out_dir(args.tracking_uri).parent.parent / "gemm-tiling-grid" / \
-        time.strftime("%Y-%m-%d_%H-%M-%S")
+    out = Path(args.out) if args.out else default_out_dir(args.tracking_uri, "gemm-tiling-grid")
     budgets = sorted({100, 300, *TRIALS.values()})
     result = compare_main(["--experiment", EXPERIMENT, "--tag", "experiment=gemm_tiling",
                            "--method-by", "choice.experiment/gemm_tiling_row", "--baseline", "XGB",

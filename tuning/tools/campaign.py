@@ -72,7 +72,7 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
 
 def progress(jobs: list[Job]) -> tuple[int, int]:
     """(runs finished, runs in the campaign)."""
-    return sum(read_status(job.folder) == "FINISHED" for job in jobs), len(jobs)
+    return len(finished_folders(jobs)), len(jobs)
 
 
 def finished_folders(jobs: list[Job]) -> list[Path]:

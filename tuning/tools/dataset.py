@@ -186,23 +186,15 @@ def _import_run(store, path: Path, overrides: list[str]) -> int:
     record the store already holds (the run wrote it there, or it was imported before) is not
     added again: its readings would count twice in every median."""
     from hydra.utils import instantiate
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
 
     from tuning.core.records import RecordLog
     from tuning.core.task import build_tasks
 
     run_dir = path.parent if path.is_file() else path
-    log, saved = RecordLog(run_dir / "records.jsonl"), run_dir / "config.yaml"
-    if not log.path.is_file() or not saved.is_file():
-        print(f"skip {run_dir}: no records.jsonl and config.yaml")
+    loaded = saved_run(run_dir, overrides, lambda: RecordLog(run_dir / "records.jsonl").load())
+    if loaded is None:
         return 0
-    try:
-        cfg = saved_config(saved, overrides)
-        records = log.load()
-    except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
-        print(f"skip {run_dir}: {error}")
-        return 0
+    cfg, records = loaded
     added = 0
     with instantiate(cfg.hardware) as hardware:
         evaluator = instantiate(cfg.evaluator)
@@ -222,6 +214,23 @@ def _import_run(store, path: Path, overrides: list[str]) -> int:
             added += 1
     print(f"{run_dir}: {len(records)} records read, {added} added")
     return added
+
+
+def saved_run(run_dir: Path, overrides: list[str], read=lambda: None):
+    """(config, read()) of a run folder, or None with a message saying why it is skipped: no
+    records.jsonl and config.yaml, or either unreadable (saved_config; `read` loads what else the
+    caller needs from it)."""
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    if not (run_dir / "records.jsonl").is_file() or not (run_dir / "config.yaml").is_file():
+        print(f"skip {run_dir}: no records.jsonl and config.yaml")
+        return None
+    try:
+        return saved_config(run_dir / "config.yaml", overrides), read()
+    except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
+        print(f"skip {run_dir}: {error}")
+        return None
 
 
 def saved_config(path: Path, overrides: list[str]):
@@ -254,20 +263,14 @@ def _runs_by_config(paths: list[str], overrides: list[str]) -> dict:
     """Run folders grouped by the model, hardware and evaluator of their saved configs (one
     instantiation per group); a folder without a readable run is skipped with a message."""
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
 
     groups: dict = {}
     for path in map(Path, paths):
         run_dir = path.parent if path.is_file() else path
-        if not (run_dir / "records.jsonl").is_file() or not (run_dir / "config.yaml").is_file():
-            print(f"skip {run_dir}: no records.jsonl and config.yaml")
+        loaded = saved_run(run_dir, overrides)
+        if loaded is None:
             continue
-        try:
-            cfg = saved_config(run_dir / "config.yaml", overrides)
-        except (ValueError, TypeError, KeyError, AttributeError, OSError, OmegaConfBaseException, YAMLError) as error:
-            print(f"skip {run_dir}: {error}")
-            continue
+        cfg = loaded[0]
         key = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["model", "hardware", "evaluator"]))
         groups.setdefault(key, (cfg, []))[1].append(run_dir)
     return groups

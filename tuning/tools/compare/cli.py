@@ -44,14 +44,14 @@ from tuning.tools.compare.report import log_to_mlflow, mlflow_links, write_outpu
 from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
 
 
-def default_out_dir(uri: str) -> Path:
-    """compare/<time> beside the MLflow sqlite file (outputs/ by default), else under outputs/."""
+def default_out_dir(uri: str, name: str = "compare") -> Path:
+    """<name>/<time> beside the MLflow sqlite file (outputs/ by default), else under outputs/."""
     from tuning.storage import outputs_dir
     from tuning.tracking.mlflow_tracker import sqlite_path
 
     db = sqlite_path(uri)
     base = db.parent if db is not None else outputs_dir()
-    return base / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    return base / name / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:

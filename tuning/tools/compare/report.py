@@ -326,8 +326,9 @@ def claims_markdown(rows: list[dict], notes: list[str]) -> str:
     out = ["Speed-up = baseline / method (above 1: the method needs less), 95% CI over seeds; verdict: holds / does "
            "not hold / undecided for a paper's claim, less / more / undecided for a control or fidelity row, each "
            "only when the CI excludes 1 and the row's test (log-rank on the times to the target, Wilcoxon on "
-           "the per-seed log ratios of a metric or of the final kernel's latency) is below 0.05 after Holm's correction across every row of "
-           "this table; a ratio every seed shares (a count the budget fixes) is an accounting identity, not tested.",
+           "the per-seed log ratios of a metric or of the final kernel's latency) is below 0.05 after Holm's "
+           "correction across every row of this table; a ratio every seed shares (a count the budget fixes) is an "
+           "accounting identity, not tested.",
            "", *summary_markdown(rows), "", "In detail, with each method's final latency against its baseline's:", "",
            "| claim | task | speed-up (baseline / method) [95% CI] | on | paper | final latency method / baseline "
            "[95% CI] | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|"]
