@@ -417,7 +417,7 @@ def test_a_choice_that_fails_is_not_applied():
         def __init__(self, config):
             self.config = config
 
-        def best(self, space):
+        def best(self, space, cost_model, rng):
             return self.config(space), 1e-3
 
     hardware = SyntheticHardware(invalid_register_tile=2)  # most register tiles fail
@@ -427,7 +427,7 @@ def test_a_choice_that_fails_is_not_applied():
     working = next(c for c in space.enumerate() if hardware.measure(task, [c], _spec())[0].ok)
     outcomes = schedule_without_measuring(
         [task, task], lambda i: SimpleNamespace(search=Chooses(lambda s: (failing, working)[i]), hardware=hardware,
-                                                evaluator=FixedEvaluator()))
+                                                evaluator=FixedEvaluator(), cost_model=None), seed=0)
     assert outcomes[0].best_config is None and "its choice failed" in outcomes[0].stopped_because
     assert outcomes[1].best_config == working and outcomes[1].predicted_cost == 1e-3
     assert outcomes[1].best_cost > 0 and not outcomes[1].records

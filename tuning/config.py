@@ -197,7 +197,11 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         problems += _check_features(cfg, classes, names)
         if cfg.budget.trials == 0 and not classes["search"].schedules_without_measuring:
             problems.append(f"budget.trials: 0 measurements needs a search that schedules without measuring "
-                            f"(search=value), not search={names['search']}")
+                            f"(search=value, random), not search={names['search']}")
+        if cfg.search.get("best_of", 1) > 1 and not classes["cost_model"].can_rank:
+            problems.append(f"search.best_of: {cfg.search.best_of} random configs ranked by a cost model that ranks "
+                            f"nothing (cost_model={names['cost_model']}): set cost_model=xgb_ms with "
+                            "cost_model.pretrained, or best_of=1")
         if cfg.model.kind not in classes["hardware"].model_kinds:
             problems.append(f"hardware: hardware={names['hardware']} tunes model.kind "
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")

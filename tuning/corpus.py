@@ -1,6 +1,7 @@
 """The measurement store as a training corpus: every measured config of every kernel.
 
-    load_corpus(paths, hardware=None) -> list[TaskCorpus]
+    load_corpus(paths, hardware=None) -> Corpus
+    at_most(corpus, per_kernel, seed)      # the same number of configs of every kernel, seeded
 
 One loader for every model trained across kernels (the pretrained cost model of `python -m
 tuning.tools.pretrain`, the value function of `python -m tuning.value`). Runs reach the store as they measure (hardware.store)
@@ -18,6 +19,7 @@ on which kernels of different sizes can be learned together.
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +82,21 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
                                                np.array([truths[c] for c in configs], dtype=np.float64)))
         finally:
             store.close()
+    return corpus
+
+
+def at_most(corpus: Corpus, per_kernel: int | None, seed: int) -> Corpus:
+    """Each kernel keeps `per_kernel` of its configs at most, drawn uniformly with a stream of (seed,
+    hardware, kernel, space), wherever the store lies: two corpora cut to one size compare sources,
+    not sizes. None keeps all."""
+    if per_kernel is None:
+        return corpus
+    for task in corpus.tasks:
+        if len(task.configs) > per_kernel:
+            key = hashlib.sha256(f"{task.hardware}|{task.task_key}|{task.space}".encode()).digest()[:8]
+            keep = np.sort(np.random.default_rng([seed, int.from_bytes(key, "little")])
+                           .choice(len(task.configs), per_kernel, replace=False))
+            task.configs, task.seconds = [task.configs[i] for i in keep], task.seconds[keep]
     return corpus
 
 

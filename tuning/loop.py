@@ -154,22 +154,24 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     return outcomes
 
 
-def schedule_without_measuring(tasks, components_for) -> list[TaskOutcome]:
-    """budget.trials=0 (search=value): each task's schedule is its search's `best`, chosen with no
-    measurement; then timed once by the evaluator's re-measurement, as a tuned task's best is at the
+def schedule_without_measuring(tasks, components_for, seed: int) -> list[TaskOutcome]:
+    """budget.trials=0 (search=value, random): each task's schedule is its search's `best`, chosen with
+    no measurement (its randomness drawn from the seed and the task); then timed once by the evaluator's re-measurement, as a tuned task's best is at the
     end (the result, not a record: nothing was measured to choose it). A choice that fails to build,
     run or answer correctly is dropped: the task stays untuned, and says why."""
     outcomes = []
     for index, task in enumerate(tasks):
         parts = components_for(index)
         started = time.perf_counter()
-        chosen = parts.search.best(parts.hardware.space(task))
+        rng = np.random.default_rng([seed, _task_stream(task)])
+        chosen = parts.search.best(parts.hardware.space(task), parts.cost_model, rng)
         outcome = TaskOutcome(task, [], stopped_because="unmeasured")
         outcome.times["search_s"] = time.perf_counter() - started
         if chosen is not None:
             [again] = parts.evaluator.remeasure(parts.hardware, task, [tuple(chosen[0])])
             if again.ok:
-                outcome.best_config, outcome.predicted_cost = tuple(chosen[0]), float(chosen[1])
+                outcome.best_config = tuple(chosen[0])
+                outcome.predicted_cost = None if chosen[1] is None else float(chosen[1])
                 outcome.final_costs, outcome.best_cost = list(again.costs), float(np.median(again.costs))
             else:
                 outcome.stopped_because = f"unmeasured; its choice failed ({again.error})"

@@ -214,7 +214,7 @@ def _tune(job: Job, run: RunInfo) -> tuple:
 
     started, started_at = time.perf_counter(), time.time()
     if run.trials == 0:
-        outcomes = schedule_without_measuring(tasks, components_for)
+        outcomes = schedule_without_measuring(tasks, components_for, cfg.seed)
     else:
         outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), job.prior)
     wall_s = time.perf_counter() - started  # tuning and the final re-measurements

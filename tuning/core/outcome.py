@@ -157,6 +157,8 @@ def summary(outcomes) -> str:
         elif o.predicted_cost is not None:
             latency = (f"{o.best_cost * 1e6:.1f} us (timed once; chosen without measuring, predicted "
                        f"{o.predicted_cost * 1e6:.1f} us)")
+        elif not o.records and o.stopped_because == "unmeasured":
+            latency = f"{o.best_cost * 1e6:.1f} us (timed once; chosen without measuring)"
         elif o.stopped_because == "pruned":
             latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
         else:

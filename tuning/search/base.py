@@ -28,10 +28,12 @@ features of the scheduled program (cost_model.features=per_store|both: ~3 ms a c
 2-core host, so SA's ~64,000 scores a round would take minutes).
 
 A search that can choose a schedule with no measurement at all (search=value: a learned value
-function) sets `schedules_without_measuring = True` and implements
-    best(space) -> (config, predicted seconds) | None
+function; search=random: a random legitimate schedule, or a pretrained cost model's pick of random
+ones) sets `schedules_without_measuring = True` and implements
+    best(space, cost_model, rng) -> (config, predicted seconds or None) | None
         Its choice for the task, legitimate in `space`; a run with budget.trials=0 applies it
-        (config validation accepts 0 only for such a search).
+        (config validation accepts 0 only for such a search). `rng` is seeded from the run's seed
+        and the task; None for the seconds when the search predicts no time.
 
 Every search takes a `default_plan_size` hyperparameter: configs measured per
 round when `budget.plan_size` is null, its paper's value (cited in its YAML).
@@ -65,8 +67,8 @@ class Search(Component):
     def observe(self, configs, results):
         pass
 
-    def best(self, space):
-        """(config, predicted seconds) chosen without measuring; see `schedules_without_measuring`."""
+    def best(self, space, cost_model, rng):
+        """(config, predicted seconds or None) chosen without measuring; see `schedules_without_measuring`."""
         raise NotImplementedError(f"{type(self).__name__} does not schedule without measuring")
 
     def state_dict(self) -> dict:

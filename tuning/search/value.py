@@ -89,7 +89,7 @@ class ValueSearch(Search):
             self.net = load_value(self.model, self.registry or default_registry())
         return self.net.value
 
-    def best(self, space):
+    def best(self, space, cost_model=None, rng=None):
         """(V's best legitimate completion, its predicted seconds); None when none of them schedules."""
         chosen = first_legitimate(space, beam_search(space, self._value(), self.width))
         return None if chosen is None else (chosen[1], float(10.0 ** chosen[0] * work(space)))

@@ -7,6 +7,8 @@
 Each job is one `run.py` run in its own folder (hydra.run.dir). A call goes through the jobs in
 order, one at a time (they time kernels on this host): a FINISHED folder is skipped, a folder that
 holds a run (stopped, killed or crashed) is resumed with `run.py resume=<folder>`, the rest start.
+A job may instead be another step (`command`: a corpus build, a model's training), started again
+until it exits 0, which its folder's DONE file records; such a step must itself be safe to repeat.
 At `hours` the run in flight gets SIGTERM: it ends KILLED with its records and MLflow history, and
 the next call resumes it. Runs that share a measurement store (hardware=replay on_miss=measure)
 measure nothing twice, so a stopped campaign loses at most the build of one batch.
@@ -26,14 +28,26 @@ from tuning.run_folder import holds_run, read_status
 REPO = Path(__file__).resolve().parents[2]
 
 
+DONE = "DONE"  # a step's folder holds it once the step has exited 0
+
+
 @dataclass(frozen=True)
 class Job:
-    folder: Path  # the run's folder (hydra.run.dir)
-    overrides: tuple  # run.py's overrides for a new run there
+    folder: Path  # the run's folder (hydra.run.dir), or a step's
+    overrides: tuple = ()  # run.py's overrides for a new run there
+    command: tuple = ()  # a step that is not a run: python's arguments (-m module ...)
+
+
+def is_finished(job: Job) -> bool:
+    if job.command:
+        return (job.folder / DONE).is_file()
+    return read_status(job.folder) == "FINISHED"
 
 
 def job_command(job: Job) -> list[str]:
-    """run.py's command for the job: a resume where its folder holds a run, else a new run there."""
+    """The job's command: a step's; for a run, a resume where its folder holds one, else a new run there."""
+    if job.command:
+        return [sys.executable, *job.command]
     run_py = [sys.executable, str(REPO / "run.py")]
     if holds_run(job.folder):
         return [*run_py, f"resume={job.folder}"]
@@ -47,7 +61,7 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
     deadline = time.monotonic() + hours * 3600 if hours else math.inf
     started = time.perf_counter()
     for job in jobs:
-        if read_status(job.folder) == "FINISHED":
+        if is_finished(job):
             continue
         if time.monotonic() >= deadline:
             break
@@ -61,8 +75,12 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
             process.wait()
             break
         if code != 0:
-            raise SystemExit(f"{name}: the run in {job.folder} exited {code} (its run.log says why); "
-                             "the same command resumes it")
+            raise SystemExit(f"{name}: the {'step' if job.command else 'run'} in {job.folder} exited {code} "
+                             f"({'its output above' if job.command else 'its run.log'} says why); the same command "
+                             "resumes it")
+        if job.command:
+            job.folder.mkdir(parents=True, exist_ok=True)
+            (job.folder / DONE).write_text(" ".join(command) + "\n")
     finished, total = progress(jobs)
     if finished < total:
         print(f"{name} stopped at --hours with {finished} of {total} runs finished: the same command "
@@ -76,4 +94,4 @@ def progress(jobs: list[Job]) -> tuple[int, int]:
 
 
 def finished_folders(jobs: list[Job]) -> list[Path]:
-    return [job.folder for job in jobs if read_status(job.folder) == "FINISHED"]
+    return [job.folder for job in jobs if is_finished(job)]

@@ -59,8 +59,8 @@ def export_choice(parts, outcomes, out_dir: Path) -> None:
             for path in hardware.export(outcome.task, outcome.best_config, out_dir / "best_schedules"):
                 tracker.log_artifact(path, "best_schedules")
     measured = [(o.task, o.records) for o in outcomes if o.best_config is not None and o.records]
-    unmeasured = [(o.task, o.best_config, o.predicted_cost) for o in outcomes
-                  if o.best_config is not None and not o.records]
+    unmeasured = [(o.task, o.best_config, o.best_cost if o.predicted_cost is None else o.predicted_cost)
+                  for o in outcomes if o.best_config is not None and not o.records]  # seconds: predicted, else timed
     exported = hardware.export_database(measured, out_dir / "database", unmeasured, chosen_bests(outcomes)) \
         if measured or unmeasured else []
     for path in exported:

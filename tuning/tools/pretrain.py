@@ -10,7 +10,9 @@ TVM's per-store features of its scheduled program, labels it with its kernel's b
 seconds, and fits cost_model=xgb_ms's pack-sum XGBoost (conf/cost_model/xgb_ms.yaml's
 hyperparameters) on all kernels at once. First, each kernel is held out in turn: the model fit on
 the others ranks the held-out kernel's configs, and the Spearman correlation with the measurements
-is what a run on an unseen kernel can expect before it has measured anything. The final model is
+is what a run on an unseen kernel can expect before it has measured anything (--no-heldout skips
+it). --configs-per-kernel N cuts every kernel to N configs at most (a seeded draw), so corpora from
+two sources can be compared at one size. The final model is
 logged to MLflow (experiment `pretrain`) and registered as a new version of --name, tagged with the
 kernels it saw, the features it reads and the held-out correlations.
 
@@ -27,7 +29,7 @@ from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from tuning.conf_dir import CONF_DIR
-from tuning.corpus import features, load_corpus, one_backend
+from tuning.corpus import at_most, features, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 
@@ -43,10 +45,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                              "(the stores must then hold one hardware)")
     add_tracking_uri(parser, help="the MLflow store the model is logged and registered in")
     parser.add_argument("--experiment", default="pretrain", help="the MLflow experiment of the training run")
-    parser.add_argument("--seed", type=int, default=0, help="seeds XGBoost")
+    parser.add_argument("--seed", type=int, default=0, help="seeds XGBoost and --configs-per-kernel's draw")
     parser.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
     parser.add_argument("--exclude", nargs="+", default=[], metavar="NAME",
                         help="kernels (by name) to leave out, e.g. the one a transfer test will tune")
+    parser.add_argument("--configs-per-kernel", type=int, default=None, metavar="N",
+                        help="each kernel's configs cut to N at most, drawn with --seed (corpora of one size; "
+                             "default: all)")
+    parser.add_argument("--no-heldout", action="store_true",
+                        help="skip the leave-one-kernel-out correlations (one fit per kernel): the final model only")
     return parser
 
 
@@ -58,6 +65,8 @@ def parse_args(argv=None, prog: str | None = None):
             parser.error(f"--store: {store} is not a file")
     if args.min_configs < 2:
         parser.error("--min-configs: must be >= 2")
+    if args.configs_per_kernel is not None and args.configs_per_kernel < 2:
+        parser.error("--configs-per-kernel: must be >= 2")
     return args
 
 
@@ -86,7 +95,7 @@ def held_out(X, ratios, seed: int, names, keys) -> dict[str, float]:
 
 def main(argv=None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
-    corpus = load_corpus(args.store, args.hardware, args.min_configs)
+    corpus = at_most(load_corpus(args.store, args.hardware, args.min_configs), args.configs_per_kernel, args.seed)
     unknown = set(args.exclude) - {t.task.name for t in corpus.tasks}
     if unknown:
         raise SystemExit(f"tunelab: --exclude: no kernel named {', '.join(sorted(unknown))} in the stores "
@@ -100,7 +109,7 @@ def main(argv=None, prog: str | None = None) -> None:
         print(f"tunelab: skipped {reason}", file=sys.stderr)
     names = [f"{t.task.name} ({t.task_key})" for t in corpus.tasks]
     ratios = [t.ratio for t in corpus.tasks]
-    scores = held_out(X, ratios, args.seed, names, [t.task_key for t in corpus.tasks])
+    scores = {} if args.no_heldout else held_out(X, ratios, args.seed, names, [t.task_key for t in corpus.tasks])
     final = model(args.seed).fit_kernels(X, ratios)
     from tuning.tracking.registry import register_booster
 
@@ -112,7 +121,7 @@ def main(argv=None, prog: str | None = None) -> None:
     reference = register_booster(
         final.booster, args.name, registry, args.experiment,
         params={"stores": ",".join(map(display_location, args.store)), "features": "per_store", "kernels": len(tasks),
-                "excluded": ",".join(args.exclude) or "none",
+                "excluded": ",".join(args.exclude) or "none", "configs_per_kernel": args.configs_per_kernel or "all",
                 "configs": corpus.configs, "seed": args.seed, "hardware": fingerprint},
         metrics={**({"heldout_spearman_mean": mean} if scores else {}),
                  **{f"heldout_spearman/{name.split(' ')[0]}": s for name, s in scores.items()}},

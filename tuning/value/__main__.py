@@ -8,7 +8,8 @@
                                    # the paper's Algorithm 2: tuning/value/improve.py
 
 Reads every kernel of the stores with tuning/corpus.py (the loader the pre-trained cost model uses),
-rebuilds each kernel's space for the hardware it was measured on, and trains V (tuning/value/net.py)
+rebuilds each kernel's space for the hardware it was measured on (every kernel cut to
+`--configs-per-kernel` configs by a seeded draw when given: corpora of one size), and trains V (tuning/value/net.py)
 on every prefix of the measured configs of the kernels not held out, except a seeded `--val-fraction`
 of each kernel's configs, chosen by groups of configs that share their first decisions, and any
 training config one decision from a held-out one (tuning/value/net.py `split`). It reports, on
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tuning.corpus import load_corpus, one_backend
+from tuning.corpus import at_most, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
 from tuning.tools.cli_common import add_command, add_tracking_uri, new_parser
 from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_tag, split
@@ -61,6 +62,9 @@ def add_train(train_cmd) -> None:
                                 "(repeatable)")
     train_cmd.add_argument("--val-fraction", type=float, default=0.2, help="each kernel's configs held out")
     train_cmd.add_argument("--min-configs", type=int, default=20, help="kernels with fewer measured configs are skipped")
+    train_cmd.add_argument("--configs-per-kernel", type=int, default=None, metavar="N",
+                           help="each kernel's configs cut to N at most, drawn with --seed (corpora of one size; "
+                                "default: all)")
     train_cmd.add_argument("--hidden", type=int, default=64, help="hidden units of V's LSTM")
     train_cmd.add_argument("--layers", type=int, default=1, help="V's LSTM layers")
     train_cmd.add_argument("--epochs", type=int, default=40, help="passes over the training prefixes")
@@ -109,13 +113,13 @@ def parse_args(argv=None, prog: str | None = None):
     return args
 
 
-LOWEST = {"min_configs": 2, "hidden": 1, "layers": 1, "epochs": 1, "batch": 1, "rounds": 1, "schedules": 1, "beam": 1}
+LOWEST = {"min_configs": 2, "configs_per_kernel": 2, "hidden": 1, "layers": 1, "epochs": 1, "batch": 1, "rounds": 1, "schedules": 1, "beam": 1}
 
 
 def check(parser, args) -> None:
     """Every number in range (NaN and infinities rejected), named as typed."""
     for key, low in LOWEST.items():
-        if hasattr(args, key) and getattr(args, key) < low:
+        if getattr(args, key, None) is not None and getattr(args, key) < low:
             parser.error(f"--{key.replace('_', '-')}: must be >= {low}")
     if not 0.0 <= args.val_fraction < 1.0:
         parser.error(f"--val-fraction: expected in [0, 1), got {args.val_fraction}")
@@ -136,7 +140,8 @@ def check(parser, args) -> None:
 
 
 def train(args) -> None:
-    corpus = load_corpus([*args.store, *args.holdout_store], args.hardware, args.min_configs)
+    corpus = at_most(load_corpus([*args.store, *args.holdout_store], args.hardware, args.min_configs),
+                     args.configs_per_kernel, args.seed)
     backend, fingerprint = one_backend(corpus)
     kernels = kernels_of(corpus, backend)
     origin = [(t.store, t.task_key) for t in corpus.tasks]  # aligned with kernels (kernels_of prunes both)
@@ -186,7 +191,8 @@ def register_value(net, args, fingerprint, seen, outside, losses, results) -> st
         args.name, args.registry, args.experiment,
         params={"stores": ",".join(map(display_location, args.store)), "holdout": ",".join(args.holdout) or "none",
                 "holdout_stores": ",".join(map(display_location, args.holdout_store)) or "none",
-                "val_fraction": args.val_fraction, "hidden": args.hidden, "layers": args.layers,
+                "val_fraction": args.val_fraction, "configs_per_kernel": args.configs_per_kernel or "all",
+                "configs": sum(len(k.configs) for k in seen), "hidden": args.hidden, "layers": args.layers,
                 "epochs": args.epochs, "lr": args.lr, "batch": args.batch, "seed": args.seed,
                 "kernels": len(seen), "hardware": fingerprint},
         metrics={**metrics, "final_loss": losses[-1]},

@@ -79,28 +79,46 @@ def paired_ratio(method, baseline, rng=None, level: float = LEVEL, margin: float
 
 
 def paired_ratio_with_readings(method, baseline, rng=None, level: float = LEVEL,
-                               resamples: int = RESAMPLES) -> dict:
+                               resamples: int = RESAMPLES, method_scale=None, baseline_scale=None) -> dict:
     """paired_ratio of per-seed latencies that are each the median of a config's readings (lists,
     aligned by seed): the interval resamples the seeds AND, inside each draw, every config's
     readings, so a difference smaller than the readings' own noise does not look certain. The
-    point estimate and the Wilcoxon p are paired_ratio's on the medians."""
+    point estimate and the Wilcoxon p are paired_ratio's on the medians.
+
+    With `method_scale` / `baseline_scale` (readings of a yardstick timed beside each latency, e.g.
+    torch in the same run), each latency is first divided by its yardstick's median: runs made hours
+    apart on a host that drifts compare through what was timed with them; both are resampled."""
     rng = rng if rng is not None else np.random.default_rng(0)
-    method = [np.asarray(r, dtype=np.float64) for r in method]
-    baseline = [np.asarray(r, dtype=np.float64) for r in baseline]
-    found = paired_ratio([np.median(r) for r in method], [np.median(r) for r in baseline], rng, level)
+    method, baseline = _readings(method), _readings(baseline)
+    method_scale = _readings(method_scale) if method_scale is not None else [None] * len(method)
+    baseline_scale = _readings(baseline_scale) if baseline_scale is not None else [None] * len(baseline)
+    found = paired_ratio([_scaled(r, s, np.median) for r, s in zip(method, method_scale)],
+                         [_scaled(r, s, np.median) for r, s in zip(baseline, baseline_scale)], rng, level)
     if len(method) < 2:
         return found
 
     def resampled_median(readings):
         return np.median(readings[rng.integers(len(readings), size=len(readings))])
 
+    def resampled(latencies, scales, i):
+        return _scaled(latencies[i], scales[i], resampled_median)
+
     draws = []
     for _ in range(resamples):
         seeds = rng.integers(len(method), size=len(method))
-        logs = [math.log(resampled_median(method[i]) / resampled_median(baseline[i])) for i in seeds]
+        logs = [math.log(resampled(method, method_scale, i) / resampled(baseline, baseline_scale, i)) for i in seeds]
         draws.append(np.mean(logs))
     low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     return {**found, "low": math.exp(low), "high": math.exp(high), "readings_resampled": True}
+
+
+def _readings(per_seed) -> list[np.ndarray]:
+    return [np.asarray(r, dtype=np.float64) for r in per_seed]
+
+
+def _scaled(readings, scale, median) -> float:
+    """median(readings), over median(scale) where a yardstick was timed beside them."""
+    return median(readings) if scale is None else median(readings) / median(scale)
 
 
 def wilcoxon_p(differences) -> float:
