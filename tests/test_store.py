@@ -430,3 +430,24 @@ def test_dataset_rejects_bad_arguments_before_work(tmp_path):
         with pytest.raises(SystemExit):
             dataset.main(argv)
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_dataset_agree_sets_a_second_build_beside_the_first(tmp_path, capsys, monkeypatch):
+    from tuning.tools import dataset
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    first, second = str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
+    for path in (first, second):  # one command and seed, two stores: the same 30 configs, noisy readings
+        dataset.main(["build", "--store", path, "--model", "gemm_64", "--configs", "30", "hardware=synthetic",
+                      "hardware.noise=0.05"])
+    capsys.readouterr()
+    dataset.main(["agree", "--store", first, "--against", second])
+    out = capsys.readouterr().out
+    assert "1 (hardware, task, space) in both" in out
+    line = next(l for l in out.splitlines() if l.strip().startswith("gemm_64"))
+    words = line.split()
+    assert 20 <= int(words[1]) <= 30 and 0.9 < float(words[2]) < 1.1  # configs valid in both, median ratio
+    assert float(words[-2]) > 0.8 and words[-1].endswith(f"/{words[1]}")  # rank correlation, where the best ranks
+    with pytest.raises(SystemExit):
+        dataset.main(["agree", "--store", first, "--against", str(tmp_path / "absent.sqlite")])
+    assert "--against: no such file" in capsys.readouterr().err

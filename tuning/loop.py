@@ -156,8 +156,9 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
 
 def schedule_without_measuring(tasks, components_for, seed: int) -> list[TaskOutcome]:
     """budget.trials=0 (search=value, random): each task's schedule is its search's `best`, chosen with
-    no measurement (its randomness drawn from the seed and the task); then timed once by the evaluator's re-measurement, as a tuned task's best is at the
-    end (the result, not a record: nothing was measured to choose it). A choice that fails to build,
+    no measurement (its randomness drawn from the seed and the task); then timed once by the
+    evaluator's re-measurement, as a tuned task's best is at the end (the result, not a record:
+    nothing was measured to choose it). A choice that fails to build,
     run or answer correctly is dropped: the task stays untuned, and says why."""
     outcomes = []
     for index, task in enumerate(tasks):

@@ -5,6 +5,7 @@
     python -m tuning.tools.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
     python -m tuning.tools.dataset reread --store stores/host.sqlite outputs/campaigns/x/*/*/seed* --top 1 --measurements 5
     python -m tuning.tools.dataset stats  --store stores/host.sqlite
+    python -m tuning.tools.dataset agree  --store stores/host.sqlite --against stores/host-again.sqlite
     python -m tuning.tools.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json
     python -m tuning.tools.dataset copy   --store stores/host.sqlite --to postgresql://lab@db:5432/tunelab
     python -m tuning.tools.dataset gpu-batch export --model conv_l8 --configs 500 --out packs hardware.arch=sm_90
@@ -28,6 +29,12 @@ holds `--measurements` readings of each, on the hardware and evaluator of the ru
 passes over all of them (a config is measured once per pass, so the host's drift spreads over them
 all): a final kernel's true latency is then the median of several readings, not of one noisy one. A
 config shared by several runs is measured for all of them at once; a second call adds nothing.
+
+`agree` sets two stores' readings of the configs both hold side by side, per task: a second build
+of one store (the same `build` command and seed into another file, in another sitting) shows how far
+the store's own numbers move: the median ratio of the configs' medians (second / first) with its
+interval, the spread of the ratios, the share within 10%, the rank correlation, where the first
+store's best config ranks in the second, and the drift gauges' ratio (the host's speed between them).
 
 `gpu-batch export` builds a batch of candidates into packs that a GPU host with only TVM's runtime
 times (tuning/tools/gpu_batch.py; docs/gpus.md); `import` of a pack's folder adds the readings
@@ -366,6 +373,40 @@ def stats(args) -> None:
             print(f"  {task['name'][:23]:<24}{len(table):>9,}{rows:>8,}{errors:>8,}{best:>10}{median:>11}{coverage:>11}")
 
 
+def agree(args) -> None:
+    """Per (hardware, task, space) both stores hold: how the configs both measured compare."""
+    from scipy.stats import spearmanr
+
+    from tuning.tools.compare.stats import bootstrap_ci
+
+    first, second = open_store(args.store, "--store", read_only=True), open_store(args.against, "--against", read_only=True)
+    shared = sorted(set(first.keys()) & set(second.keys()))
+    print(f"{first.location} against {second.location}: {len(shared)} (hardware, task, space) in both")
+    for hardware in sorted({h for h, _, _ in shared}):
+        gauges = first.gauge_median(hardware), second.gauge_median(hardware)
+        print(f"\nhardware {hardware}: drift gauge second / first "
+              f"{gauges[1] / gauges[0]:.3f}" if all(gauges) else f"\nhardware {hardware}: no drift gauge in both")
+        print(f"  {'task':<24}{'configs':>8}  {'median ratio [95% CI]':<24}{'5-95%':>14}{'within 10%':>12}"
+              f"{'Spearman':>10}{'best ranks':>12}")
+        for _, task_key, space in (k for k in shared if k[0] == hardware):
+            a = first.truths(hardware, task_key, space, min_readings=1)
+            b = second.truths(hardware, task_key, space, min_readings=1)
+            configs = sorted(a.keys() & b.keys())
+            name = (first.task_info(task_key) or {"name": task_key})["name"][:23]
+            if len(configs) < 2:
+                print(f"  {name:<24}{len(configs):>8}  fewer than 2 configs in both")
+                continue
+            ratios = np.array([b[c] / a[c] for c in configs])
+            median, low, high = bootstrap_ci(ratios, np.median, np.random.default_rng(0))
+            best = min(configs, key=a.__getitem__)
+            rank = 1 + sum(b[c] < b[best] for c in configs)
+            spread = np.percentile(ratios, [5, 95])
+            print(f"  {name:<24}{len(configs):>8,}  {f'{median:.3f} [{low:.3f}, {high:.3f}]':<24}"
+                  f"{f'{spread[0]:.2f}-{spread[1]:.2f}':>14}{np.mean(np.abs(ratios - 1) <= 0.1):>12.0%}"
+                  f"{spearmanr([a[c] for c in configs], [b[c] for c in configs]).correlation:>10.3f}"
+                  f"{f'{rank}/{len(configs)}':>12}")
+
+
 KERNEL_TUNER_ERRORS = {"invalid": "InvalidConfig", "build": "CompilationFailedConfig"}  # the rest: RuntimeFailedConfig
 
 
@@ -471,12 +512,17 @@ STORE_HELP = "the measurement store (an sqlite file, or a PostgreSQL database: p
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.dataset", __doc__.split("\n\n")[0], prog)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     help="build, import, reread, stats, export, copy or gpu-batch (each has its --help)")
+                                     help="build, import, reread, stats, agree, export, copy or gpu-batch (each has its "
+                                          "--help)")
     add_build(add_command(commands, "build", help="measure a random sample (or all) of each model's space"))
     add_import(add_command(commands, "import", help="add earlier runs' records"))
     add_reread(add_command(commands, "reread", help="measure runs' best configs again until each has N readings"))
     stats_cmd = add_command(commands, "stats", help="per task: configs, best, median, coverage, drift")
     stats_cmd.add_argument("--store", required=True, help=STORE_HELP)
+    agree_cmd = add_command(commands, "agree", help="two stores' readings of the configs both hold, per task "
+                                                    "(a second build against the first)")
+    agree_cmd.add_argument("--store", required=True, help=f"the first store: {STORE_HELP}")
+    agree_cmd.add_argument("--against", required=True, help="the second store, the same kinds of location")
     add_export(add_command(commands, "export",
                            help="a task's table as a Kernel Tuner cache JSON file (and T4 results)"))
     add_copy(add_command(commands, "copy", help="copy a store's rows into another (sqlite or PostgreSQL, either way)"))
@@ -545,8 +591,11 @@ def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
             parser.error("--model: expected model names (key=value words are Hydra overrides)")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command in ("stats", "export", "copy") and not is_store_url(args.store) and not Path(args.store).is_file():
+    if args.command in ("stats", "agree", "export", "copy") and not is_store_url(args.store) \
+            and not Path(args.store).is_file():
         parser.error(f"--store: no such file {args.store!r}")
+    if args.command == "agree" and not is_store_url(args.against) and not Path(args.against).is_file():
+        parser.error(f"--against: no such file {args.against!r}")
     if getattr(args, "python", None) is None and args.command == "gpu-batch":
         args.python = f"{sys.version_info.major}.{sys.version_info.minor}"
     for key in ("configs", "exhaustive_limit", "batch", "per_library", "attempts", "max_mib", "top", "measurements"):
@@ -580,8 +629,8 @@ def in_typed_order(words: list[str], argv: list[str]) -> list[str]:
 def main(argv=None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
     try:
-        {"build": build, "import": import_records, "reread": reread, "stats": stats, "export": export, "copy": copy,
-         "gpu-batch": gpu_batch_export}[args.command](args)
+        {"build": build, "import": import_records, "reread": reread, "stats": stats, "agree": agree, "export": export,
+         "copy": copy, "gpu-batch": gpu_batch_export}[args.command](args)
     except (StoreError, PackError) as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)
