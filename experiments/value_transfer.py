@@ -43,10 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tuning.conf_dir import CONF_DIR
 from tuning.tools.campaign import Job, finished_folders, progress, run_campaign
 from tuning.tools.cli_common import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir
 from tuning.tools.compare.report import claim_cell
+from tuning.tools.compare.statistics import claim_verdict, magnitude
 from tuning.tools.compare.stats import holm, paired_ratio_with_readings
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -74,7 +76,6 @@ CLAIMS = (
     ("V is faster than PyTorch (Fig. 2b)", "value-tuning", TORCH, "5.1x"),
     ("control: AutoTVM at 32 against 8 measurements a kernel", "autotvm32", "autotvm8", ""),
 )
-ALPHA = 0.05
 
 
 # ---- the campaign's jobs -------------------------------------------------------------------------
@@ -216,19 +217,15 @@ def claim_rows(readings: dict, rng) -> list[dict]:
 
 
 def verdict(row: dict) -> str:
-    """The method is faster / slower when the CI of the speed-up excludes 1 and Holm's p < 0.05; a
-    paper's figure is then held against the interval."""
-    if not (row["n"] and math.isfinite(row["p_holm"]) and row["p_holm"] < ALPHA and row["low"] > 0):
+    """The claims tables' rule and words (statistics.claim_verdict): decided only when the CI of the
+    speed-up excludes 1 and Holm's p < 0.05; a paper's figure is then placed against the interval
+    (statistics.magnitude)."""
+    if not row["n"]:
         return "undecided at this power"
-    if row["low"] > 1:
-        said = "holds" if row["paper"] else "the method is faster"
-        figure = float(row["paper"].rstrip("x")) if row["paper"] else None
-        if figure and row["high"] < figure:
-            said += f"; smaller than the paper's {row['paper']}"
-        return said
-    if row["high"] < 1:
-        return "does not hold: the method is slower" if row["paper"] else "the method is slower"
-    return "undecided at this power"
+    speed = {"low": row["low"], "high": row["high"], "p_holm": row["p_holm"]}
+    said = claim_verdict(speed, {}, None, claimed=bool(row["paper"]))
+    placed = magnitude(row["paper"], speed) if said != "undecided at this power" else ""
+    return f"{said}; {placed}" if placed else said
 
 
 def network_table(readings: dict, networks) -> list[str]:
@@ -338,7 +335,7 @@ def parse_args(argv=None):
     if args.hours is not None and not args.hours > 0:
         parser.error("--hours: must be > 0")
     args.networks = list(dict.fromkeys(args.networks))
-    unknown = [n for n in args.networks if "kind: network" not in _model_config(n)]
+    unknown = [n for n in args.networks if not _is_network(n)]
     if unknown:
         parser.error(f"--networks: {', '.join(unknown)}: not a whole network's model config in conf/model")
     args.seeds = list(range(args.seeds))
@@ -347,9 +344,12 @@ def parse_args(argv=None):
     return args
 
 
-def _model_config(name: str) -> str:
-    path = REPO / "conf" / "model" / f"{name}.yaml"
-    return path.read_text() if path.name == f"{name}.yaml" and path.is_file() else ""
+def _is_network(name: str) -> bool:
+    """Whether conf/model/<name>.yaml is a whole network (model.kind network: torch times it too)."""
+    from omegaconf import OmegaConf
+
+    path = CONF_DIR / "model" / f"{name}.yaml"
+    return path.name == f"{name}.yaml" and path.is_file() and OmegaConf.load(path).get("kind") == "network"
 
 
 def main(argv=None) -> list[dict]:
