@@ -55,6 +55,7 @@ from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import claims_markdown
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.campaign import Job, progress, run_campaign
+from tuning.tools.campaign_archive import add_archive_option, archived
 from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -233,13 +234,14 @@ def parse_args(argv=None):
                                                     "flight ends KILLED; the same command continues)")
     parser.add_argument("--campaign", type=Path, help="--full-space: the runs' folders (default: "
                                                       "outputs/campaigns/<paper>-full)")
+    add_archive_option(parser, "<paper>-full")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     paper = PAPERS[args.paper]
     args.models = args.models or list(FULL_MODELS if args.full_space else paper.models)
     if args.seeds < 1 or args.seed_from < 0 or not (0 < args.fraction <= 1) or args.jobs < 1:
         parser.error("--seeds must be >= 1, --seed-from >= 0, --fraction in (0, 1], --jobs >= 1")
-    if (args.hours is not None or args.campaign) and not args.full_space:
-        parser.error("--hours and --campaign belong to a --full-space campaign")
+    if (args.hours is not None or args.campaign or args.archive) and not args.full_space:
+        parser.error("--hours, --campaign and --archive belong to a --full-space campaign")
     if args.full_space and args.jobs > 1:
         parser.error("--jobs: a --full-space campaign times kernels, one run at a time")
     if args.hours is not None and not args.hours > 0:
@@ -280,8 +282,13 @@ def main(argv=None) -> list[dict]:
 def full_space_main(paper: Paper, args) -> list[dict]:
     """The campaign (unless --table-only), then the table of the claims between its rows."""
     cost, jobs = {}, campaign_jobs(paper, args)
-    if not args.table_only:
-        cost["campaign"] = f"{run_campaign(jobs, args.hours) / 60:.1f} min wall this call"
+
+    def run() -> None:
+        if not args.table_only:
+            cost["campaign"] = f"{run_campaign(jobs, args.hours) / 60:.1f} min wall this call"
+
+    archived(args.archive, jobs, args.campaign, [Path(args.store)], args.tracking_uri, run,
+             pack_after=not args.table_only)
     finished, total = progress(jobs)
     cost["runs"] = f"{finished} of the campaign's {total} runs finished ({args.campaign})"
     names = {paper.rows[row] for row in paper.full_rows}

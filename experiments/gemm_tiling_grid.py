@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from tuning.tools.campaign import Job, finished_folders, progress, run_campaign
+from tuning.tools.campaign_archive import add_archive_option, archived
 from tuning.tools.cli_common import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.report import claims_markdown
@@ -161,6 +162,7 @@ def parse_args(argv=None):
     add_tracking_uri(parser, help="the MLflow store the grid's runs go to and the tables read")
     parser.add_argument("--table-only", action="store_true", help="no runs and no re-reads: the tables only")
     parser.add_argument("--out", help="output folder (default: gemm-tiling-grid/<time> beside the MLflow store)")
+    add_archive_option(parser, "gemm-tiling")
     args = parser.parse_intermixed_args(argv)
     if args.seeds < 1 or args.seed_from < 0 or args.rereads < 1 or args.top < 1 or not 0 < args.fraction <= 1:
         parser.error("--seeds, --rereads and --top must be >= 1, --seed-from >= 0, --fraction in (0, 1]")
@@ -177,11 +179,16 @@ def parse_args(argv=None):
 def main(argv=None) -> tuple[list[dict], list[dict]]:
     args = parse_args(argv)
     jobs, cost = grid_jobs(args), {}
-    if not args.table_only:
-        cost["campaign"] = f"{run_campaign(jobs, args.hours, 'the grid') / 60:.1f} min wall this call"
-        started = time.perf_counter()
-        reread(args, jobs)
-        cost["re-reads"] = f"{(time.perf_counter() - started) / 60:.1f} min"
+
+    def run() -> None:
+        if not args.table_only:
+            cost["campaign"] = f"{run_campaign(jobs, args.hours, 'the grid') / 60:.1f} min wall this call"
+            started = time.perf_counter()
+            reread(args, jobs)
+            cost["re-reads"] = f"{(time.perf_counter() - started) / 60:.1f} min"
+
+    archived(args.archive, jobs, args.campaign, [Path(args.store)], args.tracking_uri, run,
+             pack_after=not args.table_only)
     finished, total = progress(jobs)
     cost["runs"] = f"{finished} of the grid's {total} runs finished ({args.campaign})"
     if not any(folder.parent.name == "xgb" for folder in finished_folders(jobs)):

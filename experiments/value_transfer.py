@@ -44,7 +44,8 @@ from pathlib import Path
 import numpy as np
 
 from tuning.conf_dir import CONF_DIR
-from tuning.tools.campaign import Job, finished_folders, progress, run_campaign
+from tuning.tools.campaign import Job, finished_folders, is_finished, progress, run_campaign
+from tuning.tools.campaign_archive import add_archive_option, archived
 from tuning.tools.cli_common import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir
 from tuning.tools.compare.report import claim_cell
@@ -118,17 +119,26 @@ def training_jobs(args) -> list[Job]:
         for source in SOURCES:
             corpus = [arg for n in others for arg in ("--store", store(args, n, source))]
             for seed in args.seeds:
+                if not feeds_unfinished_rows(args, heldout, source, seed):
+                    continue
                 cut = ("--configs-per-kernel", str(args.configs_per_kernel), "--seed", str(seed))
                 tracking = ("--tracking-uri", args.tracking_uri, "--experiment", f"{EXPERIMENT}-training")
                 folder = args.campaign / heldout / "training" / f"{source}-seed{seed}"
-                jobs.append(Job(folder / "value", command=(
+                jobs.append(Job(folder / "value", archived=False, command=(  # the models live in MLflow
                     "-m", "tuning.value", "train", *corpus, "--holdout-store", store(args, heldout, "random"),
                     "--val-fraction", "0", "--epochs", str(args.epochs), *cut, *tracking,
                     "--name", model_name("value", source, heldout, seed))))
-                jobs.append(Job(folder / "xgb", command=(
+                jobs.append(Job(folder / "xgb", archived=False, command=(
                     "-m", "tuning.tools.pretrain", *corpus, "--no-heldout", *cut, *tracking,
                     "--name", model_name("xgb", source, heldout, seed))))
     return jobs
+
+
+def feeds_unfinished_rows(args, heldout: str, source: str, seed: int) -> bool:
+    """Whether a training step's models are still wanted: once the two rows they feed have finished, a
+    campaign restored on a new machine (whose MLflow lacks the models) does not train them again."""
+    rows = [job for job in zero_measurement_jobs(args, heldout, seed) if job.folder.parent.name.endswith(f"-{source}")]
+    return not all(is_finished(job) for job in rows)
 
 
 def zero_measurement_jobs(args, network: str, seed: int) -> list[Job]:
@@ -324,6 +334,7 @@ def parse_args(argv=None):
     add_tracking_uri(parser, help="the MLflow store of the runs and the registry of the trained models")
     parser.add_argument("--table-only", action="store_true", help="no runs: the tables from the finished runs")
     parser.add_argument("--out", help="output folder (default: value-transfer/<time> beside the MLflow store)")
+    add_archive_option(parser, EXPERIMENT)
     args = parser.parse_intermixed_args(argv)
     if len(set(args.networks)) < 3:
         parser.error("--networks: leave-one-network-out needs at least 3 networks")
@@ -344,6 +355,14 @@ def parse_args(argv=None):
     return args
 
 
+def run(args, jobs: list[Job], cost: dict) -> None:
+    if not args.table_only:
+        args.stores.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        run_campaign(jobs, args.hours, "the transfer experiment")
+        cost["campaign"] = f"{(time.perf_counter() - started) / 60:.1f} min wall this call"
+
+
 def _is_network(name: str) -> bool:
     """Whether conf/model/<name>.yaml is a whole network (model.kind network: torch times it too)."""
     from omegaconf import OmegaConf
@@ -355,11 +374,9 @@ def _is_network(name: str) -> bool:
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     jobs, cost = campaign_jobs(args), {}
-    if not args.table_only:
-        args.stores.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        run_campaign(jobs, args.hours, "the transfer experiment")
-        cost["campaign"] = f"{(time.perf_counter() - started) / 60:.1f} min wall this call"
+    stores = [Path(store(args, n, kind)) for n in args.networks for kind in ("tuning", "random", "runs")]
+    archived(args.archive, jobs, args.campaign, stores, args.tracking_uri, lambda: run(args, jobs, cost),
+             pack_after=not args.table_only)
     finished, total = progress(jobs)
     cost["steps"] = f"{finished} of the experiment's {total} steps finished ({args.campaign})"
     return tables(args, jobs, cost)

@@ -442,7 +442,10 @@ def test_campaign_options_belong_to_a_full_space_campaign(experiment_script, cap
     claims = experiment_script("claims")
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--hours", "2"])
-    assert "--hours and --campaign belong to a --full-space campaign" in capsys.readouterr().err
+    assert "--hours, --campaign and --archive belong to a --full-space campaign" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.parse_args(["chameleon", "--archive", "campaigns/chameleon-full"])
+    assert "--archive belong to a --full-space campaign" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--full-space", "--hours", "0"])
     assert "--hours: must be > 0" in capsys.readouterr().err

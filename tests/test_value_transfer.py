@@ -187,6 +187,20 @@ def test_the_campaign_builds_corpora_then_trains_then_runs_matched_rows(transfer
     assert not any(o.endswith("-tuning.sqlite") for o in runs["resnet18/autotvm32/seed1"])
 
 
+def test_a_restored_campaign_trains_only_the_models_unfinished_rows_need(transfer, tmp_path):
+    args = arguments(transfer, tmp_path)
+    trainings = lambda: {job.folder.relative_to(args.campaign).as_posix(): job  # noqa: E731
+                         for job in transfer.campaign_jobs(args) if "/training/" in str(job.folder)}
+    before = trainings()
+    assert not any(job.archived for job in before.values())  # the models live in MLflow: not in an archive
+    for row in ("value-tuning", "xgb-tuning"):
+        folder = args.campaign / "resnet18" / row / "seed1"
+        folder.mkdir(parents=True)
+        (folder / "status").write_text("FINISHED")
+    assert set(before) - set(trainings()) == {"resnet18/training/tuning-seed1/value",
+                                              "resnet18/training/tuning-seed1/xgb"}
+
+
 def test_every_run_row_composes_and_the_measuring_ones_validate(transfer, tmp_path, compose_cfg):
     from tuning.config import validate
 

@@ -36,6 +36,7 @@ class Job:
     folder: Path  # the run's folder (hydra.run.dir), or a step's
     overrides: tuple = ()  # run.py's overrides for a new run there
     command: tuple = ()  # a step that is not a run: python's arguments (-m module ...)
+    archived: bool = True  # False: its output lives outside its folder and the stores (campaign_archive)
 
 
 def is_finished(job: Job) -> bool:

@@ -1,0 +1,137 @@
+"""A campaign carried between machines (tuning/tools/campaign_archive.py): what is packed, what comes
+back, that another host's archive is never restored, and that a hostile archive extracts nothing."""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tuning.store import MeasurementStore
+from tuning.tools.campaign import DONE, Job
+from tuning.tools.campaign_archive import (ArchiveError, archive_path, archived, host_identity, host_key, pack,
+                                           restore)
+
+from test_store import filled
+
+HOST = {"cpu_model": "Test CPU @ 1 GHz", "cores": 2, "flags": "abc"}
+OTHER = {**HOST, "flags": "abd"}
+
+
+def finished_run(folder: Path, status: str = "FINISHED") -> Job:
+    (folder / "state").mkdir(parents=True)
+    (folder / "state" / "task.json").write_text("{}")
+    (folder / "status").write_text(status)
+    (folder / "records.jsonl").write_text('{"x": 1}\n')
+    (folder / ".tunelab.lock").write_text("1")
+    (folder / "e2e.json").write_text('{"latencies_ms": {}}')
+    return Job(folder, ("seed=0",))
+
+
+def step(folder: Path, archived_step: bool = True) -> Job:
+    folder.mkdir(parents=True)
+    (folder / DONE).write_text("python -m x\n")
+    return Job(folder, command=("-m", "x"), archived=archived_step)
+
+
+def campaign(root: Path) -> list[Job]:
+    return [finished_run(root / "net" / "row" / "seed0"), finished_run(root / "net" / "row" / "seed1", "KILLED"),
+            step(root / "net" / "corpus"), step(root / "net" / "training", archived_step=False)]
+
+
+def test_host_identity_reads_the_cpu_and_its_key_names_it():
+    identity = host_identity("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: sse avx\n"
+                             "processor\t: 1\nmodel name\t: ignored\n", cores=2)
+    assert identity["cpu_model"] == "Intel(R) Xeon(R) Processor" and identity["cores"] == 2
+    assert identity != host_identity("model name\t: Intel(R) Xeon(R) Processor\nflags\t: sse avx avx512f\n", cores=2)
+    assert host_key(identity).startswith("intel-r-xeon-r-processor-2c-")
+    assert host_key(identity) != host_key({**identity, "cores": 4})
+
+
+def test_finished_work_and_the_stores_come_back_on_a_new_machine(tmp_path):
+    root, stores = tmp_path / "a" / "campaign", tmp_path / "a" / "stores"
+    stores.mkdir(parents=True)
+    filled(stores / "net.sqlite", count=20)
+    jobs = campaign(root)
+    path = pack(jobs, root, [stores / "net.sqlite", stores / "missing.sqlite"], tmp_path / "archives", HOST)
+    assert path == archive_path(tmp_path / "archives", HOST)
+
+    new_root, new_stores = tmp_path / "b" / "campaign", tmp_path / "b" / "stores"
+    restored = restore(new_root, new_stores, tmp_path / "archives", None, HOST)
+    assert sorted(restored.folders) == ["net/corpus", "net/row/seed0"] and restored.readings == 20
+    run = new_root / "net" / "row" / "seed0"
+    assert sorted(p.name for p in run.iterdir()) == ["e2e.json", "records.jsonl", "status"]  # no lock, no state
+    assert (new_root / "net" / "corpus" / DONE).is_file()
+    assert not (new_root / "net" / "row" / "seed1").exists()  # unfinished: the campaign runs it again
+    assert not (new_root / "net" / "training").exists()  # its output lives elsewhere: runs again
+    assert MeasurementStore(new_stores / "net.sqlite", read_only=True).count() == 20
+    assert not (new_stores / "missing.sqlite").exists()
+
+    (run / "e2e.json").write_text("local")  # a second restore keeps what is here and adds no reading twice
+    again = restore(new_root, new_stores, tmp_path / "archives", None, HOST)
+    assert again.folders == [] and again.kept_local == 2 and again.readings == 0
+    assert (run / "e2e.json").read_text() == "local"
+
+
+def test_another_hosts_archive_is_never_restored(tmp_path):
+    root = tmp_path / "campaign"
+    path = pack(campaign(root), root, [], tmp_path / "archives", OTHER)
+    assert restore(tmp_path / "new", tmp_path / "stores", tmp_path / "archives", None, HOST) is None
+    path.rename(archive_path(tmp_path / "archives", HOST))  # renamed to pass for this host: its manifest says no
+    with pytest.raises(ArchiveError, match="made on another host"):
+        restore(tmp_path / "new", tmp_path / "stores", tmp_path / "archives", None, HOST)
+    assert not (tmp_path / "new").exists()
+
+
+def hostile(tmp_path, folders, members) -> Path:
+    path = archive_path(tmp_path / "archives", HOST)
+    path.parent.mkdir(parents=True)
+    with tarfile.open(path, "w:gz") as tar:
+        entries = [("manifest.json", json.dumps({"format": 1, "host": HOST, "folders": folders, "stores": []}))]
+        for name, data in entries + members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            else:
+                info.size = len(data.encode())
+            tar.addfile(info, io.BytesIO(data.encode()) if data is not None else None)
+    return path
+
+
+@pytest.mark.parametrize("folders, members, said", [
+    (["../out"], [("runs/../out/status", "FINISHED")], "relative paths inside the campaign"),
+    (["/abs"], [], "relative paths inside the campaign"),
+    (["run"], [("runs/run/status", "FINISHED"), ("runs/run/link", None)], "not a plain file"),
+    (["run"], [("runs/run/status", "FINISHED"), ("runs/run/../../escape", "x")], "not a plain file"),
+])
+def test_a_hostile_archive_extracts_nothing(tmp_path, folders, members, said):
+    hostile(tmp_path, folders, members)
+    with pytest.raises(ArchiveError, match=said):
+        restore(tmp_path / "new" / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
+    assert not (tmp_path / "new" / "c" / "run").exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_broken_archive_is_a_clear_error(tmp_path):
+    path = archive_path(tmp_path / "archives", HOST)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a tarball")
+    with pytest.raises(ArchiveError, match="not a readable archive"):
+        restore(tmp_path / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
+
+
+def test_the_work_is_packed_even_when_it_stops_with_an_error(tmp_path, monkeypatch):
+    import tuning.tools.campaign_archive as module
+
+    monkeypatch.setattr(module, "host_identity", lambda: HOST)
+    root = tmp_path / "campaign"
+    jobs = campaign(root)
+
+    def failing():
+        raise SystemExit("a run exited 1")
+
+    with pytest.raises(SystemExit):
+        archived(tmp_path / "archives", jobs, root, [tmp_path / "stores" / "s.sqlite"], None, failing)
+    assert archive_path(tmp_path / "archives", HOST).is_file()
+    assert archived(None, jobs, root, [], None, lambda: "ran") == "ran"  # no folder: no archive work at all

@@ -1,0 +1,275 @@
+"""A campaign's finished work as one file per host, which a repository carries to the next machine.
+
+    restore(jobs, root, stores, Path("campaigns/value-transfer"), tracking_uri)   # before run_campaign
+    pack(jobs, root, stores, Path("campaigns/value-transfer"))                    # after it
+
+A campaign of hours outlives the machine it started on only through what is committed: a sitting's
+stores, run folders and MLflow database may be gone at the next. `pack` writes
+`<folder>/<host key>.tar.gz`: the campaign's finished jobs' folders (relative to `root`, without
+their locks, search state and built libraries) and a compact copy of every store (`copy_store` into
+an empty sqlite file), with a manifest naming the host. `restore` reads the archive of this host
+only, so readings and runs of one CPU are never mixed with another's: it copies the stores' rows
+into the local stores (`copy_store`: rows already held are skipped), puts back the finished folders
+this machine lacks (a local folder always wins), and rebuilds each restored run's MLflow run from
+its records (`tuning.tools.sync`), so the tables that read MLflow find them.
+
+A job whose output lives elsewhere (`Job.archived=False`: a model registered in MLflow) is not
+packed; a restored campaign runs it again. The archive is untrusted input: only regular files under
+the manifest's folders and stores are extracted, and the stores' rows pass copy_store's checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from tuning.tools.campaign import Job, is_finished
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+LEFT_OUT = {".tunelab.lock"}  # a finished folder's files not worth carrying
+LEFT_OUT_FOLDERS = {"state", "export"}  # search state (a finished run resumes nothing), built libraries
+MAX_FILE_BYTES = 64 << 20  # per extracted file: an archive is a repository's file, not a dump
+
+
+class ArchiveError(ValueError):
+    """An archive that cannot be read or does not belong to this host."""
+
+
+@dataclass
+class Restored:
+    folders: list[str] = field(default_factory=list)
+    kept_local: int = 0
+    readings: int = 0
+    synced: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"restored {len(self.folders)} finished folders ({self.kept_local} already here kept), "
+                f"{self.readings:,} store readings, {self.synced} runs re-logged to MLflow"
+                + "".join(f"; {p}" for p in self.problems))
+
+
+# ---- the host ----------------------------------------------------------------------------------------
+def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
+    """This machine as its readings depend on it: CPU model, the first processor's flags, core count."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = sorted(set(fields.get("flags", "").split()))
+    return {"cpu_model": fields.get("model name", "unknown"), "cores": cores or os.cpu_count() or 0,
+            "flags": hashlib.sha1(" ".join(flags).encode()).hexdigest()[:12]}
+
+
+def host_key(identity: dict) -> str:
+    """A file name for the host: readable model, cores and a hash of the whole identity."""
+    slug = re.sub(r"[^a-z0-9]+", "-", identity["cpu_model"].lower()).strip("-")[:40] or "unknown"
+    whole = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{slug}-{identity['cores']}c-{whole}"
+
+
+def archive_path(folder: Path, identity: dict | None = None) -> Path:
+    return folder / f"{host_key(identity or host_identity())}.tar.gz"
+
+
+# ---- pack --------------------------------------------------------------------------------------------
+def pack(jobs: list[Job], root: Path, stores: list[Path], folder: Path, identity: dict | None = None) -> Path:
+    """This host's archive of the campaign's finished jobs and its stores, replacing the last one."""
+    identity = identity or host_identity()
+    names = [Path(s).name for s in stores]
+    if len(set(names)) != len(names):
+        raise ArchiveError(f"stores: two share a file name ({', '.join(names)}); an archive keeps one of each")
+    folders = [job.folder for job in jobs if job.archived and is_finished(job)]
+    relative = [_relative(f, root) for f in folders]
+    target = archive_path(folder, identity)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        partial = Path(scratch) / target.name
+        with tarfile.open(partial, "w:gz") as tar:
+            manifest = {"format": FORMAT, "host": identity, "folders": relative,
+                        "stores": [n for s, n in zip(stores, names) if Path(s).is_file()]}
+            _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
+            for path, rel in zip(folders, relative):
+                for file in sorted(_carried_files(path)):
+                    tar.add(file, f"runs/{rel}/{file.relative_to(path).as_posix()}", recursive=False)
+            for store, name in zip(stores, names):
+                if Path(store).is_file():
+                    tar.add(_compact_copy(Path(store), Path(scratch)), f"stores/{name}", recursive=False)
+        shutil.move(partial, target)
+    return target
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise ArchiveError(f"{path}: not under the campaign folder {root}") from None
+
+
+def _carried_files(folder: Path):
+    for parent, subfolders, files in os.walk(folder):
+        subfolders[:] = [s for s in subfolders if s not in LEFT_OUT_FOLDERS]
+        for name in files:
+            path = Path(parent) / name
+            if name not in LEFT_OUT and path.is_file() and not path.is_symlink() and not name.endswith(".so"):
+                yield path
+
+
+def _compact_copy(store: Path, scratch: Path) -> Path:
+    from tuning.store import copy_store, open_store
+
+    copy = scratch / f"compact-{store.name}"
+    source, target = open_store(store, "--stores", read_only=True), open_store(copy, "archive")
+    try:
+        copy_store(source, target)
+    finally:
+        source.close()
+        target.close()  # checkpoints the write-ahead log into the one file the archive carries
+    return copy
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+# ---- restore -----------------------------------------------------------------------------------------
+def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | None,
+            identity: dict | None = None) -> Restored | None:
+    """This host's archive, when there is one, merged into the local campaign (see the module's doc)."""
+    path = archive_path(folder, identity)
+    if not path.is_file():
+        return None
+    identity = identity or host_identity()
+    restored = Restored()
+    try:
+        with tarfile.open(path, "r:gz") as tar, tempfile.TemporaryDirectory() as scratch:
+            manifest = _manifest(tar, path, identity)
+            members = {m.name: m for m in tar.getmembers()}
+            for name in manifest["stores"]:
+                restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
+            for rel in manifest["folders"]:
+                local = root / rel
+                if local.exists():
+                    restored.kept_local += 1
+                    continue
+                _extract_folder(tar, members, rel, local, Path(scratch))
+                restored.folders.append(rel)
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__}: {error})") from None
+    _sync(root, restored, tracking_uri)
+    return restored
+
+
+def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
+    try:
+        manifest = json.loads(tar.extractfile(MANIFEST).read())
+    except (KeyError, AttributeError, ValueError) as error:
+        raise ArchiveError(f"{path}: no readable {MANIFEST} ({type(error).__name__})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArchiveError(f"{path}: {MANIFEST} is not format {FORMAT}")
+    if manifest.get("host") != identity:
+        raise ArchiveError(f"{path}: made on another host ({manifest.get('host')}), this is {identity}")
+    for key in ("folders", "stores"):
+        entries = manifest.get(key)
+        if not isinstance(entries, list) or not all(isinstance(e, str) and _safe(e) for e in entries):
+            raise ArchiveError(f"{path}: {MANIFEST} {key} must be relative paths inside the campaign")
+    if any("/" in name for name in manifest["stores"]):
+        raise ArchiveError(f"{path}: {MANIFEST} stores must be file names")
+    return manifest
+
+
+def _safe(name: str) -> bool:
+    parts = PurePosixPath(name).parts
+    return bool(parts) and not PurePosixPath(name).is_absolute() and ".." not in parts and "\\" not in name
+
+
+def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) -> int:
+    from tuning.store import copy_store, open_store
+
+    member = members.get(f"stores/{name}")
+    if member is None or not member.isfile() or member.size > MAX_FILE_BYTES:
+        raise ArchiveError(f"stores/{name}: missing, not a file, or over {MAX_FILE_BYTES >> 20} MiB")
+    copy = scratch / f"restored-{name}"
+    with tar.extractfile(member) as source, open(copy, "wb") as out:
+        shutil.copyfileobj(source, out)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    source, target = open_store(copy, f"archive stores/{name}", read_only=True), open_store(local, "--stores")
+    try:
+        return copy_store(source, target).copied
+    finally:
+        source.close()
+        target.close()
+
+
+def _extract_folder(tar, members: dict, rel: str, local: Path, scratch: Path) -> None:
+    """The folder's regular files, into a scratch folder first so a bad member leaves nothing half-made."""
+    prefix = f"runs/{rel}/"
+    staged = scratch / "staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    for name, member in members.items():
+        if not name.startswith(prefix):
+            continue
+        inner = name[len(prefix):]
+        if not (member.isfile() and _safe(inner) and member.size <= MAX_FILE_BYTES):
+            raise ArchiveError(f"{name}: not a plain file inside its folder, or over {MAX_FILE_BYTES >> 20} MiB")
+        out = staged / inner
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tar.extractfile(member) as source, open(out, "wb") as target:
+            shutil.copyfileobj(source, target)
+    staged.mkdir(parents=True, exist_ok=True)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(staged, local)
+
+
+def _sync(root: Path, restored: Restored, tracking_uri: str | None) -> None:
+    """Each restored run (a folder with records) logged again to this machine's MLflow store."""
+    from tuning.tools.sync import sync
+
+    for rel in restored.folders:
+        folder = root / rel
+        if not (folder / "config.yaml").is_file():
+            continue  # a step's folder
+        try:
+            sync(folder, tracking_uri)
+            restored.synced += 1
+        except Exception as error:  # noqa: BLE001 - the folder is back either way; `tuning.tools.sync` retries
+            restored.problems.append(f"{rel}: not re-logged to MLflow ({type(error).__name__}: {error})")
+
+
+# ---- the experiments' option ---------------------------------------------------------------------------
+def add_archive_option(parser, name: str) -> None:
+    parser.add_argument("--archive", type=Path, metavar="FOLDER",
+                        help=f"carry the campaign between machines: first restore this host's archive from FOLDER, "
+                             f"after the call pack it there again, for a commit (e.g. campaigns/{name}; "
+                             "docs/claims.md §Carrying a campaign between machines)")
+
+
+def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_uri: str | None, work, pack_after=True):
+    """`work()` between a restore and a pack of `folder` (nothing of either without a folder); the pack
+    happens however the work ends, so a campaign stopped by a failed run keeps what it finished."""
+    if folder is None:
+        return work()
+    if len({Path(s).parent for s in stores}) > 1:
+        raise ArchiveError("stores: an archived campaign keeps its stores in one folder")
+    restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri)
+    print(f"archive {archive_path(folder)}: " + (restored.summary() if restored else "none for this host yet"))
+    try:
+        return work()
+    finally:
+        if pack_after:
+            print(f"archive: packed {pack(jobs, root, [Path(s) for s in stores], folder)}")
