@@ -374,7 +374,12 @@ def test_sync_copies_a_run_into_another_store(tmp_path):
     assert copied.info.status == "FINISHED"
     assert_curve_complete(run_dir, other, copied.info.run_id)
     own = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert mlflow_run(run_dir, own)[1].info.status == "FINISHED", "the folder still names its own store's run"
+    original = mlflow_run(run_dir, own)[1]
+    assert original.info.status == "FINISHED", "the folder still names its own store's run"
+    hardware = json.loads((run_dir / "hardware.json").read_text())
+    assert "hardware" in hardware  # the copy names what measured it, as the original does (compare's host note)
+    for key in (*hardware, "experiment", "model", "seed", "choice.search"):
+        assert copied.data.tags[key] == original.data.tags[key], key
 
 
 def test_a_corrupt_records_line_is_named_before_any_work(tmp_path, small_run):

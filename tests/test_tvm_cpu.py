@@ -405,3 +405,36 @@ def test_metaschedule_row_tunes_for_real(tmp_path):
     [state] = [json.loads(p.read_text()) for p in (tmp_path / "run" / "state").glob("*.json")]
     assert len(state["search"]["measured"]) == 24  # every working kernel, best first
     assert state["cost_model"]["trained_records"] >= 16  # fit once past the 16-sample warm-up
+
+
+def test_a_kernel_with_a_re_laid_out_weight_is_timed_on_nonzero_data(hardware):
+    """No reference exists in the re-laid-out layout, so the output goes unchecked, but the timing
+    still runs on seeded uniform data: on some CPUs a kernel reads up to 100x faster on zeros."""
+    import tvm
+
+    from tuning.hardware.tvm_worker import check_and_time
+
+    timed = []
+
+    class Library:
+        entry_name = "main"
+
+        def __getitem__(self, name):
+            return lambda *tensors: None
+
+        def time_evaluator(self, name, dev, **options):
+            def evaluate(*tensors):
+                timed.append([t.numpy() for t in tensors])
+                return type("Result", (), {"results": [1e-3, 1e-3]})()
+            return evaluate
+
+    reference = ([np.ones((4, 4), "float32")], np.ones((4,), "float32"))
+    args = [[[2, 8], "float32"], [[4], "float32"]]  # a layout the reference does not have
+    spec = {"check_correctness": True, "cv_stop": None, "cache_flush": False, "number": 1, "repeat": 2,
+            "min_repeat_ms": 0, "timeout_s": 10.0, "slow_kernels": "fewer_runs"}
+    result = check_and_time(Library(), tvm.cpu(0), "cpu", reference, args, spec, time.perf_counter())
+    assert result["error"] is None
+    [(weight, output)] = timed
+    assert weight.shape == (2, 8) and np.all(weight != 0) and np.all(np.abs(weight) < 1)
+    assert not output.any()
+    assert "uniform" in hardware.describe()["timed_on"]  # in the store's key

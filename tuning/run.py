@@ -35,7 +35,7 @@ from tuning.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.resume import check_records, check_resume, prior_records, resolve_resume
 from tuning.hardware.runners.base import NoDeviceLeft
-from tuning.run_folder import mark_status, release, save_identity, terminated_by_signals
+from tuning.run_folder import mark_status, release, save_hardware, save_identity, terminated_by_signals
 from tuning.store import StoreError
 from tuning.store_wiring import check_store_space, wire_store
 from tuning.sweep import Pruning
@@ -176,7 +176,9 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
     status, e2e, pruned, outcomes = "FAILED", None, False, []
     try:
         with parts.hardware:
-            parts.tracker.set_tags(parts.hardware.describe())
+            described = parts.hardware.describe()
+            parts.tracker.set_tags(described)
+            save_hardware(out_dir, described)
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
                 run = RunInfo(job.cfg.seed, out_dir, method, plan.trials, plan.plan_size, plan.deadline(),
                               plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib
+import json
 import os
 import re
 import signal
@@ -44,6 +45,7 @@ from tuning.config import ConfigError
 
 LOCK_FILE = ".tunelab.lock"
 IDENTITY_FILE = "run.yaml"
+HARDWARE_FILE = "hardware.json"  # what measured the run (its describe() tags), for a copy logged elsewhere
 STATUS_FILE = "status"
 RUN_FILES = ("config.yaml", "records.jsonl")  # either one means the folder holds a run
 CONF_DIRS_VARIABLE = "TUNELAB_CONF_DIRS"  # the user's own config directories, each laid out like conf/
@@ -157,6 +159,20 @@ def save_identity(out_dir: Path, choices: dict) -> None:
     if not path.exists():
         path.write_text(yaml.safe_dump({"choices": {k: v for k, v in choices.items()
                                                      if not k.startswith("hydra/") and isinstance(v, str)}}))
+
+
+def save_hardware(out_dir: Path, description: dict) -> None:
+    (out_dir / HARDWARE_FILE).write_text(json.dumps({str(k): str(v) for k, v in description.items()}))
+
+
+def saved_hardware(out_dir: Path) -> dict:
+    """The hardware's tags as saved by the run; {} for a folder without them or with a file that is not
+    a mapping of strings (untrusted)."""
+    try:
+        data = json.loads((out_dir / HARDWARE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
 
 
 def saved_choices(out_dir: Path) -> dict:

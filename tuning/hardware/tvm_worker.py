@@ -113,9 +113,7 @@ def reference_arrays(workload: dict, target: dict, device: str = "cpu") -> tuple
 
     mod = workload_module(workload)
     shapes = arg_shapes(mod["main"])
-    rng = np.random.default_rng(0)
-    arrays = [rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]]
-    arrays.append(np.zeros(shapes[-1][0], dtype=shapes[-1][1]))
+    arrays = random_arguments(shapes)
     if not untuned_runs_on(target):
         target, device = HOST_TARGET, "cpu"
     lib = _compile(mod, target)
@@ -123,6 +121,15 @@ def reference_arrays(workload: dict, target: dict, device: str = "cpu") -> tuple
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
     lib[lib.entry_name](*tensors)
     return arrays, tensors[-1].numpy()
+
+
+def random_arguments(shapes) -> list[np.ndarray]:
+    """A kernel's arguments ([shape, dtype] each, the output last): inputs uniform in [-1, 1) drawn
+    from seed 0, a zero output. Every timing uses data like these, never zeros: on some CPUs a
+    kernel runs many times slower on nonzero data than on zeros (floating-point assists; docs/runs.md
+    §How measuring works), and a reading must be what the model will pay."""
+    rng = np.random.default_rng(0)
+    return [*(rng.uniform(-1, 1, size=s).astype(d) for s, d in shapes[:-1]), np.zeros(shapes[-1][0], dtype=shapes[-1][1])]
 
 
 def reference(workload: dict, target: dict, device: str) -> None:
@@ -162,8 +169,8 @@ def check_and_time(lib, dev, kind: str, reference: tuple, args: list, spec: dict
     same_layout = [list(a.shape) for a in inputs] == [shape for shape, _ in args[:len(inputs)]]
     if same_layout:
         tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
-    else:  # the schedule rewrote a weight layout: time it on random data, skip the check
-        tensors = [tvm.runtime.tensor(np.zeros(s, dtype=d), dev) for s, d in args]
+    else:  # the schedule rewrote a weight layout: time it on random data in that layout, skip the check
+        tensors = [tvm.runtime.tensor(a, dev) for a in random_arguments(args)]
     single = time.perf_counter()
     function(*tensors)
     dev.sync()

@@ -233,7 +233,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
 
     from tuning.config import validate
     from tuning.resume import prior_records
-    from tuning.run_folder import saved_choices
+    from tuning.run_folder import saved_choices, saved_hardware
     from tuning.tracking.base import run_params
     from omegaconf import OmegaConf
 
@@ -253,6 +253,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         prior = prior_records(cfg, tasks, out_dir, tracker)
         choices = saved_choices(out_dir)
         tags = {"model": cfg.model.name, "seed": str(cfg.seed), "tunelab.synced": "true",
+                "experiment": choices.get("experiment") or "none", **saved_hardware(out_dir),
                 **{f"choice.{group}": name for group, name in choices.items()}}
         params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
         run_id = _open(tracker, out_dir, cfg, params, {**tags, **path_tags}, choices,
