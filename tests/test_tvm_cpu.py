@@ -438,3 +438,12 @@ def test_a_kernel_with_a_re_laid_out_weight_is_timed_on_nonzero_data(hardware):
     assert weight.shape == (2, 8) and np.all(weight != 0) and np.all(np.abs(weight) < 1)
     assert not output.any()
     assert "uniform" in hardware.describe()["timed_on"]  # in the store's key
+
+
+def test_a_config_is_timed_on_zeros_and_on_the_uniform_data_timings_use(hardware):
+    from tuning.hardware.kernel_context import zeros_and_uniform_seconds
+
+    config = hardware.space(GEMM).canonical(hardware.space(GEMM).sample(np.random.default_rng(0)))
+    zeros, uniform = zeros_and_uniform_seconds(GEMM.workload, hardware.target, config, "cpu", repeat=2,
+                                               min_repeat_ms=5)
+    assert 0 < zeros < 0.1 and 0 < uniform < 0.1

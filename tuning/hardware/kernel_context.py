@@ -232,6 +232,23 @@ def standalone_timers(workload: dict, target: dict, config: tuple, specs: dict, 
     return {name: timer(spec) for name, spec in specs.items()}
 
 
+def zeros_and_uniform_seconds(workload: dict, target: dict, config: tuple, device: str, number: int = 1,
+                              repeat: int = 3, min_repeat_ms: float = 20) -> tuple[float, float]:
+    """(seconds on zeros, seconds on the uniform data every timing uses: tvm_worker.random_arguments)
+    of the task's own build of `config` (as_built), each the median of TVM's time_evaluator's repeats."""
+    import tvm
+
+    from tuning.hardware.tvm_device import tvm_device
+    from tuning.hardware.tvm_worker import _compile, as_built, random_arguments, task_schedules
+
+    mod, shapes = as_built(task_schedules(workload, target).schedule(tuple(config))[0])
+    lib, dev = _compile(mod, target), tvm_device(device)
+    evaluator = lib.time_evaluator(lib.entry_name, dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    zeros = [tvm.runtime.tensor(np.zeros(s, dtype=d), dev) for s, d in shapes]
+    uniform = [tvm.runtime.tensor(a, dev) for a in random_arguments(shapes)]
+    return float(np.median(evaluator(*zeros).results)), float(np.median(evaluator(*uniform).results))
+
+
 def time_contexts(vm, x, calls: list, kernels: dict, passes: int, runs: int, number: int, dev) -> dict:
     """{"readings": {symbol: {context: [seconds per call, one a pass]}}, "counts": {symbol: calls per
     model run}, "flush_s": one flush's seconds} for `kernels` ({symbol: {"alone": standalone timer,
