@@ -135,3 +135,21 @@ def test_the_work_is_packed_even_when_it_stops_with_an_error(tmp_path, monkeypat
         archived(tmp_path / "archives", jobs, root, [tmp_path / "stores" / "s.sqlite"], None, failing)
     assert archive_path(tmp_path / "archives", HOST).is_file()
     assert archived(None, jobs, root, [], None, lambda: "ran") == "ran"  # no folder: no archive work at all
+
+
+def test_a_store_in_the_archive_that_is_not_one_is_named(tmp_path, monkeypatch):
+    import tuning.tools.campaign_archive as module
+
+    path = archive_path(tmp_path / "archives", HOST)
+    path.parent.mkdir(parents=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (("manifest.json", json.dumps({"format": 1, "host": HOST, "folders": [],
+                                                          "stores": ["s.sqlite"]})), ("stores/s.sqlite", "junk")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data.encode()))
+    with pytest.raises(ArchiveError, match="stores/s.sqlite"):
+        restore(tmp_path / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
+    monkeypatch.setattr(module, "host_identity", lambda: HOST)  # the experiments' option: one clear line
+    with pytest.raises(SystemExit, match="tunelab: --archive: .*stores/s.sqlite"):
+        archived(tmp_path / "archives", [], tmp_path / "c", [tmp_path / "stores" / "s.sqlite"], None, lambda: None)

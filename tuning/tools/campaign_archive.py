@@ -199,7 +199,7 @@ def _safe(name: str) -> bool:
 
 
 def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) -> int:
-    from tuning.store import copy_store, open_store
+    from tuning.store import StoreError, copy_store, open_store
 
     member = members.get(f"stores/{name}")
     if member is None or not member.isfile() or member.size > MAX_FILE_BYTES:
@@ -208,9 +208,15 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
     with tar.extractfile(member) as source, open(copy, "wb") as out:
         shutil.copyfileobj(source, out)
     local.parent.mkdir(parents=True, exist_ok=True)
-    source, target = open_store(copy, f"archive stores/{name}", read_only=True), open_store(local, "--stores")
+    try:
+        source = open_store(copy, f"stores/{name}", read_only=True)
+    except StoreError as error:
+        raise ArchiveError(f"{error} (in the archive)") from None
+    target = open_store(local, "--stores")
     try:
         return copy_store(source, target).copied
+    except StoreError as error:
+        raise ArchiveError(f"stores/{name}: {error}") from None
     finally:
         source.close()
         target.close()
@@ -266,7 +272,10 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
         return work()
     if len({Path(s).parent for s in stores}) > 1:
         raise ArchiveError("stores: an archived campaign keeps its stores in one folder")
-    restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri)
+    try:
+        restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri)
+    except ArchiveError as error:
+        raise SystemExit(f"tunelab: --archive: {error}") from None
     print(f"archive {archive_path(folder)}: " + (restored.summary() if restored else "none for this host yet"))
     try:
         return work()
