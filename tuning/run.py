@@ -176,9 +176,7 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
     status, e2e, pruned, outcomes = "FAILED", None, False, []
     try:
         with parts.hardware:
-            described = parts.hardware.describe()
-            parts.tracker.set_tags(described)
-            save_hardware(out_dir, described)
+            parts.tracker.set_tags(save_hardware(out_dir, parts.hardware.describe()))
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
                 run = RunInfo(job.cfg.seed, out_dir, method, plan.trials, plan.plan_size, plan.deadline(),
                               plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,

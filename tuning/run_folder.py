@@ -161,8 +161,10 @@ def save_identity(out_dir: Path, choices: dict) -> None:
                                                      if not k.startswith("hydra/") and isinstance(v, str)}}))
 
 
-def save_hardware(out_dir: Path, description: dict) -> None:
+def save_hardware(out_dir: Path, description: dict) -> dict:
+    """The hardware's tags saved beside the run (and returned, for its MLflow run)."""
     (out_dir / HARDWARE_FILE).write_text(json.dumps({str(k): str(v) for k, v in description.items()}))
+    return description
 
 
 def saved_hardware(out_dir: Path) -> dict:
