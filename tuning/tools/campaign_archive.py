@@ -151,10 +151,10 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | None,
             identity: dict | None = None) -> Restored | None:
     """This host's archive, when there is one, merged into the local campaign (see the module's doc)."""
+    identity = identity or host_identity()
     path = archive_path(folder, identity)
     if not path.is_file():
         return None
-    identity = identity or host_identity()
     restored = Restored()
     try:
         with tarfile.open(path, "r:gz") as tar, tempfile.TemporaryDirectory() as scratch:
@@ -205,8 +205,8 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
     if member is None or not member.isfile() or member.size > MAX_FILE_BYTES:
         raise ArchiveError(f"stores/{name}: missing, not a file, or over {MAX_FILE_BYTES >> 20} MiB")
     copy = scratch / f"restored-{name}"
-    with tar.extractfile(member) as source, open(copy, "wb") as out:
-        shutil.copyfileobj(source, out)
+    with tar.extractfile(member) as packed, open(copy, "wb") as out:
+        shutil.copyfileobj(packed, out)
     local.parent.mkdir(parents=True, exist_ok=True)
     try:
         source = open_store(copy, f"stores/{name}", read_only=True)
@@ -272,13 +272,15 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
         return work()
     if len({Path(s).parent for s in stores}) > 1:
         raise ArchiveError("stores: an archived campaign keeps its stores in one folder")
+    identity = host_identity()  # read once: the restore, the message and the pack name the same host
     try:
-        restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri)
+        restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri, identity)
     except ArchiveError as error:
         raise SystemExit(f"tunelab: --archive: {error}") from None
-    print(f"archive {archive_path(folder)}: " + (restored.summary() if restored else "none for this host yet"))
+    print(f"archive {archive_path(folder, identity)}: "
+          + (restored.summary() if restored else "none for this host yet"))
     try:
         return work()
     finally:
         if pack_after:
-            print(f"archive: packed {pack(jobs, root, [Path(s) for s in stores], folder)}")
+            print(f"archive: packed {pack(jobs, root, [Path(s) for s in stores], folder, identity)}")
