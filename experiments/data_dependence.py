@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -44,24 +43,6 @@ def parse_args(argv=None):
     return args
 
 
-def open_run(folder: Path):
-    """(config, hardware) of a run tuned on TVM hardware, read as untrusted input."""
-    from hydra.utils import instantiate
-
-    from tuning.config import validate
-    from tuning.hardware.tvm_backend import TVMHardware
-    from tuning.run_folder import load_config
-
-    cfg = load_config(folder / "config.yaml", "run")
-    validate(cfg)
-    os.environ["TVM_NUM_THREADS"] = str(cfg.hardware.get("num_threads", 1))  # before TVM's pool starts
-    hardware = instantiate(cfg.hardware)
-    if not isinstance(hardware, TVMHardware):
-        hardware.close()
-        raise ConfigError(f"hardware: {folder} was not tuned on TVM hardware: no kernels to build")
-    return cfg, hardware
-
-
 def measured_configs(records, task_key: str, limit: int) -> list[tuple]:
     """The task's configs with a valid reading, in the order the run first measured them."""
     configs = dict.fromkeys(tuple(r.config) for r in records if r.workload_key == task_key and r.result.ok)
@@ -82,10 +63,14 @@ def task_summary(name: str, rows: list[tuple]) -> dict:
 def main(argv=None) -> list[dict]:
     from tuning.core.task import build_tasks
     from tuning.hardware.kernel_context import zeros_and_uniform_seconds
+    from tuning.tools.export import open_tvm_run
     from tuning.whole_model import is_whole_model
 
     args = parse_args(argv)
-    cfg, hardware = open_run(args.run)
+    try:
+        cfg, hardware = open_tvm_run(args.run, run_threads=True)
+    except ConfigError as error:  # a run folder is untrusted input: one line naming the key
+        raise SystemExit(f"tunelab: {error}") from None
     records = RecordLog(args.run / "records.jsonl").load()
     summaries, timed = [], {}
     with hardware:

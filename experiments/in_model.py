@@ -76,26 +76,6 @@ def parse_args(argv=None):
     return args
 
 
-def open_run(folder: Path):
-    """(config, hardware) of a whole-model run tuned on TVM hardware, read as untrusted input."""
-    from hydra.utils import instantiate
-
-    from tuning.config import ConfigError, validate
-    from tuning.hardware.tvm_backend import TVMHardware
-    from tuning.run_folder import load_config
-    from tuning.whole_model import is_whole_model
-
-    cfg = load_config(folder / "config.yaml", "run")
-    validate(cfg)
-    if not is_whole_model(cfg.model):
-        raise ConfigError(f"model: {folder} tunes a single operator; this compares kernels inside a whole model")
-    hardware = instantiate(cfg.hardware)
-    if not isinstance(hardware, TVMHardware):
-        hardware.close()
-        raise ConfigError(f"hardware: {folder} was not tuned on TVM hardware (hardware=cpu): no kernels to time")
-    return cfg, hardware
-
-
 def measure_in_this_process(args) -> dict:
     """One setting's readings (kernel_context.time_contexts) of the run's heaviest kernels, with the
     model's latency and the run's estimate of it."""
@@ -104,9 +84,9 @@ def measure_in_this_process(args) -> dict:
 
     from tuning.hardware.kernel_context import capture_calls, model_call_seconds, standalone_timers, time_contexts
     from tuning.hardware.relax_models import as_tuning_tasks, compiled_model, extract_tasks, load_model, plain_seconds
-    from tuning.tools.export import best_in_run
+    from tuning.tools.export import best_in_run, open_tvm_run
 
-    cfg, hardware = open_run(args.run)
+    cfg, hardware = open_tvm_run(args.run, "model")
     with hardware:
         spec = instantiate(cfg.evaluator).spec
         specs = {"alone": spec, "args_flushed": replace(spec, number=1, min_repeat_ms=0, cache_flush=True,

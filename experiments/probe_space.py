@@ -77,20 +77,10 @@ def open_run(folder: Path):
     own (its target and threads): close it."""
     from hydra.utils import instantiate
 
-    from tuning.config import validate
-    from tuning.tools.export import best_in_run
-    from tuning.hardware.tvm_backend import TVMHardware
-    from tuning.run_folder import load_config
-    from tuning.whole_model import is_whole_model
+    from tuning.tools.export import best_in_run, open_tvm_run
 
-    cfg = load_config(folder / "config.yaml", "run")
-    validate(cfg)
-    if is_whole_model(cfg.model):  # its kernels are fused Relax functions: no torch operator to time beside
-        raise ConfigError(f"model: {folder} tunes a whole model; probe a single-operator run (model=gemm_1024, ...)")
-    hardware = instantiate(cfg.hardware)
+    cfg, hardware = open_tvm_run(folder, "operator")  # a whole model's kernels: no torch operator to time beside
     try:
-        if not isinstance(hardware, TVMHardware):
-            raise ConfigError(f"hardware: {folder} was not tuned on TVM hardware (hardware=cpu): no kernels to build")
         outcome = best_in_run(cfg, hardware, folder)
         return hardware, hardware.schedules(outcome.task), outcome, instantiate(cfg.evaluator).spec
     except BaseException:

@@ -105,6 +105,9 @@ def test_runs_without_kernels_to_build_are_refused_naming_the_key(experiment_scr
         {"_target_": "subprocess.getoutput", "cmd": f"touch {marker}"}))
     assert "search._target_" in refusal(probe, hostile, "--list") and not marker.exists()
     assert "config.yaml" in refusal(probe, tmp_path / "nothing", "--list")
+    screen = experiment_script("data_dependence")  # the same opening (tuning.tools.export.open_tvm_run)
+    assert refusal(screen, synthetic_run).startswith("tunelab: hardware:")
+    assert "search._target_" in refusal(screen, hostile) and not marker.exists()
 
 
 def test_rotated_passes_time_each_once_a_pass_in_a_rotated_order():

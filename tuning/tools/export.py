@@ -19,6 +19,7 @@ schedule, the MetaSchedule database, the convergence plot, and the run's files a
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,30 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
     finally:
         tracker.end("FINISHED")
     return result
+
+
+def open_tvm_run(run_dir: Path, scope: str = "any", run_threads: bool = False):
+    """(config, hardware) of a run folder tuned on TVM hardware, read as untrusted input: the config is
+    checked like run.py's and, before anything is built, a run of the wrong `scope` ("model": a whole
+    model only; "operator": a single operator only) or on other hardware is refused, naming the key.
+    `run_threads`: TVM's thread pool gets the run's threads (set before the pool starts). Close the hardware."""
+    from hydra.utils import instantiate
+
+    from tuning.hardware.tvm_backend import TVMHardware
+
+    cfg = load_config(run_dir / "config.yaml", "run")
+    validate(cfg)
+    if scope == "model" and not is_whole_model(cfg.model):
+        raise ConfigError(f"model: {run_dir} tunes a single operator; this needs a whole-model run")
+    if scope == "operator" and is_whole_model(cfg.model):  # its kernels are fused Relax functions
+        raise ConfigError(f"model: {run_dir} tunes a whole model; this needs a single-operator run (model=gemm_1024, ...)")
+    if run_threads:
+        os.environ["TVM_NUM_THREADS"] = str(cfg.hardware.get("num_threads", 1))
+    hardware = instantiate(cfg.hardware)
+    if not isinstance(hardware, TVMHardware):
+        hardware.close()
+        raise ConfigError(f"hardware: {run_dir} was not tuned on TVM hardware (hardware=cpu): no kernels to build")
+    return cfg, hardware
 
 
 def best_in_run(cfg, hardware, run_dir: Path, task_name: str | None = None, tasks: list | None = None) -> TaskOutcome:
