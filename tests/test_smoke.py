@@ -115,6 +115,9 @@ def test_multirun_grid_one_parent_two_children(store, tmp_path):
     assert sorted(c.info.run_name for c in children) == ["gemm_64-random-greedy-b32-synthetic-0", "gemm_64-sa-greedy-b32-synthetic-0"]
     assert all(c.info.status == "FINISHED" for c in children)
     assert parent.info.status == "FINISHED"
+    [line] = [line for line in output.splitlines() if "MLflow parent run" in line]
+    assert line.endswith(f"/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+                         "?workflowType=machine_learning")
     for job in ("0", "1"):
         assert len((tmp_path / "multi" / job / "records.jsonl").read_text().splitlines()) == 32
     assert not (store / "outputs").exists()

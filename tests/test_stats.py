@@ -126,6 +126,20 @@ def test_kaplan_meier_median_not_reached_is_a_lower_bound():
     assert none["median"] is None and none["reached"] == 0 and none["at_least"] == 64
 
 
+def test_the_bootstraps_fast_medians_equal_numpys_and_scipys_bit_for_bit():
+    rng = np.random.default_rng(1)
+    for trial in range(2000):
+        n = int(rng.integers(1, 12))
+        times = rng.integers(1, 6, size=n).astype(float) if trial % 2 else rng.exponential(size=n)  # ties, none
+        reached = rng.random(n) < 0.6
+        assert stats.kaplan_meier_point(times, reached) == stats.kaplan_meier_median(times, reached)["median"]
+        values = rng.normal(size=int(rng.integers(1, 9)))
+        assert stats.small_median(values) == float(np.median(values))
+    assert stats.kaplan_meier_point([3, 5, 8, 10, 10], [True, True, True, False, False]) == 8
+    assert stats.kaplan_meier_point([64, 64], [False, False]) is None
+    assert np.isnan(stats.small_median(np.array([1.0, np.nan])))
+
+
 def test_logrank_tells_a_faster_group_apart():
     fast = ([1, 2, 2, 3, 3, 4, 4, 5], [True] * 8)
     slow = ([20, 25, 30, 30, 30, 30, 30, 30], [True, True, True, False, False, False, False, False])

@@ -346,17 +346,27 @@ def test_replay_with_create_starts_a_store_and_a_rerun_measures_nothing(tmp_path
     assert first.read_text().splitlines()[0] == second.read_text().splitlines()[0]
 
 
-def test_run_py_rejects_replay_without_a_store_and_store_space_without_one(tmp_path):
-    for overrides, message in ((("hardware=replay",), "hardware.store"),
-                               (("hardware=replay", f"hardware.store={tmp_path}/none.sqlite"), "no such file"),
-                               (("hardware=replay", f"hardware.store={tmp_path}/none.sqlite", "hardware.create=true",
-                                 "hardware.on_miss=error"), "hardware.create"),
-                               (("model.space=store", "hardware=synthetic"), "model.space"),
-                               (("model.space=everything",), "model.space")):
-        proc = run_py("model=gemm_64", "tracking=none", f"hydra.run.dir={tmp_path}/x", *overrides, tmp=tmp_path)
-        output, _ = proc.communicate(timeout=120)
-        assert proc.returncode != 0 and message in output, output[-2000:]
-        assert not (tmp_path / "x" / "records.jsonl").exists()
+@pytest.mark.parametrize("overrides, message", [
+    (("hardware=replay",), "hardware.store"),
+    (("hardware=replay", "hardware.store={tmp}/none.sqlite"), "no such file"),
+    (("hardware=replay", "hardware.store={tmp}/none.sqlite", "hardware.create=true", "hardware.on_miss=error"),
+     "hardware.create"),
+    (("model.space=everything",), "model.space"),
+])
+def test_replay_without_a_store_is_refused_before_any_work(compose_cfg, tmp_path, overrides, message):
+    from tuning.config import ConfigError, validate
+
+    cfg = compose_cfg("model=gemm_64", "tracking=none", *(o.format(tmp=tmp_path) for o in overrides))
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)  # run.py's check before any work
+
+
+def test_run_py_rejects_a_store_space_without_a_store(tmp_path):
+    proc = run_py("model=gemm_64", "tracking=none", f"hydra.run.dir={tmp_path}/x", "model.space=store",
+                  "hardware=synthetic", tmp=tmp_path)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "model.space" in output, output[-2000:]
+    assert not (tmp_path / "x" / "records.jsonl").exists()
 
 
 # ---- the dataset tool ------------------------------------------------------------------------

@@ -330,15 +330,6 @@ def test_kmeans_threshold_sweep_writes_a_study_that_a_second_invocation_resumes(
     assert f"/runs/{latest.info.run_id}?workflowType=machine_learning" in second.stdout
 
 
-def test_a_grid_prints_its_parent_runs_link(tmp_path):
-    done = sweep(tmp_path, "search=random,sa", "budget.trials=16")
-    _, [parent], children = mlflow_runs(tmp_path)
-    assert len(children) == 2
-    [line] = [line for line in done.stdout.splitlines() if "MLflow parent run" in line]
-    assert line.endswith(f"/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
-                         "?workflowType=machine_learning")
-
-
 def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):
     storage = f"sqlite:///{tmp_path / 'outputs' / 'optuna.db'}"
     (tmp_path / "outputs").mkdir()

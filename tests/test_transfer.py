@@ -127,8 +127,9 @@ def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
 
 # ---- real TVM spaces ---------------------------------------------------------------------------------
 @pytest.mark.tvm
-def test_pretrain_registers_a_model_a_run_starts_from(tmp_path):
+def test_pretrain_registers_a_model_a_run_starts_from(tmp_path, capsys):
     from tuning.hardware.cpu import CPUHardware
+    from tuning.tools import pretrain
 
     store = tmp_path / "store.sqlite"
     hardware = CPUHardware(num_threads=2)
@@ -141,22 +142,20 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path):
 
     fill_store(store, hardware, kernels, seconds)
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--tracking-uri", registry,
-                           "--name", "pre", "--min-configs", "10"], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "trained on 3 kernels" in done.stdout and "registered models:/pre/1" in done.stdout
-    assert "held out gemm_64" in done.stdout
-    without = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--tracking-uri", registry,
-                              "--name", "pre", "--min-configs", "10", "--exclude", "gemm_64"], cwd=REPO,
-                             capture_output=True, text=True, timeout=600)
-    assert without.returncode == 0 and "trained on 2 kernels" in without.stdout, without.stderr[-3000:]
-    assert "registered models:/pre/2" in without.stdout and "skipped" in without.stderr
+    command = ["--store", str(store), "--tracking-uri", registry, "--name", "pre", "--min-configs", "10"]
+    pretrain.main(command)  # in this process: its command line is tests/test_tool_flags.py's
+    done = capsys.readouterr()
+    assert "trained on 3 kernels" in done.out and "registered models:/pre/1" in done.out
+    assert "held out gemm_64" in done.out
+    pretrain.main([*command, "--exclude", "gemm_64"])
+    without = capsys.readouterr()
+    assert "trained on 2 kernels" in without.out and "registered models:/pre/2" in without.out
+    assert "skipped" in without.err
     _, tags = load_booster("pre/1", registry)
     assert tags["tunelab.features"] == "per_store" and "gemm_48" in tags["tunelab.tasks"]
     run = subprocess.run([sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms", *QUICK_TIMING,
                           "cost_model.pretrained=models:/pre/1", f"cost_model.registry={registry}",
-                          "search.population_size=32", "budget.trials=16", "budget.plan_size=8", "tracking=none",
+                          "search.population_size=32", "budget.trials=8", "budget.plan_size=4", "tracking=none",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "GFLOP/s" in run.stdout

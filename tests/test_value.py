@@ -219,15 +219,21 @@ def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_pat
 
 @pytest.mark.parametrize("overrides, message", [
     (("search=sa", "budget.trials=0"), "budget.trials: 0 measurements needs a search that schedules without measuring"),
-    (("search=value",), "search.model: required"),
     (("search=value", "search.model=models:/absent/1"), "search.model: no registered model"),
     (("search=value", "search.model=x", "search.beam=4"), "search.beam: 4 with search.greedy=true"),
     (("budget.trials=-1",), "budget.trials"),
 ])
-def test_bad_value_search_configs_are_rejected_before_any_work(overrides, message, tmp_path):
-    done = run_py("model=gemm_64", *overrides, f"search.registry=sqlite:///{tmp_path / 'r.db'}"
-                  if "search=value" in overrides else "seed=0", tmp_path=tmp_path)
-    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+def test_bad_value_search_configs_are_rejected_before_any_work(compose_cfg, overrides, message, tmp_path):
+    from tuning.config import ConfigError, validate
+
+    registry = f"search.registry=sqlite:///{tmp_path / 'r.db'}" if "search=value" in overrides else "seed=0"
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_cfg("model=gemm_64", "hardware=synthetic", "tracking=none", *overrides, registry))
+
+
+def test_run_py_refuses_a_value_search_without_its_model(tmp_path):
+    done = run_py("model=gemm_64", "search=value", f"search.registry=sqlite:///{tmp_path / 'r.db'}", tmp_path=tmp_path)
+    assert done.returncode == 2 and "search.model: required" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "run" / "records.jsonl").exists()
 
 
@@ -395,13 +401,21 @@ def test_the_improvement_loop_never_trains_on_what_any_round_holds_out(tmp_path,
     assert held[0] <= held[1] <= held[2]  # the store grows; what was held out stays held out
 
 
-def test_improvement_loop_arguments_are_checked(tmp_path):
-    bad = improve(tmp_path, "--noise", "nan")
-    assert bad.returncode == 2 and "--noise" in bad.stderr
-    bad = improve(tmp_path, "--override", "search=sa")
-    assert bad.returncode == 2 and "--override: only hardware" in bad.stderr
-    bad = improve(tmp_path, "--holdout", "resnet*")
-    assert bad.returncode == 1 and "--holdout: no kernel matches resnet*" in bad.stderr
+def test_improvement_loop_arguments_are_checked(tmp_path, capsys):
+    from tuning.value.__main__ import main
+    from value_models import shared_value_model
+
+    reference, registry = shared_value_model()
+    command = ["improve", "--model", reference, "--tracking-uri", registry, "--store", str(tmp_path / "store.sqlite"),
+               "--network", "gemm_64", "conv2d", "--schedules", "2", "--epochs", "2", "--out", str(tmp_path / "loop"),
+               "--override", "hardware=synthetic"]
+    for extra, message in ((["--noise", "nan"], "--noise"), (["--override", "search=sa"], "--override: only hardware")):
+        with pytest.raises(SystemExit) as stopped:
+            main([*command, *extra])
+        assert stopped.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main([*command, "--holdout", "resnet*"])
+    assert "--holdout: no kernel matches resnet*" in str(stopped.value.code)
     assert not (tmp_path / "store.sqlite").exists()  # refused before any round
 
 

@@ -278,21 +278,21 @@ def test_a_claim_added_to_the_table_raises_the_others_holm_p(transfer):
 
 # ---- real TVM: a pre-trained cost model's pick with no measurement ---------------------------------
 @pytest.mark.tvm
-def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_measurement(tmp_path):
+def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_measurement(tmp_path, capsys):
     """`tunelab pretrain --configs-per-kernel --no-heldout` on a store of real TVM spaces, then
     run.py model=tiny_cnn search=random search.best_of=16 cost_model=xgb_ms budget.trials=0."""
     from tuning.hardware.cpu import CPUHardware
+    from tuning.tools import pretrain
 
     from configs import QUICK_TIMING
 
     hardware, store = CPUHardware(num_threads=2), tmp_path / "store.sqlite"
     fill_store(store, hardware, [(gemm_task(f"gemm_{n}", n, n, n), 30) for n in (32, 64)], made_up_seconds)
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    trained = subprocess.run([sys.executable, "-m", "tuning.tools.pretrain", "--store", str(store), "--no-heldout",
-                              "--configs-per-kernel", "24", "--name", "x", "--tracking-uri", registry],
-                             cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "trained on 2 kernels, 48 measured configs" in trained.stdout and "held out" not in trained.stdout
+    pretrain.main(["--store", str(store), "--no-heldout", "--configs-per-kernel", "24", "--name", "x",
+                   "--tracking-uri", registry])  # in this process: its command line is tests/test_tool_flags.py's
+    trained = capsys.readouterr().out
+    assert "trained on 2 kernels, 48 measured configs" in trained and "held out" not in trained
     run = subprocess.run([sys.executable, "run.py", "model=tiny_cnn", "search=random", "search.best_of=16",
                           "cost_model=xgb_ms", "cost_model.pretrained=x", f"cost_model.registry={registry}",
                           "budget.trials=0", "tracking=none", "e2e.enabled=false", *QUICK_TIMING,

@@ -227,7 +227,7 @@ class Claim:
 
 def km_median(outcomes) -> float:
     times, reached = zip(*outcomes)
-    median = stats.kaplan_meier_median(times, reached)["median"]
+    median = stats.kaplan_meier_point(times, reached)
     return math.inf if median is None else float(median)
 
 
