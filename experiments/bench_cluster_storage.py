@@ -89,7 +89,7 @@ def store_rates(location: str, writers: int, rows: int, reads: int) -> dict:
 def _asker(url: str, study_name: str, trials: int, start, out) -> None:
     import optuna
 
-    from hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper import PG_CONNECT_ARGS, _study_lock
+    from hydra_plugins.tunelab_optuna_sweeper._sweeper import PG_CONNECT_ARGS, _study_lock
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True, "connect_args": PG_CONNECT_ARGS})

@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from hydra_plugins.tunelab_optuna_sweeper import search_space
-from hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper import OptunaSweeper, _tell, write_results
+from hydra_plugins.tunelab_optuna_sweeper import _search_space as search_space
+from hydra_plugins.tunelab_optuna_sweeper._sweeper import OptunaSweeperImpl as OptunaSweeper, _tell, write_results
 from tuning.config import ConfigError, validate
 from tuning.core.records import MeasureResult, Record
 from tuning.callbacks import RoundReport

@@ -26,7 +26,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
 from hydra_plugins.tunelab_optuna_sweeper import config as sweeper_config
-from hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper import OptunaSweeper
+from hydra_plugins.tunelab_optuna_sweeper._sweeper import OptunaSweeperImpl as OptunaSweeper
 
 REPO = Path(__file__).resolve().parents[1]
 PEAK = "hardware.peak_gflops=interval(50.0, 150.0)"  # in the e2e sweeps: distinct params, distinct values
