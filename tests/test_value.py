@@ -337,11 +337,12 @@ def improve(tmp_path, *extra):
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
 
 
-def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_resumes(tmp_path):
+def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_resumes(tmp_path, capsys):
     import json
 
     from tuning.store import MeasurementStore
     from tuning.tracking.registry import resolve
+    from tuning.value.__main__ import main
 
     from value_models import shared_value_model
 
@@ -352,8 +353,9 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
     rows = store.count()
     store.close()
     assert rows > 2
-    again = improve(tmp_path, "--rounds", "1")  # nothing left to do
-    assert again.returncode == 0 and "round 1:" not in again.stdout and "1 rounds done" in again.stdout
+    main([*first.args[3:], "--rounds", "1"])  # the same command, in this process: nothing left to do
+    again = capsys.readouterr().out
+    assert "round 1:" not in again and "1 rounds done" in again
     second = improve(tmp_path, "--rounds", "2")  # continues with round 2, from round 1's V
     assert second.returncode == 0, second.stderr[-3000:]
     assert "round 2:" in second.stdout and "round 1:" not in second.stdout
@@ -362,8 +364,9 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
     _, registry = shared_value_model()
     version = resolve(progress["model"], registry)
     assert version.tags["tunelab.round"] == "2" and version.tags["tunelab.kind"] == "value"
-    other = improve(tmp_path, "--rounds", "3", "--model", "models:/elsewhere/1")
-    assert other.returncode != 0 and "not --model models:/elsewhere/1" in other.stderr
+    with pytest.raises(SystemExit) as other:
+        main([*first.args[3:], "--rounds", "3", "--model", "models:/elsewhere/1"])
+    assert "not --model models:/elsewhere/1" in str(other.value.code)
 
 
 def test_the_improvement_loop_never_trains_on_what_any_round_holds_out(tmp_path, monkeypatch):
