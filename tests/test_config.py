@@ -210,7 +210,7 @@ def test_every_component_instantiates_without_work(compose_cfg, tmp_path, group,
 
 
 def test_instantiating_everything_imports_no_tvm(tmp_path):
-    """In a fresh interpreter: compose + instantiate every YAML of every group; TVM stays unloaded."""
+    """In a fresh interpreter: compose + instantiate every YAML of every group; TVM and Optuna stay unloaded."""
     script = f"""
 import json, sys, psutil
 from hydra import compose, initialize_config_dir
@@ -229,6 +229,7 @@ with initialize_config_dir(config_dir={str(CONF)!r}, version_base="1.3"):
             HydraConfig.instance().set_config(cfg)
             instantiate(cfg[group])
 print(json.dumps({{"tvm": sorted(m for m in sys.modules if m == "tvm" or m.startswith("tvm.")),
+                  "optuna": "optuna" in sys.modules,  # the sweeper plugin loads it for a sweep only
                   "children": len(psutil.Process().children(recursive=True))}}))
 """
     env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
@@ -236,7 +237,7 @@ print(json.dumps({{"tvm": sorted(m for m in sys.modules if m == "tvm" or m.start
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report == {"tvm": [], "children": 0}
+    assert report == {"tvm": [], "optuna": False, "children": 0}
     assert not (tmp_path / "outputs").exists()
 
 
