@@ -215,8 +215,9 @@ def kaplan_meier_point(times, reached) -> float | None:
     times, reached = np.asarray(times, dtype=np.float64), np.asarray(reached, dtype=bool)
     if not reached.any():
         return None
-    order = np.argsort(np.concatenate((times[reached], times[~reached])))
-    ordered = np.concatenate((times[reached], times[~reached]))[order]
+    observed = np.concatenate((times[reached], times[~reached]))  # deaths first, then losses, as scipy's
+    order = np.argsort(observed)
+    ordered = observed[order]
     died = np.concatenate((np.ones(reached.sum(), dtype=int), np.zeros((~reached).sum(), dtype=int)))[order]
     unique = np.diff(ordered, prepend=-np.inf, append=np.inf) > 0
     at_risk = np.arange(ordered.size, 0, -1)[unique[:-1]]
