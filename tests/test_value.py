@@ -170,15 +170,23 @@ def test_beam_search_from_a_prefix_keeps_it_and_noise_needs_a_seeded_rng():
 
 
 # ---- registry, search=value in runs ---------------------------------------------------------------------
-def test_a_registered_value_function_loads_back_with_the_same_values(tmp_path):
+def test_a_registered_value_function_loads_back_with_the_same_values(tmp_path, monkeypatch):
+    from mlflow import MlflowClient
+
     from tuning.tracking.registry import RegistryError, register, resolve
     from tuning.value.net import load_value, log_value, shape_tag
 
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
     task = gemm_task("g", 64, 64, 64)
     net, _ = fit(synthetic_kernels([task]), hidden=8, layers=2, epochs=2, seed=0)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the model's files go beside the store, not under the CWD of whoever trained it
     reference = register(lambda mlflow: log_value(mlflow, net, "vf"), "vf", registry, "value", {}, {}, shape_tag(net))
     assert reference == "models:/vf/1" and resolve("vf", registry).tags["tunelab.kind"] == "value"
+    experiment = MlflowClient(tracking_uri=registry).get_experiment_by_name("value")
+    assert experiment.artifact_location.startswith((tmp_path / "mlartifacts").as_uri())
+    assert not list(elsewhere.iterdir())
     loaded = load_value("vf", registry)
     assert (loaded.hidden, loaded.layers) == (8, 2)
     space = synthetic_space(task.workload)

@@ -133,17 +133,21 @@ def register(log_model, name: str, registry_uri: str, experiment: str, params: d
              tags: dict) -> str:
     """Run `log_model(mlflow)` (a flavour's log_model with registered_model_name=name) in a new run of
     `experiment` with the params, metrics and tags; the new version gets the tags too."""
+    from mlflow import MlflowClient
+
+    from tuning.tracking.mlflow_tracker import get_or_create_experiment, sqlite_path
+
     with tracking_at(registry_uri) as mlflow:
-        mlflow.set_experiment(experiment)
+        # Not set_experiment(name): a new experiment of a sqlite store would keep its artifacts in
+        # ./mlruns of this process's CWD, and lose them with it.
+        client = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
+        mlflow.set_experiment(experiment_id=get_or_create_experiment(client, experiment, sqlite_path(registry_uri)))
         with mlflow.start_run(run_name=f"{experiment}-{name}"):
             mlflow.log_params(params)
             mlflow.log_metrics(metrics)
             mlflow.set_tags(tags)
             info = log_model(mlflow)
     version = resolve(f"{name}/{info.registered_model_version}", registry_uri)
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
     for key, value in tags.items():
         client.set_model_version_tag(name, version.version, key, value if isinstance(value, str) else json.dumps(value))
     return f"models:/{name}/{version.version}"
