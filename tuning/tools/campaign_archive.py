@@ -212,7 +212,11 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
         source = open_store(copy, f"stores/{name}", read_only=True)
     except StoreError as error:
         raise ArchiveError(f"{error} (in the archive)") from None
-    target = open_store(local, "--stores")
+    try:
+        target = open_store(local, "--stores")
+    except BaseException:
+        source.close()
+        raise
     try:
         return copy_store(source, target).copied
     except StoreError as error:
