@@ -61,16 +61,11 @@ def registry(tmp_path_factory):
     from tuning.tracking.registry import register_booster
 
     folder = tmp_path_factory.mktemp("registry")
-    before = os.getcwd()
-    os.chdir(folder)  # MLflow puts a sqlite store's artifacts under ./mlruns
-    try:
-        uri = f"sqlite:///{folder / 'mlflow.db'}"
-        boosters = {"hostile": small_booster(164), "narrow": small_booster(4)}
-        for name in ("hostile", "narrow", "garbage"):
-            register_booster(boosters.get(name, boosters["hostile"]), name, uri, "pretrain", {}, {},
-                             {"tunelab.features": "per_store"})
-    finally:
-        os.chdir(before)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    boosters = {"hostile": small_booster(164), "narrow": small_booster(4)}
+    for name in ("hostile", "narrow", "garbage"):
+        register_booster(boosters.get(name, boosters["hostile"]), name, uri, "pretrain", {}, {},
+                         {"tunelab.features": "per_store"})
     make_hostile(model_dir(uri, "hostile"), folder / "ran-canary")
     (model_dir(uri, "garbage") / "model.ubj").write_bytes(b"#!/bin/sh\necho not a booster\n")
     return {"uri": uri, "boosters": boosters, "folder": folder}
@@ -85,7 +80,10 @@ def small_booster(width: int) -> xgb.Booster:
 def model_dir(uri: str, name: str) -> Path:
     from mlflow import MlflowClient
 
-    return Path(MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_download_uri(name, "1"))
+    from mlflow.utils.file_utils import local_file_uri_to_path
+
+    location = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_download_uri(name, "1")
+    return Path(local_file_uri_to_path(location))
 
 
 def make_hostile(model: Path, marker: Path) -> None:
@@ -146,21 +144,17 @@ class Canary:
 def test_value_weights_that_are_not_plain_tensors_are_refused_without_unsafe_advice(registry, tmp_path):
     import torch
     from mlflow import MlflowClient
+    from mlflow.utils.file_utils import local_file_uri_to_path
 
     from tuning.search.value import ValueSearch
     from tuning.tracking.registry import RegistryError, register
     from tuning.value.net import ValueNet, load_value, log_value, shape_tag
 
     uri, net = registry["uri"], ValueNet(hidden=4, layers=1)
-    before = os.getcwd()
-    os.chdir(registry["folder"])
-    try:
-        reference = register(lambda mlflow: log_value(mlflow, net, "v-bad"), "v-bad", uri, "value", {}, {},
-                             shape_tag(net))
-    finally:
-        os.chdir(before)
+    reference = register(lambda mlflow: log_value(mlflow, net, "v-bad"), "v-bad", uri, "value", {}, {}, shape_tag(net))
     run_id = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version("v-bad", "1").run_id
-    weights = Path(MlflowClient(tracking_uri=uri, registry_uri=uri).get_run(run_id).info.artifact_uri) / "state_dict" / "state_dict.pth"
+    artifacts = MlflowClient(tracking_uri=uri, registry_uri=uri).get_run(run_id).info.artifact_uri
+    weights = Path(local_file_uri_to_path(artifacts)) / "state_dict" / "state_dict.pth"
     Canary.marker = str(tmp_path / "ran-canary")
     torch.save({"weights": Canary()}, weights)
     with pytest.raises(RegistryError) as refused:
