@@ -79,7 +79,6 @@ def small_booster(width: int) -> xgb.Booster:
 
 def model_dir(uri: str, name: str) -> Path:
     from mlflow import MlflowClient
-
     from mlflow.utils.file_utils import local_file_uri_to_path
 
     location = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_download_uri(name, "1")
