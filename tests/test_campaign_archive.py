@@ -2,6 +2,7 @@
 back, that another host's archive is never restored, and that a hostile archive extracts nothing."""
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -85,11 +86,16 @@ def test_another_hosts_archive_is_never_restored(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def hostile(tmp_path, folders, members) -> Path:
-    path = archive_path(tmp_path / "archives", HOST)
-    path.parent.mkdir(parents=True)
-    with tarfile.open(path, "w:gz") as tar:
-        entries = [("manifest.json", json.dumps({"format": 1, "host": HOST, "folders": folders, "stores": []}))]
+def hostile(tmp_path, folders, members, files=None) -> Path:
+    """A hand-made archive: the first format's layout, or the second's when `files` is given."""
+    version = 1 if files is None else 2
+    path = archive_path(tmp_path / "archives", HOST, version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    manifest = {"format": version, "host": HOST, "folders": folders, "stores": []}
+    if files is not None:
+        manifest["files"] = files
+    with tarfile.open(path, "w:gz" if version == 1 else "w:xz") as tar:
+        entries = [("manifest.json", json.dumps(manifest))]
         for name, data in entries + members:
             info = tarfile.TarInfo(name)
             if data is None:
@@ -111,6 +117,60 @@ def test_a_hostile_archive_extracts_nothing(tmp_path, folders, members, said):
     with pytest.raises(ArchiveError, match=said):
         restore(tmp_path / "new" / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
     assert not (tmp_path / "new" / "c" / "run").exists() and not (tmp_path / "escape").exists()
+
+
+DIGEST = hashlib.sha256(b"FINISHED").hexdigest()
+
+
+@pytest.mark.parametrize("folders, files, members, said", [
+    (["run"], {"run": {"status": DIGEST}}, [(f"blobs/{DIGEST}", "KILLED")], "does not match its hash"),
+    (["run"], {"run": {"status": DIGEST}}, [], "missing"),
+    (["run"], {"run": {"../../escape": DIGEST}}, [(f"blobs/{DIGEST}", "FINISHED")], "files must map"),
+    (["run"], {"run": {"status": "../../etc/passwd"}}, [], "files must map"),
+    (["run"], {}, [], "files must map"),
+    (["run"], {"run": {"link": DIGEST}}, [(f"blobs/{DIGEST}", None)], "not a plain file"),
+])
+def test_a_hostile_deduplicated_archive_extracts_nothing(tmp_path, folders, files, members, said):
+    hostile(tmp_path, folders, members, files)
+    with pytest.raises(ArchiveError, match=said):
+        restore(tmp_path / "new" / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
+    assert not (tmp_path / "new" / "c" / "run").exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_file_held_by_many_runs_is_packed_once(tmp_path):
+    root = tmp_path / "campaign"
+    jobs = campaign(root)
+    database = b"workload database " * 10_000
+    for job in jobs[:2]:
+        (job.folder / "database").mkdir()
+        (job.folder / "database" / "workload.json").write_bytes(database)
+    (jobs[0].folder / "status").write_text("FINISHED")
+    (jobs[1].folder / "status").write_text("FINISHED")
+    path = pack(jobs, root, [], tmp_path / "archives", HOST)
+    with tarfile.open(path) as tar:
+        blobs = [m for m in tar.getmembers() if m.name.startswith("blobs/")]
+    assert hashlib.sha256(database).hexdigest() in {m.name.removeprefix("blobs/") for m in blobs}
+    assert len(blobs) == 5  # status, records, e2e, the database once, the corpus step's marker
+
+    new_root = tmp_path / "new"
+    restored = restore(new_root, tmp_path / "stores", tmp_path / "archives", None, HOST)
+    assert sorted(restored.folders) == ["net/corpus", "net/row/seed0", "net/row/seed1"]
+    for seed in ("seed0", "seed1"):
+        assert (new_root / "net" / "row" / seed / "database" / "workload.json").read_bytes() == database
+
+
+def test_an_archive_of_the_first_format_is_restored_and_the_next_pack_replaces_it(tmp_path):
+    old = hostile(tmp_path, ["net/row/seed0"], [("runs/net/row/seed0/status", "FINISHED"),
+                                                ("runs/net/row/seed0/records.jsonl", '{"x": 1}\n')])
+    root = tmp_path / "campaign"
+    restored = restore(root, tmp_path / "stores", tmp_path / "archives", None, HOST)
+    assert restored.folders == ["net/row/seed0"] and old.suffix == ".gz"
+    assert (root / "net" / "row" / "seed0" / "records.jsonl").read_text() == '{"x": 1}\n'
+
+    new = pack([Job(root / "net" / "row" / "seed0", ("seed=0",))], root, [], tmp_path / "archives", HOST)
+    assert new.name.endswith(".tar.xz") and not old.exists()
+    again = restore(tmp_path / "elsewhere", tmp_path / "stores", tmp_path / "archives", None, HOST)
+    assert again.folders == ["net/row/seed0"]
 
 
 def test_a_broken_archive_is_a_clear_error(tmp_path):

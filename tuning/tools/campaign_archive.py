@@ -5,9 +5,12 @@
 
 A campaign of hours outlives the machine it started on only through what is committed: a sitting's
 stores, run folders and MLflow database may be gone at the next. `pack` writes
-`<folder>/<host key>.tar.gz`: the campaign's finished jobs' folders (relative to `root`, without
+`<folder>/<host key>.tar.xz`: the campaign's finished jobs' folders (relative to `root`, without
 their locks, search state and built libraries) and a compact copy of every store (`copy_store` into
-an empty sqlite file), with a manifest naming the host. `restore` reads the archive of this host
+an empty sqlite file), with a manifest naming the host and each folder's files. A file's content is
+packed once however many folders hold it (runs of one network carry the same MetaSchedule workload
+database), and xz's large window shares what similar files have in common, so a campaign of a
+hundred runs stays a few megabytes a commit. `restore` reads the archive of this host
 only, so readings and runs of one CPU are never mixed with another's: it copies the stores' rows
 into the local stores (`copy_store`: rows already held are skipped), puts back the finished folders
 this machine lacks (a local folder always wins), and rebuilds each restored run's MLflow run from
@@ -15,13 +18,16 @@ its records (`tuning.tools.sync`), so the tables that read MLflow find them.
 
 A job whose output lives elsewhere (`Job.archived=False`: a model registered in MLflow) is not
 packed; a restored campaign runs it again. The archive is untrusted input: only regular files under
-the manifest's folders and stores are extracted, and the stores' rows pass copy_store's checks.
+the manifest's folders and stores are extracted, and the stores' rows pass copy_store's checks; a file whose content
+does not match its hash is refused. Archives of the first format (`.tar.gz`, every file under
+`runs/`) are still read, and the next pack replaces them.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import lzma
 import os
 import re
 import shutil
@@ -33,7 +39,10 @@ from pathlib import Path, PurePosixPath
 from tuning.tools.campaign import Job, is_finished
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2  # 1: tar.gz, each folder's files under runs/; 2: tar.xz, files by content hash under blobs/
+READABLE = {1, 2}
+SUFFIX = {1: ".tar.gz", 2: ".tar.xz"}
+XZ_PRESET = 9  # a 64 MiB window: similar files (each run's tuning records) compress against each other
 LEFT_OUT = {".tunelab.lock"}  # a finished folder's files not worth carrying
 LEFT_OUT_FOLDERS = {"state", "export"}  # search state (a finished run resumes nothing), built libraries
 MAX_FILE_BYTES = 64 << 20  # per extracted file: an archive is a repository's file, not a dump
@@ -81,8 +90,16 @@ def host_key(identity: dict) -> str:
     return f"{slug}-{identity['cores']}c-{whole}"
 
 
-def archive_path(folder: Path, identity: dict | None = None) -> Path:
-    return folder / f"{host_key(identity or host_identity())}.tar.gz"
+def archive_path(folder: Path, identity: dict | None = None, version: int = FORMAT) -> Path:
+    return folder / f"{host_key(identity or host_identity())}{SUFFIX[version]}"
+
+
+def _existing_archive(folder: Path, identity: dict) -> Path | None:
+    """This host's archive, the newest format first."""
+    for version in sorted(READABLE, reverse=True):
+        if (path := archive_path(folder, identity, version)).is_file():
+            return path
+    return None
 
 
 # ---- pack --------------------------------------------------------------------------------------------
@@ -96,20 +113,42 @@ def pack(jobs: list[Job], root: Path, stores: list[Path], folder: Path, identity
     relative = [_relative(f, root) for f in folders]
     target = archive_path(folder, identity)
     folder.mkdir(parents=True, exist_ok=True)
+    files, blobs = _contents(folders, relative)
     with tempfile.TemporaryDirectory() as scratch:
         partial = Path(scratch) / target.name
-        with tarfile.open(partial, "w:gz") as tar:
-            manifest = {"format": FORMAT, "host": identity, "folders": relative,
+        with tarfile.open(partial, "w:xz", preset=XZ_PRESET) as tar:
+            manifest = {"format": FORMAT, "host": identity, "folders": relative, "files": files,
                         "stores": [n for s, n in zip(stores, names) if Path(s).is_file()]}
             _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
-            for path, rel in zip(folders, relative):
-                for file in sorted(_carried_files(path)):
-                    tar.add(file, f"runs/{rel}/{file.relative_to(path).as_posix()}", recursive=False)
+            for digest, file in sorted(blobs.items(), key=lambda item: (item[1].name, item[0])):
+                tar.add(file, f"blobs/{digest}", recursive=False)  # like-named files side by side for xz
             for store, name in zip(stores, names):
                 if Path(store).is_file():
                     tar.add(_compact_copy(Path(store), Path(scratch)), f"stores/{name}", recursive=False)
         shutil.move(partial, target)
+    for version in READABLE - {FORMAT}:
+        archive_path(folder, identity, version).unlink(missing_ok=True)  # replaced by this one
     return target
+
+
+def _contents(folders: list[Path], relative: list[str]) -> tuple[dict, dict]:
+    """Each folder's files as {folder: {file: content hash}}, and one path per distinct content."""
+    files, blobs = {}, {}
+    for path, rel in zip(folders, relative):
+        files[rel] = {}
+        for file in sorted(_carried_files(path)):
+            digest = _sha256(file)
+            files[rel][file.relative_to(path).as_posix()] = digest
+            blobs.setdefault(digest, file)
+    return files, blobs
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -152,12 +191,12 @@ def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | N
             identity: dict | None = None) -> Restored | None:
     """This host's archive, when there is one, merged into the local campaign (see the module's doc)."""
     identity = identity or host_identity()
-    path = archive_path(folder, identity)
-    if not path.is_file():
+    path = _existing_archive(folder, identity)
+    if path is None:
         return None
     restored = Restored()
     try:
-        with tarfile.open(path, "r:gz") as tar, tempfile.TemporaryDirectory() as scratch:
+        with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as scratch:
             manifest = _manifest(tar, path, identity)
             members = {m.name: m for m in tar.getmembers()}
             for name in manifest["stores"]:
@@ -167,9 +206,9 @@ def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | N
                 if local.exists():
                     restored.kept_local += 1
                     continue
-                _extract_folder(tar, members, rel, local, Path(scratch))
+                _extract_folder(tar, members, _folder_members(manifest, members, rel), local, Path(scratch))
                 restored.folders.append(rel)
-    except (tarfile.TarError, OSError, EOFError) as error:
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__}: {error})") from None
     _sync(root, restored, tracking_uri)
     return restored
@@ -180,8 +219,8 @@ def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
         manifest = json.loads(tar.extractfile(MANIFEST).read())
     except (KeyError, AttributeError, ValueError) as error:
         raise ArchiveError(f"{path}: no readable {MANIFEST} ({type(error).__name__})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArchiveError(f"{path}: {MANIFEST} is not format {FORMAT}")
+    if not isinstance(manifest, dict) or manifest.get("format") not in READABLE:
+        raise ArchiveError(f"{path}: {MANIFEST} is not of a known format ({', '.join(map(str, sorted(READABLE)))})")
     if manifest.get("host") != identity:
         raise ArchiveError(f"{path}: made on another host ({manifest.get('host')}), this is {identity}")
     for key in ("folders", "stores"):
@@ -190,7 +229,17 @@ def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
             raise ArchiveError(f"{path}: {MANIFEST} {key} must be relative paths inside the campaign")
     if any("/" in name for name in manifest["stores"]):
         raise ArchiveError(f"{path}: {MANIFEST} stores must be file names")
+    if manifest["format"] >= 2 and not _valid_files(manifest.get("files"), manifest["folders"]):
+        raise ArchiveError(f"{path}: {MANIFEST} files must map each folder's relative file names to sha256 digests")
     return manifest
+
+
+def _valid_files(files, folders: list[str]) -> bool:
+    return (isinstance(files, dict) and set(files) == set(folders)
+            and all(isinstance(inner, dict) for inner in files.values())
+            and all(isinstance(name, str) and _safe(name) and isinstance(digest, str)
+                    and re.fullmatch(r"[0-9a-f]{64}", digest) for inner in files.values()
+                    for name, digest in inner.items()))
 
 
 def _safe(name: str) -> bool:
@@ -226,21 +275,30 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
         target.close()
 
 
-def _extract_folder(tar, members: dict, rel: str, local: Path, scratch: Path) -> None:
+def _folder_members(manifest: dict, members: dict, rel: str) -> list[tuple[str, str, object, str | None]]:
+    """The folder's files as (file name, member name, member, content hash or None)."""
+    if manifest["format"] == 1:
+        prefix = f"runs/{rel}/"
+        return [(name[len(prefix):], name, member, None) for name, member in members.items()
+                if name.startswith(prefix)]
+    return [(inner, f"blobs/{digest}", members.get(f"blobs/{digest}"), digest)
+            for inner, digest in manifest["files"][rel].items()]
+
+
+def _extract_folder(tar, members: dict, files: list, local: Path, scratch: Path) -> None:
     """The folder's regular files, into a scratch folder first so a bad member leaves nothing half-made."""
-    prefix = f"runs/{rel}/"
     staged = scratch / "staged"
     shutil.rmtree(staged, ignore_errors=True)
-    for name, member in members.items():
-        if not name.startswith(prefix):
-            continue
-        inner = name[len(prefix):]
-        if not (member.isfile() and _safe(inner) and member.size <= MAX_FILE_BYTES):
-            raise ArchiveError(f"{name}: not a plain file inside its folder, or over {MAX_FILE_BYTES >> 20} MiB")
+    for inner, name, member, digest in files:
+        if not (member is not None and member.isfile() and _safe(inner) and member.size <= MAX_FILE_BYTES):
+            raise ArchiveError(f"{name} ({inner}): missing, not a plain file inside its folder, "
+                               f"or over {MAX_FILE_BYTES >> 20} MiB")
         out = staged / inner
         out.parent.mkdir(parents=True, exist_ok=True)
         with tar.extractfile(member) as source, open(out, "wb") as target:
             shutil.copyfileobj(source, target)
+        if digest is not None and _sha256(out) != digest:
+            raise ArchiveError(f"{name} ({inner}): its content does not match its hash")
     staged.mkdir(parents=True, exist_ok=True)
     local.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(staged, local)
@@ -281,7 +339,7 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
         restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri, identity)
     except ArchiveError as error:
         raise SystemExit(f"tunelab: --archive: {error}") from None
-    print(f"archive {archive_path(folder, identity)}: "
+    print(f"archive {_existing_archive(folder, identity) or archive_path(folder, identity)}: "
           + (restored.summary() if restored else "none for this host yet"))
     try:
         return work()
