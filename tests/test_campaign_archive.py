@@ -120,6 +120,7 @@ def test_a_hostile_archive_extracts_nothing(tmp_path, folders, members, said):
 
 
 DIGEST = hashlib.sha256(b"FINISHED").hexdigest()
+OTHER_DIGEST = hashlib.sha256(b"KILLED").hexdigest()
 
 
 @pytest.mark.parametrize("folders, files, members, said", [
@@ -129,12 +130,15 @@ DIGEST = hashlib.sha256(b"FINISHED").hexdigest()
     (["run"], {"run": {"status": "../../etc/passwd"}}, [], "files must map"),
     (["run"], {}, [], "files must map"),
     (["run"], {"run": {"link": DIGEST}}, [(f"blobs/{DIGEST}", None)], "not a plain file"),
+    (["good", "run"], {"good": {"status": DIGEST}, "run": {"status": OTHER_DIGEST}},
+     [(f"blobs/{DIGEST}", "FINISHED"), (f"blobs/{OTHER_DIGEST}", "tampered")],
+     "does not match"),  # one bad file: no folder is put in place, not even the good one before it
 ])
 def test_a_hostile_deduplicated_archive_extracts_nothing(tmp_path, folders, files, members, said):
     hostile(tmp_path, folders, members, files)
     with pytest.raises(ArchiveError, match=said):
         restore(tmp_path / "new" / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
-    assert not (tmp_path / "new" / "c" / "run").exists() and not (tmp_path / "escape").exists()
+    assert not (tmp_path / "new" / "c").exists() and not (tmp_path / "escape").exists()
 
 
 def test_a_file_held_by_many_runs_is_packed_once(tmp_path):

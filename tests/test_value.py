@@ -239,6 +239,26 @@ def test_bad_value_search_configs_are_rejected_before_any_work(compose_cfg, over
         validate(compose_cfg("model=gemm_64", "hardware=synthetic", "tracking=none", *overrides, registry))
 
 
+@pytest.mark.parametrize("overrides", [("search=value", "search.model=models:/absent/1"),
+                                       ("cost_model=xgb_ms", "cost_model.features=knobs",
+                                        "cost_model.pretrained=models:/absent/1")])
+def test_a_registered_model_is_not_needed_to_re_log_a_run(compose_cfg, overrides, tmp_path):
+    """`tuning.tools.sync` re-logs a restored run whose model is not in this machine's registry."""
+    from tuning.config import ConfigError, validate
+    from tuning.core.component import local_checks_only
+
+    group = overrides[0].split("=")[0]
+    cfg = compose_cfg("model=gemm_64", "hardware=synthetic", "tracking=none", *overrides,
+                      f"{group}.registry=sqlite:///{tmp_path / 'r.db'}")
+    with pytest.raises(ConfigError, match=f"{group}.*no registered model"):
+        validate(cfg)
+    with local_checks_only():
+        validate(cfg)
+    cfg.seed = -1
+    with local_checks_only(), pytest.raises(ConfigError, match="seed"):  # the config's own rules still hold
+        validate(cfg)
+
+
 def test_run_py_refuses_a_value_search_without_its_model(tmp_path):
     done = run_py("model=gemm_64", "search=value", f"search.registry=sqlite:///{tmp_path / 'r.db'}", tmp_path=tmp_path)
     assert done.returncode == 2 and "search.model: required" in done.stderr, done.stderr[-2000:]

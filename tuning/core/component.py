@@ -16,7 +16,12 @@ Declared on the class:
     capabilities = {"name": ("what it means", "an option that has it")}
                                          on a group's base class: the boolean class attributes other
                                          components may require (CostModel.can_rank, ...)
-    check(params, group) -> [message]    cross-field rules on its own hyperparameters
+    check(params, group) -> [message]    cross-field rules on its own hyperparameters; a check that
+                                         reads outside the config (a registered model) does so only
+                                         while `external_checks()`: a command that re-logs a run
+                                         rather than runs it (`tuning.tools.sync`) validates under
+                                         `local_checks_only()`, so a finished run whose model is gone
+                                         is still re-logged
 
 Each message starts with the key it is about ("evaluator.micro_batch: ..."). The constructor's
 signature is the list of hyperparameters: an unknown key or a value of the wrong type is rejected.
@@ -24,10 +29,28 @@ signature is the list of hyperparameters: an unknown key or a value of the wrong
 """
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 from abc import ABC
+from contextlib import contextmanager
 from typing import ClassVar
+
+_EXTERNAL_CHECKS = contextvars.ContextVar("tunelab_external_checks", default=True)
+
+
+def external_checks() -> bool:
+    """Whether components' checks may read what the config names outside itself (see the module doc)."""
+    return _EXTERNAL_CHECKS.get()
+
+
+@contextmanager
+def local_checks_only():
+    token = _EXTERNAL_CHECKS.set(False)
+    try:
+        yield
+    finally:
+        _EXTERNAL_CHECKS.reset(token)
 
 
 class Component(ABC):

@@ -34,7 +34,7 @@ import hashlib
 import numpy as np
 import xgboost as xgb
 
-from tuning.core.component import MAX_SEED
+from tuning.core.component import MAX_SEED, external_checks
 from tuning.config import ConfigError
 from tuning.cost_model.base import CostModel
 
@@ -91,6 +91,8 @@ class MetaScheduleXGBoost(CostModel):
         if params.get("pretrained") is None:
             return [f"{group}.registry: set, but there is no {group}.pretrained to load from it"] \
                 if params.get("registry") is not None else []
+        if not external_checks():
+            return []
         from tuning.tracking.registry import RegistryError, default_registry, load_booster, resolve
 
         registry = params.get("registry") or default_registry()

@@ -17,6 +17,7 @@ V stays fixed while the run measures (the paper refits it offline, in its improv
 """
 from __future__ import annotations
 
+from tuning.core.component import external_checks
 from tuning.search.base import Search, fill_with_random
 from tuning.value.beam import beam_search, first_legitimate
 from tuning.value.encoding import work
@@ -59,6 +60,8 @@ class ValueSearch(Search):
         if not params.get("model"):
             return problems + [f"{group}.model: required: a registered value function "
                                "(tunelab value train registers one)"]
+        if not external_checks():
+            return problems
         from tuning.tracking.registry import RegistryError, default_registry, resolve
 
         try:

@@ -10,8 +10,11 @@ holds a run (stopped, killed or crashed) is resumed with `run.py resume=<folder>
 A job may instead be another step (`command`: a corpus build, a model's training), started again
 until it exits 0, which its folder's DONE file records; such a step must itself be safe to repeat.
 At `hours` the run in flight gets SIGTERM: it ends KILLED with its records and MLflow history, and
-the next call resumes it. Runs that share a measurement store (hardware=replay on_miss=measure)
-measure nothing twice, so a stopped campaign loses at most the build of one batch.
+the next call resumes it. Ctrl-C, SIGTERM or SIGHUP to the campaign itself stop it the same way:
+the run in flight is stopped first (never left running on its own), then the call raises
+SystemExit, so whatever wraps it (campaign_archive's pack) still happens. Runs that share a
+measurement store (hardware=replay on_miss=measure) measure nothing twice, so a stopped campaign
+loses at most the build of one batch.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.run_folder import holds_run, read_status
+from tuning.run_folder import holds_run, read_status, terminated_by_signals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,32 +64,69 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
     error stops the campaign, naming its folder."""
     deadline = time.monotonic() + hours * 3600 if hours else math.inf
     started = time.perf_counter()
-    for job in jobs:
-        if is_finished(job):
-            continue
-        if time.monotonic() >= deadline:
-            break
-        command = job_command(job)
-        print("$ " + " ".join(command), flush=True)
-        process = subprocess.Popen(command, cwd=REPO)
-        try:
-            code = process.wait(timeout=None if math.isinf(deadline) else max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGTERM)
-            process.wait()
-            break
-        if code != 0:
-            raise SystemExit(f"{name}: the {'step' if job.command else 'run'} in {job.folder} exited {code} "
-                             f"({'its output above' if job.command else 'its run.log'} says why); the same command "
-                             "resumes it")
-        if job.command:
-            job.folder.mkdir(parents=True, exist_ok=True)
-            (job.folder / DONE).write_text(" ".join(command) + "\n")
+    process = None
+    try:
+        with terminated_by_signals():
+            for job in jobs:
+                if is_finished(job):
+                    continue
+                if time.monotonic() >= deadline:
+                    break
+                command = job_command(job)
+                print("$ " + " ".join(command), flush=True)
+                process = subprocess.Popen(command, cwd=REPO)
+                if not _ended_before(process, deadline):
+                    break
+                _record_exit(job, command, process.returncode, name)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
+        if process is not None:
+            # a terminal's Ctrl-C or hang-up reaches the run as well: a second signal would cut its
+            # KILLED bookkeeping short, so it gets time to end first; a SIGTERM is the campaign's alone
+            _stop(process, wait_first_s=0 if getattr(interrupt, "signum", None) == signal.SIGTERM else 120)
+        raise SystemExit(f"{name}: stopped by {interrupt or 'Ctrl-C'}; a run in flight ended KILLED and the same "
+                         "command continues the campaign") from None
     finished, total = progress(jobs)
     if finished < total:
         print(f"{name} stopped at --hours with {finished} of {total} runs finished: the same command "
               "continues it (finished runs are skipped, a stopped one resumes, the store re-measures nothing)")
     return time.perf_counter() - started
+
+
+def _ended_before(process: subprocess.Popen, deadline: float) -> bool:
+    """Whether the process ended by itself before the deadline; if not, it is stopped there."""
+    try:
+        process.wait(timeout=None if math.isinf(deadline) else max(1.0, deadline - time.monotonic()))
+        return True
+    except subprocess.TimeoutExpired:
+        _stop(process)
+        return False
+
+
+def _record_exit(job: Job, command: list[str], code: int, name: str) -> None:
+    """A failure stops the campaign; a step that succeeded is marked DONE."""
+    if code != 0:
+        raise SystemExit(f"{name}: the {'step' if job.command else 'run'} in {job.folder} exited {code} "
+                         f"({'its output above' if job.command else 'its run.log'} says why); the same command "
+                         "resumes it")
+    if job.command:
+        job.folder.mkdir(parents=True, exist_ok=True)
+        (job.folder / DONE).write_text(" ".join(command) + "\n")
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 120, wait_first_s: float = 0) -> None:
+    """Time to end by itself (`wait_first_s`), then SIGTERM and time to end KILLED with its records
+    flushed, then SIGKILL."""
+    try:
+        process.wait(timeout=wait_first_s)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def progress(jobs: list[Job]) -> tuple[int, int]:

@@ -18,9 +18,10 @@ its records (`tuning.tools.sync`), so the tables that read MLflow find them.
 
 A job whose output lives elsewhere (`Job.archived=False`: a model registered in MLflow) is not
 packed; a restored campaign runs it again. The archive is untrusted input: only regular files under
-the manifest's folders and stores are extracted, and the stores' rows pass copy_store's checks; a file whose content
-does not match its hash is refused. Archives of the first format (`.tar.gz`, every file under
-`runs/`) are still read, and the next pack replaces them.
+the manifest's folders and stores are extracted, the stores' rows pass copy_store's checks, and
+a file whose content does not match its hash is refused; every file is read and checked before any
+folder is put in place. Archives of the first format (`.tar.gz`, every file under `runs/`) are
+still read, and the next pack replaces them.
 """
 from __future__ import annotations
 
@@ -201,13 +202,15 @@ def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | N
             members = {m.name: m for m in tar.getmembers()}
             for name in manifest["stores"]:
                 restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
-            for rel in manifest["folders"]:
-                local = root / rel
-                if local.exists():
+            wanted = [rel for rel in dict.fromkeys(manifest["folders"]) if not (root / rel).exists()]
+            restored.kept_local = len(set(manifest["folders"])) - len(wanted)
+            files = {rel: _folder_files(manifest, members, rel) for rel in wanted}
+            contents = _read_contents(tar, members, files, Path(scratch))  # all checked before any is placed
+            for rel in wanted:
+                if _place_folder(files[rel], contents, root / rel, Path(scratch)):
+                    restored.folders.append(rel)
+                else:  # nested in a folder placed just before
                     restored.kept_local += 1
-                    continue
-                _extract_folder(tar, members, _folder_members(manifest, members, rel), local, Path(scratch))
-                restored.folders.append(rel)
     except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__}: {error})") from None
     _sync(root, restored, tracking_uri)
@@ -275,33 +278,53 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
         target.close()
 
 
-def _folder_members(manifest: dict, members: dict, rel: str) -> list[tuple[str, str, object, str | None]]:
-    """The folder's files as (file name, member name, member, content hash or None)."""
+def _folder_files(manifest: dict, members: dict, rel: str) -> list[tuple[str, str, str | None]]:
+    """The folder's files as (file name, member name, content hash or None), each member checked."""
     if manifest["format"] == 1:
         prefix = f"runs/{rel}/"
-        return [(name[len(prefix):], name, member, None) for name, member in members.items()
-                if name.startswith(prefix)]
-    return [(inner, f"blobs/{digest}", members.get(f"blobs/{digest}"), digest)
-            for inner, digest in manifest["files"][rel].items()]
-
-
-def _extract_folder(tar, members: dict, files: list, local: Path, scratch: Path) -> None:
-    """The folder's regular files, into a scratch folder first so a bad member leaves nothing half-made."""
-    staged = scratch / "staged"
-    shutil.rmtree(staged, ignore_errors=True)
-    for inner, name, member, digest in files:
+        entries = [(name[len(prefix):], name, None) for name in members if name.startswith(prefix)]
+    else:
+        entries = [(inner, f"blobs/{digest}", digest) for inner, digest in manifest["files"][rel].items()]
+    for inner, name, _ in entries:
+        member = members.get(name)
         if not (member is not None and member.isfile() and _safe(inner) and member.size <= MAX_FILE_BYTES):
             raise ArchiveError(f"{name} ({inner}): missing, not a plain file inside its folder, "
                                f"or over {MAX_FILE_BYTES >> 20} MiB")
-        out = staged / inner
-        out.parent.mkdir(parents=True, exist_ok=True)
+    return entries
+
+
+def _read_contents(tar, members: dict, files: dict, scratch: Path) -> dict[str, Path]:
+    """The members the folders need, read in the archive's order (a compressed archive is read
+    once, not once a backward seek) into scratch files, each blob checked against its hash."""
+    needed = {name: digest for entries in files.values() for _, name, digest in entries}
+    contents, folder = {}, scratch / "contents"
+    folder.mkdir()
+    for member in tar.getmembers():
+        if member.name not in needed or members[member.name] is not member:
+            continue  # of two members of one name, the one _folder_files checked
+        out = folder / str(len(contents))
         with tar.extractfile(member) as source, open(out, "wb") as target:
             shutil.copyfileobj(source, target)
-        if digest is not None and _sha256(out) != digest:
-            raise ArchiveError(f"{name} ({inner}): its content does not match its hash")
-    staged.mkdir(parents=True, exist_ok=True)
+        if needed[member.name] is not None and _sha256(out) != needed[member.name]:
+            raise ArchiveError(f"{member.name}: its content does not match its hash")
+        contents[member.name] = out
+    return contents
+
+
+def _place_folder(entries: list, contents: dict, local: Path, scratch: Path) -> bool:
+    """The folder built in scratch, then moved into place whole; False if one is there already."""
+    if local.exists():
+        return False
+    staged = scratch / "staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    for inner, name, _ in entries:
+        out = staged / inner
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(contents[name], out)
     local.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(staged, local)
+    return True
 
 
 def _sync(root: Path, restored: Restored, tracking_uri: str | None) -> None:

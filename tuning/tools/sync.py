@@ -14,6 +14,10 @@ Syncing is idempotent, in the run's own store and in any other: a copy in anothe
 with what it is a copy of (`tunelab.copy_of`: the folder's run id, or its path's hash where the run
 never reached its store) and found again by that tag, so a second sync completes the same copy;
 curve points and final metrics already there are not logged again.
+
+The saved config is checked as a run's is, except for what it names outside itself: a registered
+model the run's search or cost model read (`local_checks_only`) is not needed to re-log its records,
+and on a machine where a campaign's runs were restored it may not exist.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from tuning.callbacks import best_and_invalid, curve_points
 from tuning.config import ConfigError
+from tuning.core.component import local_checks_only
 from tuning.naming import BEST_SO_FAR, run_name
 from tuning.core.outcome import best_from_records, take_chosen
 from tuning.core.records import RecordLog, _is_finite, _is_ints
@@ -241,7 +246,8 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
     own_store = not tracking_uri or tracking_uri == cfg.tracking.get("uri")
     if tracking_uri:
         cfg.tracking.uri = tracking_uri
-    validate(cfg)
+    with local_checks_only():
+        validate(cfg)
     claim(out_dir, resuming=True, key="run")  # refused while the run's own process holds the folder
     try:
         tasks = load_tasks(out_dir, cfg)
