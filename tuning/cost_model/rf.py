@@ -18,16 +18,23 @@ the formula). `acquisition: mean` ranks by the forest's mean instead.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from scipy.stats import norm
-from sklearn.ensemble import RandomForestRegressor
 
 from tuning.core.component import MAX_SEED
 from tuning.cost_model.base import CostModel, flat
 
+# SciPy and scikit-learn are imported on first use (2 s of every start, which a run refused by validation
+# never needs)
+if TYPE_CHECKING:
+    from sklearn.ensemble import RandomForestRegressor
+
 
 def expected_improvement(mean, std, best: float) -> np.ndarray:
     """E[max(f - best, 0)] for f ~ N(mean, std^2); the limit max(mean - best, 0) where std = 0."""
+    from scipy.stats import norm
+
     mean, std = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
     improvement = mean - best
     certain = std <= 0
@@ -68,6 +75,8 @@ class RandomForestCostModel(CostModel):
         if len(y) < 2 or best <= 0:  # nothing to scale by or learn from: predict zeros, as unfitted
             self.forest = None
             return self
+        from sklearn.ensemble import RandomForestRegressor
+
         self.forest = RandomForestRegressor(
             n_estimators=self.n_estimators, max_features=min(self.max_features, X.shape[1]),
             random_state=self.seed, n_jobs=self.n_jobs,

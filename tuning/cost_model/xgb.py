@@ -22,11 +22,17 @@ default ranking metric, which is why the default metric is switched off.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import xgboost as xgb
 
 from tuning.core.component import MAX_SEED
 from tuning.cost_model.base import CostModel, flat
+
+# xgboost is imported on first fit: it imports scikit-learn and SciPy (2 s of every start), which a run
+# refused by validation, or one that fits nothing, never needs
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 OBJECTIVES = ("reg:squarederror", "rank:pairwise")
 
@@ -92,6 +98,8 @@ class XGBoostCostModel(CostModel):
             self.booster = None
             return self
         y = y / max(float(y.max()), 1e-8)
+        import xgboost as xgb
+
         # the fit's threads build the matrix too: xgboost's default (every core) waits on busy cores
         self.booster = self._boost(xgb.DMatrix(X, label=y, nthread=self.nthread))
         return self
@@ -101,6 +109,8 @@ class XGBoostCostModel(CostModel):
         [EarlyStopping(rounds=early_stopping_rounds, save_best=True, maximize=ranks)], custom_metric)
         does, without its callback machinery (a third of a replayed run's fitting): the same updates and
         evaluations in the same order give the same trees; the best round's model is kept."""
+        import xgboost as xgb
+
         booster = xgb.Booster(self._params(), [train, train])
         metric = self._recall if self.ranks else None
         best_score, best_round, waited = None, 0, 0

@@ -30,13 +30,18 @@ work it is read once to check it is a booster with the features' row width (per_
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xgboost as xgb
 
 from tuning.core.component import MAX_SEED, external_checks
 from tuning.config import ConfigError
 from tuning.cost_model.base import CostModel
+
+# xgboost is imported on first fit: it imports scikit-learn and SciPy (2 s of every start), which a run
+# refused by validation, or one that fits nothing, never needs
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 PER_STORE_WIDTH = 164  # numbers in a row of TVM's PerStoreFeature (tuning/hardware/tvm_space.py)
 
@@ -201,6 +206,8 @@ def train_pack_sum(params, rows, ids, labels, num_boost_round, early_stopping_ro
     """xgboost with MetaSchedule's pack-sum squared error (PackSum.obj_square_error): the gradient of
     (sum of a program's row scores - label)^2, weighted by the label, on every row of the program.
     `start`: a booster to continue boosting from (fine-tuning a pretrained model)."""
+    import xgboost as xgb
+
     row_labels = labels[ids]
     data = xgb.DMatrix(rows, label=row_labels, weight=row_labels, nthread=params["nthread"])
 

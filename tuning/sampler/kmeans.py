@@ -44,8 +44,6 @@ import warnings
 from collections import Counter
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from tuning.sampler.base import Sampler, random_unvisited
@@ -165,6 +163,10 @@ class KMeansSampler(Sampler):
         return result[:3]
 
     def _kmeans(self, points, k, rng):
+        # imported here: scikit-learn is 2 s of every start, which a run refused by validation never needs
+        from sklearn.cluster import KMeans
+        from sklearn.exceptions import ConvergenceWarning
+
         seed = int(rng.integers(2**31 - 1))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
