@@ -106,7 +106,7 @@ def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_
     grid = experiment_script("gemm_tiling_grid")
     store, uri = tmp_path / "grid.sqlite", f"sqlite:///{tmp_path}/mlflow.db"
     command = ["--blocks", "paper", "--seeds", "2", "--store", str(store), "--campaign", str(tmp_path / "c"),
-               "--tracking-uri", uri, "--out", str(tmp_path / "out"), *SYNTHETIC_BACKEND, "budget.trials=32",
+               "--tracking-uri", uri, "--out", str(tmp_path / "out"), *SYNTHETIC_BACKEND, "budget.trials=16",
                "budget.plan_size=8"]
     assert grid.main([*command, "--table-only"]) == ([], [])  # nothing finished: no table, no error
     paper, sensitivity = grid.main(command)

@@ -296,11 +296,11 @@ def mlflow_runs(tmp: Path):
 
 
 def test_kmeans_threshold_sweep_writes_a_study_that_a_second_invocation_resumes(tmp_path):
-    first = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=48", "hydra.sweeper.n_trials=2")
+    first = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=24", "hydra.sweeper.n_trials=2")
     noisy = [m.group(0) for m in WARNING.finditer(first.stderr) if "/mlflow/" not in m["where"]]
     assert not noisy, noisy  # Optuna 5, Hydra and tunelab emit no deprecation (or other) warnings
     assert len(study_of(tmp_path, "kmeans_threshold-gemm_64").trials) == 2
-    second = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=48", "hydra.sweeper.n_trials=3",
+    second = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=24", "hydra.sweeper.n_trials=3",
                    f"hydra.sweep.dir={tmp_path / 'sweep2'}")
     assert "Using an existing study" in second.stderr
     assert len(re.findall(r"^\[gemm_64\] best", second.stdout, re.M)) == 1  # only the one missing trial ran
@@ -416,7 +416,7 @@ def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING], stderr[-3000:]
     assert trials[1].user_attrs["retry_of"] == 0
 
-    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "budget.trials=48",
+    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "budget.trials=24",
           f"hydra.sweep.dir={tmp_path / 'sweep2'}")
     trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]

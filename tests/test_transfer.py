@@ -158,10 +158,4 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path, capsys):
                           "search.population_size=32", "budget.trials=8", "budget.plan_size=4", "tracking=none",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "GFLOP/s" in run.stdout
-    bad = subprocess.run([sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms",
-                          "cost_model.pretrained=models:/absent/1", f"cost_model.registry={registry}",
-                          "tracking=none", f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
-    assert bad.returncode != 0 and "cost_model.pretrained: no registered model" in bad.stderr
-    assert not (tmp_path / "bad" / "records.jsonl").exists()
+    assert "GFLOP/s" in run.stdout  # an absent model is refused by validation: tests/test_value.py

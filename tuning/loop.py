@@ -177,7 +177,7 @@ def schedule_without_measuring(tasks, components_for, seed: int) -> list[TaskOut
             else:
                 outcome.stopped_because = f"unmeasured; its choice failed ({again.error})"
         outcomes.append(outcome)
-    log.info(f"scheduled {len(tasks)} kernels without measuring in "
+    log.info(f"scheduled {len(tasks)} kernel{'s' * (len(tasks) != 1)} without measuring in "
              f"{sum(o.times['search_s'] for o in outcomes):.1f} s of search")
     return outcomes
 
