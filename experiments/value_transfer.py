@@ -226,14 +226,20 @@ def claim_rows(readings: dict, rng) -> list[dict]:
     return rows
 
 
+# claim_verdict speaks of measurements a method needs; these rows compare the latency of the output
+LATENCY_WORDS = {"the method needs less": "the method's output is faster",
+                 "the method needs more": "the method's output is slower"}
+
+
 def verdict(row: dict) -> str:
-    """The claims tables' rule and words (statistics.claim_verdict): decided only when the CI of the
-    speed-up excludes 1 and Holm's p < 0.05; a paper's figure is then placed against the interval
+    """The claims tables' rule (statistics.claim_verdict): decided only when the CI of the speed-up
+    excludes 1 and Holm's p < 0.05; a paper's figure is then placed against the interval
     (statistics.magnitude)."""
     if not row["n"]:
         return "undecided at this power"
     speed = {"low": row["low"], "high": row["high"], "p_holm": row["p_holm"]}
     said = claim_verdict(speed, {}, None, claimed=bool(row["paper"]))
+    said = LATENCY_WORDS.get(said, said)
     placed = magnitude(row["paper"], speed) if said != "undecided at this power" else ""
     return f"{said}; {placed}" if placed else said
 
