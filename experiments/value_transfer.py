@@ -377,14 +377,23 @@ def _is_network(name: str) -> bool:
     return path.name == f"{name}.yaml" and path.is_file() and OmegaConf.load(path).get("kind") == "network"
 
 
+def progress_line(jobs: list[Job], campaign: Path) -> str:
+    """Runs finished of all the rows' runs (a fixed count), then the corpus and training steps still
+    wanted (a training step drops out once the rows it feeds have finished)."""
+    runs = [job for job in jobs if not job.command]
+    steps = [job for job in jobs if job.command]
+    (runs_done, _), (steps_done, _) = progress(runs), progress(steps)
+    return (f"{runs_done} of the experiment's {len(runs)} runs finished, {steps_done} of {len(steps)} corpus "
+            f"and training steps (those the unfinished rows still need) ({campaign})")
+
+
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     jobs, cost = campaign_jobs(args), {}
     stores = [Path(store(args, n, kind)) for n in args.networks for kind in ("tuning", "random", "runs")]
     archived(args.archive, jobs, args.campaign, stores, args.tracking_uri, lambda: run(args, jobs, cost),
              pack_after=not args.table_only)
-    finished, total = progress(jobs)
-    cost["steps"] = f"{finished} of the experiment's {total} steps finished ({args.campaign})"
+    cost["progress"] = progress_line(jobs, args.campaign)
     return tables(args, jobs, cost)
 
 

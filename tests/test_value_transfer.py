@@ -201,6 +201,20 @@ def test_a_restored_campaign_trains_only_the_models_unfinished_rows_need(transfe
                                               "resnet18/training/tuning-seed1/xgb"}
 
 
+def test_progress_counts_the_rows_runs_against_a_fixed_total_as_training_steps_drop_out(transfer, tmp_path):
+    args = arguments(transfer, tmp_path)
+    before = transfer.progress_line(transfer.campaign_jobs(args), args.campaign)
+    for row in ("value-tuning", "xgb-tuning"):
+        folder = args.campaign / "resnet18" / row / "seed1"
+        folder.mkdir(parents=True)
+        (folder / "status").write_text("FINISHED")
+    after = transfer.progress_line(transfer.campaign_jobs(args), args.campaign)
+    runs = 3 * 7 * len(args.seeds)  # networks x rows x seeds; AutoTVM-32 of seed 0 is also a corpus
+    assert before.startswith(f"0 of the experiment's {runs} runs finished")
+    assert after.startswith(f"2 of the experiment's {runs} runs finished")
+    assert before.split(", ")[1] != after.split(", ")[1]  # two training steps fewer
+
+
 def test_every_run_row_composes_and_the_measuring_ones_validate(transfer, tmp_path, compose_cfg):
     from tuning.config import validate
 
