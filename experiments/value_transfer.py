@@ -226,9 +226,8 @@ def claim_rows(readings: dict, rng) -> list[dict]:
     return rows
 
 
-# claim_verdict speaks of measurements a method needs; these rows compare the latency of the output
-LATENCY_WORDS = {"the method needs less": "the method's output is faster",
-                 "the method needs more": "the method's output is slower"}
+# these rows compare the latency of the output, not the measurements a method needs
+LATENCY_WORDS = ("the method's output is faster", "the method's output is slower")
 
 
 def verdict(row: dict) -> str:
@@ -238,8 +237,7 @@ def verdict(row: dict) -> str:
     if not row["n"]:
         return "undecided at this power"
     speed = {"low": row["low"], "high": row["high"], "p_holm": row["p_holm"]}
-    said = claim_verdict(speed, {}, None, claimed=bool(row["paper"]))
-    said = LATENCY_WORDS.get(said, said)
+    said = claim_verdict(speed, {}, None, claimed=bool(row["paper"]), words=LATENCY_WORDS)
     placed = magnitude(row["paper"], speed) if said != "undecided at this power" else ""
     return f"{said}; {placed}" if placed else said
 
@@ -382,8 +380,8 @@ def progress_line(jobs: list[Job], campaign: Path) -> str:
     wanted (a training step drops out once the rows it feeds have finished)."""
     runs = [job for job in jobs if not job.command]
     steps = [job for job in jobs if job.command]
-    (runs_done, _), (steps_done, _) = progress(runs), progress(steps)
-    return (f"{runs_done} of the experiment's {len(runs)} runs finished, {steps_done} of {len(steps)} corpus "
+    (runs_done, runs_total), (steps_done, steps_total) = progress(runs), progress(steps)
+    return (f"{runs_done} of the experiment's {runs_total} runs finished, {steps_done} of {steps_total} corpus "
             f"and training steps (those the unfinished rows still need) ({campaign})")
 
 

@@ -307,12 +307,17 @@ def final_speed(quality: dict) -> dict:
             "high": inverse(quality["low"]), "p": quality["p"], "identity": False}
 
 
+NEEDS = ("the method needs less", "the method needs more")
+
+
 def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool = True,
-                  alpha: float = 1 - stats.LEVEL) -> str:
+                  alpha: float = 1 - stats.LEVEL, words: tuple[str, str] = NEEDS) -> str:
     """holds / does not hold for a paper's claim; for a control or fidelity row (no claim) which of
-    the two needs less, or undecided. A verdict needs the CI to exclude 1 AND the row's test, Holm-
-    adjusted across the whole table (`speed["p_holm"]`), below alpha; a ratio every seed shares (a
-    count the budget fixes) is an accounting identity and gets no verdict."""
+    the two needs less (`words`: the method ahead, the baseline ahead), or undecided. A verdict needs
+    the CI to exclude 1 AND the row's test, Holm-adjusted across the whole table (`speed["p_holm"]`),
+    below alpha; a ratio every seed shares (a count the budget fixes) is an accounting identity and
+    gets no verdict."""
+    ahead, behind = words
     low, high = speed["low"], speed["high"]
     if speed.get("identity"):
         return "an accounting identity: not tested"
@@ -322,11 +327,11 @@ def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool
     broken = bound is not None and math.isfinite(quality["low"]) and quality["low"] > bound
     kept = bound is None or (math.isfinite(quality["high"]) and quality["high"] <= bound)
     if high < 1:
-        return "does not hold" if claimed else "the method needs more"
+        return "does not hold" if claimed else behind
     if broken:  # faster, perhaps, but to a kernel worse than the claim allows
-        return "does not hold: slower output" if claimed else "the method needs more"
+        return "does not hold: slower output" if claimed else behind
     if low > 1 and kept:
-        return "holds" if claimed else "the method needs less"
+        return "holds" if claimed else ahead
     return "undecided at this power"
 
 
