@@ -273,6 +273,7 @@ def test_a_count_the_budget_fixes_is_an_identity_not_a_finding():
     [row] = claim_rows([made], result)  # every run made 200 measurements: the ratio is 1 on every seed
     assert row["speed_identity"] and row["verdict"] == "an accounting identity: not tested"
     assert math.isnan(row["speed_p_holm"])
+    assert row["magnitude"] == ""  # a fixed count is no interval to place the paper's number against
 
 
 def test_the_final_kernels_interval_counts_the_stores_noise():

@@ -336,8 +336,9 @@ def claim_verdict(speed: dict, quality: dict, bound: float | None, claimed: bool
 
 
 def magnitude(paper: str, speed: dict) -> str:
-    """Where the paper's number lies against our interval."""
-    if not paper or not math.isfinite(speed["low"]):
+    """Where the paper's number lies against our interval (none for an accounting identity, whose
+    interval is a count the budget fixes)."""
+    if not paper or not math.isfinite(speed["low"]) or speed.get("identity"):
         return ""
     numbers = [float(x) for x in paper.rstrip("x").split("-")]
     if max(numbers) < speed["low"]:
