@@ -37,6 +37,15 @@ def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
+def tune(tmp_path: Path, monkeypatch, *overrides: str) -> Path:
+    """The same short run in this process (tunelab.tune): its folder."""
+    import tunelab
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    return tunelab.tune(["hardware=synthetic", "tracking=none", "model=gemm_64", f"output_dir={tmp_path / 'run'}",
+                         *overrides]).folder
+
+
 def round_sizes(run_dir: Path) -> list[int]:
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     sizes = Counter(r["round"] for r in records)
@@ -48,20 +57,18 @@ def test_every_search_yaml_has_a_tested_default():
 
 
 @pytest.mark.parametrize("search", DEFAULTS)
-def test_null_plan_size_is_the_methods_default(tmp_path, search):
+def test_null_plan_size_is_the_methods_default(tmp_path, monkeypatch, search):
     default = DEFAULTS[search]
-    proc = run(tmp_path, f"search={search}", *quick(search), f"budget.trials={default + 4}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = tune(tmp_path, monkeypatch, f"search={search}", *quick(search), f"budget.trials={default + 4}")
     first = FIRST_ROUND.get(search)
-    assert round_sizes(tmp_path / "run") == ([first, default, 4 - first] if first else [default, 4])
-    saved = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    assert round_sizes(folder) == ([first, default, 4 - first] if first else [default, 4])
+    saved = OmegaConf.load(folder / "config.yaml")
     assert saved.budget.plan_size == default  # the number used, not null, is what the run records
 
 
-def test_budget_plan_size_overrides_the_default(tmp_path):
-    proc = run(tmp_path, "search=sa", *QUICK["sa"], "budget.plan_size=10", "budget.trials=25")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert round_sizes(tmp_path / "run") == [10, 10, 5]
+def test_budget_plan_size_overrides_the_default(tmp_path, monkeypatch):
+    folder = tune(tmp_path, monkeypatch, "search=sa", *QUICK["sa"], "budget.plan_size=10", "budget.trials=25")
+    assert round_sizes(folder) == [10, 10, 5]
 
 
 @pytest.mark.parametrize("override", ["search.plan_size=32", "+search.plan_size=32"])
