@@ -76,6 +76,23 @@ def test_tune_returns_the_outcome_of_a_job(tmp_path, monkeypatch):
     assert min(outcome.records_frame().latency_us.dropna()) == pytest.approx(best.latency_us, rel=0.5)
 
 
+def test_a_tune_leaves_the_callers_logging_as_it_found_it(tmp_path, monkeypatch):
+    """Notebook calls one after another: each job's run.log gets its own lines, not the next job's."""
+    import logging
+
+    import tunelab
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    for name in ("a", "b"):
+        tunelab.tune(["hardware=synthetic", "model=gemm_64", "budget.trials=8", "tracking=none",
+                      f"output_dir={tmp_path / name}"])
+        assert (list(root.handlers), root.level) == before
+    logging.getLogger("tuning").warning("after both jobs")
+    assert "after both jobs" not in (tmp_path / "a" / "run.log").read_text() + (tmp_path / "b" / "run.log").read_text()
+
+
 def test_tune_refuses_bad_input_naming_the_key_before_any_work(tmp_path, monkeypatch):
     import tunelab
     from tuning.config import ConfigError

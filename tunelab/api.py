@@ -10,6 +10,7 @@ does (the same defaults, checks and run folder under outputs/runs/), and leaves 
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,8 @@ def tune(config: Sequence[str] | Mapping | DictConfig = ()) -> Outcome:
         cfg.hydra.runtime.output_dir = str(out_dir)
         cfg.output_dir = str(out_dir)
     HydraConfig.instance().set_config(cfg)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         configure_log(cfg.hydra.job_logging, cfg.hydra.verbose)
@@ -89,7 +92,18 @@ def tune(config: Sequence[str] | Mapping | DictConfig = ()) -> Outcome:
         result = run_job(cfg)
     finally:
         HydraConfig.instance().cfg = None
+        _end_job_logging(root, handlers, level)
     return _outcome(result, cfg)
+
+
+def _end_job_logging(root: logging.Logger, handlers: list, level: int) -> None:
+    """The job's log handlers (its console and its run.log) end with it, as they do when run.py exits:
+    a later job, or any later log line of the caller, goes nowhere near this run's files."""
+    for handler in root.handlers:
+        if handler not in handlers:
+            handler.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def _as_overrides(config) -> list[str]:
