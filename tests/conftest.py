@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +12,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+
+# `make test` runs two workers on two cores: a second OpenMP thread in each (torch, XGBoost, BLAS) has no
+# core of its own and spins, which cost the value-function tests up to 20x their CPU time. Set before any
+# test imports torch; the runs' subprocesses inherit it. TVM's threads are set apart (TVM_NUM_THREADS).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture

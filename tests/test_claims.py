@@ -167,7 +167,7 @@ def test_the_rows_run_on_synthetic_hardware(tmp_path):
     """Every new row of both papers, one run each, in two sweeps on the synthetic hardware."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     common = ("model=gemm_64", "hardware=synthetic", "hardware.noise=0.1", f"tracking.uri={uri}")
-    finish(run_py("-m", *common, "budget.trials=32", "budget.plan_size=8",
+    finish(run_py("-m", *common, "budget.trials=16", "budget.plan_size=8",
                   f"+experiment/chameleon_row={','.join(CHAMELEON_ROWS)}", f"hydra.sweep.dir={tmp_path}/c",
                   tmp=tmp_path), timeout=600)
     finish(run_py("-m", *common, "budget.trials=40", "budget.plan_size=16", "search.n_iter=40",

@@ -208,7 +208,7 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     store, _ = filled(tmp_path / "store.sqlite", count=200)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     finish(run_py("-m", "model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, f"hardware.store={store.path}",
-                  "hardware.on_miss=error", "model.space=store", "search=random,sa", "seed=0,1,2",
+                  "hardware.on_miss=error", "model.space=store", "search=random,sa", "seed=0,1",
                   "budget.trials=48", "budget.plan_size=16", "budget.init_random=8", f"tracking.uri={uri}",
                   "tracking.experiment=grid",
                   f"hydra.sweep.dir={tmp_path}/multirun", tmp=tmp_path), timeout=300)
@@ -216,7 +216,7 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     for path in sorted((tmp_path / "multirun").glob("*/records.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines()]
         firsts.setdefault(lines[0]["seed"], []).append([r["config"] for r in lines[:8]])
-    assert all(a == b for a, b in firsts.values()) and len(firsts) == 3  # common random numbers
+    assert all(a == b for a, b in firsts.values()) and len(firsts) == 2  # common random numbers
 
     main(["--experiment", "grid", "--baseline", "random", "--tracking-uri", uri, "--out", str(tmp_path / "cmp"),
           "--budgets", "16", "48", "64"])

@@ -65,7 +65,7 @@ def test_cuda_configs_are_canonical_and_verified_against_the_targets_limits(spac
     space = spaces[name].space
     rng = np.random.default_rng(0)
     legitimate, rejected = [], []
-    for _ in range(150):
+    for _ in range(50):
         config = space.canonical(space.sample(rng))
         assert space.canonical(config) == config
         (legitimate if space.is_legitimate(config) else rejected).append(config)
@@ -83,19 +83,27 @@ def test_a_tighter_shared_memory_limit_rejects_more_configs():
     small = TaskSchedules(GEMM_1024, {**CUDA, "max_shared_memory_per_block": 4096})
     large = TaskSchedules(GEMM_1024, CUDA)
     rng = np.random.default_rng(1)
-    configs = [large.space.canonical(large.space.sample(rng)) for _ in range(150)]
+    configs = [large.space.canonical(large.space.sample(rng)) for _ in range(50)]
     assert sum(map(small.space.is_legitimate, configs)) < sum(map(large.space.is_legitimate, configs))
 
 
-def test_the_cuda_rules_need_no_tensor_intrinsic_import():
+@pytest.fixture(scope="module")
+def fresh_process():
+    """A fresh process builds a cuda space, says whether that imported the CUDA tensor intrinsics, then
+    builds an llvm space and says whether it has configs."""
+    code = ("import sys; from tuning.hardware.tvm_space import TaskSchedules; "
+            f"TaskSchedules({GEMM_1024!r}, {CUDA!r}); "
+            "print('tvm.s_tir.tensor_intrin.cuda' in sys.modules, flush=True); "
+            "s = TaskSchedules({'op': 'gemm', 'M': 64, 'N': 64, 'K': 64, 'dtype': 'float32'}, "
+            "{'kind': 'llvm', 'mcpu': 'cascadelake', 'num-cores': 2}); "
+            "print(s.space.size > 0)")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_the_cuda_rules_need_no_tensor_intrinsic_import(fresh_process):
     """MetaSchedule would pick its tensor-core rules for sm_90, which need every CUDA intrinsic
     (8.5 s of imports in every process); the lab's cuda rules need none."""
-    code = ("import sys, time; from tuning.hardware.tvm_space import TaskSchedules; "
-            f"TaskSchedules({GEMM_1024!r}, {CUDA!r}); "
-            "print('tvm.s_tir.tensor_intrin.cuda' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert fresh_process.stdout.split()[:1] == ["False"], fresh_process.stderr[-2000:]
 
 
 # ---- the hardware config ----------------------------------------------------------------------------
@@ -117,13 +125,17 @@ def test_hardware_cuda_refuses_what_it_cannot_do_naming_the_key(compose_cfg, ove
         validate(compose_cfg("hardware=cuda", "model=gemm_64", "tracking=none", *overrides))
 
 
-def test_hardware_cuda_on_a_host_without_a_gpu_says_so_before_any_work(tmp_path):
+def test_hardware_cuda_on_a_host_without_a_gpu_says_so_before_any_work(tmp_path, monkeypatch):
+    import tunelab
+    from tuning.config import ConfigError
+
     needs_nvcc()
     if has_gpu():
         pytest.skip("this host has a GPU")
-    done = run_cli("hardware.arch=sm_90", f"hydra.run.dir={tmp_path / 'run'}")
-    assert done.returncode != 0
-    assert "hardware.runner.device_index: this host has no cuda:0" in done.stderr
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    with pytest.raises(ConfigError, match="hardware.runner.device_index: this host has no cuda:0"):
+        tunelab.tune(["hardware=cuda", "model=gemm_64", "tracking=none", "hardware.arch=sm_90",
+                      f"output_dir={tmp_path / 'run'}"])
     assert not (tmp_path / "run" / "records.jsonl").exists()
 
 
@@ -308,14 +320,8 @@ def test_a_library_that_fails_keeps_the_kernels_that_build(tmp_path, monkeypatch
     assert not (tmp_path / "lib.so.alone").exists()
 
 
-def test_a_cpu_space_after_a_cuda_space_in_one_process_has_its_intrinsics():
+def test_a_cpu_space_after_a_cuda_space_in_one_process_has_its_intrinsics(fresh_process):
     """The cuda rules import no tensor intrinsic; an llvm space built later in the same process still
     gets the CPU's (VNNI and the like), which its rules need."""
-    code = ("from tuning.hardware.tvm_space import TaskSchedules; "
-            f"TaskSchedules({GEMM_1024!r}, {CUDA!r}); "
-            "s = TaskSchedules({'op': 'gemm', 'M': 64, 'N': 64, 'K': 64, 'dtype': 'float32'}, "
-            "{'kind': 'llvm', 'mcpu': 'cascadelake', 'num-cores': 2}); "
-            "print(s.space.size > 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "True"
+    assert fresh_process.returncode == 0, fresh_process.stderr[-2000:]
+    assert fresh_process.stdout.split()[1:] == ["True"]

@@ -39,6 +39,14 @@ def run_pack(folder: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess
                           timeout=600, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(poison)})
 
 
+def tune(tmp: Path, monkeypatch, *overrides: str) -> None:
+    """A tuning run in this process (tunelab.tune), into tmp/run."""
+    import tunelab
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp / "outputs"))
+    tunelab.tune([*overrides, "tracking=none", f"output_dir={tmp / 'run'}"])
+
+
 def readings(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "readings.jsonl").read_text().splitlines()]
 
@@ -111,7 +119,7 @@ def test_a_library_that_does_not_load_is_a_reading_per_kernel(stand_in, tmp_path
     assert "did not load" in readings(copy)[-1]["message"]
 
 
-def test_readings_import_into_a_store_and_a_run_replays_them(stand_in, tmp_path, capsys):
+def test_readings_import_into_a_store_and_a_run_replays_them(stand_in, tmp_path, capsys, monkeypatch):
     _, original, _ = stand_in
     folder = tmp_path / "pack"
     shutil.copytree(original, folder)
@@ -123,11 +131,8 @@ def test_readings_import_into_a_store_and_a_run_replays_them(stand_in, tmp_path,
     assert "8 rows added, 2 unreadable lines skipped" in said
     dataset("import", "--store", str(store), str(folder))
     assert "0 rows added" in capsys.readouterr().out  # what the store holds is not added twice
-    done = subprocess.run([sys.executable, "run.py", "hardware=replay", f"hardware.store={store}",
-                           "hardware.on_miss=error", "model=gemm_64", "model.space=store", "search=random",
-                           "budget.trials=8", "tracking=none", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    tune(tmp_path, monkeypatch, "hardware=replay", f"hardware.store={store}", "hardware.on_miss=error",
+         "model=gemm_64", "model.space=store", "search=random", "budget.trials=8")
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all(r["result"]["reused"] and not r["result"]["error"] for r in records)
 
@@ -142,8 +147,8 @@ def test_the_archive_itself_imports_with_the_readings_brought_back(stand_in, tmp
     assert "gemm_64                         8       8       0" in capsys.readouterr().out
 
 
-# ---- a CUDA batch built for sm_90: 4 kernels in the default suite, the full 32 in make test-full ----------
-@pytest.fixture(scope="module", params=[4, pytest.param(32, marks=pytest.mark.slow)])
+# ---- a CUDA batch built for sm_90: 2 kernels in the default suite, the full 32 in make test-full ----------
+@pytest.fixture(scope="module", params=[2, pytest.param(32, marks=pytest.mark.slow)])
 def cuda_pack(tmp_path_factory, request):
     from tuning.hardware.cuda_compile import uncompilable
 
@@ -175,7 +180,7 @@ def test_a_cuda_batch_is_verified_built_to_cubins_and_packed_under_60_mib(cuda_p
         assert (folder / "lib" / name).is_file()
 
 
-def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, capsys):
+def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, capsys, monkeypatch):
     """Readings as a GPU host's script writes them (made up here: there is no GPU), imported under the
     GPU's name and replayed by a run on this CPU host, with GPU verification's rejects as invalid rows."""
     size, _, folder = cuda_pack
@@ -193,13 +198,9 @@ def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, caps
     assert f"{size} readings on {GPU_NAME}, {rows} rows added" in capsys.readouterr().out
     dataset("stats", "--store", str(store))
     assert f"cuda GPU '{GPU_NAME}'" in capsys.readouterr().out  # what a replay must name
-    done = subprocess.run([sys.executable, "run.py", "hardware=replay", "hardware@hardware.backend=cuda",
-                           "hardware.backend.arch=sm_90", f"hardware.backend.gpu='{GPU_NAME}'",
-                           f"hardware.store={store}", "hardware.on_miss=error", "model=gemm_1024",
-                           "model.space=store", "search=random", f"budget.trials={rows}", "tracking=none",
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
+    tune(tmp_path, monkeypatch, "hardware=replay", "hardware@hardware.backend=cuda", "hardware.backend.arch=sm_90",
+         f"hardware.backend.gpu='{GPU_NAME}'", f"hardware.store={store}", "hardware.on_miss=error",
+         "model=gemm_1024", "model.space=store", "search=random", f"budget.trials={rows}")
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     assert len(records) == rows and all(r["result"]["reused"] for r in records)  # every stored row, once
     ok = [r for r in records if not r["result"]["error"]]

@@ -2,9 +2,10 @@
 
 A toy search lives in a temporary directory of its own: its module on PYTHONPATH, its YAML in a config
 directory declared in TUNELAB_CONF_DIRS (Hydra's search path gains it: hydra_plugins/tunelab_searchpath).
-The search contract suite and the config suite pick it up, and run.py tunes with it, here with the
-directory also named in `hydra.searchpath`, which keeps working; tests/test_out_of_tree.py kills,
-resumes, applies and syncs such a run, and refuses it where the directory is not declared."""
+The search contract suite and the config suite pick it up, and run.py's job tunes with it (here through
+tunelab.tune, in this process), with the directory also named in `hydra.searchpath`, which keeps working;
+tests/test_out_of_tree.py kills, resumes, applies and syncs a run.py run, and refuses it where the directory
+is not declared."""
 from __future__ import annotations
 
 import json
@@ -54,14 +55,16 @@ def test_a_toy_search_runs_through_the_contract_suites(tmp_path):
     assert any("test_every_component_instantiates_without_work" in line for line in passed)
 
 
-def test_a_toy_search_tunes_with_run_py(tmp_path):
+def test_a_toy_search_tunes_a_job(tmp_path, monkeypatch):
+    import tunelab
+
     env = toy_env(tmp_path)
+    for name in ("TUNELAB_CONF_DIRS", "TUNELAB_OUTPUTS"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.syspath_prepend(str(tmp_path / "plugin"))
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "run.py", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "search=toy",
-                           "cost_model=none", "hardware=synthetic", "tracking=none", "model=gemm_64",
-                           "budget.trials=40", f"hydra.run.dir={run_dir}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    tunelab.tune([f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "search=toy", "cost_model=none",
+                  "hardware=synthetic", "tracking=none", "model=gemm_64", "budget.trials=40", f"output_dir={run_dir}"])
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     assert len(records) == 40 and {r["method"] for r in records} == {"toy+greedy"}
     assert {r["round"] for r in records} == {0, 1, 2}  # default_plan_size 16: rounds of 16, 16, 8

@@ -117,8 +117,17 @@ def finished_run(tmp: Path, *args: str, trials: int = 48) -> Path:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
-    """A finished 16-measurement run (random search), copied by the tests that only read or refuse it."""
-    return finished_run(tmp_path_factory.mktemp("small"), trials=16)
+    """A finished 16-measurement run (random search), copied by the tests that only read or refuse it;
+    made in this process (tunelab.tune), with the settings `start` gives a run."""
+    import tunelab
+
+    tmp = tmp_path_factory.mktemp("small")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TUNELAB_OUTPUTS", str(tmp / "outputs"))
+        tunelab.tune(["hardware=synthetic", "hardware.delay_s=0.0", "model=gemm_64",
+                      f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "tracking.experiment=faults", "tracking.retry_s=1",
+                      "search=random", "cost_model=none", "budget.trials=16", f"output_dir={tmp / 'run'}"])
+    return tmp / "run"
 
 
 def copy_of(run_dir: Path, tmp: Path) -> Path:

@@ -1,20 +1,19 @@
 """Behaviour pinned: the same seed on synthetic hardware gives the same records as the code did
 before the component architecture was introduced. tests/golden/<name>.jsonl were written by the commands below
-on the code before that change; every field but the wall-clock `time` must match exactly.
+(run.py's overrides, run here in this process by tunelab.tune) on the code before that change; every field
+but the wall-clock `time` must match exactly.
 
 A deliberate change of a method's behaviour regenerates the file it affects (run the command into a
 folder, drop `time`, sort keys) and says why in its commit."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from test_loop import tune_job
+
 GOLDEN = Path(__file__).parent / "golden"
 COMMON = ("hardware=synthetic", "tracking=none")
 RUNS = {
@@ -36,11 +35,8 @@ def stripped(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", RUNS)
-def test_same_seed_same_records_as_before(tmp_path, name):
-    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
-    proc = subprocess.run([sys.executable, "run.py", *COMMON, *RUNS[name], f"hydra.run.dir={tmp_path / name}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+def test_same_seed_same_records_as_before(tmp_path, monkeypatch, name):
+    tune_job(tmp_path, monkeypatch, *COMMON, *RUNS[name], f"output_dir={tmp_path / name}")
     expected = [json.loads(line) for line in (GOLDEN / f"{name}.jsonl").read_text().splitlines()]
     got = stripped(tmp_path / name / "records.jsonl")
     assert len(got) == len(expected)

@@ -1,7 +1,8 @@
 """The tuning loop (tuning/loop.py) on the synthetic hardware: budget, determinism, resume, stops, errors.
 
 In-process tests build the components from the YAMLs in conf/ and call `tune_task`
-directly; the fresh-process and kill + resume tests run `run.py` in a subprocess.
+directly, or run a whole job with `tunelab.tune`; the fresh-process and kill + resume tests run
+`run.py` in a subprocess.
 """
 from __future__ import annotations
 
@@ -76,6 +77,14 @@ def run_py(*args: str, tmp: Path) -> subprocess.Popen:
     env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp / "outputs")}  # never the repo's outputs/
     return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def tune_job(tmp: Path, monkeypatch, *overrides: str):
+    """run.py's job in this process (tunelab.tune): its Outcome."""
+    import tunelab
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp / "outputs"))  # never the repo's outputs/
+    return tunelab.tune(list(overrides))
 
 
 def finish(proc: subprocess.Popen, timeout=120) -> str:
@@ -231,9 +240,9 @@ def test_rounds_per_task_stops_a_task(tmp_path):
     assert [r.round for r in outcome.records] == [0] * 16 + [1] * 16 + [2] * 16
 
 
-def test_trials_per_task_sets_the_run_budget(tmp_path):
-    finish(run_py("hardware=synthetic", "tracking=none", "model=gemm_64", "budget.trials=1",
-                  "budget.trials_per_task=40", f"hydra.run.dir={tmp_path / 'run'}", tmp=tmp_path))
+def test_trials_per_task_sets_the_run_budget(tmp_path, monkeypatch):
+    tune_job(tmp_path, monkeypatch, "hardware=synthetic", "tracking=none", "model=gemm_64", "budget.trials=1",
+             "budget.trials_per_task=40", f"output_dir={tmp_path / 'run'}")
     assert complete_lines(tmp_path / "run" / "records.jsonl") == 40
 
 

@@ -39,10 +39,10 @@ def job(tmp_path: Path, cluster, *overrides: str, model: str = "gemm_64") -> lis
 
 def test_a_remote_run_spreads_a_batch_over_both_servers_and_names_them(tmp_path, cluster):
     store = tmp_path / "store.sqlite"
-    outcome = tunelab.tune(job(tmp_path, cluster, "budget.trials=12", "budget.plan_size=12",
+    outcome = tunelab.tune(job(tmp_path, cluster, "budget.trials=4", "budget.plan_size=4",
                                "hardware.runner.devices=2", f"hardware.store={store}"))
     results = [record.result for record in outcome.records["gemm_64"]]
-    assert len(results) == 12 and all(r.ok for r in results), [r.message for r in results if not r.ok]
+    assert len(results) == 4 and all(r.ok for r in results), [r.message for r in results if not r.ok]
     servers = {f"{KEY}@127.0.0.1:{server['addr'][1]}" for server in cluster.summary()["server_info"]}
     assert {r.device for r in results} == servers  # both timed, each record names its server
     assert all(r.gauge_s and r.gauge_s > 0 for r in results)  # the drift gauge, read on each device

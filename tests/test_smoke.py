@@ -1,4 +1,5 @@
-"""Smoke tests of the CLI (`python run.py`) on the synthetic hardware with a temporary MLflow store."""
+"""Smoke tests of the CLI (`python run.py`) on the synthetic hardware with a temporary MLflow store (a run
+that only sets the stage for the command under test goes through tunelab.tune, in this process)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+
+from test_loop import tune_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -123,9 +126,10 @@ def test_multirun_grid_one_parent_two_children(store, tmp_path):
     assert not (store / "outputs").exists()
 
 
-def test_resume_continues_the_same_mlflow_run(store, tmp_path):
+def test_resume_continues_the_same_mlflow_run(store, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    run_py(store, "resume", "model=gemm_64", "search=random", "budget.trials=64", f"hydra.run.dir={run_dir}")
+    tune_job(store, monkeypatch, "model=gemm_64", "search=random", "budget.trials=64", f"output_dir={run_dir}",
+             "hardware=synthetic", f"tracking.uri={uri(store)}", "tracking.experiment=resume")
     output = run_py(store, "resume", f"resume={run_dir}", "budget.trials=96", f"hydra.run.dir={tmp_path / 'resumed'}")
     assert SUMMARY.search(output)["n"] == "96"
     client, runs = all_runs(store, "resume")
@@ -139,7 +143,8 @@ def test_resume_continues_the_same_mlflow_run(store, tmp_path):
     assert (run_dir / "run.log").read_text().count("budget: ") == 2  # both jobs logged into the run's own log
 
 
-def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_path):
+def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_path, experiment_script, capsys,
+                                                                    monkeypatch):
     """+experiment=adatune_ablation_reduced on one model and seed: one run per row of AdaTune §5.3,
     read back by experiments/adatune_table.py from the same store."""
     output = run_py(store, "adatune", "-m", "+experiment=adatune_ablation_reduced", "model=gemm_64", "seed=0",
@@ -153,11 +158,12 @@ def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_p
     assert schemes == {("xgb", "sa", "adatune_de"), ("rf", "sa", "adatune_de"), ("rf", "csa", "adatune_de"),
                        ("rf", "csa", "adaptive")}
     assert all(r.data.params["budget.plan_size"] == "32" for r in children)
-    table = subprocess.run([sys.executable, "experiments/adatune_table.py", "--uri", uri(store),
-                            "--mlflow-experiment", "adatune"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert table.returncode == 0, table.stderr[-3000:]
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the script sets it for its own process
+    capsys.readouterr()
+    experiment_script("adatune_table").main(["--uri", uri(store), "--mlflow-experiment", "adatune"])
+    table = capsys.readouterr().out
     assert list((store / "compare").glob("*/compare.md"))  # beside the MLflow store, not in the repository
-    assert "+experiment=adatune_ablation_reduced" in table.stdout and "Baseline **XGB+SA+DE**; 1 seeds" in table.stdout
+    assert "+experiment=adatune_ablation_reduced" in table and "Baseline **XGB+SA+DE**; 1 seeds" in table
     for scheme in ("RFEI+SA+DE", "RFEI+CSA+DE", "RFEI+CSA+AE"):
-        assert f"| {scheme} | 1 |" in table.stdout, table.stdout
-    assert "RFEI+CSA+AE vs RFEI+CSA+DE:\n  " in table.stdout and "run/run_s: RFEI+CSA+AE vs RFEI+CSA+DE" in table.stdout
+        assert f"| {scheme} | 1 |" in table, table
+    assert "RFEI+CSA+AE vs RFEI+CSA+DE:\n  " in table and "run/run_s: RFEI+CSA+AE vs RFEI+CSA+DE" in table

@@ -6,7 +6,6 @@ stores the tests build themselves from the synthetic backend."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import signal
 import sqlite3
 import statistics
@@ -28,7 +27,7 @@ from tuning.core.task import gemm_task
 
 from configs import options
 from value_models import shared_value_model
-from test_loop import component, finish, run_py
+from test_loop import component, finish, run_py, tune_job
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = gemm_task("gemm_64", 64, 64, 64)
@@ -75,22 +74,29 @@ def result(costs, error=None, build_s=0.1, run_s=0.2, gauge_s=None) -> MeasureRe
 
 
 # ---- the file --------------------------------------------------------------------------------
-def _write_rows(path: str, writer: int, rows: int) -> None:
-    store = MeasurementStore(path)
-    for i in range(rows):
-        store.add("hw", "task", "space", (writer, i), {}, result([1e-3 + i * 1e-6]), "run")
+ROWS_WRITER = """
+import sys, time
+from pathlib import Path
+from tuning.core.records import MeasureResult
+from tuning.store import MeasurementStore
+path, writer, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = MeasurementStore(path)
+Path(f"{path}.ready{writer}").touch()
+deadline = time.monotonic() + 60
+while len(list(Path(path).parent.glob("*.ready*"))) < 4 and time.monotonic() < deadline:  # start writing together
+    time.sleep(0.001)
+for i in range(rows):
+    store.add("hw", "task", "space", (writer, i), {}, MeasureResult(costs=[1e-3 + i * 1e-6], build_s=0.1, run_s=0.2),
+              "run")
+"""
 
 
 def test_four_concurrent_writer_processes_lose_nothing(tmp_path):
     path = str(tmp_path / "store.sqlite")
     MeasurementStore(path).count()
-    context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_write_rows, args=(path, w, 150)) for w in range(4)]
+    writers = [subprocess.Popen([sys.executable, "-c", ROWS_WRITER, path, str(w), "150"], cwd=REPO) for w in range(4)]
     for process in writers:
-        process.start()
-    for process in writers:
-        process.join(120)
-        assert process.exitcode == 0
+        assert process.wait(120) == 0
     rows = MeasurementStore(path).rows("hw", "task", "space")
     assert len(rows) == 600
     assert {row.config for row in rows} == {(w, i) for w in range(4) for i in range(150)}
@@ -318,30 +324,40 @@ def test_a_store_without_the_task_gives_an_empty_restricted_space(tmp_path):
     assert hardware.space(TASK).size == 0
 
 
-# ---- through run.py --------------------------------------------------------------------------
+# ---- through run.py's job ---------------------------------------------------------------------
+REPLAY_JOB = ("model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, "tracking=none")
+
+
 def _run(tmp_path, name, *overrides):
     out = tmp_path / name
-    finish(run_py("model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, "tracking=none", f"hydra.run.dir={out}",
-                  *overrides, tmp=tmp_path))
+    finish(run_py(*REPLAY_JOB, f"hydra.run.dir={out}", *overrides, tmp=tmp_path))
     return out / "records.jsonl"
 
 
-def test_run_py_replay_same_seed_gives_identical_records(tmp_path):
+def _tune_job(tmp_path, monkeypatch, name, *overrides):
+    """_run's job in this process (tunelab.tune)."""
+    out = tmp_path / name
+    tune_job(tmp_path, monkeypatch, *REPLAY_JOB, f"output_dir={out}", *overrides)
+    return out / "records.jsonl"
+
+
+def test_run_py_replay_same_seed_gives_identical_records(tmp_path, monkeypatch):
     store, table = filled(tmp_path / "store.sqlite", count=200)
     args = (f"hardware.store={store.path}", "search=sa", "budget.trials=48", "seed=3")
-    first = _run(tmp_path, "a", *args)
+    first = _run(tmp_path, "a", *args)  # two fresh processes
     second = _run(tmp_path, "b", *args)
     assert first.read_bytes() == second.read_bytes()
-    restricted = _run(tmp_path, "c", *args, "model.space=store", "hardware.on_miss=error")
+    restricted = _tune_job(tmp_path, monkeypatch, "c", *args, "model.space=store", "hardware.on_miss=error")
     stored = set(table.configs())
     assert all(tuple(json.loads(line)["config"]) in stored for line in restricted.read_text().splitlines())
 
 
-def test_replay_with_create_starts_a_store_and_a_rerun_measures_nothing(tmp_path):
+def test_replay_with_create_starts_a_store_and_a_rerun_measures_nothing(tmp_path, monkeypatch):
     store = tmp_path / "new" / "store.sqlite"
-    first = _run(tmp_path, "a", f"hardware.store={store}", "hardware.create=true", "budget.trials=20")
+    first = _tune_job(tmp_path, monkeypatch, "a", f"hardware.store={store}", "hardware.create=true", "budget.trials=20")
     assert store.is_file() and MeasurementStore(store).count() == 20
-    second = _run(tmp_path, "b", f"hardware.store={store}", "hardware.create=true", "budget.trials=20")
+    second = _tune_job(tmp_path, monkeypatch, "b", f"hardware.store={store}", "hardware.create=true",
+                       "budget.trials=20")
     assert MeasurementStore(store).count() == 20  # every config answered from the rows the first run added
     assert first.read_text().splitlines()[0] == second.read_text().splitlines()[0]
 
@@ -404,9 +420,8 @@ def test_dataset_build_resumes_and_stats_and_export_read_it(tmp_path, capsys, mo
 def test_dataset_import_adds_an_earlier_runs_records(tmp_path, monkeypatch):
     from tuning.tools import dataset
 
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
-    finish(run_py("model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random", "cost_model=none",
-                  "budget.trials=24", "tracking=none", f"hydra.run.dir={tmp_path}/run", tmp=tmp_path))
+    tune_job(tmp_path, monkeypatch, "model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random",
+             "cost_model=none", "budget.trials=24", "tracking=none", f"output_dir={tmp_path}/run")
     path = tmp_path / "store.sqlite"
     dataset.main(["import", "--store", str(path), str(tmp_path / "run")])
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
@@ -421,11 +436,10 @@ def test_dataset_import_adds_an_earlier_runs_records(tmp_path, monkeypatch):
 def test_dataset_import_of_a_run_that_wrote_the_store_adds_nothing(tmp_path, monkeypatch):
     from tuning.tools import dataset
 
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
     path = tmp_path / "store.sqlite"
-    finish(run_py("model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random", "cost_model=none",
-                  "budget.trials=16", "tracking=none", f"hardware.store={path}", f"hydra.run.dir={tmp_path}/run",
-                  tmp=tmp_path))
+    tune_job(tmp_path, monkeypatch, "model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random",
+             "cost_model=none", "budget.trials=16", "tracking=none", f"hardware.store={path}",
+             f"output_dir={tmp_path}/run")
     before = MeasurementStore(path).count()
     dataset.main(["import", "--store", str(path), str(tmp_path / "run")])
     assert MeasurementStore(path).count() == before

@@ -296,11 +296,11 @@ def mlflow_runs(tmp: Path):
 
 
 def test_kmeans_threshold_sweep_writes_a_study_that_a_second_invocation_resumes(tmp_path):
-    first = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=24", "hydra.sweeper.n_trials=2")
+    first = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=16", "hydra.sweeper.n_trials=2")
     noisy = [m.group(0) for m in WARNING.finditer(first.stderr) if "/mlflow/" not in m["where"]]
     assert not noisy, noisy  # Optuna 5, Hydra and tunelab emit no deprecation (or other) warnings
     assert len(study_of(tmp_path, "kmeans_threshold-gemm_64").trials) == 2
-    second = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=24", "hydra.sweeper.n_trials=3",
+    second = sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=16", "hydra.sweeper.n_trials=3",
                    f"hydra.sweep.dir={tmp_path / 'sweep2'}")
     assert "Using an existing study" in second.stderr
     assert len(re.findall(r"^\[gemm_64\] best", second.stdout, re.M)) == 1  # only the one missing trial ran
@@ -337,7 +337,7 @@ def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):
     study.ask({"sampler.threshold": FloatDistribution(0.5, 10.0, log=True),
                "sampler.k_min": IntDistribution(2, 16, step=2), "sampler.k_max": CategoricalDistribution([32, 64, 96])})
     left_running = study.trials[0].params  # as a killed sweep without heartbeats leaves it
-    sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=32", "hydra.sweeper.n_trials=1",
+    sweep(tmp_path, "hparams_search=kmeans_threshold", "budget.trials=16", "hydra.sweeper.n_trials=1",
           "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2")  # dead once 2 s old
     trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
@@ -416,7 +416,7 @@ def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING], stderr[-3000:]
     assert trials[1].user_attrs["retry_of"] == 0
 
-    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "budget.trials=24",
+    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "budget.trials=16",
           f"hydra.sweep.dir={tmp_path / 'sweep2'}")
     trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]

@@ -105,7 +105,7 @@ def _start_child(uri, sweep, job, barrier):
 def test_parent_shared_across_processes(tmp_path):
     uri = sqlite_uri(tmp_path)  # a fresh store: the processes also race to create it
     sweep = str(tmp_path / "multirun" / "sweep")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")  # mlflow stays imported: each child only opens the store
     barrier = ctx.Barrier(4)
     procs = [ctx.Process(target=_start_child, args=(uri, sweep, job, barrier)) for job in range(4)]
     for p in procs:

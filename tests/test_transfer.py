@@ -2,10 +2,6 @@
 cost_model.pretrained, and `python -m tuning.tools.pretrain` on real TVM spaces."""
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import xgboost as xgb
@@ -19,8 +15,6 @@ from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore, TaskRows
 from tuning.core.task import gemm_task
 from tuning.tracking.registry import RegistryError, load_booster, parse_reference, register_booster, resolve
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def fill_store(path, hardware, tasks_and_counts, seconds_of):
@@ -128,6 +122,7 @@ def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
 # ---- real TVM spaces ---------------------------------------------------------------------------------
 @pytest.mark.tvm
 def test_pretrain_registers_a_model_a_run_starts_from(tmp_path, capsys):
+    import tunelab
     from tuning.hardware.cpu import CPUHardware
     from tuning.tools import pretrain
 
@@ -153,9 +148,7 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path, capsys):
     assert "skipped" in without.err
     _, tags = load_booster("pre/1", registry)
     assert tags["tunelab.features"] == "per_store" and "gemm_48" in tags["tunelab.tasks"]
-    run = subprocess.run([sys.executable, "run.py", "model=gemm_64", "search=evolutionary", "cost_model=xgb_ms", *QUICK_TIMING,
-                          "cost_model.pretrained=models:/pre/1", f"cost_model.registry={registry}",
-                          "search.population_size=32", "budget.trials=8", "budget.plan_size=4", "tracking=none",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "GFLOP/s" in run.stdout  # an absent model is refused by validation: tests/test_value.py
+    tunelab.tune(["model=gemm_64", "search=evolutionary", "cost_model=xgb_ms", *QUICK_TIMING,  # run.py's job
+                  "cost_model.pretrained=models:/pre/1", f"cost_model.registry={registry}", "search.population_size=32",
+                  "budget.trials=8", "budget.plan_size=4", "tracking=none", f"output_dir={tmp_path / 'run'}"])
+    assert "GFLOP/s" in capsys.readouterr().out  # an absent model is refused by validation: tests/test_value.py

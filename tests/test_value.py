@@ -209,20 +209,25 @@ def run_py(*overrides, tmp_path):
                           text=True, timeout=600)
 
 
-def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_path):
+def tune(*overrides, tmp_path):
+    """run_py's job in this process (tunelab.tune): its run folder."""
+    import tunelab
+
+    return tunelab.tune(["hardware=synthetic", "tracking=none", f"output_dir={tmp_path / 'run'}", *overrides]).folder
+
+
+def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_path, capsys):
     from value_models import shared_value_model
 
     reference, registry = shared_value_model()
-    done = run_py("model=gemm_64", "search=value", f"search.model={reference}", f"search.registry={registry}",
-                  "budget.trials=0", tmp_path=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "chosen without measuring, predicted" in done.stdout and "measurements 0" in done.stdout
-    assert (tmp_path / "run" / "records.jsonl").read_text() == ""
-    measured = run_py("model=gemm_64", "search=value", f"search.model={reference}", f"search.registry={registry}",
-                      "search.greedy=false", "search.beam=4", "budget.trials=24", "budget.plan_size=8",
-                      tmp_path=tmp_path / "measured")
-    assert measured.returncode == 0, measured.stderr[-3000:]
-    assert "measurements 24" in measured.stdout
+    value = ("model=gemm_64", "search=value", f"search.model={reference}", f"search.registry={registry}")
+    run_dir = tune(*value, "budget.trials=0", tmp_path=tmp_path)
+    done = capsys.readouterr().out
+    assert "chosen without measuring, predicted" in done and "measurements 0" in done
+    assert (run_dir / "records.jsonl").read_text() == ""
+    tune(*value, "search.greedy=false", "search.beam=4", "budget.trials=24", "budget.plan_size=8",
+         tmp_path=tmp_path / "measured")
+    assert "measurements 24" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -266,20 +271,37 @@ def test_run_py_refuses_a_value_search_without_its_model(tmp_path):
 
 
 # ---- real TVM: train on a store, schedule a network with no measurement -----------------------------------
+def in_process(main, argv):
+    """A command's `main(argv)` run in this process, as its process would end: (exit status, stdout, stderr);
+    a SystemExit message is status 1 and goes to stderr, as the interpreter does it."""
+    import contextlib
+    import io
+    import subprocess
+
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as stopped:
+            code = stopped.code
+            status = 0 if code is None else code if isinstance(code, int) else 1
+            if not isinstance(code, (int, type(None))):
+                print(code, file=err)
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def scheduled_network(tmp_path_factory):
     """`python -m tuning.value train` on a store of real TVM spaces (made-up seconds: a landscape in the
-    inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`: (run folder, outputs)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`, both in this process:
+    (run folder, outputs)."""
+    import tunelab
     from tuning.hardware.cpu import CPUHardware
+    from tuning.value.__main__ import main as value_main
 
     from test_transfer import fill_store
 
     tmp_path = tmp_path_factory.mktemp("value_network")
-    repo = Path(__file__).resolve().parents[1]
     store, other, hardware = tmp_path / "store.sqlite", tmp_path / "other.sqlite", CPUHardware(num_threads=2)
     kernels = [(gemm_task(f"gemm_{n}", n, n, n), 40) for n in (32, 64)]
 
@@ -290,23 +312,17 @@ def scheduled_network(tmp_path_factory):
     fill_store(store, hardware, kernels, seconds)
     fill_store(other, hardware, [(gemm_task("gemm_48", 48, 48, 48), 40)], seconds)  # another "network"
     registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # the refused call stops at --holdout, before the registry: it runs beside the training (two cores)
-    bad = subprocess.Popen([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--tracking-uri",
-                            registry, "--holdout", "resnet*"], cwd=repo, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    train = subprocess.run([sys.executable, "-m", "tuning.value", "train", "--store", str(store), "--tracking-uri", registry,
-                            "--name", "v", "--epochs", "5", "--holdout-store", str(other)], cwd=repo,
-                           capture_output=True, text=True, timeout=600)
-    bad_out, bad_err = bad.communicate(timeout=600)
-    bad = subprocess.CompletedProcess(bad.args, bad.returncode, bad_out, bad_err)
+    # the refused call stops at --holdout, before the registry
+    bad = in_process(value_main, ["train", "--store", str(store), "--tracking-uri", registry, "--holdout", "resnet*"])
+    train = in_process(value_main, ["train", "--store", str(store), "--tracking-uri", registry, "--name", "v",
+                                    "--epochs", "5", "--holdout-store", str(other)])
     # timing: QUICK_TIMING's short repeats (each chosen kernel is timed once; no reading is checked)
-    run = subprocess.run([sys.executable, "run.py", "model=tiny_cnn", "search=value", "search.model=models:/v/1",
-                          f"search.registry={registry}", "budget.trials=0", "tracking=none", *QUICK_TIMING,
-                          # applied and checked against torch below, once (the run's own end-to-end step
-                          # calls the same hardware.evaluate_model: tests/test_replay_models.py)
-                          "e2e.enabled=false", "e2e.runs=5", "e2e.min_runs=1", "e2e.max_seconds=2",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo,
-                         capture_output=True, text=True, timeout=900)
+    run = in_process(tunelab.tune, ["model=tiny_cnn", "search=value", "search.model=models:/v/1",
+                                    f"search.registry={registry}", "budget.trials=0", "tracking=none", *QUICK_TIMING,
+                                    # applied and checked against torch below, once (the run's own end-to-end
+                                    # step calls the same hardware.evaluate_model: tests/test_replay_models.py)
+                                    "e2e.enabled=false", "e2e.runs=5", "e2e.min_runs=1", "e2e.max_seconds=2",
+                                    f"output_dir={tmp_path / 'run'}"])
     return tmp_path / "run", train, bad, run
 
 
@@ -314,12 +330,9 @@ def scheduled_network(tmp_path_factory):
 def test_value_train_then_a_network_scheduled_with_zero_trials(scheduled_network):
     """The trained network schedules every kernel of tiny_cnn without a measurement; the result is
     applied and matches torch."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tuning.tools import apply
 
     run_dir, train, bad, run = scheduled_network
-    repo = Path(__file__).resolve().parents[1]
     assert train.returncode == 0, train.stderr[-3000:]
     assert "trained on 2 kernels" in train.stdout and "heldout kernels: r2_log_seconds" in train.stdout
     assert "registered models:/v/1" in train.stdout
@@ -328,8 +341,7 @@ def test_value_train_then_a_network_scheduled_with_zero_trials(scheduled_network
     assert "scheduled 7 kernels without measuring" in run.stderr + run.stdout
     assert (run_dir / "records.jsonl").read_text() == ""
     assert (run_dir / "database" / "database_tuning_record.json").read_text().count("\n") >= 5
-    applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(run_dir)], cwd=repo,
-                             capture_output=True, text=True, timeout=600)
+    applied = in_process(apply.main, [str(run_dir)])
     assert applied.returncode == 0 and "outputs match torch" in applied.stdout, applied.stderr[-3000:]
 
 
@@ -350,19 +362,15 @@ def test_a_scheduled_network_is_profiled(scheduled_network):
 
 
 # ---- Algorithm 2: the improvement loop ----------------------------------------------------------------------
-def improve(tmp_path, *extra):
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def improve(tmp_path, *extra) -> list[str]:
+    """`python -m tuning.value improve ...`'s arguments, for its main in this process."""
     from value_models import shared_value_model
 
     reference, registry = shared_value_model()
-    return subprocess.run([sys.executable, "-m", "tuning.value", "improve", "--model", reference, "--tracking-uri", registry,
-                           "--store", str(tmp_path / "store.sqlite"), "--network", "gemm_64", "conv2d",
-                           "--schedules", "2", "--epochs", "2", "--name", f"improved-{tmp_path.name}",
-                           "--out", str(tmp_path / "loop"), "--override", "hardware=synthetic", *extra],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    return ["improve", "--model", reference, "--tracking-uri", registry, "--store", str(tmp_path / "store.sqlite"),
+            "--network", "gemm_64", "conv2d", "--schedules", "2", "--epochs", "2",
+            "--name", f"improved-{tmp_path.name}", "--out", str(tmp_path / "loop"), "--override", "hardware=synthetic",
+            *extra]
 
 
 def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_resumes(tmp_path, capsys):
@@ -374,26 +382,26 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
 
     from value_models import shared_value_model
 
-    first = improve(tmp_path, "--rounds", "1")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "round 1:" in first.stdout and "greedy_latency_ms/gemm_64" in first.stdout
+    main(improve(tmp_path, "--rounds", "1"))
+    first = capsys.readouterr().out
+    assert "round 1:" in first and "greedy_latency_ms/gemm_64" in first
     store = MeasurementStore(tmp_path / "store.sqlite")
     rows = store.count()
     store.close()
     assert rows > 2
-    main([*first.args[3:], "--rounds", "1"])  # the same command, in this process: nothing left to do
+    main(improve(tmp_path, "--rounds", "1"))  # the same command again: nothing left to do
     again = capsys.readouterr().out
     assert "round 1:" not in again and "1 rounds done" in again
-    second = improve(tmp_path, "--rounds", "2")  # continues with round 2, from round 1's V
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "round 2:" in second.stdout and "round 1:" not in second.stdout
+    main(improve(tmp_path, "--rounds", "2"))  # continues with round 2, from round 1's V
+    second = capsys.readouterr().out
+    assert "round 2:" in second and "round 1:" not in second
     progress = json.loads((tmp_path / "loop" / "progress.json").read_text())
     assert progress["rounds_done"] == 2 and progress["model"].endswith("/2")
     _, registry = shared_value_model()
     version = resolve(progress["model"], registry)
     assert version.tags["tunelab.round"] == "2" and version.tags["tunelab.kind"] == "value"
     with pytest.raises(SystemExit) as other:
-        main([*first.args[3:], "--rounds", "3", "--model", "models:/elsewhere/1"])
+        main(improve(tmp_path, "--rounds", "3", "--model", "models:/elsewhere/1"))
     assert "not --model models:/elsewhere/1" in str(other.value.code)
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +21,6 @@ from tuning.tools.campaign import Job, is_finished, run_campaign
 from tuning.tools.compare.stats import paired_ratio_with_readings
 
 from test_transfer import fill_store, made_up_seconds
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 # ---- search=random with no measurement ------------------------------------------------------------
@@ -56,12 +53,13 @@ def test_best_of_many_is_the_cost_models_first_legitimate_pick():
     assert chosen[-1] == max(c[-1] for c in drawn)
 
 
-def test_a_run_with_no_measurement_applies_a_random_legitimate_schedule(tmp_path):
-    done = subprocess.run([sys.executable, "run.py", "hardware=synthetic", "tracking=none", "model=gemm_64",
-                           "search=random", "budget.trials=0", f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "(timed once; chosen without measuring)" in done.stdout and "measurements 0" in done.stdout
+def test_a_run_with_no_measurement_applies_a_random_legitimate_schedule(tmp_path, capsys):
+    import tunelab
+
+    tunelab.tune(["hardware=synthetic", "tracking=none", "model=gemm_64", "search=random", "budget.trials=0",
+                  f"output_dir={tmp_path / 'run'}"])
+    done = capsys.readouterr().out
+    assert "(timed once; chosen without measuring)" in done and "measurements 0" in done
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
 
 
@@ -94,14 +92,17 @@ def test_a_corpus_cut_to_one_size_is_a_seeded_draw_wherever_the_store_lies(tmp_p
     assert at_most(load_corpus([path], min_configs=2), None, seed=1).configs == 46
 
 
-def test_the_cut_and_the_skipped_correlations_are_checked_options(tmp_path):
+def test_the_cut_and_the_skipped_correlations_are_checked_options(tmp_path, capsys):
     store = tmp_path / "s.sqlite"
     fill_store(store, SyntheticHardware(), [(gemm_task("a", 64, 64, 64), 4)], made_up_seconds)
-    for module in ("tuning.tools.pretrain", "tuning.value train"):
-        done = subprocess.run([sys.executable, "-m", *module.split(), "--store", str(store),
-                               "--configs-per-kernel", "1"], capture_output=True, text=True, cwd=REPO)
-        assert done.returncode == 2 and "--configs-per-kernel" in done.stderr
+    from tuning.tools import pretrain
     from tuning.tools.pretrain import parse_args
+    from tuning.value.__main__ import main as value_main
+
+    for main, command in ((pretrain.main, []), (value_main, ["train"])):  # each command's main, in this process
+        with pytest.raises(SystemExit) as done:
+            main([*command, "--store", str(store), "--configs-per-kernel", "1"])
+        assert done.value.code == 2 and "--configs-per-kernel" in capsys.readouterr().err
 
     args = parse_args(["--store", str(store), "--configs-per-kernel", "24", "--no-heldout"])
     assert args.configs_per_kernel == 24 and args.no_heldout
@@ -271,7 +272,9 @@ def sys_args(args) -> list[str]:
             "--out", str(args.out)]
 
 
-def test_a_claim_added_to_the_table_raises_the_others_holm_p(transfer):
+def test_a_claim_added_to_the_table_raises_the_others_holm_p(transfer, monkeypatch):
+    # fewer bootstrap draws: they make the intervals; Holm adjusts the Wilcoxon p, which draws nothing
+    monkeypatch.setattr(transfer, "paired_ratio_with_readings", partial(paired_ratio_with_readings, resamples=100))
     rng = np.random.default_rng(1)
     readings = {}
     for network in ("a", "b", "c"):
@@ -296,6 +299,7 @@ def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_me
     """`tunelab pretrain --configs-per-kernel --no-heldout` on a store of real TVM spaces, then
     run.py model=conv_tiny search=random search.best_of=16 cost_model=xgb_ms budget.trials=0: a kernel the
     model never saw (a network's kernels go the same way: tests/test_value.py's scheduled_network)."""
+    import tunelab
     from tuning.hardware.cpu import CPUHardware
     from tuning.tools import pretrain
 
@@ -308,11 +312,10 @@ def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_me
                    "--tracking-uri", registry])  # in this process: its command line is tests/test_tool_flags.py's
     trained = capsys.readouterr().out
     assert "trained on 2 kernels, 48 measured configs" in trained and "held out" not in trained
-    run = subprocess.run([sys.executable, "run.py", "model=conv_tiny", "search=random", "search.best_of=16",
-                          "cost_model=xgb_ms", "cost_model.pretrained=x", f"cost_model.registry={registry}",
-                          "budget.trials=0", "tracking=none", "e2e.enabled=false", *QUICK_TIMING,
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "scheduled 1 kernel without measuring" in run.stderr + run.stdout
+    tunelab.tune(["model=conv_tiny", "search=random", "search.best_of=16", "cost_model=xgb_ms",  # run.py's job
+                  "cost_model.pretrained=x", f"cost_model.registry={registry}", "budget.trials=0", "tracking=none",
+                  "e2e.enabled=false", *QUICK_TIMING, f"output_dir={tmp_path / 'run'}"])
+    run = capsys.readouterr()
+    assert "scheduled 1 kernel without measuring" in run.err + run.out
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
     assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") == 1
