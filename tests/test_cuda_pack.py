@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from test_loop import tune_job
+
 pytestmark = pytest.mark.tvm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,10 +43,7 @@ def run_pack(folder: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess
 
 def tune(tmp: Path, monkeypatch, *overrides: str) -> None:
     """A tuning run in this process (tunelab.tune), into tmp/run."""
-    import tunelab
-
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp / "outputs"))
-    tunelab.tune([*overrides, "tracking=none", f"output_dir={tmp / 'run'}"])
+    tune_job(tmp, monkeypatch, *overrides, "tracking=none", f"output_dir={tmp / 'run'}")
 
 
 def readings(folder: Path) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from test_loop import tune_job
 from value_models import shared_value_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,11 +40,8 @@ def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
 
 def tune(tmp_path: Path, monkeypatch, *overrides: str) -> Path:
     """The same short run in this process (tunelab.tune): its folder."""
-    import tunelab
-
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
-    return tunelab.tune(["hardware=synthetic", "tracking=none", "model=gemm_64", f"output_dir={tmp_path / 'run'}",
-                         *overrides]).folder
+    return tune_job(tmp_path, monkeypatch, "hardware=synthetic", "tracking=none", "model=gemm_64",
+                    f"output_dir={tmp_path / 'run'}", *overrides).folder
 
 
 def round_sizes(run_dir: Path) -> list[int]:
