@@ -52,7 +52,7 @@ import numpy as np
 
 from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.load import find_runs
-from tuning.tools.compare.report import claims_markdown
+from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.campaign import Job, progress, run_campaign
 from tuning.tools.campaign_archive import add_archive_option, archived
@@ -315,7 +315,7 @@ def claims_table(paper: Paper, args, experiment: str, budgets, claims, cost: dic
     cost["store"] = store_cost(args.store, _store_tasks(args.store, result))
     rows = claim_rows(claims, result)
     seeds = sorted({c.seed for c in result.curves})
-    text = (f"# Claims: {args.paper}, {space}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), target {args.fraction:g} "
+    text = (f"# Claims: {args.paper}, {space}, {seed_label(seeds)}, target {args.fraction:g} "
             f"of the best known throughput\n\n" + claims_markdown(rows, page_notes(paper, cost, k_by_model)))
     (out / "claims.md").write_text(text)
     print("\n" + text)

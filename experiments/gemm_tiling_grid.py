@@ -45,7 +45,7 @@ from tuning.tools.campaign import Job, finished_folders, progress, run_campaign
 from tuning.tools.campaign_archive import add_archive_option, archived
 from tuning.tools.cli_common import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir, main as compare_main
-from tuning.tools.compare.report import claims_markdown
+from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.dataset import main as dataset_main
 
@@ -134,7 +134,7 @@ def tables(args, cost: dict) -> tuple[list[dict], list[dict]]:
              "build + run plus each run's own search and model-fitting seconds, for every method. Target: "
              f"{args.fraction:g} of the best known throughput.",
              "Cost: " + ", ".join(f"{k} {v}" for k, v in cost.items()) + "."]
-    text = (f"# GEMM tiling, one factor at a time: seeds {seeds[0]}-{seeds[-1]} ({len(seeds)})\n\n"
+    text = (f"# GEMM tiling, one factor at a time: {seed_label(seeds)}\n\n"
             "## The paper's claims (one Holm family)\n\n" + claims_markdown(paper, notes)
             + "\n## Sensitivity on gemm_1024 (one Holm family)\n\n"
             + (claims_markdown(sensitivity, notes[:1]) if sensitivity else "No sensitivity row has a finished run yet.\n"))

@@ -215,6 +215,14 @@ def test_a_clear_reduction_holds_and_says_where_the_paper_lies():
     assert row["verdict"] == "holds" and row["magnitude"]
 
 
+def test_a_header_names_the_seeds_it_has():
+    from tuning.tools.compare.report import seed_label
+
+    assert seed_label([0]) == "seed 0"
+    assert seed_label([2, 0, 1]) == "seeds 0-2 (3)"
+    assert seed_label([0, 1, 3]) == "seeds 0, 1, 3 (3)"  # not "0-3": seed 2 is missing
+
+
 def test_where_the_papers_number_lies():
     assert magnitude("1.98x", {"low": 1.5, "high": 2.5}) == "paper's within our CI"
     assert magnitude("1.98x", {"low": 2.5, "high": 3.0}) == "paper's below our CI"

@@ -135,6 +135,16 @@ def _table(header: list, rows: list[list]) -> list[str]:
             + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
+def seed_label(seeds: list[int]) -> str:
+    """A results header's seeds: "seed 0", "seeds 0-4 (5)", or each one where some are missing."""
+    seeds = sorted(seeds)
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
+    return f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)})" if contiguous else \
+        f"seeds {', '.join(map(str, seeds))} ({len(seeds)})"
+
+
 def _ranges(values: list[int]) -> str:
     return f"{values[0]}-{values[-1]}" if values == list(range(values[0], values[-1] + 1)) and len(values) > 2 \
         else ", ".join(map(str, values))
