@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -163,6 +164,22 @@ def test_an_interrupted_sweep_ends_its_parent_run_killed(tmp_path, compose_cfg, 
     trials = optuna.load_study(study_name="s", storage=storage).trials
     retried = error is KeyboardInterrupt  # a broken launcher's trial is not run again
     assert [t.state for t in trials] == [TrialState.FAIL] + [TrialState.WAITING] * retried
+
+
+def test_ctrl_c_inside_a_job_s_database_write_leaves_the_study_writable(tmp_path):
+    """The interrupt's traceback holds the job's connection, its write transaction open (as when
+    Ctrl-C lands in a trial's report); the sweeper still fails the trial and enqueues it again."""
+    database = tmp_path / "study.db"
+
+    def interrupted_mid_write():
+        connection = sqlite3.connect(database, timeout=1)
+        connection.execute("BEGIN IMMEDIATE")  # sqlite's write lock, held until the connection closes
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        in_process(tmp_path, 2, Launcher(interrupted_mid_write), f"sqlite:///{database}")
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{database}").trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
 
 
 def test_heartbeat_settings_are_checked():

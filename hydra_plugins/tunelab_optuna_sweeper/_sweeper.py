@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import gc
 import hashlib
 import logging
 import math
 import threading
 import time
+import traceback
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -265,6 +267,7 @@ class OptunaSweeperImpl(Sweeper):
         try:
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
         except BaseException as error:  # no trial stays RUNNING; interrupted ones run again
+            _release_connections(error)
             for trial in trials:
                 _fail(study, trial.number, retry=self.retry_interrupted and isinstance(error, KeyboardInterrupt))
             raise
@@ -349,6 +352,16 @@ def _advisory_lock(storage: str, name: str):
             yield  # the connection's end (closed here, or lost) frees the lock
     finally:
         engine.dispose()
+
+
+def _release_connections(error: BaseException) -> None:
+    """Close the database connections a job left open when `error` stopped it. An interrupt that lands
+    inside a write (a trial's report, an MLflow metric) leaves that connection, its transaction open,
+    in the frames of the traceback, and on sqlite its write lock stops every later write (the trials'
+    FAIL, the parent run's end) with "database is locked". Clearing those frames' locals and collecting
+    the cycles they were part of closes the connections, which rolls their transactions back."""
+    traceback.clear_frames(error.__traceback__)
+    gc.collect()
 
 
 def _absolute_sqlite(storage):
