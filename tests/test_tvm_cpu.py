@@ -200,14 +200,17 @@ def test_describe_names_target_and_cpu(hardware):
     assert info["cpu_model"] and info["tvm_version"].startswith("0.27")
 
 
-def test_cli_real_run_end_to_end(tmp_path):
-    """`python run.py` on real hardware: records, best schedule, database and MLflow artifacts."""
+def test_cli_real_run_end_to_end(tmp_path, capsys):
+    """`python run.py` on real hardware: records, best schedule, database and MLflow artifacts; the
+    run folder applied and exported."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
     from mlflow.tracking import MlflowClient
+
+    from tuning.tools import apply, export
 
     repo = Path(__file__).resolve().parents[1]
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -226,16 +229,15 @@ def test_cli_real_run_end_to_end(tmp_path):
     assert "time/build_s" in run.data.metrics and "cpu_model" in run.data.tags
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "config.yaml", "convergence.png", "best_schedules", "database"} <= artifacts
-    applied = subprocess.run([sys.executable, "-m", "tuning.tools.apply", str(tmp_path / "run")], cwd=repo,
-                             capture_output=True, text=True, timeout=600)
-    assert applied.returncode == 0, applied.stderr[-3000:]
-    assert "compiled; output matches the reference" in applied.stdout and "GFLOP/s" in applied.stdout
-    exported = subprocess.run([sys.executable, "-m", "tuning.tools.export", str(tmp_path / "run")], cwd=repo,
-                              capture_output=True, text=True, timeout=600)
-    assert exported.returncode == 0, exported.stderr[-3000:] + exported.stdout[-3000:]
-    assert "output matches numpy" in exported.stdout and "torch" in exported.stdout
+    # the tools' own CLIs are run as processes in test_tool_flags and test_e2e; here, on this real run
+    apply.main([str(tmp_path / "run")])
+    applied = capsys.readouterr().out
+    assert "compiled; output matches the reference" in applied and "GFLOP/s" in applied
+    export.main([str(tmp_path / "run")])
+    exported = capsys.readouterr().out
+    assert "output matches numpy" in exported and "torch" in exported
     library, snippet = tmp_path / "run" / "export" / "gemm_64.so", tmp_path / "run" / "export" / "run_gemm_64.py"
-    assert library.stat().st_size > 0 and "matches the reference" in exported.stdout
+    assert library.stat().st_size > 0 and "matches the reference" in exported
     # the snippet stands alone: copied elsewhere with its library, it loads, checks and times the kernel
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
