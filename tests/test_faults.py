@@ -150,10 +150,11 @@ def test_a_second_writer_on_a_folder_is_refused_at_once(tmp_path, small_run):
     with open(run_dir / ".tunelab.lock", "a") as held:  # another process is writing it
         fcntl.flock(held, fcntl.LOCK_EX)
         started = time.monotonic()
-        _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=96", code=2)
+        _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=96", f"hydra.run.dir={tmp_path / 'job'}", code=2)
         assert time.monotonic() - started < 30
     assert "being written by another tunelab process" in err and "Traceback" not in err
     assert len(rows(run_dir)) == 16
+    assert not (tmp_path / "job").exists()  # the folder Hydra made for the refused job is gone
 
 
 @pytest.mark.slow
@@ -211,7 +212,8 @@ def test_a_crafted_run_folder_runs_nothing(tmp_path, small_run, command, key):
     CRAFTED[key](cfg, marker)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
     if command == "resume":
-        _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=32", code=2)
+        _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=32", f"hydra.run.dir={tmp_path / 'job'}", code=2)
+        assert not (tmp_path / "job").exists()
     else:
         _, err = module(tmp_path, f"tuning.tools.{command}", str(run_dir), code=2)
     assert key in err and "Traceback" not in err

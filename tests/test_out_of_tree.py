@@ -91,11 +91,12 @@ def test_declared_its_folder_is_taken_by_the_folder_commands(toy, resumed_run, m
 
 
 def test_undeclared_its_folder_is_refused_by_resume_and_nothing_runs(toy, resumed_run):
-    env, _ = toy
+    env, tmp = toy
     before = {p.name: p.read_bytes() for p in resumed_run.iterdir() if p.is_file() and p.name != ".tunelab.lock"}
-    err = finish(run_py(undeclared(env), f"resume={resumed_run}", f"budget.trials={TRIALS + 32}"), 2)
+    err = finish(run_py(undeclared(env), f"resume={resumed_run}", f"budget.trials={TRIALS + 32}",
+                        f"hydra.run.dir={tmp / 'refused'}"), 2)
     assert all(part in err for part in REFUSED), err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and not (tmp / "refused").exists()
     after = {p.name: p.read_bytes() for p in resumed_run.iterdir() if p.is_file() and p.name != ".tunelab.lock"}
     assert after == before
 

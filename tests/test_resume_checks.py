@@ -166,6 +166,20 @@ def test_reset_state_on_a_new_run_is_refused(run_job, tmp_path):
     assert not (tmp_path / "run" / "records.jsonl").exists()
 
 
+def test_a_resume_its_saved_config_fails_leaves_its_folder_free(run_job, four_rounds):
+    """Refused after its folder was claimed: a process that goes on (tunelab.tune in a notebook)
+    lets the folder go, so the next resume of it is not refused as a second writer."""
+    from tuning.run_folder import LOCK_FILE, take_lock
+
+    saved = yaml.safe_load((four_rounds / "config.yaml").read_text())
+    saved["hardware"]["noise"] = 5.0
+    (four_rounds / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert "hardware.noise" in run_job(f"resume={four_rounds}", "budget.trials=48", code=2)
+    handle, holder = take_lock(four_rounds / LOCK_FILE)
+    assert holder is None
+    handle.close()
+
+
 # ---- the records ---------------------------------------------------------------------------------
 def test_a_duplicated_records_line_is_refused_naming_both_lines(run_job, four_rounds):
     records = four_rounds / "records.jsonl"

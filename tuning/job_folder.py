@@ -10,8 +10,8 @@ from tuning.run_folder import release
 
 
 def discard_untouched(job_dir: str | None) -> None:
-    """A new job refused before any work leaves no folder behind: the one Hydra made for it is
-    removed while it holds nothing but Hydra's files, an empty run.log and the lock."""
+    """A job refused before any work (a new run, or a resume) leaves no folder behind: the one Hydra
+    made for it is removed while it holds nothing but Hydra's files, an empty run.log and the lock."""
     out_dir = Path(job_dir).resolve() if job_dir else None
     if out_dir is None or not out_dir.is_dir():
         return

@@ -94,8 +94,9 @@ def run_job(cfg: DictConfig) -> JobResult:
         if cfg.resume:
             continue_log_in(out_dir, hydra.get("output_dir"))
     except ConfigError:
-        if not cfg.get("resume"):
-            discard_untouched(hydra.get("output_dir"))
+        if cfg.get("resume"):  # a resume refused once its folder was claimed leaves that folder free
+            release(Path(cfg.resume).expanduser().resolve())
+        discard_untouched(hydra.get("output_dir"))  # the folder Hydra made; a run folder is never removed
         raise
     try:
         with terminated_by_signals():
