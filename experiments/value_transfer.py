@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.conf_dir import CONF_DIR
+from tuning.core.plausible import positive_number
 from tuning.tools.campaign import Job, finished_folders, is_finished, progress, run_campaign
 from tuning.tools.campaign_archive import add_archive_option, archived
 from tuning.tools.cli_common import add_tracking_uri
@@ -181,13 +182,9 @@ def read_e2e(folder: Path) -> dict | str:
         return f"{folder}: e2e.json holds a latency that is not a positive number"
     kernels = {}
     for row in e2e.get("kernels", []) if isinstance(e2e.get("kernels"), list) else []:
-        if isinstance(row, dict) and isinstance(row.get("task"), str) and _positive(row.get("in_model_us")):
+        if isinstance(row, dict) and isinstance(row.get("task"), str) and positive_number(row.get("in_model_us")):
             kernels[row["task"]] = {"calls": row.get("calls"), "in_model_us": float(row["in_model_us"])}
     return {**calls, "match": bool(e2e.get("match")), "kernels": kernels}
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def gather(jobs: list[Job]) -> tuple[dict, list[str]]:

@@ -82,18 +82,18 @@ ABSOLUTE = Bounds()  # for readings whose task and device are unknown (a records
 def peak_flops(description: dict) -> float:
     """The device's peak FLOP rate (FLOP/s) from its description, or FALLBACK_PEAK_FLOPS."""
     stated, noise = description.get("peak_gflops"), description.get("noise", 0.0)
-    if _positive(stated):
+    if positive_number(stated):
         return float(stated) * 1e9 / (1.0 - noise if _fraction(noise) else 1.0)
     if description.get("device") == "cpu":
         cores = _cores(description)
-        if _positive(cores):
+        if positive_number(cores):
             return float(cores) * CPU_SIMD_LANES * CPU_FMA_UNITS * 2 * CPU_CLOCK_HZ
     return FALLBACK_PEAK_FLOPS
 
 
 def bounds(flops, description: dict) -> Bounds:
     """The plausible costs of a task of `flops` FLOPs on the described device."""
-    if not _positive(flops):
+    if not positive_number(flops):
         return ABSOLUTE
     return Bounds(max(MIN_SECONDS, float(flops) / (PEAK_MULTIPLE * peak_flops(description))), CEILING_S)
 
@@ -107,7 +107,8 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive(value) -> bool:
+def positive_number(value) -> bool:
+    """A finite number above 0, not a bool: a value read from an untrusted file checked before use."""
     return _number(value) and value > 0
 
 
