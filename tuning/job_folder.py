@@ -1,5 +1,6 @@
 """The folder Hydra makes for each job (hydra.run.dir), when the job does not keep it: a job refused
-before any work leaves none behind, and a resumed run logs into its own run folder instead."""
+before any work leaves none behind (nor a run folder locked), and a resumed run logs into its own run
+folder instead."""
 from __future__ import annotations
 
 import logging
@@ -7,6 +8,14 @@ import shutil
 from pathlib import Path
 
 from tuning.run_folder import release
+
+
+def discard_refused(resumed: str | None, job_dir: str | None) -> None:
+    """A job refused before any work: the folder it would have resumed is let go (a process that
+    goes on, tunelab.tune's caller, must not keep it locked), and the folder Hydra made is removed."""
+    if resumed:
+        release(Path(resumed).expanduser().resolve())
+    discard_untouched(job_dir)
 
 
 def discard_untouched(job_dir: str | None) -> None:

@@ -29,7 +29,7 @@ from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
 from tuning.tools.export import choose_in_model_and_export, export_artifacts
 from tuning.final import log_final_metrics, print_result
-from tuning.job_folder import continue_log_in, discard_untouched
+from tuning.job_folder import continue_log_in, discard_refused
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
@@ -94,9 +94,7 @@ def run_job(cfg: DictConfig) -> JobResult:
         if cfg.resume:
             continue_log_in(out_dir, hydra.get("output_dir"))
     except ConfigError:
-        if cfg.get("resume"):  # a resume refused once its folder was claimed leaves that folder free
-            release(Path(cfg.resume).expanduser().resolve())
-        discard_untouched(hydra.get("output_dir"))  # the folder Hydra made; a run folder is never removed
+        discard_refused(cfg.get("resume"), hydra.get("output_dir"))
         raise
     try:
         with terminated_by_signals():
