@@ -178,7 +178,7 @@ def read_e2e(folder: Path) -> dict | str:
         calls = {name: [float(x) for x in e2e["latencies_ms"][name]] for name in ("tuned", TORCH)}
     except (OSError, ValueError, KeyError, TypeError) as error:
         return f"{folder}: no readable e2e.json ({type(error).__name__}: {error})"
-    if not all(calls[name] and all(math.isfinite(x) and x > 0 for x in calls[name]) for name in calls):
+    if not all(calls[name] and all(positive_number(x) for x in calls[name]) for name in calls):
         return f"{folder}: e2e.json holds a latency that is not a positive number"
     kernels = {}
     for row in e2e.get("kernels", []) if isinstance(e2e.get("kernels"), list) else []:
