@@ -324,6 +324,8 @@ def test_a_median_the_method_never_reaches_reads_so_not_as_zero():
     assert "the method's median not reached (method 0/10 runs, baseline 10/10)" in claims_markdown([row], [])
     [reached] = sa_as_rows(claims_result(2.0))
     assert "not reached" not in claims_markdown([reached], [])
+    neither = {**row, "speed_ratio": math.nan, "speed_reached": (0, 4), "speed_n": 10}
+    assert "neither median reached (method 0/10 runs, baseline 4/10)" in claims_markdown([neither], [])
 
 
 def test_a_cell_keeps_an_open_ended_interval():

@@ -311,9 +311,8 @@ def speed_cell(row: dict) -> str:
     reached the target) the ratio is 0 or undefined: the cell says so and how many runs reached it."""
     reached, ratio = row.get("speed_reached"), row["speed_ratio"]
     if reached and (ratio == 0 or math.isnan(ratio)):
-        who = "the method's" if ratio == 0 else "neither's"
-        return (f"{who} median not reached (method {reached[0]}/{row['speed_n']} runs, "
-                f"baseline {reached[1]}/{row['speed_n']})")
+        which = "the method's median not reached" if ratio == 0 else "neither median reached"
+        return f"{which} (method {reached[0]}/{row['speed_n']} runs, baseline {reached[1]}/{row['speed_n']})"
     return claim_cell(ratio, row["speed_low"], row["speed_high"])
 
 
