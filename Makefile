@@ -61,7 +61,7 @@ TEST_JOBS ?= 2
 
 test: setup
 	$(BIN)/python -m compileall -q -j 0 tuning tunelab hydra_plugins > /dev/null 2>&1 || true  # the lab's own bytecode
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # Everything, including the slow real-hardware checks.
 test-full: setup-cluster
