@@ -45,7 +45,7 @@ def test_the_exported_script_runs_isolated_from_the_folder_it_is_in(tmp_path):
     script.write_text("import importlib.util\nfrom pathlib import Path\n\nimport numpy as np\n\n"
                       "print(Path(__file__).with_name('kernel.txt').read_text(), np.zeros(2).sum())\n"
                       "print('tvm from', importlib.util.find_spec('tvm').origin)\n")
-    output, ok = _run_snippet(script)
+    output, ok = _run_snippet(script, [export / "kernel.txt"])
     assert ok, output
     assert "beside the script 0.0" in output  # the script still finds its own files by __file__
     assert str(export) not in output.split("tvm from")[-1]

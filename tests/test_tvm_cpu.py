@@ -236,15 +236,10 @@ def test_cli_real_run_end_to_end(tmp_path, capsys):
     export.main([str(tmp_path / "run")])
     exported = capsys.readouterr().out
     assert "output matches numpy" in exported and "torch" in exported
-    library, snippet = tmp_path / "run" / "export" / "gemm_64.so", tmp_path / "run" / "export" / "run_gemm_64.py"
+    library = tmp_path / "run" / "export" / "gemm_64.so"
     assert library.stat().st_size > 0 and "matches the reference" in exported
-    # the snippet stands alone: copied elsewhere with its library, it loads, checks and times the kernel
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    for path in (library, snippet):
-        (elsewhere / path.name).write_bytes(path.read_bytes())
-    ran = subprocess.run([sys.executable, snippet.name], cwd=elsewhere, capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0 and "matches the reference" in ran.stdout and "us per call" in ran.stdout, ran.stderr
+    # export ran its snippet copied elsewhere with its library (tuning/tools/export.py _run_snippet)
+    assert "run_gemm_64.py: ran:" in exported and "us per call" in exported
 
 
 def test_parallel_build_workers_keep_results_in_order():

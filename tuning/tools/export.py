@@ -7,9 +7,10 @@ builds the task's best measured schedule (a single operator's, or the named kern
 model) into `<run>/export/<task>.so`, loads it back, checks its answer on random inputs (numpy's
 product, torch's conv2d; a network's kernel against its untuned build), times it beside the untuned
 kernel and torch with the run's thread count, and writes `<run>/export/run_<task>.py`: a short
-script that loads the library, calls it, checks it and times it. That script is then run once, as
-a user would run it, isolated from the run folder (`python -I` from an empty temporary folder: a
-module planted beside the script is never imported). Exit status 1 when an answer is wrong or the
+script that loads the library, calls it, checks it and times it. That script and its library are
+then copied into an empty temporary folder and the script is run there once, as a user who moved
+them elsewhere would run it, isolated (`python -I`: a module planted beside the script in the run
+folder is never imported). Exit status 1 when an answer is wrong or the
 script fails. The library and the script are added to the run's MLflow run (artifacts under export/).
 A run folder holding a link is refused before any work (tuning/run_folder.py `refuse_links`).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,7 +104,7 @@ def export_run(run_dir: Path, task_name: str | None = None) -> dict:
             result = hardware.export_library(task, outcome.best_config, run_dir / "export")
         except NotImplementedError as error:  # synthetic hardware (also behind a replay) builds no kernel
             raise ConfigError(f"hardware: {error}; export a run made on real hardware (hardware=cpu)") from None
-    result["snippet_output"], result["snippet_ok"] = _run_snippet(Path(result["snippet"]))
+    result["snippet_output"], result["snippet_ok"] = _run_snippet(Path(result["snippet"]), [Path(result["library"])])
     _report(task, result)
     tracker = tracker_of(cfg, run_dir)
     try:
@@ -169,14 +171,17 @@ def _pick(tasks, name: str | None, run_dir: Path):
     return found[0]
 
 
-def _run_snippet(script: Path) -> tuple[str, bool]:
-    """The written script, run once in a fresh interpreter, as a user would. Isolated (-I: neither
-    the script's folder nor PYTHON* variables on the path, no user site) from an empty working folder:
-    a numpy.py or sitecustomize.py left in a shared run folder is never imported. The script finds
-    its library beside its own __file__."""
+def _run_snippet(script: Path, beside: list[Path]) -> tuple[str, bool]:
+    """The written script, copied with the files it needs (`beside`: its library) into an empty folder
+    and run there once in a fresh interpreter, as a user who moved them elsewhere would. Isolated (-I:
+    neither the script's folder nor PYTHON* variables on the path, no user site): a numpy.py or
+    sitecustomize.py left in a shared run folder is never imported. The script finds its library beside
+    its own __file__."""
     with tempfile.TemporaryDirectory(prefix="tunelab-export-") as clean:
+        for path in (script, *beside):
+            shutil.copyfile(path, Path(clean) / path.name)
         try:
-            done = subprocess.run([sys.executable, "-I", str(script.resolve())], cwd=clean, capture_output=True,
+            done = subprocess.run([sys.executable, "-I", script.name], cwd=clean, capture_output=True,
                                   text=True, timeout=600)
         except subprocess.TimeoutExpired:
             return "no answer within 600 s", False
