@@ -10,9 +10,9 @@ kernel and torch with the run's thread count, and writes `<run>/export/run_<task
 script that loads the library, calls it, checks it and times it. That script and its library are
 then copied into an empty temporary folder and the script is run there once, as a user who moved
 them elsewhere would run it, isolated (`python -I`: a module planted beside the script in the run
-folder is never imported). Exit status 1 when an answer is wrong or the
-script fails. The library and the script are added to the run's MLflow run (artifacts under export/).
-A run folder holding a link is refused before any work (tuning/run_folder.py `refuse_links`).
+folder is never imported). Exit status 1 when an answer is wrong or the script fails. The library
+and the script are added to the run's MLflow run (artifacts under export/). A run folder holding a
+link is refused before any work (tuning/run_folder.py `refuse_links`).
 
 `export_artifacts` is the part a tuning job does itself once tuning is over: each task's best
 schedule, the MetaSchedule database, the convergence plot, and the run's files as MLflow artifacts.
