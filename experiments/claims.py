@@ -6,6 +6,7 @@
     python experiments/claims.py adatune --models conv_l8 --seeds 10 --jobs 2
     python experiments/claims.py adatune budget.trials=500                  # Hydra overrides for every run
     python experiments/claims.py chameleon --full-space --hours 2           # the headline rows on whole spaces
+    python experiments/claims.py adatune --build --hours 2 --archive campaigns/claims-restricted
 
 The store is one built with the store's documented command (docs/store.md), timed as
 evaluator=adatune_de so that one store answers every evaluator of both papers:
@@ -18,6 +19,14 @@ sampler), reads the mean k that k-means chose per task in SA+AS, runs the contro
 mean k" (sa_plan_k), then compares everything with `python -m tuning.tools.compare` and prints one row per
 claim: the paper's number, ours with a 95% CI over seeds, and a verdict. `adatune` does the same with
 `+experiment=adatune_replay`. Nothing is measured: every run replays the store (simulated clock).
+
+`--build` makes the whole table a campaign: the store's sample of each of the paper's tasks (conv_l8
+2000 configs, the others 500, seed 0) is built first, one task at a time, as steps that resume, then
+the replays run as one step and the table is printed. Its folders are under
+outputs/campaigns/claims-restricted; `--hours` stops it cleanly and the same command continues it;
+`--archive campaigns/claims-restricted` carries the store (never the replays, which the next sitting
+replays again from it) to the next machine of this host's kind. Both papers share the store. The
+positional overrides go to the replays; `--build-override` sets the builds' own.
 
 `--full-space` re-tests the headline rows (Chameleon: SA, SA+AS, AE, AE+AS; AdaTune: XGB+SA+DE and
 RFEI+CSA+AE) where the methods' moves are their own: the tasks' whole spaces (conv_l8 and gemm_512 by
@@ -41,8 +50,8 @@ needs less, or "undecided at this power".
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -54,7 +63,7 @@ from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
-from tuning.tools.campaign import Job, progress, run_campaign
+from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
 from tuning.tools.campaign_archive import add_archive_option, archived
 from tuning.tools.cli_common import add_tracking_uri
 
@@ -140,8 +149,79 @@ def run_grid(paper: Paper, args, extra: list[str]) -> float:
         command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}"]
     print("$ " + " ".join(command), flush=True)
     started = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True)
+    if code := run_in_group(command):
+        raise SystemExit(f"claims: the grid exited {code} (its output above says why)")
     return time.perf_counter() - started
+
+
+def run_replays(paper: Paper, args) -> tuple[float, dict]:
+    """The paper's grid and, for Chameleon, the control SA at SA+AS's mean plan size on each task:
+    (wall seconds, the mean k by task)."""
+    seconds, k_by_model = run_grid(paper, args, []), {}
+    if paper is CHAMELEON:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(args.tracking_uri)
+        for model in args.models:
+            k_by_model[model] = mean_k(client, paper, model)
+            seconds += run_grid(paper, argparse.Namespace(**{**vars(args), "models": [model]}),
+                                ["+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k_by_model[model])}"])
+    return seconds, k_by_model
+
+
+# ---- the restricted tables as a campaign ----------------------------------------------------------
+STORE_TASKS = ("conv_l8", "conv_l7", "conv_l6", "gemm_512")  # every task either paper's table reads by default
+STORE_CONFIGS = {"conv_l8": 2000}  # configs sampled per task; 500 for the others (docs/claims.md)
+OTHER_TASK_CONFIGS = 500
+STORE_EVALUATOR = "evaluator=adatune_de"  # every micro-batch kept: one store answers both papers' evaluators
+BUILD_OVERRIDES = ("hardware.build_workers=2",)  # the default of --build-override
+
+
+def build_job(args, task: str) -> Job:
+    """One task's share of the store: `dataset build` resumes a stopped build with the same seed. The
+    folder is named by what the build puts in the store (its file name, not where this checkout is),
+    so a build of other settings is a step of its own."""
+    what = ("--store", Path(args.store).name, "--model", task, "--configs",
+            str(STORE_CONFIGS.get(task, OTHER_TASK_CONFIGS)), "--seed", "0", STORE_EVALUATOR, *args.build_overrides)
+    return Job(args.campaign / "store" / f"{task}-{digest(what)}", command=(
+        "-m", "tuning.tools.dataset", "build", "--store", args.store, *what[2:]))
+
+
+def digest(arguments) -> str:
+    return hashlib.sha1("\0".join(arguments).encode()).hexdigest()[:10]
+
+
+def replay_job(paper: Paper, args) -> Job:
+    """The paper's replays as one step. Its runs live in MLflow, not in an archive: a new sitting
+    replays them again from the store, and the same seed gives the same records. The folder is named
+    by the step's arguments, so other seeds, tasks or overrides are a step of their own."""
+    arguments = (args.paper, "--replays-only", "--store", args.store, "--models", *args.models,
+                 "--seeds", str(args.seeds), "--seed-from", str(args.seed_from), "--jobs", str(args.jobs),
+                 "--tracking-uri", args.tracking_uri, *args.overrides)
+    return Job(args.campaign / args.paper / f"replays-{digest(arguments)}", archived=False,
+               command=(str(REPO / "experiments" / "claims.py"), *arguments))
+
+
+def build_main(paper: Paper, args) -> list[dict]:
+    """The restricted table as a campaign: the store's share of each of the paper's tasks, one at a
+    time, then the replays, then the table. The archive carries the store and the finished builds of
+    the four tasks either paper reads by default, so the other paper's call keeps them."""
+    every = [build_job(args, task) for task in dict.fromkeys([*STORE_TASKS, *args.models])]
+    builds = [build_job(args, task) for task in args.models]
+    replays, cost = replay_job(paper, args), {}
+
+    def run() -> None:
+        if not args.table_only:
+            cost["campaign"] = f"{run_campaign([*builds, replays], args.hours) / 60:.1f} min wall this call"
+
+    archived(args.archive, [*every, replays], args.campaign, [Path(args.store)], args.tracking_uri, run,
+             pack_after=not args.table_only)
+    if not (args.table_only or is_finished(replays)):
+        print(f"claims: {sum(map(is_finished, builds))} of the store's {len(builds)} tasks built, replays not "
+              "finished: no table yet")
+        return []
+    return claims_table(paper, args, paper.mlflow_experiment, paper.budgets, paper.claims, cost,
+                        plan_sizes(paper, args), "restricted to the store's configs")
 
 
 # ---- the full-space campaign ---------------------------------------------------------------------
@@ -170,6 +250,14 @@ def campaign_jobs(paper: Paper, args) -> list[Job]:
                  *full_space_overrides(paper, args), *args.overrides))
             for seed in range(args.seed_from, args.seed_from + args.seeds)
             for model in args.models for row in paper.full_rows]
+
+
+def plan_sizes(paper: Paper, args) -> dict:
+    """Chameleon's SA+AS mean k by task, as the control SA plan=k ran it; nothing for AdaTune."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(args.tracking_uri)
+    return {m: mean_k(client, paper, m) for m in args.models} if paper is CHAMELEON else {}
 
 
 def mean_k(client, paper: Paper, model: str) -> float:
@@ -212,8 +300,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paper", choices=sorted(PAPERS))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (e.g. budget.trials=500)")
-    parser.add_argument("--store", help=f"the measurement store (default: stores/lab.sqlite; with --full-space "
-                                        f"{FULL_STORE}, created when missing)")
+    parser.add_argument("--store", help=f"the measurement store (default: stores/lab.sqlite, built by --build; "
+                                        f"with --full-space {FULL_STORE}, created when missing)")
     parser.add_argument("--models", nargs="+", help="tasks (default: the paper's)")
     parser.add_argument("--seeds", type=int, default=10, help="seeds to run")
     parser.add_argument("--seed-from", type=int, default=0, help="the first seed (add seeds to a grid already run: "
@@ -230,51 +318,66 @@ def parse_args(argv=None):
                         help=f"the paper's headline rows on the tasks' whole spaces (default tasks "
                              f"{' '.join(FULL_MODELS)}), {FULL_TRIALS} measurements a run, each new config measured "
                              "on this host into --store: a campaign of hours that resumes")
-    parser.add_argument("--hours", type=float, help="--full-space: stop cleanly after this many hours (the run in "
-                                                    "flight ends KILLED; the same command continues)")
-    parser.add_argument("--campaign", type=Path, help="--full-space: the runs' folders (default: "
-                                                      "outputs/campaigns/<paper>-full)")
-    add_archive_option(parser, "<paper>-full")
+    parser.add_argument("--build", action="store_true",
+                        help="build the store first (the tasks' sample of docs/claims.md, timed as "
+                             "evaluator=adatune_de), one task at a time, then replay and print the table: a "
+                             "campaign of hours that resumes")
+    parser.add_argument("--build-override", action="append", dest="build_overrides", metavar="OVERRIDE",
+                        help="--build: a Hydra override of the build steps (the store's hardware), repeated for "
+                             f"several; given, they replace the default {' '.join(BUILD_OVERRIDES)} "
+                             f"({STORE_EVALUATOR} always; the positional overrides go to the replays only)")
+    parser.add_argument("--replays-only", action="store_true", help=argparse.SUPPRESS)  # a --build campaign's step
+    parser.add_argument("--hours", type=float, help="a campaign: stop cleanly after this many hours (the run or "
+                                                    "build in flight is stopped; the same command continues)")
+    parser.add_argument("--campaign", type=Path, help="a campaign's folders (default: outputs/campaigns/<paper>-full "
+                                                      "with --full-space, outputs/campaigns/claims-restricted with "
+                                                      "--build)")
+    add_archive_option(parser, "<paper>-full or campaigns/claims-restricted")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     paper = PAPERS[args.paper]
     args.models = args.models or list(FULL_MODELS if args.full_space else paper.models)
     if args.seeds < 1 or args.seed_from < 0 or not (0 < args.fraction <= 1) or args.jobs < 1:
         parser.error("--seeds must be >= 1, --seed-from >= 0, --fraction in (0, 1], --jobs >= 1")
-    if (args.hours is not None or args.campaign or args.archive) and not args.full_space:
-        parser.error("--hours, --campaign and --archive belong to a --full-space campaign")
+    if args.build and args.full_space:
+        parser.error("--build: a --full-space campaign fills its own store as it measures")
+    if args.build_overrides and not args.build:
+        parser.error("--build-override belongs to --build")
+    if args.replays_only and (args.build or args.full_space or args.table_only):
+        parser.error("--replays-only: a --build campaign's own step, alone")
+    args.build_overrides = tuple(args.build_overrides or BUILD_OVERRIDES)
+    if (args.hours is not None or args.campaign or args.archive) and not (args.full_space or args.build):
+        parser.error("--hours, --campaign and --archive belong to a campaign (--full-space or --build)")
     if args.full_space and args.jobs > 1:
         parser.error("--jobs: a --full-space campaign times kernels, one run at a time")
     if args.hours is not None and not args.hours > 0:
         parser.error("--hours: must be > 0")
     store = Path(args.store or (FULL_STORE if args.full_space else "stores/lab.sqlite"))
-    if args.full_space:
+    if args.full_space or args.build:
         store = REPO / store if not store.is_absolute() else store
         store.parent.mkdir(parents=True, exist_ok=True)
-        args.campaign = (args.campaign or REPO / "outputs" / "campaigns" / f"{args.paper}-full").resolve()
+        name = f"{args.paper}-full" if args.full_space else "claims-restricted"
+        args.campaign = (args.campaign or REPO / "outputs" / "campaigns" / name).resolve()
     elif not store.is_file():
-        parser.error(f"--store: no such file {str(store)!r} (build it: see this command's --help)")
+        parser.error(f"--store: no such file {str(store)!r} (build it: see this command's --help, or --build)")
     args.store = str(store.resolve())
     return args, paper
 
 
 def main(argv=None) -> list[dict]:
-    from mlflow.tracking import MlflowClient
-
     args, paper = parse_args(argv)
-    client = MlflowClient(args.tracking_uri)
-    cost, k_by_model = {}, {}
     if args.full_space:
         return full_space_main(paper, args)
+    if args.build:
+        return build_main(paper, args)
+    if args.replays_only:
+        run_replays(paper, args)
+        return []
+    cost, k_by_model = {}, {}
     if not args.table_only:
-        seconds = run_grid(paper, args, [])
-        if paper is CHAMELEON:
-            for model in args.models:
-                k_by_model[model] = mean_k(client, paper, model)
-                seconds += run_grid(paper, argparse.Namespace(**{**vars(args), "models": [model]}),
-                                    ["+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k_by_model[model])}"])
+        seconds, k_by_model = run_replays(paper, args)
         cost["grid"] = f"{seconds / 60:.1f} min wall"
-    elif paper is CHAMELEON:
-        k_by_model = {m: mean_k(client, paper, m) for m in args.models}
+    else:
+        k_by_model = plan_sizes(paper, args)
     return claims_table(paper, args, paper.mlflow_experiment, paper.budgets, paper.claims, cost, k_by_model,
                         "restricted to the store's configs")
 

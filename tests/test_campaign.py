@@ -55,3 +55,37 @@ def test_a_signal_to_the_campaign_stops_its_run_and_exits_cleanly(tmp_path, sig,
     assert campaign.returncode == 1 and f"test: stopped by {said}" in stderr
     assert (step / "stopped").read_text() == "SIGTERM"  # stopped with the campaign, once
     assert not (step / "DONE").exists()
+
+
+def test_a_stopped_step_takes_its_grids_workers_with_it(tmp_path):
+    """SIGTERM to a step that runs a grid through run_in_group stops the grid's whole process group:
+    a launcher's worker (here the grid's child, which would sleep two minutes) is not left running,
+    as it was when the step ran its grid with subprocess.run."""
+    worker = tmp_path / "worker.pid"
+    grid = ("import subprocess, sys; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(worker)!r}, 'w').write(str(w.pid)); w.wait()")
+    step = subprocess.Popen([sys.executable, "-c", "import sys; from tuning.tools.campaign import run_in_group; "
+                             f"run_in_group([sys.executable, '-c', {grid!r}])"], cwd=REPO,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        wait_for(worker)
+        time.sleep(0.2)  # the pid written
+        pid = int(worker.read_text())
+        step.send_signal(signal.SIGTERM)
+        assert step.wait(timeout=60) != 0
+        limit = time.monotonic() + 30
+        while running(pid) and time.monotonic() < limit:
+            time.sleep(0.05)
+        assert not running(pid)
+    finally:
+        step.kill()
+        if worker.is_file() and worker.read_text() and running(int(worker.read_text())):
+            os.kill(int(worker.read_text()), signal.SIGKILL)  # the old behaviour: left running
+
+
+def running(pid: int) -> bool:
+    """Whether the process runs (a zombie that nobody has reaped has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -449,20 +450,103 @@ def test_a_full_space_campaign_stops_at_its_hours_and_the_same_command_continues
     assert sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0] == rows_in_store
 
 
-def test_campaign_options_belong_to_a_full_space_campaign(experiment_script, capsys):
+def test_campaign_options_belong_to_a_campaign(experiment_script, capsys):
     claims = experiment_script("claims")
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--hours", "2"])
-    assert "--hours, --campaign and --archive belong to a --full-space campaign" in capsys.readouterr().err
+    assert "--hours, --campaign and --archive belong to a campaign (--full-space or --build)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--archive", "campaigns/chameleon-full"])
-    assert "--archive belong to a --full-space campaign" in capsys.readouterr().err
+    assert "--archive belong to a campaign" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--full-space", "--hours", "0"])
     assert "--hours: must be > 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--full-space", "--jobs", "2"])
     assert "--jobs: a --full-space campaign times kernels" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.parse_args(["chameleon", "--full-space", "--build"])
+    assert "--build: a --full-space campaign fills its own store" in capsys.readouterr().err
+
+
+def test_a_build_campaign_builds_each_task_once_then_replays_as_one_step(tmp_path, experiment_script):
+    claims = experiment_script("claims")
+    command = ["chameleon", "--build", "--store", str(tmp_path / "s.sqlite"), "--campaign", str(tmp_path / "c"),
+               "--seeds", "3", "budget.trials=64"]
+    args, paper = claims.parse_args(command)
+    builds = {task: job_command(claims.build_job(args, task)) for task in claims.STORE_TASKS}
+    assert builds["conv_l8"][builds["conv_l8"].index("--configs") + 1] == "2000"
+    assert all(builds[t][builds[t].index("--configs") + 1] == "500" for t in ("conv_l7", "conv_l6", "gemm_512"))
+    assert all(c[1:4] == ["-m", "tuning.tools.dataset", "build"] and c[-2:] == ["evaluator=adatune_de",
+               "hardware.build_workers=2"] and c[c.index("--store") + 1] == args.store for c in builds.values())
+    other, _ = claims.parse_args([*command, "--build-override", "hardware=synthetic", "--build-override",
+                                  "hardware.noise=0.2"])
+    assert job_command(claims.build_job(other, "conv_l8"))[-3:] == ["evaluator=adatune_de", "hardware=synthetic",
+                                                                     "hardware.noise=0.2"]
+    assert claims.build_job(other, "conv_l8").folder != claims.build_job(args, "conv_l8").folder
+    replays = claims.replay_job(paper, args)
+    assert not replays.archived and replays.folder.parent == tmp_path / "c" / "chameleon"
+    step = job_command(replays)
+    assert step[1].endswith("experiments/claims.py") and "--replays-only" in step and step[-1] == "budget.trials=64"
+    (tmp_path / "s.sqlite").touch()  # built by then
+    inner, _ = claims.parse_args(step[2:])  # the step's own command parses, and replays what the campaign asked
+    assert (inner.replays_only, inner.seeds, inner.models, inner.store, inner.overrides) == \
+        (True, 3, list(paper.models), args.store, ["budget.trials=64"])
+    assert claims.replay_job(paper, claims.parse_args(command)[0]).folder == replays.folder
+    assert claims.replay_job(paper, claims.parse_args([*command, "--seeds", "4"])[0]).folder != replays.folder
+
+
+def test_a_build_campaigns_options_are_checked(tmp_path, experiment_script, capsys):
+    claims = experiment_script("claims")
+    with pytest.raises(SystemExit):
+        claims.parse_args(["adatune", "--build-override", "hardware=synthetic"])
+    assert "--build-override belongs to --build" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a step is run by the campaign, never a campaign itself
+        claims.parse_args(["adatune", "--build", "--replays-only", "--store", str(tmp_path / "s.sqlite")])
+    assert "--replays-only: a --build campaign's own step, alone" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_build_campaign_builds_replays_and_carries_its_store_to_a_new_machine(tmp_path, experiment_script, capsys):
+    """claims.py adatune --build on a synthetic backend: a stop at --hours prints no table; the same
+    command builds the store, replays and prints it; a third call builds and replays nothing; on a
+    new machine (a fresh campaign folder, store folder and MLflow) the archive brings the store and
+    the finished build back, and only the replays run again."""
+    from mlflow.tracking import MlflowClient
+
+    claims = experiment_script("claims")
+
+    def command(machine: str) -> list[str]:
+        return ["adatune", "--build", "--store", str(tmp_path / machine / "stores" / "lab.sqlite"), "--models",
+                "gemm_64", "--seeds", "2", "--campaign", str(tmp_path / machine / "c"), "--archive",
+                str(tmp_path / "archive"), "--tracking-uri", f"sqlite:///{tmp_path}/{machine}/mlflow.db",
+                "--out", str(tmp_path / machine / "out"), "--build-override", "hardware=synthetic",
+                "--build-override", "hardware.noise=0.2", *SYNTHETIC_BACKEND, "budget.trials_per_task=48",
+                f"hydra.sweep.dir={tmp_path}/{machine}/multirun/${{now:%H-%M-%S-%f}}"]
+
+    assert claims.main([*command("a"), "--hours", str(1 / 3600)]) == []
+    assert "no table yet" in capsys.readouterr().out
+    rows = claims.main(command("a"))
+    assert {r["method"] for r in rows} >= {"RFEI+CSA+AE"}
+    assert "restricted to the store's configs" in (tmp_path / "a" / "out" / "claims.md").read_text()
+    store = tmp_path / "a" / "stores" / "lab.sqlite"
+    readings = sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0]
+    client = MlflowClient(f"sqlite:///{tmp_path}/a/mlflow.db")
+    runs = len(client.search_runs([client.get_experiment_by_name("claims-adatune").experiment_id]))
+    claims.main(command("a"))
+    assert len(client.search_runs([client.get_experiment_by_name("claims-adatune").experiment_id])) == runs
+    assert sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0] == readings
+    capsys.readouterr()
+    rows_b = claims.main(command("b"))
+    out = capsys.readouterr().out
+    assert f"{readings:,} store readings" in out and "tuning.tools.dataset" not in out  # nothing built again
+    assert sqlite3.connect(tmp_path / "b" / "stores" / "lab.sqlite").execute(
+        "SELECT count(*) FROM readings").fetchone()[0] == readings
+
+    def table(found):  # str: an interval that is nan on both machines reads alike
+        return [(r["claim"], r["task"], str(r["speed_ratio"]), str(r["speed_low"]), r["verdict"]) for r in found]
+
+    assert table(rows_b) == table(rows)  # the same readings and seeds: the same replays
 
 
 def test_a_job_whose_folder_holds_a_run_resumes_it(tmp_path, experiment_script):

@@ -178,6 +178,23 @@ def test_resume_into_its_own_folder_keeps_the_runs_methods(tmp_path, small_run):
     assert found.data.tags["choice.search"] == "random" and found.data.tags["choice.cost_model"] == "none"
 
 
+def test_a_run_folder_names_the_commit_it_started_at_and_a_forged_one_is_ignored(tmp_path, small_run):
+    """run.yaml keeps the commit, so a copy of the run on another machine (a restored campaign,
+    `tuning.tools.sync`) still names the code that made it; the file is untrusted."""
+    from tuning.run_folder import saved_commit
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    if not head:
+        pytest.skip("not a git checkout: no commit to name")
+    assert saved_commit(small_run) == head and len(head) == 40
+    assert mlflow_run(small_run, f"sqlite:///{small_run.parent / 'mlflow.db'}")[1].data.tags[
+        "mlflow.source.git.commit"] == head
+    for forged in ("choices: {}\ncommit: [1]\n", "choices: {}\ncommit: 'HEAD; rm -rf /'\n", "- a list\n", "{{{"):
+        (tmp_path / "run.yaml").write_text(forged)
+        assert saved_commit(tmp_path) is None
+    assert saved_commit(tmp_path / "missing") is None
+
+
 @pytest.mark.slow
 def test_a_moved_folder_names_its_missing_store_and_takes_another(tmp_path):
     run_dir = finished_run(tmp_path)
@@ -389,7 +406,7 @@ def test_sync_copies_a_run_into_another_store(tmp_path):
     assert original.info.status == "FINISHED", "the folder still names its own store's run"
     hardware = json.loads((run_dir / "hardware.json").read_text())
     assert "hardware" in hardware  # the copy names what measured it, as the original does (compare's host note)
-    for key in (*hardware, "experiment", "model", "seed", "choice.search"):
+    for key in (*hardware, "experiment", "model", "seed", "choice.search", "mlflow.source.git.commit"):
         assert copied.data.tags[key] == original.data.tags[key], key
 
 

@@ -41,7 +41,7 @@ from tuning.store_wiring import check_store_space, wire_store
 from tuning.sweep import Pruning
 from tuning.tools.sync import SPOOL_FILE, save_tasks
 from tuning.tracking.job_run import end_job_run, start_job_run
-from tuning.tracking.tags import figure_title, method_name
+from tuning.tracking.tags import figure_title, git_commit, method_name
 from tuning.trial import current_trial
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
 
@@ -162,7 +162,7 @@ def _write_run_files(job: Job, hydra: dict) -> None:
     out_dir, hardware, writer = job.out_dir, job.parts.hardware, job.store_writer
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(job.cfg, resolve=True))
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
-    save_identity(out_dir, hydra.get("choices", {}))
+    save_identity(out_dir, hydra.get("choices", {}), git_commit())
     rows = (lambda task: writer.table(task, hardware.space(task))) if writer else None
     save_tasks(out_dir, job.tasks, store_rows=rows)
     mark_status(out_dir, "RUNNING")

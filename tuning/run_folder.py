@@ -3,9 +3,9 @@
     claim(out_dir, resuming)      the folder's OS lock, held for the process's life: a second process
                                   on the same folder fails at once; a new run in a folder that already
                                   holds one is refused (continue it with resume=)
-    save_identity(out_dir, ...)   the run's group choices (run.yaml), written once at its start:
-                                  resume names the run from them, never from Hydra's `.hydra/`, which a
-                                  `resume=DIR hydra.run.dir=DIR` rewrites before the job starts
+    save_identity(out_dir, ...)   the run's group choices and commit (run.yaml), written once at its
+                                  start: resume names the run from them, never from Hydra's `.hydra/`,
+                                  which a `resume=DIR hydra.run.dir=DIR` rewrites before the job starts
     load_config(path, key)        a saved config.yaml, checked before anything is instantiated from it
     mark_status(out_dir, status)  RUNNING / FINISHED / KILLED / FAILED, for `python -m tuning.tools.sync`
     terminated_by_signals()       SIGTERM and SIGHUP end the run like Ctrl-C: its records are kept,
@@ -154,11 +154,13 @@ def terminated_by_signals():
 
 
 # ---- what the run is --------------------------------------------------------------------------
-def save_identity(out_dir: Path, choices: dict) -> None:
+def save_identity(out_dir: Path, choices: dict, commit: str | None = None) -> None:
+    """The run's choices and the commit it started at: a copy of the run on another machine (a
+    restored campaign, `tuning.tools.sync`) still names the code that made it."""
     path = out_dir / IDENTITY_FILE
     if not path.exists():
-        path.write_text(yaml.safe_dump({"choices": {k: v for k, v in choices.items()
-                                                     if not k.startswith("hydra/") and isinstance(v, str)}}))
+        identity = {"choices": {k: v for k, v in choices.items() if not k.startswith("hydra/") and isinstance(v, str)}}
+        path.write_text(yaml.safe_dump({**identity, **({"commit": commit} if commit else {})}))
 
 
 def save_hardware(out_dir: Path, description: dict) -> dict:
@@ -190,6 +192,17 @@ def saved_choices(out_dir: Path) -> dict:
     if not isinstance(choices, dict):
         raise ConfigError(f"resume: {path} is not a tunelab run identity (expected a `choices` mapping)")
     return {str(k): v for k, v in choices.items() if isinstance(v, str)}
+
+
+def saved_commit(out_dir: Path) -> str | None:
+    """The commit the run started at, as saved in run.yaml; None for a folder from before it was
+    saved, or for a value that is not a git commit's hex name (the file is untrusted)."""
+    try:
+        data = yaml.safe_load((out_dir / IDENTITY_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    commit = data.get("commit") if isinstance(data, dict) else None
+    return commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
 
 
 def mark_status(out_dir: Path, status: str) -> None:

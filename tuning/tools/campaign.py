@@ -19,6 +19,7 @@ loses at most the build of one batch.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -136,3 +137,55 @@ def progress(jobs: list[Job]) -> tuple[int, int]:
 
 def finished_folders(jobs: list[Job]) -> list[Path]:
     return [job.folder for job in jobs if is_finished(job)]
+
+
+# ---- a step's own children -----------------------------------------------------------------------
+def run_in_group(command: list[str]) -> int:
+    """The command in a process group of its own, its exit code. Ctrl-C, SIGTERM or SIGHUP here stop
+    the whole group (a joblib launcher's workers as well, which a signal to the grid alone would leave
+    running), then the interrupt goes on."""
+    with terminated_by_signals():
+        process = subprocess.Popen(command, cwd=REPO, start_new_session=True)
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            stop_group(process)
+            raise
+
+
+def stop_group(process: subprocess.Popen, grace_s: float = 60) -> None:
+    """SIGTERM to the process's group, time for every member (a launcher's workers, which outlive a
+    launcher that dies at once) to end KILLED with its records, then SIGKILL to what is left. Signals
+    wait meanwhile: a second Ctrl-C must not leave the group running. The grace is shorter than
+    `_stop`'s, so a step stopping its group here ends before the campaign's SIGKILL could orphan it."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        _signal_group(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _group_runs(process) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _signal_group(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_runs(process: subprocess.Popen) -> bool:
+    """Whether a member of the process's group still runs (the leader is reaped here; a worker left a
+    zombie by a parent that nobody reaps has ended)."""
+    process.poll()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == process.pid and fields[0] != "Z":
+            return True
+    return False

@@ -238,7 +238,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
 
     from tuning.config import validate
     from tuning.resume import prior_records
-    from tuning.run_folder import saved_choices, saved_hardware
+    from tuning.run_folder import saved_choices, saved_commit, saved_hardware
     from tuning.tracking.base import run_params
     from omegaconf import OmegaConf
 
@@ -260,7 +260,8 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         choices = saved_choices(out_dir)
         tags = {"model": cfg.model.name, "seed": str(cfg.seed), "tunelab.synced": "true",
                 "experiment": choices.get("experiment") or "none", **saved_hardware(out_dir),
-                **{f"choice.{group}": name for group, name in choices.items()}}
+                **{f"choice.{group}": name for group, name in choices.items()},
+                **({"mlflow.source.git.commit": commit} if (commit := saved_commit(out_dir)) else {})}
         params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
         run_id = _open(tracker, out_dir, cfg, params, {**tags, **path_tags}, choices,
                        own_store)
