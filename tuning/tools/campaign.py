@@ -14,7 +14,8 @@ the next call resumes it. Ctrl-C, SIGTERM or SIGHUP to the campaign itself stop 
 the run in flight is stopped first (never left running on its own), then the call raises
 SystemExit, so whatever wraps it (campaign_archive's pack) still happens. Runs that share a
 measurement store (hardware=replay on_miss=measure) measure nothing twice, so a stopped campaign
-loses at most the build of one batch.
+loses at most the build of one batch. A step that starts processes of its own (a Hydra grid and
+its launcher's workers) starts them with `run_in_group`, so that its SIGTERM stops them all.
 """
 from __future__ import annotations
 
