@@ -351,6 +351,9 @@ def parse_args(argv=None):
         parser.error("--jobs: a --full-space campaign times kernels, one run at a time")
     if args.hours is not None and not args.hours > 0:
         parser.error("--hours: must be > 0")
+    if (args.full_space or args.build) and "://" in (args.store or ""):
+        parser.error("--store: a campaign's store is a sqlite file, which its archive carries (copy it to "
+                     "a server after: python -m tuning.tools.dataset copy)")
     store = Path(args.store or (FULL_STORE if args.full_space else "stores/lab.sqlite"))
     if args.full_space or args.build:
         store = REPO / store if not store.is_absolute() else store

@@ -504,6 +504,10 @@ def test_a_build_campaigns_options_are_checked(tmp_path, experiment_script, caps
     with pytest.raises(SystemExit):  # a step is run by the campaign, never a campaign itself
         claims.parse_args(["adatune", "--build", "--replays-only", "--store", str(tmp_path / "s.sqlite")])
     assert "--replays-only: a --build campaign's own step, alone" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.parse_args(["adatune", "--build", "--store", "postgresql://lab@db:5432/tunelab"])
+    assert "--store: a campaign's store is a sqlite file" in capsys.readouterr().err
+    assert not (Path.cwd() / "postgresql:").exists()
 
 
 @pytest.mark.slow
