@@ -157,15 +157,11 @@ def run_grid(paper: Paper, args, extra: list[str]) -> float:
 def run_replays(paper: Paper, args) -> tuple[float, dict]:
     """The paper's grid and, for Chameleon, the control SA at SA+AS's mean plan size on each task:
     (wall seconds, the mean k by task)."""
-    seconds, k_by_model = run_grid(paper, args, []), {}
-    if paper is CHAMELEON:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(args.tracking_uri)
-        for model in args.models:
-            k_by_model[model] = mean_k(client, paper, model)
-            seconds += run_grid(paper, argparse.Namespace(**{**vars(args), "models": [model]}),
-                                ["+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k_by_model[model])}"])
+    seconds = run_grid(paper, args, [])
+    k_by_model = plan_sizes(paper, args)
+    for model, k in k_by_model.items():
+        seconds += run_grid(paper, argparse.Namespace(**{**vars(args), "models": [model]}),
+                            ["+experiment/chameleon_row=sa_plan_k", f"budget.plan_size={round(k)}"])
     return seconds, k_by_model
 
 
@@ -206,15 +202,15 @@ def build_main(paper: Paper, args) -> list[dict]:
     """The restricted table as a campaign: the store's share of each of the paper's tasks, one at a
     time, then the replays, then the table. The archive carries the store and the finished builds of
     the four tasks either paper reads by default, so the other paper's call keeps them."""
-    every = [build_job(args, task) for task in dict.fromkeys([*STORE_TASKS, *args.models])]
-    builds = [build_job(args, task) for task in args.models]
+    every = {task: build_job(args, task) for task in [*STORE_TASKS, *args.models]}
+    builds = [every[task] for task in args.models]
     replays, cost = replay_job(paper, args), {}
 
     def run() -> None:
         if not args.table_only:
             cost["campaign"] = f"{run_campaign([*builds, replays], args.hours) / 60:.1f} min wall this call"
 
-    archived(args.archive, [*every, replays], args.campaign, [Path(args.store)], args.tracking_uri, run,
+    archived(args.archive, [*every.values(), replays], args.campaign, [Path(args.store)], args.tracking_uri, run,
              pack_after=not args.table_only)
     if not (args.table_only or is_finished(replays)):
         print(f"claims: {sum(map(is_finished, builds))} of the store's {len(builds)} tasks built, replays not "
