@@ -511,11 +511,13 @@ def test_a_build_campaigns_options_are_checked(tmp_path, experiment_script, caps
 
 
 @pytest.mark.slow
-def test_a_build_campaign_builds_replays_and_carries_its_store_to_a_new_machine(tmp_path, experiment_script, capsys):
+def test_a_build_campaign_builds_replays_and_carries_its_store_to_a_new_machine(tmp_path, experiment_script, capsys,
+                                                                                monkeypatch):
     """claims.py adatune --build on a synthetic backend: a stop at --hours prints no table; the same
     command builds the store, replays and prints it; a third call builds and replays nothing; on a
     new machine (a fresh campaign folder, store folder and MLflow) the archive brings the store and
-    the finished build back, and only the replays run again."""
+    the finished build back, and only the replays run again. On a host of another kind, the archive
+    named as a file is read apart from that host's own store: replayed there, the table is the same."""
     from mlflow.tracking import MlflowClient
 
     claims = experiment_script("claims")
@@ -551,6 +553,19 @@ def test_a_build_campaign_builds_replays_and_carries_its_store_to_a_new_machine(
         return [(r["claim"], r["task"], str(r["speed_ratio"]), str(r["speed_low"]), r["verdict"]) for r in found]
 
     assert table(rows_b) == table(rows)  # the same readings and seeds: the same replays
+
+    import tuning.tools.campaign_archive as archive_module
+
+    [packed] = (tmp_path / "archive").glob("*.tar.xz")
+    monkeypatch.setattr(archive_module, "host_identity", lambda *_: {"cpu_model": "Other", "cores": 8, "flags": "x"})
+    monkeypatch.setattr(claims, "VIEWS", tmp_path / "views")
+    viewed = [str(packed) if arg == str(tmp_path / "archive") else arg for arg in command("c")]
+    with pytest.raises(SystemExit, match="the builds of conv_l8 are not in it; they measure"):
+        claims.main([*viewed, "--models", "gemm_64", "conv_l8"])
+    rows_c = claims.main(viewed)
+    assert table(rows_c) == table(rows) and not (tmp_path / "c" / "stores" / "lab.sqlite").exists()
+    assert (tmp_path / "views" / "archive" / packed.name.split(".")[0] / "mlflow.db").is_file()
+    assert table(claims.main([*viewed, "--table-only"])) == table(rows)  # the view's runs, no replay
 
 
 def test_a_job_whose_folder_holds_a_run_resumes_it(tmp_path, experiment_script):
