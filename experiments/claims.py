@@ -64,7 +64,8 @@ from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
-from tuning.tools.campaign_archive import ArchiveError, add_archive_option, archived, host_key, view_for_tables
+from tuning.tools.campaign_archive import (ArchiveError, add_archive_option, archived, is_archive_file,
+                                          view_for_tables)
 from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -225,7 +226,6 @@ FULL_MODELS = ("conv_l8", "gemm_512")
 FULL_TRIALS = 500  # measurements per run
 FULL_BUDGETS = (128, 500)
 FULL_STORE = "stores/full-space.sqlite"
-VIEWS = REPO / "outputs" / "archive-views"  # where another host's archive is read for its tables
 
 
 def full_experiment(paper: Paper) -> str:
@@ -348,6 +348,10 @@ def parse_args(argv=None):
         parser.error("--jobs: a --full-space campaign times kernels, one run at a time")
     if args.hours is not None and not args.hours > 0:
         parser.error("--hours: must be > 0")
+    if args.build and is_archive_file(args.archive):
+        parser.error("--archive: a --build campaign's replays are not in its archive (their runs live in MLflow), "
+                     "so its table prints only on a host of the archive's kind, from the folder (--archive "
+                     f"{args.archive.parent}), which replays them again")
     if (args.full_space or args.build) and "://" in (args.store or ""):
         parser.error("--store: a campaign's store is a sqlite file, which its archive carries (copy it to "
                      "a server after: python -m tuning.tools.dataset copy)")
@@ -365,8 +369,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> list[dict]:
     args, paper = parse_args(argv)
-    if view := view_for_tables(args.archive, args.table_only or args.build, VIEWS):
-        read_from_view(paper, args, view)
+    if view := view_for_tables(args.archive, args.table_only):
+        read_from_view(args, view)
     if args.full_space:
         return full_space_main(paper, args)
     if args.build:
@@ -384,20 +388,13 @@ def main(argv=None) -> list[dict]:
                         "restricted to the store's configs")
 
 
-def read_from_view(paper: Paper, args, view) -> None:
-    """The campaign's folders, store and MLflow runs from the view of another host's archive. A --build
-    view replays (which measures nothing) only once the archive holds every build: a build left would
-    measure this host's kernels into that host's store."""
+def read_from_view(args, view) -> None:
+    """The campaign's folders, store and MLflow runs from the view of another host's archive."""
     args.campaign, args.tracking_uri, args.archive = view.root, view.tracking_uri, None
     try:
         args.store = str(view.store(args.store))
     except ArchiveError as error:
         raise SystemExit(f"claims: --archive: {error}") from None
-    if args.build and not args.table_only:
-        unbuilt = [task for task in args.models if not is_finished(build_job(args, task))]
-        if unbuilt:
-            raise SystemExit(f"claims: --archive {view.archive}: the builds of {', '.join(unbuilt)} are not in it; "
-                             f"they measure, so they continue only on its host ({host_key(view.host)})")
 
 
 def full_space_main(paper: Paper, args) -> list[dict]:
@@ -429,8 +426,8 @@ def claims_table(paper: Paper, args, experiment: str, budgets, claims, cost: dic
     result = compare_main(["--experiment", experiment, "--tag", f"experiment={paper.experiment}",
                            "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
                            "--fraction", str(args.fraction), "--budgets", *map(str, budgets),
-                           "--metric", "run/run_s", "--store", args.store, "--tracking-uri", args.tracking_uri,
-                           "--out", str(out),
+                           "--metric", "run/run_s", "--tracking-uri", args.tracking_uri, "--out", str(out),
+                           *(["--store", args.store] if args.full_space or args.build else []),  # a view's copy
                            "--no-mlflow-run", *(["--with-overhead"] if args.with_overhead else [])],
                           rename=paper.rows)
     cost["replays"] = replay_cost(result)

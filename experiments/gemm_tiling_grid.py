@@ -178,7 +178,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> tuple[list[dict], list[dict]]:
     args = parse_args(argv)
-    if view := view_for_tables(args.archive, args.table_only, REPO / "outputs" / "archive-views"):
+    if view := view_for_tables(args.archive, args.table_only):
         try:
             args.store = str(view.store(args.store))
         except ArchiveError as error:

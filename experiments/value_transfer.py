@@ -384,7 +384,7 @@ def progress_line(jobs: list[Job], campaign: Path) -> str:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
-    if view := view_for_tables(args.archive, args.table_only, REPO / "outputs" / "archive-views"):
+    if view := view_for_tables(args.archive, args.table_only):
         args.campaign, args.stores, args.tracking_uri, args.archive = view.root, view.stores, view.tracking_uri, None
     jobs, cost = campaign_jobs(args), {}
     stores = [Path(store(args, n, kind)) for n in args.networks for kind in ("tuning", "random", "runs")]

@@ -202,7 +202,8 @@ def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | N
     return None if path is None else _restore_file(path, root, stores_folder, tracking_uri, identity)
 
 
-def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str | None, identity: dict) -> Restored:
+def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str | None, identity: dict,
+                  relog: bool = True) -> Restored:
     restored = Restored()
     try:
         with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as scratch:
@@ -221,7 +222,10 @@ def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str
                     restored.kept_local += 1
     except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__}: {error})") from None
-    _sync(root, restored, tracking_uri)
+    except ArchiveError as error:
+        raise ArchiveError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
+    if relog:
+        _sync(root, restored.folders, restored, tracking_uri)
     return restored
 
 
@@ -251,17 +255,18 @@ def is_archive_file(path: Path | None) -> bool:
     return path is not None and path.name.endswith(tuple(SUFFIX.values()))
 
 
-def open_view(path: Path, views: Path) -> View:
-    """The archive at `path`, of whichever host made it, restored into views/<its folder>/<host key>/:
-    the campaign's folders under runs/, its stores under stores/, its runs in mlflow.db there. Again
-    later, only what the archive gained since is added. The archive's name must be its own host's key,
-    so a renamed file cannot pass one host's readings off as another's."""
+def open_view(path: Path, views: Path | None = None) -> View:
+    """The archive at `path`, of whichever host made it, restored into views/<its folder>/<host key>/
+    (views: the outputs folder's archive-views/): the campaign's folders under runs/, its stores under
+    stores/, its runs in mlflow.db there. Opened again, only what is missing is added, and a run not yet
+    re-logged is tried again; a changed archive file starts the view afresh. The archive's name must be
+    its own host's key, so a renamed file cannot pass one host's readings off as another's."""
     if not path.is_file():
         raise ArchiveError(f"{path}: no such archive")
     try:
         with tarfile.open(path, "r:*") as tar:
-            host = json.loads(tar.extractfile(MANIFEST).read()).get("host")
-    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, KeyError, AttributeError, ValueError) as error:
+            host = _read_manifest(tar, path).get("host")
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__})") from None
     if not (isinstance(host, dict) and isinstance(host.get("cpu_model"), str) and isinstance(host.get("cores"), int)
             and isinstance(host.get("flags"), str)):
@@ -269,19 +274,51 @@ def open_view(path: Path, views: Path) -> View:
     key = host_key(host)
     if path.name not in {f"{key}{suffix}" for suffix in SUFFIX.values()}:
         raise ArchiveError(f"{path}: its manifest's host is {key}, not the host its name says")
-    base = views / path.parent.name / key
+    base = (views or _default_views()) / path.parent.resolve().name / key
+    digest, mark = _sha256(path), base / "archive.sha256"
+    if mark.is_file() and mark.read_text().strip() != digest:
+        shutil.rmtree(base)  # a view is derived: a newer archive is read again whole
     view = View(path, host, base / "runs", base / "stores", f"sqlite:///{(base / 'mlflow.db').resolve()}", Restored())
     view.stores.mkdir(parents=True, exist_ok=True)
-    view.restored = _restore_file(path, view.root, view.stores, view.tracking_uri, host)
+    mark.write_text(digest + "\n")
+    view.restored = _restore_file(path, view.root, view.stores, view.tracking_uri, host, relog=False)
+    _relog_view(base, view)
     return view
 
 
-def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
+def _default_views() -> Path:
+    from tuning.storage import outputs_dir
+
+    return Path(outputs_dir()) / "archive-views"
+
+
+def _relog_view(base: Path, view: View) -> None:
+    """Every run of the view not yet in its MLflow store, re-logged; those done are listed in relogged.txt."""
+    done_file = base / "relogged.txt"
+    done = set(done_file.read_text().split()) if done_file.is_file() else set()
+    runs = sorted(str(p.parent.relative_to(view.root)) for p in view.root.rglob("config.yaml"))
+    before = len(view.restored.problems)
+    _sync(view.root, [rel for rel in runs if rel not in done], view.restored, view.tracking_uri)
+    failed = {problem.split(":", 1)[0] for problem in view.restored.problems[before:]}
+    done_file.write_text("".join(f"{rel}\n" for rel in runs if rel in done or rel not in failed))
+
+
+def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
     try:
-        manifest = json.loads(tar.extractfile(MANIFEST).read())
-    except (KeyError, AttributeError, ValueError) as error:
+        member = tar.getmember(MANIFEST)
+        if not member.isfile() or member.size > MAX_FILE_BYTES:
+            raise ValueError(f"not a file of at most {MAX_FILE_BYTES >> 20} MiB")
+        manifest = json.loads(tar.extractfile(member).read())
+    except (KeyError, AttributeError, ValueError, RecursionError) as error:
         raise ArchiveError(f"{path}: no readable {MANIFEST} ({type(error).__name__})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") not in READABLE:
+    if not isinstance(manifest, dict):
+        raise ArchiveError(f"{path}: {MANIFEST} is not an object")
+    return manifest
+
+
+def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
+    manifest = _read_manifest(tar, path)
+    if manifest.get("format") not in READABLE:
         raise ArchiveError(f"{path}: {MANIFEST} is not of a known format ({', '.join(map(str, sorted(READABLE)))})")
     if manifest.get("host") != identity:
         raise ArchiveError(f"{path}: made on another host ({manifest.get('host')}), this is {identity}")
@@ -325,6 +362,9 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
         raise ArchiveError(f"{error} (in the archive)") from None
     try:
         target = open_store(local, "--stores")
+    except StoreError as error:
+        source.close()
+        raise ArchiveError(f"stores/{name}: this machine's copy {local}: {error}") from None
     except BaseException:
         source.close()
         raise
@@ -386,11 +426,11 @@ def _place_folder(entries: list, contents: dict, local: Path, scratch: Path) -> 
     return True
 
 
-def _sync(root: Path, restored: Restored, tracking_uri: str | None) -> None:
-    """Each restored run (a folder with records) logged again to this machine's MLflow store."""
+def _sync(root: Path, folders: list[str], restored: Restored, tracking_uri: str | None) -> None:
+    """Each of the restored runs (a folder with records) logged again to this machine's MLflow store."""
     from tuning.tools.sync import sync
 
-    for rel in restored.folders:
+    for rel in folders:
         folder = root / rel
         if not (folder / "config.yaml").is_file():
             continue  # a step's folder
@@ -410,7 +450,7 @@ def add_archive_option(parser, name: str) -> None:
                              "key>.tar.xz reads that host's archive, of any host, apart from this one's, for its tables")
 
 
-def view_for_tables(archive: Path | None, table_only: bool, views: Path) -> View | None:
+def view_for_tables(archive: Path | None, table_only: bool, views: Path | None = None) -> View | None:
     """`--archive FILE`: the view of that archive for the tables (None for `--archive FOLDER` or none).
     Anything else than `--table-only` with a file is refused: a campaign continues only from its folder,
     on a host of the archive's kind, so another CPU's readings never enter its stores."""
@@ -425,6 +465,9 @@ def view_for_tables(archive: Path | None, table_only: bool, views: Path) -> View
     except ArchiveError as error:
         raise SystemExit(f"tunelab: --archive: {error}") from None
     print(f"archive {archive} (host {host_key(view.host)}), read into {view.root.parent}: {view.restored.summary()}")
+    if view.restored.problems:  # a table of part of the runs would read as the whole campaign's
+        raise SystemExit(f"tunelab: --archive {archive}: {len(view.restored.problems)} run(s) not re-logged into "
+                         f"the view (above); no table from part of the campaign (the same command tries them again)")
     return view
 
 

@@ -99,7 +99,8 @@ def seconds_per_measurement(store, key: str) -> tuple[float, str]:
     seconds = store.measurement_seconds(key, 500) if store else []
     if len(seconds) >= 20:
         return statistics.median(seconds), "on this host"
-    return DEFAULT_SECONDS, "a guess: the store has too few readings of this hardware to say (a slow task takes longer)"
+    why = "the store has too few readings of this hardware to say" if store else "no store yet"
+    return DEFAULT_SECONDS, f"a guess ({why}; a slow task takes longer)"
 
 
 def build(args) -> None:
