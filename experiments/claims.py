@@ -64,7 +64,8 @@ from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
-from tuning.tools.campaign_archive import add_archive_option, archived
+from tuning.tools.campaign_archive import (ArchiveError, add_archive_option, archived, is_archive_file,
+                                          view_for_tables)
 from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -347,6 +348,10 @@ def parse_args(argv=None):
         parser.error("--jobs: a --full-space campaign times kernels, one run at a time")
     if args.hours is not None and not args.hours > 0:
         parser.error("--hours: must be > 0")
+    if args.build and is_archive_file(args.archive):
+        parser.error("--archive: a --build campaign's replays are not in its archive (their runs live in MLflow), "
+                     "so its table prints only on a host of the archive's kind, from the folder (--archive "
+                     f"{args.archive.parent}), which replays them again")
     if (args.full_space or args.build) and "://" in (args.store or ""):
         parser.error("--store: a campaign's store is a sqlite file, which its archive carries (copy it to "
                      "a server after: python -m tuning.tools.dataset copy)")
@@ -364,6 +369,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> list[dict]:
     args, paper = parse_args(argv)
+    if view := view_for_tables(args.archive, args.table_only):
+        read_from_view(args, view)
     if args.full_space:
         return full_space_main(paper, args)
     if args.build:
@@ -379,6 +386,15 @@ def main(argv=None) -> list[dict]:
         k_by_model = plan_sizes(paper, args)
     return claims_table(paper, args, paper.mlflow_experiment, paper.budgets, paper.claims, cost, k_by_model,
                         "restricted to the store's configs")
+
+
+def read_from_view(args, view) -> None:
+    """The campaign's folders, store and MLflow runs from the view of another host's archive."""
+    args.campaign, args.tracking_uri, args.archive = view.root, view.tracking_uri, None
+    try:
+        args.store = str(view.store(args.store))
+    except ArchiveError as error:
+        raise SystemExit(f"claims: --archive: {error}") from None
 
 
 def full_space_main(paper: Paper, args) -> list[dict]:
@@ -411,6 +427,7 @@ def claims_table(paper: Paper, args, experiment: str, budgets, claims, cost: dic
                            "--method-by", f"choice.{paper.row_group}", "--baseline", paper.baseline,
                            "--fraction", str(args.fraction), "--budgets", *map(str, budgets),
                            "--metric", "run/run_s", "--tracking-uri", args.tracking_uri, "--out", str(out),
+                           *(["--store", args.store] if args.full_space or args.build else []),  # a view's copy
                            "--no-mlflow-run", *(["--with-overhead"] if args.with_overhead else [])],
                           rename=paper.rows)
     cost["replays"] = replay_cost(result)

@@ -46,7 +46,7 @@ import numpy as np
 from tuning.conf_dir import CONF_DIR
 from tuning.core.plausible import positive_number
 from tuning.tools.campaign import Job, finished_folders, is_finished, progress, run_campaign
-from tuning.tools.campaign_archive import add_archive_option, archived
+from tuning.tools.campaign_archive import add_archive_option, archived, view_for_tables
 from tuning.tools.cli_common import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir
 from tuning.tools.compare.report import claim_cell
@@ -384,6 +384,8 @@ def progress_line(jobs: list[Job], campaign: Path) -> str:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
+    if view := view_for_tables(args.archive, args.table_only):
+        args.campaign, args.stores, args.tracking_uri, args.archive = view.root, view.stores, view.tracking_uri, None
     jobs, cost = campaign_jobs(args), {}
     stores = [Path(store(args, n, kind)) for n in args.networks for kind in ("tuning", "random", "runs")]
     archived(args.archive, jobs, args.campaign, stores, args.tracking_uri, lambda: run(args, jobs, cost),

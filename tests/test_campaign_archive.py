@@ -12,8 +12,8 @@ import pytest
 
 from tuning.store import MeasurementStore
 from tuning.tools.campaign import DONE, Job
-from tuning.tools.campaign_archive import (ArchiveError, archive_path, archived, host_identity, host_key, pack,
-                                           restore)
+from tuning.tools.campaign_archive import (ArchiveError, archive_path, archived, host_identity, host_key, open_view,
+                                           pack, restore, view_for_tables)
 
 from test_store import filled
 
@@ -84,6 +84,84 @@ def test_another_hosts_archive_is_never_restored(tmp_path):
     with pytest.raises(ArchiveError, match="made on another host"):
         restore(tmp_path / "new", tmp_path / "stores", tmp_path / "archives", None, HOST)
     assert not (tmp_path / "new").exists()
+
+
+def test_any_hosts_archive_is_read_for_tables_apart_from_this_hosts_work(tmp_path):
+    root, stores = tmp_path / "a" / "campaign", tmp_path / "a" / "stores"
+    stores.mkdir(parents=True)
+    filled(stores / "net.sqlite", count=20)
+    path = pack(campaign(root), root, [stores / "net.sqlite"], tmp_path / "campaigns" / "grid", OTHER)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+
+    view = open_view(path, tmp_path / "views")
+    assert view.root == tmp_path / "views" / "grid" / host_key(OTHER) / "runs" and view.host == OTHER
+    assert sorted(view.restored.folders) == ["net/corpus", "net/row/seed0"] and view.restored.readings == 20
+    assert (view.root / "net" / "row" / "seed0" / "records.jsonl").is_file()
+    assert MeasurementStore(view.store("net.sqlite"), read_only=True).count() == 20
+    assert view.tracking_uri == f"sqlite:///{(view.root.parent / 'mlflow.db').resolve()}"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "views" not in p.parts) == before
+    with pytest.raises(ArchiveError, match="holds no store 'lab.sqlite' \\(it holds net.sqlite\\)"):
+        view.store("/anywhere/lab.sqlite")
+    again = open_view(path, tmp_path / "views")  # read again: nothing twice
+    assert again.restored.folders == [] and again.restored.readings == 0
+
+
+def test_a_viewed_archive_must_be_named_by_its_own_host_and_is_never_continued(tmp_path, capsys):
+    root = tmp_path / "campaign"
+    path = pack(campaign(root), root, [], tmp_path / "campaigns" / "grid", OTHER)
+    with pytest.raises(SystemExit, match="read for its tables only \\(add --table-only\\)"):
+        view_for_tables(path, False, tmp_path / "views")
+    assert not (tmp_path / "views").exists()
+    assert view_for_tables(tmp_path / "campaigns" / "grid", False, tmp_path / "views") is None  # a folder: carried
+    assert view_for_tables(None, True, tmp_path / "views") is None
+    with pytest.raises(ArchiveError, match="read by view_for_tables"):
+        archived(path, [], root, [], None, lambda: None)
+
+    forged = path.rename(archive_path(path.parent, HOST))  # another host's readings passed off as HOST's
+    with pytest.raises(SystemExit, match=f"its manifest's host is {host_key(OTHER)}, not the host its name says"):
+        view_for_tables(forged, True, tmp_path / "views")
+    with pytest.raises(SystemExit, match="no such archive"):
+        view_for_tables(path, True, tmp_path / "views")
+    (tmp_path / "junk.tar.xz").write_bytes(b"not xz")
+    with pytest.raises(SystemExit, match="not a readable archive"):
+        view_for_tables(tmp_path / "junk.tar.xz", True, tmp_path / "views")
+    assert not (tmp_path / "views").exists()
+
+    forged.rename(path)
+    view = view_for_tables(path, True, tmp_path / "views")
+    assert view.restored.folders and f"(host {host_key(OTHER)}), read into" in capsys.readouterr().out
+
+
+def test_a_view_tries_a_run_not_re_logged_again_and_a_new_archive_starts_it_afresh(tmp_path, monkeypatch, capsys):
+    import tuning.tools.sync as sync_module
+
+    root = tmp_path / "campaign"
+    jobs = campaign(root)
+    for job in jobs[:2]:
+        (job.folder / "config.yaml").write_text("{}")
+    path = pack(jobs, root, [], tmp_path / "campaigns" / "grid", OTHER)
+    logged, broken = [], {"on": True}
+
+    def fake_sync(folder, uri):
+        if broken["on"]:
+            raise RuntimeError("MLflow is down")
+        logged.append((Path(folder).relative_to(tmp_path / "views" / "grid" / host_key(OTHER) / "runs"), uri))
+
+    monkeypatch.setattr(sync_module, "sync", fake_sync)
+    with pytest.raises(SystemExit, match="1 run\\(s\\) not re-logged into the view"):
+        view_for_tables(path, True, tmp_path / "views")
+    assert "net/row/seed0: not re-logged to MLflow (RuntimeError: MLflow is down)" in capsys.readouterr().out
+    broken["on"] = False
+    view = view_for_tables(path, True, tmp_path / "views")  # the folder is back: its run is tried again
+    assert logged == [(Path("net/row/seed0"), view.tracking_uri)] and view.restored.folders == []
+    view_for_tables(path, True, tmp_path / "views")
+    assert len(logged) == 1  # re-logged once
+
+    (jobs[2].folder / "more.txt").write_text("a later sitting")
+    pack(jobs, root, [], tmp_path / "campaigns" / "grid", OTHER)
+    again = view_for_tables(path, True, tmp_path / "views")
+    assert "net/corpus" in again.restored.folders and (again.root / "net" / "corpus" / "more.txt").is_file()
+    assert len(logged) == 2
 
 
 def hostile(tmp_path, folders, members, files=None) -> Path:

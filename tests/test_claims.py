@@ -422,9 +422,12 @@ def test_xgb_fits_the_trees_xgb_train_with_early_stopping_would(objective):
     assert np.array_equal(model.predict(probe), reference.inplace_predict(probe).astype(np.float64))
 
 
-def test_a_full_space_campaign_stops_at_its_hours_and_the_same_command_continues_it(tmp_path, experiment_script, capsys):
+def test_a_full_space_campaign_stops_at_its_hours_and_the_same_command_continues_it(tmp_path, experiment_script, capsys,
+                                                                                    monkeypatch):
     """claims.py --full-space on a synthetic backend: a stop at --hours leaves no run finished; the same
-    command then runs every job; a third call measures nothing and starts no run."""
+    command then runs every job; a third call measures nothing and starts no run, and packs the
+    archive. Read as a file on a machine that has neither the store nor the MLflow runs, the archive
+    prints the same table from a view of its own."""
     from mlflow.tracking import MlflowClient
 
     claims = experiment_script("claims")
@@ -445,9 +448,29 @@ def test_a_full_space_campaign_stops_at_its_hours_and_the_same_command_continues
     [experiment] = [e for e in client.search_experiments() if e.name == "claims-adatune-full"]
     runs = len(client.search_runs([experiment.experiment_id]))
     rows_in_store = sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0]
-    claims.main(command)
+    claims.main([*command, "--archive", str(tmp_path / "campaigns" / "full")])
     assert len(client.search_runs([experiment.experiment_id])) == runs
     assert sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0] == rows_in_store
+
+    [packed] = (tmp_path / "campaigns" / "full").glob("*.tar.xz")
+    with pytest.raises(SystemExit, match="read for its tables only"):
+        claims.main([*command, "--archive", str(packed)])
+    store.rename(tmp_path / "elsewhere.sqlite")  # what a clone on another machine lacks: the store and the runs
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    viewed = [*command[:command.index("--tracking-uri")], "--out", str(tmp_path / "view-out"), *SYNTHETIC_BACKEND,
+              "budget.trials_per_task=48", "--table-only", "--archive", str(packed)]
+
+    def table(found):
+        return [(r["claim"], r["task"], str(r["speed_ratio"]), str(r["speed_low"]), r["verdict"]) for r in found]
+
+    assert table(claims.main(viewed)) == table(rows)
+    view = tmp_path / "outputs" / "archive-views" / "full" / packed.name.split(".")[0]
+    assert (view / "stores" / "full.sqlite").is_file() and not store.exists()
+    assert len(client.search_runs([experiment.experiment_id])) == runs  # this machine's MLflow store: untouched
+    assert table(claims.main(viewed)) == table(rows)  # again: nothing re-logged twice
+    in_view = MlflowClient(f"sqlite:///{view / 'mlflow.db'}")
+    [copied] = [e for e in in_view.search_experiments() if e.name == "claims-adatune-full"]
+    assert len(in_view.search_runs([copied.experiment_id])) == 4
 
 
 def test_campaign_options_belong_to_a_campaign(experiment_script, capsys):
@@ -467,6 +490,9 @@ def test_campaign_options_belong_to_a_campaign(experiment_script, capsys):
     with pytest.raises(SystemExit):
         claims.parse_args(["chameleon", "--full-space", "--build"])
     assert "--build: a --full-space campaign fills its own store" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.parse_args(["chameleon", "--build", "--table-only", "--archive", "campaigns/c/host-2c-0123abcd.tar.xz"])
+    assert "a --build campaign's replays are not in its archive" in capsys.readouterr().err
 
 
 def test_a_build_campaign_builds_each_task_once_then_replays_as_one_step(tmp_path, experiment_script):

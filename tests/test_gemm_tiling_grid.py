@@ -98,9 +98,10 @@ def test_best_configs_are_each_tasks_lowest_distinct_readings():
     assert best_configs(records, 2) == {"a": [(2,), (4,)], "b": [(9,)]}
 
 
-def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_path, experiment_script):
+def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_path, experiment_script, monkeypatch):
     """The paper block at 1 seed on a synthetic backend: 4 runs, each finished run's best config read
-    5 times in the store, both tables written; a second call measures nothing and starts no run."""
+    5 times in the store, both tables written; a second call measures nothing and starts no run, and
+    packs the archive, whose file prints the same tables on a machine without the store or the runs."""
     from mlflow.tracking import MlflowClient
 
     grid = experiment_script("gemm_tiling_grid")
@@ -123,6 +124,20 @@ def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_
     [experiment] = [e for e in client.search_experiments() if e.name == grid.EXPERIMENT]
     runs = len(client.search_runs([experiment.experiment_id]))
     rows = sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0]
-    grid.main(command)
+    grid.main([*command, "--archive", str(tmp_path / "campaigns" / "gemm-tiling")])
     assert len(client.search_runs([experiment.experiment_id])) == runs
     assert sqlite3.connect(store).execute("SELECT count(*) FROM readings").fetchone()[0] == rows
+
+    [packed] = (tmp_path / "campaigns" / "gemm-tiling").glob("*.tar.xz")
+    with pytest.raises(SystemExit, match="read for its tables only"):
+        grid.main([*command, "--archive", str(packed)])
+    store.rename(tmp_path / "elsewhere.sqlite")
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    viewed, _ = grid.main(["--blocks", "paper", "--seeds", "1", "--store", str(store), "--out", str(tmp_path / "v"),
+                           "--table-only", "--archive", str(packed)])
+
+    def table(found):
+        return [(r["claim"], r["task"], str(r["speed_ratio"]), str(r["speed_low"]), r["verdict"]) for r in found]
+
+    assert table(viewed) == table(paper) and not store.exists()
+    assert len(client.search_runs([experiment.experiment_id])) == runs

@@ -377,6 +377,22 @@ def test_replay_without_a_store_is_refused_before_any_work(compose_cfg, tmp_path
         validate(cfg)  # run.py's check before any work
 
 
+def test_a_run_whose_store_stayed_on_its_machine_is_still_re_logged(compose_cfg, tmp_path):
+    """`tuning.tools.sync` validates under local_checks_only and opens no store: a restored run (an
+    archive viewed on another machine) whose store path does not exist here still validates."""
+    from tuning.config import ConfigError, validate
+    from tuning.core.component import local_checks_only
+
+    cfg = compose_cfg("model=gemm_64", "tracking=none", "hardware=replay", f"hardware.store={tmp_path}/gone.sqlite")
+    with pytest.raises(ConfigError, match="no such file"):
+        validate(cfg)
+    with local_checks_only():
+        validate(cfg)
+    cfg.hardware.create, cfg.hardware.on_miss = True, "error"  # the config's own rules still hold
+    with local_checks_only(), pytest.raises(ConfigError, match="hardware.create"):
+        validate(cfg)
+
+
 def test_run_py_rejects_a_store_space_without_a_store(tmp_path):
     proc = run_py("model=gemm_64", "tracking=none", f"hydra.run.dir={tmp_path}/x", "model.space=store",
                   "hardware=synthetic", tmp=tmp_path)

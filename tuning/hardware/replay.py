@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tuning.hardware.base import Hardware
+from tuning.core.component import external_checks
 from tuning.core.records import MeasureResult
 from tuning.core.task import WORKLOAD_SPACES
 from tuning.whole_model import WHOLE_MODEL_KINDS
@@ -122,8 +123,11 @@ class ReplayHardware(Hardware):
                     f"(e.g. {group}.store=stores/lab.sqlite)"]
         if params["create"] and params["on_miss"] != "measure":
             return [f"{group}.create: a new store can only fill up with on_miss=measure, got on_miss={params['on_miss']}"]
-        problem = None if is_store_url(str(params["store"])) else _file_problem(params, group)
-        if problem:  # a database is reached and checked when the run opens it (store_wiring.wire_store)
+        # a database is reached and checked when the run opens it (store_wiring.wire_store); a re-logged
+        # run (local_checks_only) opens no store, and a restored one's may have stayed on its machine
+        local = is_store_url(str(params["store"])) or not external_checks()
+        problem = None if local else _file_problem(params, group)
+        if problem:
             return [problem]
         backend = params["backend"]
         if not isinstance(backend, dict) or "_target_" not in backend:

@@ -16,6 +16,12 @@ into the local stores (`copy_store`: rows already held are skipped), puts back t
 this machine lacks (a local folder always wins), and rebuilds each restored run's MLflow run from
 its records (`tuning.tools.sync`), so the tables that read MLflow find them.
 
+`open_view(path, views)` reads one named archive of any host for its tables: into a folder of its
+own (views/<campaign>/<host key>/: runs/, stores/, mlflow.db), never into this host's campaign, stores
+or MLflow store, and it measures and packs nothing. So a finished campaign's tables can be printed
+again on any machine from a clone, while its readings stay its host's. The experiments take it as
+`--table-only --archive FOLDER/<host key>.tar.xz` (`view_for_tables`).
+
 A job whose output lives elsewhere (`Job.archived=False`: a model registered in MLflow) is not
 packed; a restored campaign runs it again. The archive is untrusted input: only regular files under
 the manifest's folders and stores are extracted, the stores' rows pass copy_store's checks, and
@@ -193,8 +199,11 @@ def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | N
     """This host's archive, when there is one, merged into the local campaign (see the module's doc)."""
     identity = identity or host_identity()
     path = _existing_archive(folder, identity)
-    if path is None:
-        return None
+    return None if path is None else _restore_file(path, root, stores_folder, tracking_uri, identity)
+
+
+def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str | None, identity: dict,
+                  relog: bool = True) -> Restored:
     restored = Restored()
     try:
         with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as scratch:
@@ -213,16 +222,103 @@ def restore(root: Path, stores_folder: Path, folder: Path, tracking_uri: str | N
                     restored.kept_local += 1
     except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__}: {error})") from None
-    _sync(root, restored, tracking_uri)
+    except ArchiveError as error:
+        raise ArchiveError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
+    if relog:
+        _sync(root, restored.folders, restored, tracking_uri)
     return restored
 
 
-def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
+# ---- a view: any host's archive, for its tables --------------------------------------------------------
+@dataclass
+class View:
+    """A named archive restored apart from everything of this host's: its own campaign folders, stores
+    and MLflow database under one folder, for tables only (nothing there is measured or packed)."""
+    archive: Path
+    host: dict
+    root: Path
+    stores: Path
+    tracking_uri: str
+    restored: Restored
+
+    def store(self, name: str) -> Path:
+        """The view's copy of the campaign's store `name` (a file name), which the archive must hold."""
+        path = self.stores / Path(name).name
+        if not path.is_file():
+            held = sorted(p.name for p in self.stores.glob("*.sqlite")) or ["none"]
+            raise ArchiveError(f"{self.archive}: holds no store {Path(name).name!r} (it holds {', '.join(held)})")
+        return path
+
+
+def is_archive_file(path: Path | None) -> bool:
+    """Whether --archive names one host's archive (FOLDER/<host key>.tar.xz) rather than the folder."""
+    return path is not None and path.name.endswith(tuple(SUFFIX.values()))
+
+
+def open_view(path: Path, views: Path | None = None) -> View:
+    """The archive at `path`, of whichever host made it, restored into views/<its folder>/<host key>/
+    (views: the outputs folder's archive-views/): the campaign's folders under runs/, its stores under
+    stores/, its runs in mlflow.db there. Opened again, only what is missing is added, and a run not yet
+    re-logged is tried again; a changed archive file starts the view afresh. The archive's name must be
+    its own host's key, so a renamed file cannot pass one host's readings off as another's."""
+    if not path.is_file():
+        raise ArchiveError(f"{path}: no such archive")
     try:
-        manifest = json.loads(tar.extractfile(MANIFEST).read())
-    except (KeyError, AttributeError, ValueError) as error:
+        with tarfile.open(path, "r:*") as tar:
+            host = _read_manifest(tar, path).get("host")
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
+        raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__})") from None
+    if not (isinstance(host, dict) and isinstance(host.get("cpu_model"), str) and isinstance(host.get("cores"), int)
+            and isinstance(host.get("flags"), str)):
+        raise ArchiveError(f"{path}: {MANIFEST} names no host")
+    key = host_key(host)
+    if path.name not in {f"{key}{suffix}" for suffix in SUFFIX.values()}:
+        raise ArchiveError(f"{path}: its manifest's host is {key}, not the host its name says")
+    base = (views or _default_views()) / path.parent.resolve().name / key
+    digest, mark = _sha256(path), base / "archive.sha256"
+    if mark.is_file() and mark.read_text().strip() != digest:
+        shutil.rmtree(base)  # a view is derived: a newer archive is read again whole
+    view = View(path, host, base / "runs", base / "stores", f"sqlite:///{(base / 'mlflow.db').resolve()}", Restored())
+    view.stores.mkdir(parents=True, exist_ok=True)
+    mark.write_text(digest + "\n")
+    view.restored = _restore_file(path, view.root, view.stores, view.tracking_uri, host, relog=False)
+    _relog_view(base, view)
+    return view
+
+
+def _default_views() -> Path:
+    from tuning.storage import outputs_dir
+
+    return Path(outputs_dir()) / "archive-views"
+
+
+def _relog_view(base: Path, view: View) -> None:
+    """Every run of the view not yet in its MLflow store, re-logged; those done are listed in relogged.txt."""
+    done_file = base / "relogged.txt"
+    done = set(done_file.read_text().split()) if done_file.is_file() else set()
+    runs = sorted(str(p.parent.relative_to(view.root)) for p in view.root.rglob("config.yaml"))
+    before = len(view.restored.problems)
+    _sync(view.root, [rel for rel in runs if rel not in done], view.restored, view.tracking_uri)
+    failed = {problem.split(":", 1)[0] for problem in view.restored.problems[before:]}
+    done_file.write_text("".join(f"{rel}\n" for rel in runs if rel in done or rel not in failed))
+
+
+def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
+    try:
+        member = tar.getmember(MANIFEST)
+        if not member.isfile() or member.size > MAX_FILE_BYTES:
+            raise ValueError(f"not a file of at most {MAX_FILE_BYTES >> 20} MiB")
+        manifest = json.loads(tar.extractfile(member).read())
+    except (KeyError, AttributeError, ValueError, RecursionError) as error:
         raise ArchiveError(f"{path}: no readable {MANIFEST} ({type(error).__name__})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") not in READABLE:
+    if not isinstance(manifest, dict):
+        raise ArchiveError(f"{path}: {MANIFEST} is not an object")
+    return manifest
+
+
+def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
+    manifest = _read_manifest(tar, path)
+    if manifest.get("format") not in READABLE:
         raise ArchiveError(f"{path}: {MANIFEST} is not of a known format ({', '.join(map(str, sorted(READABLE)))})")
     if manifest.get("host") != identity:
         raise ArchiveError(f"{path}: made on another host ({manifest.get('host')}), this is {identity}")
@@ -266,6 +362,9 @@ def _restore_store(tar, members: dict, name: str, local: Path, scratch: Path) ->
         raise ArchiveError(f"{error} (in the archive)") from None
     try:
         target = open_store(local, "--stores")
+    except StoreError as error:
+        source.close()
+        raise ArchiveError(f"stores/{name}: this machine's copy {local}: {error}") from None
     except BaseException:
         source.close()
         raise
@@ -327,11 +426,11 @@ def _place_folder(entries: list, contents: dict, local: Path, scratch: Path) -> 
     return True
 
 
-def _sync(root: Path, restored: Restored, tracking_uri: str | None) -> None:
-    """Each restored run (a folder with records) logged again to this machine's MLflow store."""
+def _sync(root: Path, folders: list[str], restored: Restored, tracking_uri: str | None) -> None:
+    """Each of the restored runs (a folder with records) logged again to this machine's MLflow store."""
     from tuning.tools.sync import sync
 
-    for rel in restored.folders:
+    for rel in folders:
         folder = root / rel
         if not (folder / "config.yaml").is_file():
             continue  # a step's folder
@@ -347,7 +446,29 @@ def add_archive_option(parser, name: str) -> None:
     parser.add_argument("--archive", type=Path, metavar="FOLDER",
                         help=f"carry the campaign between machines: first restore this host's archive from FOLDER, "
                              f"after the call pack it there again, for a commit (e.g. campaigns/{name}; "
-                             "docs/claims.md §Carrying a campaign between machines)")
+                             "docs/claims.md §Carrying a campaign between machines); with --table-only, FOLDER/<host "
+                             "key>.tar.xz reads that host's archive, of any host, apart from this one's, for its tables")
+
+
+def view_for_tables(archive: Path | None, table_only: bool, views: Path | None = None) -> View | None:
+    """`--archive FILE`: the view of that archive for the tables (None for `--archive FOLDER` or none).
+    Anything else than `--table-only` with a file is refused: a campaign continues only from its folder,
+    on a host of the archive's kind, so another CPU's readings never enter its stores."""
+    if not is_archive_file(archive):
+        return None
+    if not table_only:
+        raise SystemExit(f"tunelab: --archive {archive}: one host's archive is read for its tables only (add "
+                         f"--table-only); a campaign continues from its folder (--archive {archive.parent}) on a host "
+                         "whose key is the archive's name")
+    try:
+        view = open_view(archive, views)
+    except ArchiveError as error:
+        raise SystemExit(f"tunelab: --archive: {error}") from None
+    print(f"archive {archive} (host {host_key(view.host)}), read into {view.root.parent}: {view.restored.summary()}")
+    if view.restored.problems:  # a table of part of the runs would read as the whole campaign's
+        raise SystemExit(f"tunelab: --archive {archive}: {len(view.restored.problems)} run(s) not re-logged into "
+                         f"the view (above); no table from part of the campaign (the same command tries them again)")
+    return view
 
 
 def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_uri: str | None, work, pack_after=True):
@@ -355,6 +476,8 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
     happens however the work ends, so a campaign stopped by a failed run keeps what it finished."""
     if folder is None:
         return work()
+    if is_archive_file(folder):
+        raise ArchiveError(f"{folder}: a named archive is read by view_for_tables, not continued")
     if len({Path(s).parent for s in stores}) > 1:
         raise ArchiveError("stores: an archived campaign keeps its stores in one folder")
     identity = host_identity()  # read once: the restore, the message and the pack name the same host

@@ -94,9 +94,13 @@ def plan(space, count: int, exhaustive_limit: int, seed: int) -> list[tuple]:
     return list(chosen)
 
 
-def seconds_per_measurement(store, key: str) -> float:
-    seconds = store.measurement_seconds(key, 500)
-    return statistics.median(seconds) if len(seconds) >= 20 else DEFAULT_SECONDS
+def seconds_per_measurement(store, key: str) -> tuple[float, str]:
+    """(seconds, where they come from): the median of this hardware's last stored readings, or a guess."""
+    seconds = store.measurement_seconds(key, 500) if store else []
+    if len(seconds) >= 20:
+        return statistics.median(seconds), "on this host"
+    why = "the store has too few readings of this hardware to say" if store else "no store yet"
+    return DEFAULT_SECONDS, f"a guess ({why}; a slow task takes longer)"
 
 
 def build(args) -> None:
@@ -130,8 +134,8 @@ def plan_build(args, cfgs, store: MeasurementStore | None) -> None:
                 jobs.append((table, todo))
                 print(f"{task.name}: space {table.space.size:,} configs, {len(have):,} stored, {len(todo):,} to measure")
         total = sum(len(todo) for _, todo in jobs)
-        per = seconds_per_measurement(store, jobs[0][0].hardware_key) if jobs and store else DEFAULT_SECONDS
-        print(f"about {total:,} measurements x {per:.2f} s = {_duration(total * per)} on this host "
+        per, basis = seconds_per_measurement(store, jobs[0][0].hardware_key) if jobs else (DEFAULT_SECONDS, "")
+        print(f"about {total:,} measurements x {per:.2f} s = {_duration(total * per)}{', ' if basis else ''}{basis} "
               f"(store: {store.location if store else Path(args.store).expanduser()}"
               f"{'' if store else ', not created by a dry run'})", flush=True)
         if args.dry_run:
