@@ -62,6 +62,7 @@ class ArchiveError(ValueError):
 @dataclass
 class Restored:
     folders: list[str] = field(default_factory=list)
+    listed: list[str] = field(default_factory=list)  # every folder the archive holds, here now or before
     kept_local: int = 0
     readings: int = 0
     synced: int = 0
@@ -211,7 +212,8 @@ def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str
             members = {m.name: m for m in tar.getmembers()}
             for name in manifest["stores"]:
                 restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
-            wanted = [rel for rel in dict.fromkeys(manifest["folders"]) if not (root / rel).exists()]
+            restored.listed = list(dict.fromkeys(manifest["folders"]))
+            wanted = [rel for rel in restored.listed if not (root / rel).exists()]
             restored.kept_local = len(set(manifest["folders"])) - len(wanted)
             files = {rel: _folder_files(manifest, members, rel) for rel in wanted}
             contents = _read_contents(tar, members, files, Path(scratch))  # all checked before any is placed
@@ -296,7 +298,7 @@ def _relog_view(base: Path, view: View) -> None:
     """Every run of the view not yet in its MLflow store, re-logged; those done are listed in relogged.txt."""
     done_file = base / "relogged.txt"
     done = set(done_file.read_text().split()) if done_file.is_file() else set()
-    runs = sorted(str(p.parent.relative_to(view.root)) for p in view.root.rglob("config.yaml"))
+    runs = [rel for rel in view.restored.listed if (view.root / rel / "config.yaml").is_file()]
     before = len(view.restored.problems)
     _sync(view.root, [rel for rel in runs if rel not in done], view.restored, view.tracking_uri)
     failed = {problem.split(":", 1)[0] for problem in view.restored.problems[before:]}
