@@ -64,8 +64,7 @@ from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
-from tuning.tools.campaign_archive import (ArchiveError, add_archive_option, archived, is_archive_file,
-                                          view_for_tables)
+from tuning.tools.campaign_archive import add_archive_option, archived, is_archive_file, view_for_tables
 from tuning.tools.cli_common import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -369,8 +368,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> list[dict]:
     args, paper = parse_args(argv)
-    if view := view_for_tables(args.archive, args.table_only):
-        read_from_view(args, view)
+    if view := view_for_tables(args.archive, args.table_only, stores=(args.store,)):
+        args.store = str(view.store(args.store))
+        args.campaign, args.tracking_uri, args.archive = view.root, view.tracking_uri, None
     if args.full_space:
         return full_space_main(paper, args)
     if args.build:
@@ -386,15 +386,6 @@ def main(argv=None) -> list[dict]:
         k_by_model = plan_sizes(paper, args)
     return claims_table(paper, args, paper.mlflow_experiment, paper.budgets, paper.claims, cost, k_by_model,
                         "restricted to the store's configs")
-
-
-def read_from_view(args, view) -> None:
-    """The campaign's folders, store and MLflow runs from the view of another host's archive."""
-    args.campaign, args.tracking_uri, args.archive = view.root, view.tracking_uri, None
-    try:
-        args.store = str(view.store(args.store))
-    except ArchiveError as error:
-        raise SystemExit(f"claims: --archive: {error}") from None
 
 
 def full_space_main(paper: Paper, args) -> list[dict]:

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from tuning.tools.campaign import Job, finished_folders, progress, run_campaign
-from tuning.tools.campaign_archive import ArchiveError, add_archive_option, archived, view_for_tables
+from tuning.tools.campaign_archive import add_archive_option, archived, view_for_tables
 from tuning.tools.cli_common import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir, main as compare_main
 from tuning.tools.compare.report import claims_markdown, seed_label
@@ -178,11 +178,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> tuple[list[dict], list[dict]]:
     args = parse_args(argv)
-    if view := view_for_tables(args.archive, args.table_only):
-        try:
-            args.store = str(view.store(args.store))
-        except ArchiveError as error:
-            raise SystemExit(f"gemm_tiling_grid: --archive: {error}") from None
+    if view := view_for_tables(args.archive, args.table_only, stores=(args.store,)):
+        args.store = str(view.store(args.store))
         args.campaign, args.tracking_uri, args.archive = view.root, view.tracking_uri, None
     jobs, cost = grid_jobs(args), {}
 

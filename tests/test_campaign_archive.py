@@ -89,7 +89,7 @@ def test_another_hosts_archive_is_never_restored(tmp_path):
 def test_any_hosts_archive_is_read_for_tables_apart_from_this_hosts_work(tmp_path):
     root, stores = tmp_path / "a" / "campaign", tmp_path / "a" / "stores"
     stores.mkdir(parents=True)
-    filled(stores / "net.sqlite", count=20)
+    filled(stores / "net.sqlite", count=20)[0].close()  # no -wal or -shm file left to vanish later
     path = pack(campaign(root), root, [stores / "net.sqlite"], tmp_path / "campaigns" / "grid", OTHER)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
 
@@ -130,6 +130,8 @@ def test_a_viewed_archive_must_be_named_by_its_own_host_and_is_never_continued(t
     forged.rename(path)
     view = view_for_tables(path, True, tmp_path / "views")
     assert view.restored.folders and f"(host {host_key(OTHER)}), read into" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="holds no store 'lab.sqlite' \\(it holds none\\)"):  # the table's store
+        view_for_tables(path, True, tmp_path / "views", stores=("/here/stores/lab.sqlite",))
 
 
 def test_a_view_tries_a_run_not_re_logged_again_and_a_new_archive_starts_it_afresh(tmp_path, monkeypatch, capsys):

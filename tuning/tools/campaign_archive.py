@@ -214,7 +214,7 @@ def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str
                 restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
             restored.listed = list(dict.fromkeys(manifest["folders"]))
             wanted = [rel for rel in restored.listed if not (root / rel).exists()]
-            restored.kept_local = len(set(manifest["folders"])) - len(wanted)
+            restored.kept_local = len(restored.listed) - len(wanted)
             files = {rel: _folder_files(manifest, members, rel) for rel in wanted}
             contents = _read_contents(tar, members, files, Path(scratch))  # all checked before any is placed
             for rel in wanted:
@@ -299,10 +299,8 @@ def _relog_view(base: Path, view: View) -> None:
     done_file = base / "relogged.txt"
     done = set(done_file.read_text().split()) if done_file.is_file() else set()
     runs = [rel for rel in view.restored.listed if (view.root / rel / "config.yaml").is_file()]
-    before = len(view.restored.problems)
-    _sync(view.root, [rel for rel in runs if rel not in done], view.restored, view.tracking_uri)
-    failed = {problem.split(":", 1)[0] for problem in view.restored.problems[before:]}
-    done_file.write_text("".join(f"{rel}\n" for rel in runs if rel in done or rel not in failed))
+    done |= set(_sync(view.root, [rel for rel in runs if rel not in done], view.restored, view.tracking_uri))
+    done_file.write_text("".join(f"{rel}\n" for rel in runs if rel in done))
 
 
 def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
@@ -428,10 +426,12 @@ def _place_folder(entries: list, contents: dict, local: Path, scratch: Path) -> 
     return True
 
 
-def _sync(root: Path, folders: list[str], restored: Restored, tracking_uri: str | None) -> None:
-    """Each of the restored runs (a folder with records) logged again to this machine's MLflow store."""
+def _sync(root: Path, folders: list[str], restored: Restored, tracking_uri: str | None) -> list[str]:
+    """Each of the restored runs (a folder with records) logged again to this machine's MLflow store;
+    returns those re-logged."""
     from tuning.tools.sync import sync
 
+    relogged = []
     for rel in folders:
         folder = root / rel
         if not (folder / "config.yaml").is_file():
@@ -439,8 +439,10 @@ def _sync(root: Path, folders: list[str], restored: Restored, tracking_uri: str 
         try:
             sync(folder, tracking_uri)
             restored.synced += 1
+            relogged.append(rel)
         except Exception as error:  # noqa: BLE001 - the folder is back either way; `tuning.tools.sync` retries
             restored.problems.append(f"{rel}: not re-logged to MLflow ({type(error).__name__}: {error})")
+    return relogged
 
 
 # ---- the experiments' option ---------------------------------------------------------------------------
@@ -452,8 +454,10 @@ def add_archive_option(parser, name: str) -> None:
                              "key>.tar.xz reads that host's archive, of any host, apart from this one's, for its tables")
 
 
-def view_for_tables(archive: Path | None, table_only: bool, views: Path | None = None) -> View | None:
-    """`--archive FILE`: the view of that archive for the tables (None for `--archive FOLDER` or none).
+def view_for_tables(archive: Path | None, table_only: bool, views: Path | None = None,
+                    stores: tuple = ()) -> View | None:
+    """`--archive FILE`: the view of that archive for the tables (None for `--archive FOLDER` or none),
+    holding each of `stores` (the campaign's store paths; the view's copies are `view.store(name)`).
     Anything else than `--table-only` with a file is refused: a campaign continues only from its folder,
     on a host of the archive's kind, so another CPU's readings never enter its stores."""
     if not is_archive_file(archive):
@@ -464,6 +468,8 @@ def view_for_tables(archive: Path | None, table_only: bool, views: Path | None =
                          "whose key is the archive's name")
     try:
         view = open_view(archive, views)
+        for name in stores:
+            view.store(name)
     except ArchiveError as error:
         raise SystemExit(f"tunelab: --archive: {error}") from None
     print(f"archive {archive} (host {host_key(view.host)}), read into {view.root.parent}: {view.restored.summary()}")
