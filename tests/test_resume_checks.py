@@ -212,19 +212,54 @@ def test_sync_into_another_store_twice_makes_one_copy(run_job, tmp_path, capsys)
                          "uri": f"sqlite:///{tmp_path / 'gone' / 'mlflow.db'}", "experiment": "tunelab",
                          "retry_s": 1, "system_metrics_s": 0}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    times = run_dir / "round_times.jsonl"  # the live run's per-round seconds, which MLflow alone would lose
+    searched = [json.loads(line) for line in times.read_text().splitlines()
+                if json.loads(line)["key"] == "time/search_s"]
+    assert [point["step"] for point in searched] == [8, 16]
+    with open(times, "a") as out:  # read back from disk: what is not a time/* point is skipped
+        out.write('not json\n{"key": "best/gflops_so_far", "value": 1e9, "step": 3}\n')
     other = f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"
     sync_main([str(run_dir), "--tracking-uri", other])
-    capsys.readouterr()
+    assert "round time(s) added" in capsys.readouterr().out
     sync_main([str(run_dir), "--tracking-uri", other])
-    assert "0 curve point(s) added" in capsys.readouterr().out
+    again = capsys.readouterr().out
+    assert "0 curve point(s) added" in again and "0 round time(s) added" in again
     client = MlflowClient(tracking_uri=other)
     experiment = client.get_experiment_by_name("tunelab")
     [copy] = client.search_runs([experiment.experiment_id])
     assert copy.data.tags["tunelab.copied_from"] == str(run_dir)
     assert len(client.get_metric_history(copy.info.run_id, "best/gflops_so_far")) == 16
     assert len(client.get_metric_history(copy.info.run_id, "best/final_gflops")) == 1
+    relogged = client.get_metric_history(copy.info.run_id, "time/search_s")
+    assert sorted((m.step, m.value) for m in relogged) == [(p["step"], p["value"]) for p in searched]
     assert not (run_dir / "mlflow_run_id").exists()  # the folder names its run in its own store only
 
+
+
+def test_sync_logs_the_round_times_a_run_lacks_and_skips_what_is_not_one(tmp_path):
+    from tuning.tools.sync import replay_round_times
+
+    class Tracker:
+        def __init__(self, have):
+            self.have, self.logged = have, []
+
+        def logged_steps(self, key):
+            return self.have.get(key, set())
+
+        def log_metrics(self, metrics, step):
+            self.logged.append((step, metrics))
+
+        def flush(self):
+            pass
+
+    (tmp_path / "round_times.jsonl").write_text(
+        '{"key": "time/search_s", "value": 0.5, "step": 8}\n{"key": "time/model_s", "value": 0.1, "step": 8}\n'
+        '{"key": "time/search_s", "value": 0.9, "step": 16}\n{"key": "time/search_s", "value": NaN, "step": 24}\n'
+        '{"key": "best/gflops_so_far", "value": 9.0, "step": 16}\n[1, 2]\n{"key": "time/search_s", "value": 1.0, "step": "x"}\n')
+    tracker = Tracker({"time/search_s": {8}})
+    assert replay_round_times(tracker, tmp_path) == 2
+    assert tracker.logged == [(8, {"time/model_s": 0.1}), (16, {"time/search_s": 0.9})]
+    assert replay_round_times(Tracker({}), tmp_path / "none") == 0
 
 # ---- Ctrl-C while a whole model is imported -----------------------------------------------------
 def test_an_interrupt_a_tvm_pass_swallows_still_stops_the_model_import(monkeypatch, terminal_sigint):

@@ -19,11 +19,13 @@ measurement store (hardware.store) adds its StoreWriter.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -32,6 +34,8 @@ from tuning.cost_model.base import model_input
 from tuning.naming import BEST_SO_FAR
 from tuning.store import TaskRows
 from tuning.whole_model import is_whole_model
+
+ROUND_TIMES_FILE = "round_times.jsonl"  # each round's time/* points, {key, value, step} a line
 
 log = logging.getLogger("tunelab")
 
@@ -114,11 +118,19 @@ class StepMetrics(MeasureCallback):
     gauge), task/<name>/* (a run of several tasks),
     round/*, search/*, sampler/*, evaluator/* and model/rank_corr, the Spearman correlation of the
     cost model's throughput estimate (taken before the round was measured) with the measured one.
-    Flushed every round; the curve part (`curve_metrics`) can be rebuilt from records.jsonl."""
+    Flushed every round; the curve part (`curve_metrics`) can be rebuilt from records.jsonl, and
+    the time/* points are also appended to the run folder's round_times.jsonl, so a run re-logged
+    from its folder on another machine keeps its per-round search and model seconds (the seconds
+    axis of `compare --with-overhead`)."""
 
     def __init__(self, tracker):
         self.tracker = tracker
         self.predicted = None
+        self.times_file = None
+
+    def on_start(self, run) -> None:
+        path = getattr(getattr(run, "log", None), "path", None)
+        self.times_file = Path(path).parent / ROUND_TIMES_FILE if path is not None else None
 
     def before_measure(self, tuner, batch) -> None:
         self.predicted = None
@@ -137,6 +149,7 @@ class StepMetrics(MeasureCallback):
         metrics = {f"time/{k}": v for k, v in outcome.times.items()}
         if parts.hardware.simulated_clock:
             metrics["time/simulated_s"] = tuner.run.progress.simulated_s  # the stored seconds so far, all tasks
+        self._keep_times(metrics, report.measured)
         gauges = [r.gauge_s for r in report.results if r.gauge_s and not r.reused]
         if gauges:  # the host's drift: the fixed reference kernel, timed with this round's batch
             metrics["hardware/gauge_us"] = float(np.median(gauges)) * 1e6
@@ -150,6 +163,13 @@ class StepMetrics(MeasureCallback):
                         **{f"evaluator/{k}": v for k, v in parts.evaluator.metrics().items()}})
         self.tracker.log_metrics(metrics, step=report.measured)
         self.tracker.flush()  # every round: a kill loses at most the round being measured
+
+
+    def _keep_times(self, metrics: dict, step: int) -> None:
+        if self.times_file is None:
+            return
+        with open(self.times_file, "a") as out:
+            out.writelines(json.dumps({"key": k, "value": v, "step": step}) + "\n" for k, v in metrics.items())
 
 
 def curve_points(task, records, step: int, best: float = 0.0, invalid: int = 0,

@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.callbacks import best_and_invalid, curve_points
+from tuning.callbacks import ROUND_TIMES_FILE, best_and_invalid, curve_points
 from tuning.config import ConfigError
 from tuning.core.component import local_checks_only
 from tuning.naming import BEST_SO_FAR, run_name
@@ -81,6 +81,29 @@ def replay_spool(tracker, out_dir: Path) -> set[str]:
     if not tracker.offline:
         path.rename(path.with_suffix(".synced"))
     return {key for metrics in by_step.values() for key in metrics}
+
+
+def replay_round_times(tracker, out_dir: Path) -> int:
+    """The folder's per-round time/* points (round_times.jsonl, written by the live run) that the
+    MLflow run lacks, logged at their steps: a run re-logged elsewhere keeps its search and model
+    seconds per round. Lines that are not time/* points are skipped. Returns how many were logged."""
+    path = out_dir / ROUND_TIMES_FILE
+    if not path.is_file():
+        return 0
+    by_step: dict[int, dict] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        point = _metric_point(line)
+        if point is not None and point[0].startswith("time/"):
+            by_step.setdefault(point[2], {})[point[0]] = point[1]
+    have = {key: tracker.logged_steps(key) for key in {k for metrics in by_step.values() for k in metrics}}
+    logged = 0
+    for step, metrics in sorted(by_step.items()):
+        missing = {k: v for k, v in metrics.items() if step not in have[k]}
+        if missing:
+            tracker.log_metrics(missing, step=step)
+            logged += len(missing)
+    tracker.flush()
+    return logged
 
 
 def _metric_point(line: str) -> tuple[str, float, int] | None:
@@ -267,6 +290,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
                        own_store)
         replayed = replay_spool(tracker, out_dir)  # before the curve, which only fills steps still missing
         added = backfill(tracker, history(tasks, prior, records))
+        times = replay_round_times(tracker, out_dir)
         step, metrics = final_metrics(out_dir)
         metrics = {k: v for k, v in metrics.items() if k not in replayed and step not in tracker.logged_steps(k)}
         if metrics:
@@ -279,7 +303,7 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
         if tracker.offline:
             raise ConfigError(f"tracking.uri: {tracker.offline}")
         return (f"{out_dir}: MLflow run {run_id} in {cfg.tracking.uri}: {len(replayed)} spooled metric(s) "
-                f"replayed, {added} curve point(s) added, {len(records)} records, status {status}")
+                f"replayed, {added} curve point(s) added, {times} round time(s) added, {len(records)} records, status {status}")
     finally:
         release(out_dir)
 

@@ -263,9 +263,13 @@ def add_overhead(client, runs: list[LoadedRun], curves: list[Curve]) -> list[str
             notes.append(f"{curve.method} seed {curve.seed}: several tasks, seconds without search and model time")
             continue
         reused = run.metrics.get("tuning/measurements", 0) - run.metrics.get("tuning/new_measurements", 0)
+        histories = {key: {m.step: m.value for m in client.get_metric_history(run.run_id, key)}
+                     for key in OVERHEAD_METRICS}
+        if not any(histories.values()):
+            notes.append(f"{curve.method} seed {curve.seed}: no per-round search or model seconds in its MLflow run "
+                         "(re-logged from a folder without round_times.jsonl), seconds without them")
         for key, before in OVERHEAD_METRICS.items():
-            history = {m.step: m.value for m in client.get_metric_history(run.run_id, key)}
-            curve.elapsed_s = curve.elapsed_s + overhead_at_each(history, curve.length, before, int(reused))
+            curve.elapsed_s = curve.elapsed_s + overhead_at_each(histories[key], curve.length, before, int(reused))
     return notes + ["seconds include each run's own search and model-fitting seconds (--with-overhead)"]
 
 
