@@ -235,7 +235,6 @@ def test_sync_into_another_store_twice_makes_one_copy(run_job, tmp_path, capsys)
     assert not (run_dir / "mlflow_run_id").exists()  # the folder names its run in its own store only
 
 
-
 def test_sync_logs_the_round_times_a_run_lacks_and_skips_what_is_not_one(tmp_path):
     from tuning.tools.sync import replay_round_times
 
@@ -260,6 +259,7 @@ def test_sync_logs_the_round_times_a_run_lacks_and_skips_what_is_not_one(tmp_pat
     assert replay_round_times(tracker, tmp_path) == 2
     assert tracker.logged == [(8, {"time/model_s": 0.1}), (16, {"time/search_s": 0.9})]
     assert replay_round_times(Tracker({}), tmp_path / "none") == 0
+
 
 # ---- Ctrl-C while a whole model is imported -----------------------------------------------------
 def test_an_interrupt_a_tvm_pass_swallows_still_stops_the_model_import(monkeypatch, terminal_sigint):

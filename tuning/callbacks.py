@@ -25,7 +25,6 @@ import math
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -126,11 +125,9 @@ class StepMetrics(MeasureCallback):
     def __init__(self, tracker):
         self.tracker = tracker
         self.predicted = None
-        self.times_file = None
 
     def on_start(self, run) -> None:
-        path = getattr(getattr(run, "log", None), "path", None)
-        self.times_file = Path(path).parent / ROUND_TIMES_FILE if path is not None else None
+        self.times_file = run.log.path.parent / ROUND_TIMES_FILE
 
     def before_measure(self, tuner, batch) -> None:
         self.predicted = None
@@ -164,10 +161,7 @@ class StepMetrics(MeasureCallback):
         self.tracker.log_metrics(metrics, step=report.measured)
         self.tracker.flush()  # every round: a kill loses at most the round being measured
 
-
     def _keep_times(self, metrics: dict, step: int) -> None:
-        if self.times_file is None:
-            return
         with open(self.times_file, "a") as out:
             out.writelines(json.dumps({"key": k, "value": v, "step": step}) + "\n" for k, v in metrics.items())
 

@@ -70,11 +70,7 @@ def replay_spool(tracker, out_dir: Path) -> set[str]:
     path = out_dir / SPOOL_FILE
     if not path.exists():
         return set()
-    by_step: dict[int, dict] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        point = _metric_point(line)
-        if point is not None:
-            by_step.setdefault(point[2], {})[point[0]] = point[1]
+    by_step = _points_by_step(path)
     for step, metrics in sorted(by_step.items()):
         tracker.log_metrics(metrics, step=step)
     tracker.flush()
@@ -90,11 +86,7 @@ def replay_round_times(tracker, out_dir: Path) -> int:
     path = out_dir / ROUND_TIMES_FILE
     if not path.is_file():
         return 0
-    by_step: dict[int, dict] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        point = _metric_point(line)
-        if point is not None and point[0].startswith("time/"):
-            by_step.setdefault(point[2], {})[point[0]] = point[1]
+    by_step = _points_by_step(path, "time/")
     have = {key: tracker.logged_steps(key) for key in {k for metrics in by_step.values() for k in metrics}}
     logged = 0
     for step, metrics in sorted(by_step.items()):
@@ -104,6 +96,17 @@ def replay_round_times(tracker, out_dir: Path) -> int:
             logged += len(missing)
     tracker.flush()
     return logged
+
+
+def _points_by_step(path: Path, prefix: str = "") -> dict[int, dict]:
+    """{step: {key: value}} of a file of metric points ({key, value, step} a line) whose key starts with
+    `prefix`; lines that are not such points are skipped."""
+    by_step: dict[int, dict] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        point = _metric_point(line)
+        if point is not None and point[0].startswith(prefix):
+            by_step.setdefault(point[2], {})[point[0]] = point[1]
+    return by_step
 
 
 def _metric_point(line: str) -> tuple[str, float, int] | None:
