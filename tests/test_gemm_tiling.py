@@ -12,6 +12,7 @@ import pytest
 
 from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
 from tuning.core.measure import MeasureSpec
+from tuning.core.records import MeasureResult
 from tuning.search.a2c import NeighbourhoodA2C, applicable
 from tuning.search.gbfs import GreedyBestFirst
 from tuning.core.task import gemm_task
@@ -145,6 +146,26 @@ def test_gbfs_drops_failed_states_and_stops_when_the_queue_is_empty():
         visited |= set(proposals)
     assert not proposals and not search.queue
     assert len(visited) <= space.size
+
+
+def test_gbfs_expands_a_timed_out_start_and_queues_timeouts_after_faster_states():
+    """gemm_2048's untiled s0 runs 27 s once and times out (timeout_s 10): a slow legitimate kernel,
+    so Algorithm 1 still expands it; a timeout is queued by its probe run's seconds, a failure not."""
+    space, search, rng = tiling_space(64), GreedyBestFirst(), np.random.default_rng(0)
+    first = search.propose(space, None, 5, set(), rng)
+    search.observe(first, [MeasureResult.failed("timeout", "one run took 27.3 s", run_s=27.3, config=first[0])])
+    assert search.queue == [(27.3, 0, first[0])]
+    second = search.propose(space, None, 5, set(first), rng)
+    assert len(second) == 5 and set(second) <= set(space.neighbors(first[0], PAPER_MOVES))
+    results = measure(space, TILING_64, second)
+    results[1] = MeasureResult.failed("timeout", "one run took 12 s", run_s=12.0, config=second[1])
+    results[2] = MeasureResult.failed("build", "test", config=second[2])
+    search.observe(second, results)
+    assert len(search.queue) == 4 and second[2] not in [config for _, _, config in search.queue]
+    assert [config for _, _, config in sorted(search.queue)][-1] == second[1]  # 12 s: after every measured one
+    restored = GreedyBestFirst()
+    restored.load_state_dict(json.loads(json.dumps(search.state_dict())))
+    assert sorted(restored.queue) == sorted(search.queue)
 
 
 def test_gbfs_plan_larger_than_rho_pops_several_states():

@@ -10,8 +10,11 @@ arXiv 2019, §4.2, Algorithm 1. No cost model: the hardware is the only judge.
   3. expand draw rho of its unvisited legitimate neighbours g(s) at random (Space.neighbors with
             `moves`: a prime factor moved between two levels of a tile, Eq. 6; +-1 on other
             knobs) and propose them: the sampler (sampler=all) measures exactly these.
-  4. push   every one measured without error goes into Q with its cost (observe); a failed
-            build or run is not legitimate (J = 0) and is dropped.
+  4. push   every one measured without error goes into Q with its cost (observe). A timed-out
+            one is a legitimate kernel slower than the evaluator's timeout_s: it goes into Q
+            with its probe run's seconds, a lower bound of its cost (so gemm_2048's untiled s0,
+            one run of 27 s on a 2-core CPU, is still expanded, as Algorithm 1 expands every s0).
+            A failed build or run is not legitimate (J = 0) and is dropped.
   5. repeat until Q is empty (the run then stops: "space exhausted") or the budget is spent.
 
 One round pops as many states as its plan needs (plan size / rho; the default plan is rho, one pop
@@ -94,8 +97,9 @@ class GreedyBestFirst(Search):
 
     def observe(self, configs, results):
         for config, result in zip(configs, results):
-            if result.ok:
-                heapq.heappush(self.queue, (float(result.cost), self.pushed, tuple(int(c) for c in config)))
+            cost = queue_cost(result)
+            if cost is not None:
+                heapq.heappush(self.queue, (cost, self.pushed, tuple(int(c) for c in config)))
                 self.pushed += 1
 
     def metrics(self) -> dict:
@@ -111,3 +115,13 @@ class GreedyBestFirst(Search):
         heapq.heapify(self.queue)
         self.pushed = int(state.get("pushed", len(self.queue)))
         self.started = bool(state.get("started", bool(self.queue)))
+
+
+def queue_cost(result) -> float | None:
+    """A state's place in Q: its cost; a timed-out one's probe seconds (the worker ran it once and
+    stopped, so the cost is at least that); None for a state that is not legitimate."""
+    if result.ok:
+        return float(result.cost)
+    if result.error == "timeout" and result.run_s > 0:
+        return float(result.run_s)
+    return None
