@@ -281,6 +281,24 @@ def test_the_work_is_packed_even_when_it_stops_with_an_error(tmp_path, monkeypat
     assert archived(None, jobs, root, [], None, lambda: "ran") == "ran"  # no folder: no archive work at all
 
 
+def test_a_call_that_runs_part_of_the_campaign_keeps_the_other_parts_in_the_archive(tmp_path, monkeypatch):
+    """A grid called with --blocks size2048 after a size512 call: its pack holds both blocks' runs."""
+    import tuning.tools.campaign_archive as module
+
+    monkeypatch.setattr(module, "host_identity", lambda: HOST)
+    root, archives = tmp_path / "campaign", tmp_path / "archives"
+    first = [finished_run(root / "gemm_512" / "gbfs" / "seed0")]
+    archived(archives, first, root, [], None, lambda: None)
+    second = [finished_run(root / "gemm_2048" / "gbfs" / "seed0"), finished_run(root / "gemm_2048" / "a2c" / "seed0", "KILLED")]
+    archived(archives, second, root, [], None, lambda: None)
+    restored = restore(tmp_path / "new", tmp_path / "new-stores", archives, None, HOST)
+    assert sorted(restored.folders) == ["gemm_2048/gbfs/seed0", "gemm_512/gbfs/seed0"]
+
+    (root / "gemm_2048" / "gbfs" / "seed0" / "status").write_text("KILLED")  # a job of the call no longer finished
+    archived(archives, second, root, [], None, lambda: None)
+    assert restore(tmp_path / "newer", tmp_path / "newer-stores", archives, None, HOST).folders == ["gemm_512/gbfs/seed0"]
+
+
 def test_a_store_in_the_archive_that_is_not_one_is_named(tmp_path, monkeypatch):
     import tuning.tools.campaign_archive as module
 

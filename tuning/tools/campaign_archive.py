@@ -5,7 +5,8 @@
 
 A campaign of hours outlives the machine it started on only through what is committed: a sitting's
 stores, run folders and MLflow database may be gone at the next. `pack` writes
-`<folder>/<host key>.tar.xz`: the campaign's finished jobs' folders (relative to `root`, without
+`<folder>/<host key>.tar.xz`: the campaign's finished jobs' folders, and those of the last archive
+that no job of the call names (relative to `root`, without
 their locks, search state and built libraries) and a compact copy of every store (`copy_store` into
 an empty sqlite file), with a manifest naming the host and each folder's files. A file's content is
 packed once however many folders hold it (runs of one network carry the same MetaSchedule workload
@@ -111,14 +112,21 @@ def _existing_archive(folder: Path, identity: dict) -> Path | None:
 
 
 # ---- pack --------------------------------------------------------------------------------------------
-def pack(jobs: list[Job], root: Path, stores: list[Path], folder: Path, identity: dict | None = None) -> Path:
-    """This host's archive of the campaign's finished jobs and its stores, replacing the last one."""
+def pack(jobs: list[Job], root: Path, stores: list[Path], folder: Path, identity: dict | None = None,
+         kept: list[str] = ()) -> Path:
+    """This host's archive of the campaign's finished jobs and its stores, replacing the last one.
+
+    `kept`: the last archive's folders (`Restored.listed`). Those that no job of this call names are
+    packed again as they are here, so a call that runs part of a campaign (`--blocks size2048`) does
+    not drop the folders of the parts it did not run."""
     identity = identity or host_identity()
     names = [Path(s).name for s in stores]
     if len(set(names)) != len(names):
         raise ArchiveError(f"stores: two share a file name ({', '.join(names)}); an archive keeps one of each")
-    folders = [job.folder for job in jobs if job.archived and is_finished(job)]
-    relative = [_relative(f, root) for f in folders]
+    named = {_relative(job.folder, root) for job in jobs if job.archived}
+    relative = [_relative(job.folder, root) for job in jobs if job.archived and is_finished(job)]
+    relative += [rel for rel in dict.fromkeys(kept) if rel not in named and (root / rel).is_dir()]
+    folders = [root / rel for rel in relative]
     target = archive_path(folder, identity)
     folder.mkdir(parents=True, exist_ok=True)
     files, blobs = _contents(folders, relative)
@@ -499,4 +507,5 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
         return work()
     finally:
         if pack_after:
-            print(f"archive: packed {pack(jobs, root, [Path(s) for s in stores], folder, identity)}")
+            kept = restored.listed if restored else []
+            print(f"archive: packed {pack(jobs, root, [Path(s) for s in stores], folder, identity, kept)}")
