@@ -303,7 +303,8 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             # a suite started in the background (`make test &`, nohup) inherits SIGINT
                             # ignored, which Python keeps: the run must get it as a terminal would give it
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # SIGABRT: every thread's stack
     records = run_dir / "records.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (records.exists() and records.read_text().count("\n") >= 4):
@@ -312,9 +313,11 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
     try:
         _, stderr = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGABRT)  # the run's threads' stacks, to say where it was stuck
+        time.sleep(5)
         os.killpg(proc.pid, signal.SIGKILL)
         _, stderr = proc.communicate()
-        pytest.fail(f"still running 120 s after Ctrl-C; its last output:\n{stderr[-3000:]}")
+        pytest.fail(f"still running 120 s after Ctrl-C; its last output and stacks:\n{stderr[-12000:]}")
     assert proc.returncode == 130, stderr[-3000:]
     assert f"continue with: tunelab run resume={run_dir}" in stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
