@@ -12,8 +12,8 @@ import pytest
 
 from tuning.store import MeasurementStore
 from tuning.tools.campaign import DONE, Job
-from tuning.tools.campaign_archive import (ArchiveError, archive_path, archived, host_identity, host_key, open_view,
-                                           pack, restore, view_for_tables)
+from tuning.tools.campaign_archive import (NEUTRAL_FLAGS, ArchiveError, archive_path, archived, equivalent_identities,
+                                           host_identity, host_key, open_view, pack, restore, view_for_tables)
 
 from test_store import filled
 
@@ -49,6 +49,53 @@ def test_host_identity_reads_the_cpu_and_its_key_names_it():
     assert identity != host_identity("model name\t: Intel(R) Xeon(R) Processor\nflags\t: sse avx avx512f\n", cores=2)
     assert host_key(identity).startswith("intel-r-xeon-r-processor-2c-")
     assert host_key(identity) != host_key({**identity, "cores": 4})
+
+
+ZEN = "model name\t: AMD EPYC\nflags\t\t: fpu sse avx2 avx512f{}\n"
+
+
+def test_hosts_that_differ_only_in_flags_of_control_are_of_one_kind():
+    assert "cpuid_fault" in NEUTRAL_FLAGS
+    plain, faulting = ZEN.format(""), ZEN.format(" cpuid_fault")
+    assert host_identity(plain, cores=2) != host_identity(faulting, cores=2)  # each host's own key is unchanged
+    assert equivalent_identities(faulting, cores=2) == [host_identity(faulting, cores=2), host_identity(plain, cores=2)]
+    assert equivalent_identities(plain, cores=2) == [host_identity(plain, cores=2), host_identity(faulting, cores=2)]
+    assert host_identity(ZEN.format(" avx512_bf16"), cores=2) not in equivalent_identities(plain, cores=2)
+
+
+def on_host(monkeypatch, cpuinfo: str):
+    import tuning.tools.campaign_archive as module
+
+    real = module._cpu_fields
+    monkeypatch.setattr(module, "_cpu_fields", lambda text=None: real(cpuinfo if text is None else text))
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 2)
+
+
+def test_a_host_of_the_archives_kind_continues_it_and_another_starts_its_own(tmp_path, monkeypatch, capsys):
+    root, archives = tmp_path / "campaign", tmp_path / "archives"
+    on_host(monkeypatch, ZEN.format(""))
+    archived(archives, [finished_run(root / "gemm_512" / "gbfs" / "seed0")], root, [], None, lambda: None)
+    first = archive_path(archives, host_identity(ZEN.format(""), cores=2))
+
+    on_host(monkeypatch, ZEN.format(" cpuid_fault"))  # the next sitting: a host whose kernel lets CPUID fault
+    jobs = [finished_run(tmp_path / "next" / "gemm_2048" / "gbfs" / "seed0")]
+    archived(archives, jobs, tmp_path / "next", [], None, lambda: None)
+    said = capsys.readouterr().out
+    assert f"only in flags that do not change how code runs (cpuid_fault): it continues that archive" in said
+    assert "restored 1 finished folders" in said
+    assert sorted(p.name for p in archives.iterdir()) == [first.name]  # one file: the campaign goes on in it
+    with tarfile.open(first) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+    assert manifest["host"] == host_identity(ZEN.format(""), cores=2)
+    assert "cpuid_fault" in manifest["packed_on"]["flag_names"]
+    assert manifest["folders"] == ["gemm_2048/gbfs/seed0", "gemm_512/gbfs/seed0"]
+
+    on_host(monkeypatch, ZEN.format(" avx512_bf16"))  # a flag that changes what code can run: a replicate of its own
+    archived(archives, [finished_run(tmp_path / "third" / "gemm_512" / "gbfs" / "seed0")], tmp_path / "third", [], None,
+             lambda: None)
+    said = capsys.readouterr().out
+    assert f"{first.name}: the same CPU model and cores as this host" in said and "none for this host yet" in said
+    assert len(list(archives.iterdir())) == 2
 
 
 def test_finished_work_and_the_stores_come_back_on_a_new_machine(tmp_path):
@@ -268,7 +315,7 @@ def test_a_broken_archive_is_a_clear_error(tmp_path):
 def test_the_work_is_packed_even_when_it_stops_with_an_error(tmp_path, monkeypatch):
     import tuning.tools.campaign_archive as module
 
-    monkeypatch.setattr(module, "host_identity", lambda: HOST)
+    monkeypatch.setattr(module, "equivalent_identities", lambda: [HOST])
     root = tmp_path / "campaign"
     jobs = campaign(root)
 
@@ -285,7 +332,7 @@ def test_a_call_that_runs_part_of_the_campaign_keeps_the_other_parts_in_the_arch
     """A grid called with --blocks size2048 after a size512 call: its pack holds both blocks' runs."""
     import tuning.tools.campaign_archive as module
 
-    monkeypatch.setattr(module, "host_identity", lambda: HOST)
+    monkeypatch.setattr(module, "equivalent_identities", lambda: [HOST])
     root, archives = tmp_path / "campaign", tmp_path / "archives"
     first = [finished_run(root / "gemm_512" / "gbfs" / "seed0")]
     archived(archives, first, root, [], None, lambda: None)
@@ -312,6 +359,6 @@ def test_a_store_in_the_archive_that_is_not_one_is_named(tmp_path, monkeypatch):
             tar.addfile(info, io.BytesIO(data.encode()))
     with pytest.raises(ArchiveError, match="stores/s.sqlite"):
         restore(tmp_path / "c", tmp_path / "stores", tmp_path / "archives", None, HOST)
-    monkeypatch.setattr(module, "host_identity", lambda: HOST)  # the experiments' option: one clear line
+    monkeypatch.setattr(module, "equivalent_identities", lambda: [HOST])  # the experiments' option: one clear line
     with pytest.raises(SystemExit, match="tunelab: --archive: .*stores/s.sqlite"):
         archived(tmp_path / "archives", [], tmp_path / "c", [tmp_path / "stores" / "s.sqlite"], None, lambda: None)

@@ -76,8 +76,34 @@ class Restored:
 
 
 # ---- the host ----------------------------------------------------------------------------------------
+# Flags that say how the kernel or the hypervisor controls the CPU, not how fast it runs code: a host
+# whose flags differ from an archive's only in these is of the archive's kind. One joins the list only
+# with a measurement of two such hosts reading alike (docs/claims.md §Carrying a campaign between machines).
+NEUTRAL_FLAGS = frozenset({
+    "cpuid_fault",  # CPUID made to fault in user space (arch_prctl): a Zen 4 EPYC read its kind's configs at 0.98x
+})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> list[str]:
+    """The first processor's flags, sorted."""
+    return sorted(set(_cpu_fields(cpuinfo).get("flags", "").split()))
+
+
 def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
     """This machine as its readings depend on it: CPU model, the first processor's flags, core count."""
+    return _identity(_cpu_fields(cpuinfo).get("model name", "unknown"), cores, cpu_flags(cpuinfo))
+
+
+def equivalent_identities(cpuinfo: str | None = None, cores: int | None = None) -> list[dict]:
+    """This machine's identity first, then those of hosts that differ from it only in NEUTRAL_FLAGS."""
+    model, flags = _cpu_fields(cpuinfo).get("model name", "unknown"), set(cpu_flags(cpuinfo))
+    essential, neutral = flags - NEUTRAL_FLAGS, sorted(NEUTRAL_FLAGS)
+    variants = [essential | {f for i, f in enumerate(neutral) if mask >> i & 1} for mask in range(1 << len(neutral))]
+    identities = [_identity(model, cores, sorted(variant)) for variant in sorted(variants, key=lambda v: v != flags)]
+    return list({host_key(i): i for i in identities}.values())
+
+
+def _cpu_fields(cpuinfo: str | None) -> dict:
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -87,8 +113,11 @@ def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    flags = sorted(set(fields.get("flags", "").split()))
-    return {"cpu_model": fields.get("model name", "unknown"), "cores": cores or os.cpu_count() or 0,
+    return fields
+
+
+def _identity(model: str, cores: int | None, flags: list[str]) -> dict:
+    return {"cpu_model": model, "cores": cores or os.cpu_count() or 0,
             "flags": hashlib.sha1(" ".join(flags).encode()).hexdigest()[:12]}
 
 
@@ -109,6 +138,23 @@ def _existing_archive(folder: Path, identity: dict) -> Path | None:
         if (path := archive_path(folder, identity, version)).is_file():
             return path
     return None
+
+
+def campaign_identity(folder: Path) -> tuple[dict, str]:
+    """The identity under which this host continues the campaign in `folder`: its own, or that of an
+    archive of its kind (`equivalent_identities`); and a note on what that choice means."""
+    own, *others = equivalent_identities()
+    if _existing_archive(folder, own) is None:
+        for identity in others:
+            if _existing_archive(folder, identity) is not None:
+                return identity, (f"this host ({host_key(own)}) differs from {host_key(identity)} only in flags "
+                                  f"that do not change how code runs ({', '.join(sorted(NEUTRAL_FLAGS))}): "
+                                  f"it continues that archive")
+        alike = sorted(p.name for p in folder.glob(f"{host_key(own).rsplit('-', 1)[0]}-*.tar.*")) if folder.is_dir() else []
+        if alike:
+            return own, (f"{', '.join(alike)}: the same CPU model and cores as this host ({host_key(own)}) but other "
+                         "flags; not continued here (a new replicate starts)")
+    return own, ""
 
 
 # ---- pack --------------------------------------------------------------------------------------------
@@ -134,7 +180,8 @@ def pack(jobs: list[Job], root: Path, stores: list[Path], folder: Path, identity
         partial = Path(scratch) / target.name
         with tarfile.open(partial, "w:xz", preset=XZ_PRESET) as tar:
             manifest = {"format": FORMAT, "host": identity, "folders": relative, "files": files,
-                        "stores": [n for s, n in zip(stores, names) if Path(s).is_file()]}
+                        "stores": [n for s, n in zip(stores, names) if Path(s).is_file()],
+                        "packed_on": {**host_identity(), "flag_names": cpu_flags()}}
             _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
             for digest, file in sorted(blobs.items(), key=lambda item: (item[1].name, item[0])):
                 tar.add(file, f"blobs/{digest}", recursive=False)  # like-named files side by side for xz
@@ -496,7 +543,9 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
         raise ArchiveError(f"{folder}: a named archive is read by view_for_tables, not continued")
     if len({Path(s).parent for s in stores}) > 1:
         raise ArchiveError("stores: an archived campaign keeps its stores in one folder")
-    identity = host_identity()  # read once: the restore, the message and the pack name the same host
+    identity, note = campaign_identity(folder)  # read once: the restore, the message and the pack name one host
+    if note:
+        print(f"archive: {note}")
     try:
         restored = restore(root, Path(stores[0]).parent if stores else root, folder, tracking_uri, identity)
     except ArchiveError as error:
