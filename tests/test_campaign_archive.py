@@ -362,3 +362,36 @@ def test_a_store_in_the_archive_that_is_not_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "equivalent_identities", lambda: [HOST])  # the experiments' option: one clear line
     with pytest.raises(SystemExit, match="tunelab: --archive: .*stores/s.sqlite"):
         archived(tmp_path / "archives", [], tmp_path / "c", [tmp_path / "stores" / "s.sqlite"], None, lambda: None)
+
+
+def test_forgotten_runs_leave_the_archive_and_this_machine_and_the_readings_stay(tmp_path, monkeypatch, capsys):
+    import tuning.tools.campaign_archive as module
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setattr(module, "equivalent_identities", lambda: [HOST])
+    root, archives, stores = tmp_path / "campaign", tmp_path / "archives", tmp_path / "stores"
+    stores.mkdir()
+    filled(stores / "s.sqlite", count=20)[0].close()
+    jobs = [finished_run(root / "g" / row / "seed0") for row in ("bad", "good", "copied")]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("grid")
+    made_here, kept = (client.create_run(experiment).info.run_id for _ in range(2))
+    copy = client.create_run(experiment, tags={"tunelab.copy_of": "f" * 32}).info.run_id
+    (root / "g" / "bad" / "seed0" / "mlflow_run_id").write_text(made_here)
+    (root / "g" / "copied" / "seed0" / "mlflow_run_id").write_text("f" * 32)
+    (root / "g" / "good" / "seed0" / "mlflow_run_id").write_text(kept)
+    archived(archives, jobs, root, [stores / "s.sqlite"], None, lambda: None)
+    path = archive_path(archives, HOST)
+    before = path.read_bytes()
+
+    with pytest.raises(SystemExit, match=r"holds no folder 'g/bad/seed9'"):
+        module.main(["forget", str(archives), "g/bad/seed0", "g/bad/seed9", "--campaign", str(root), "--tracking-uri", uri])
+    assert path.read_bytes() == before and (root / "g" / "bad" / "seed0").is_dir()  # refused before any work
+
+    module.main(["forget", str(archives), "g/bad/seed0", "g/copied/seed0", "--campaign", str(root), "--tracking-uri", uri])
+    assert "removed, with 1 MLflow run(s)" in capsys.readouterr().out
+    assert not (root / "g" / "bad" / "seed0").exists() and not (root / "g" / "copied" / "seed0").exists()
+    assert [client.get_run(r).info.lifecycle_stage for r in (made_here, copy, kept)] == ["deleted", "deleted", "active"]
+    restored = restore(tmp_path / "new", tmp_path / "new-stores", archives, None, HOST)
+    assert restored.folders == ["g/good/seed0"] and restored.readings == 20

@@ -20,6 +20,7 @@ TOOLS = {
     "tuning.tools.pretrain": "python -m tuning.tools.pretrain",
     "tuning.tools.compare.cli": "python -m tuning.tools.compare",
     "tuning.value.__main__": "python -m tuning.value",
+    "tuning.tools.campaign_archive": "python -m tuning.tools.campaign_archive",
 }
 # the commands that name an MLflow store, each with the least its command line holds
 MLFLOW_COMMANDS = [
@@ -27,6 +28,7 @@ MLFLOW_COMMANDS = [
     ("tuning.tools.pretrain", ["--store", "lab.sqlite"]),
     ("tuning.value.__main__", ["train", "--store", "lab.sqlite"]),
     ("tuning.value.__main__", ["improve", "--model", "models:/v/1", "--store", "lab.sqlite", "--network", "gemm_64"]),
+    ("tuning.tools.campaign_archive", ["forget", "campaigns/grid", "a/seed0", "--campaign", "outputs/campaigns/grid"]),
     ("tuning.tools.sync", ["outputs/runs/day/time"]),
 ]
 LOCATION_WORDS = ("uri", "registry")  # --no-mlflow-run, --mlflow-experiment name no location

@@ -11,8 +11,9 @@ their locks, search state and built libraries) and a compact copy of every store
 an empty sqlite file), with a manifest naming the host and each folder's files. A file's content is
 packed once however many folders hold it (runs of one network carry the same MetaSchedule workload
 database), and xz's large window shares what similar files have in common, so a campaign of a
-hundred runs stays a few megabytes a commit. `restore` reads the archive of this host
-only, so readings and runs of one CPU are never mixed with another's: it copies the stores' rows
+hundred runs stays a few megabytes a commit. `restore` reads the archive of this host's kind
+only (its own key, or an archive host's whose flags differ from its own only in NEUTRAL_FLAGS:
+`campaign_identity`), so readings and runs of one CPU are never mixed with another's: it copies the stores' rows
 into the local stores (`copy_store`: rows already held are skipped), puts back the finished folders
 this machine lacks (a local folder always wins), and rebuilds each restored run's MLflow run from
 its records (`tuning.tools.sync`), so the tables that read MLflow find them.
@@ -558,3 +559,95 @@ def archived(folder: Path | None, jobs: list[Job], root: Path, stores, tracking_
         if pack_after:
             kept = restored.listed if restored else []
             print(f"archive: packed {pack(jobs, root, [Path(s) for s in stores], folder, identity, kept)}")
+
+
+# ---- forgetting finished work ------------------------------------------------------------------------
+def forget(folder: Path, names: list[str], campaign: Path, tracking_uri: str | None) -> list[str]:
+    """This host's kind's archive in `folder` packed again without the run folders `names` (as the
+    archive names them, relative to the campaign), and their folders under `campaign` here removed
+    with their MLflow runs, so the next call of the campaign runs them again (a finished folder left
+    here would be packed again). The stores keep every reading: a forgotten run made again is
+    answered from the store wherever it proposes a config already read. Returns what was done."""
+    identity, _ = campaign_identity(folder)
+    path = _existing_archive(folder, identity)
+    if path is None:
+        raise ArchiveError(f"{folder}: no archive of this host's kind ({host_key(identity)}) to forget runs in")
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            manifest = _manifest(tar, path, identity)
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
+        raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__})") from None
+    unknown = [name for name in names if name not in manifest["folders"]]
+    if unknown:
+        raise ArchiveError(f"{path}: holds no folder {', '.join(map(repr, unknown))} (it holds "
+                           f"{len(manifest['folders'])}, such as {manifest['folders'][:1]})")
+    with tempfile.TemporaryDirectory() as scratch:
+        root, stores = Path(scratch) / "runs", Path(scratch) / "stores"
+        restored = _restore_file(path, root, stores, None, identity, relog=False)
+        kept = [rel for rel in restored.listed if rel not in names]
+        pack([], root, [stores / name for name in manifest["stores"]], folder, identity, kept)
+    done = [f"{path}: packed again without {', '.join(names)} ({len(kept)} folders kept, every store reading kept)"]
+    for name in names:
+        local = campaign / name
+        if local.is_dir():
+            deleted = _delete_mlflow_runs(local, tracking_uri)
+            shutil.rmtree(local)
+            done.append(f"{local}: removed, with {deleted} MLflow run(s)")
+    return done
+
+
+def _delete_mlflow_runs(local: Path, tracking_uri: str | None) -> int:
+    """The MLflow runs of a run folder: the one its mlflow_run_id names, and copies a restore made of it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from tuning.tools.sync import COPY_TAG
+
+    run_id_file = local / "mlflow_run_id"
+    known = run_id_file.read_text().strip() if run_id_file.is_file() else ""
+    if not re.fullmatch(r"[0-9a-f]{32}", known):  # untrusted: only a run id goes into a filter
+        return 0
+    client = MlflowClient(tracking_uri=tracking_uri)
+    runs = set()
+    try:
+        runs.add(client.get_run(known).info.run_id)
+    except MlflowException:
+        pass  # made on another machine: only its copies are here
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if experiments:
+        runs |= {run.info.run_id for run in client.search_runs(experiments, f"tags.`{COPY_TAG}` = '{known}'")}
+    for run in runs:
+        client.delete_run(run)
+    return len(runs)
+
+
+def build_parser(prog: str | None = None):
+    from tuning.tools.cli_common import add_command, add_tracking_uri, new_parser
+
+    parser = new_parser("python -m tuning.tools.campaign_archive", "A campaign's archive: forget finished runs.", prog)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="forget (see its --help)")
+    forget_cmd = add_command(commands, "forget", help="pack this host's archive again without some runs and remove their "
+                                                      "folders and MLflow runs here, so the next call makes them again")
+    forget_cmd.add_argument("archive", type=Path, metavar="FOLDER",
+                            help="the campaign's archive folder, e.g. campaigns/gemm-tiling (this host's archive in it)")
+    forget_cmd.add_argument("runs", nargs="+", metavar="RUN", help="run folders as the archive names them, e.g. "
+                                                                   "gemm_2048/xgb/seed0")
+    forget_cmd.add_argument("--campaign", type=Path, required=True,
+                            help="the campaign's run folders here, e.g. outputs/campaigns/gemm-tiling")
+    add_tracking_uri(forget_cmd, help="the MLflow store whose runs of them are deleted")
+    return parser
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if is_archive_file(args.archive):
+        parser.error(f"FOLDER: {args.archive} is an archive file; name its folder (this host's archive in it is used)")
+    try:
+        print("\n".join(forget(args.archive, args.runs, args.campaign, args.tracking_uri)))
+    except ArchiveError as error:
+        raise SystemExit(f"tunelab: {error}") from None
+
+
+if __name__ == "__main__":
+    main()
