@@ -15,9 +15,11 @@ store of their own, and each pass is set beside the archive's readings of the sa
   bias on one host (the archive's re-reads against its first reading of the finalists).
 
 Median ratios (here / there) with 95% bootstrap intervals over the configs. The hosts read alike at
-`--margin` when the last pass's finalist interval lies inside [1/margin, margin]. The first pass
-reads the host as it comes: a fresh VM read up to 2.5x slow in its first half hour (2026-12-04), so
-the later passes are the ones to judge by.
+`--margin` when the last pass's finalist interval lies inside [1/margin, margin]; set that beside
+the host's own drift (the same check run again hours later reads its own earlier passes), which
+on 2026-12-04 was wider than 1.05x (docs/claims.md §Is a new host of an archive's kind?). The first
+pass reads the host as it comes: a VM read configs up to 2.5x slow in its first 20 minutes, so the
+later passes are the ones to judge by.
 """
 from __future__ import annotations
 
