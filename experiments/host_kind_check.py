@@ -44,9 +44,10 @@ def readings_by_config(store: MeasurementStore, key: tuple) -> dict[tuple, list[
     return rows
 
 
-def interval(ratios: list[float]) -> str:
+def interval(ratios: list[float]) -> tuple[str, float, float]:
+    """The median ratio and its 95% bootstrap interval, as text and as (low, high)."""
     median, low, high = bootstrap_ci(ratios, np.median, np.random.default_rng(0))
-    return f"{median:.3f} [{low:.3f}, {high:.3f}] (n={len(ratios)})"
+    return f"{median:.3f} [{low:.3f}, {high:.3f}] (n={len(ratios)})", low, high
 
 
 def compare_task(there: dict, here: dict, passes: int, margin: float) -> tuple[list[str], bool | None]:
@@ -56,19 +57,19 @@ def compare_task(there: dict, here: dict, passes: int, margin: float) -> tuple[l
     lines = []
     if finalists:
         bias = [statistics.median(there[c][1:]) / there[c][0] for c in finalists]
-        lines.append(f"  there, finalists re-read / first reading (the selection's bias): {interval(bias)}")
+        lines.append(f"  there, finalists re-read / first reading (the selection's bias): {interval(bias)[0]}")
     alike = None
     for index in range(passes):
         done = [c for c in finalists if len(here[c]) > index]
         if done:
             ratios = [here[c][index] / statistics.median(there[c][1:]) for c in done]
-            lines.append(f"  pass {index + 1}: finalists here / there's re-reads {interval(ratios)}")
-            _, low, high = bootstrap_ci(ratios, np.median, np.random.default_rng(0))
+            text, low, high = interval(ratios)
+            lines.append(f"  pass {index + 1}: finalists here / there's re-reads {text}")
             alike = 1 / margin <= low and high <= margin
         rest = [c for c in others if len(here[c]) > index]
         if rest:
             ratios = np.array([here[c][index] / there[c][0] for c in rest])
-            lines.append(f"  pass {index + 1}: the rest here / there's one reading {interval(list(ratios))}, "
+            lines.append(f"  pass {index + 1}: the rest here / there's one reading {interval(list(ratios))[0]}, "
                          f"{np.mean(np.abs(ratios - 1) <= 0.1):.0%} within 10%, {int(np.sum(ratios > 1.3))} over 1.3x")
     return lines, alike
 

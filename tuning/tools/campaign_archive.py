@@ -65,6 +65,7 @@ class ArchiveError(ValueError):
 class Restored:
     folders: list[str] = field(default_factory=list)
     listed: list[str] = field(default_factory=list)  # every folder the archive holds, here now or before
+    stores: list[str] = field(default_factory=list)  # the archive's store file names
     kept_local: int = 0
     readings: int = 0
     synced: int = 0
@@ -87,23 +88,32 @@ NEUTRAL_FLAGS = frozenset({
 })
 
 
-def cpu_flags(cpuinfo: str | None = None) -> list[str]:
-    """The first processor's flags, sorted."""
-    return sorted(set(_cpu_fields(cpuinfo).get("flags", "").split()))
-
-
 def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
     """This machine as its readings depend on it: CPU model, the first processor's flags, core count."""
-    return _identity(_cpu_fields(cpuinfo).get("model name", "unknown"), cores, cpu_flags(cpuinfo))
+    model, flags = _model_and_flags(cpuinfo)
+    return _identity(model, cores, flags)
+
+
+def packing_host() -> dict:
+    """This machine's identity with its flags named: what a manifest records of the host that packed it."""
+    model, flags = _model_and_flags(None)
+    return {**_identity(model, None, flags), "flag_names": flags}
 
 
 def equivalent_identities(cpuinfo: str | None = None, cores: int | None = None) -> list[dict]:
     """This machine's identity first, then those of hosts that differ from it only in NEUTRAL_FLAGS."""
-    model, flags = _cpu_fields(cpuinfo).get("model name", "unknown"), set(cpu_flags(cpuinfo))
+    model, flags = _model_and_flags(cpuinfo)
+    flags = set(flags)
     essential, neutral = flags - NEUTRAL_FLAGS, sorted(NEUTRAL_FLAGS)
     variants = [essential | {f for i, f in enumerate(neutral) if mask >> i & 1} for mask in range(1 << len(neutral))]
     identities = [_identity(model, cores, sorted(variant)) for variant in sorted(variants, key=lambda v: v != flags)]
     return list({host_key(i): i for i in identities}.values())
+
+
+def _model_and_flags(cpuinfo: str | None) -> tuple[str, list[str]]:
+    """The CPU model and the first processor's flags, sorted."""
+    fields = _cpu_fields(cpuinfo)
+    return fields.get("model name", "unknown"), sorted(set(fields.get("flags", "").split()))
 
 
 def _cpu_fields(cpuinfo: str | None) -> dict:
@@ -184,7 +194,7 @@ def pack(jobs: list[Job], root: Path, stores: list[Path], folder: Path, identity
         with tarfile.open(partial, "w:xz", preset=XZ_PRESET) as tar:
             manifest = {"format": FORMAT, "host": identity, "folders": relative, "files": files,
                         "stores": [n for s, n in zip(stores, names) if Path(s).is_file()],
-                        "packed_on": {**host_identity(), "flag_names": cpu_flags()}}
+                        "packed_on": packing_host()}
             _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
             for digest, file in sorted(blobs.items(), key=lambda item: (item[1].name, item[0])):
                 tar.add(file, f"blobs/{digest}", recursive=False)  # like-named files side by side for xz
@@ -268,7 +278,8 @@ def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str
         with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as scratch:
             manifest = _manifest(tar, path, identity)
             members = {m.name: m for m in tar.getmembers()}
-            for name in manifest["stores"]:
+            restored.stores = list(manifest["stores"])
+            for name in restored.stores:
                 restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
             restored.listed = list(dict.fromkeys(manifest["folders"]))
             wanted = [rel for rel in restored.listed if not (root / rel).exists()]
@@ -574,20 +585,15 @@ def forget(folder: Path, names: list[str], campaign: Path, tracking_uri: str | N
     path = _existing_archive(folder, identity)
     if path is None:
         raise ArchiveError(f"{folder}: no archive of this host's kind ({host_key(identity)}) to forget runs in")
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            manifest = _manifest(tar, path, identity)
-    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
-        raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__})") from None
-    unknown = [name for name in names if name not in manifest["folders"]]
-    if unknown:
-        raise ArchiveError(f"{path}: holds no folder {', '.join(map(repr, unknown))} (it holds "
-                           f"{len(manifest['folders'])}, such as {manifest['folders'][:1]})")
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch:  # the archive read into scratch: nothing here changes yet
         root, stores = Path(scratch) / "runs", Path(scratch) / "stores"
         restored = _restore_file(path, root, stores, None, identity, relog=False)
+        unknown = [name for name in names if name not in restored.listed]
+        if unknown:
+            raise ArchiveError(f"{path}: holds no folder {', '.join(map(repr, unknown))} (it holds "
+                               f"{len(restored.listed)}, such as {restored.listed[:1]})")
         kept = [rel for rel in restored.listed if rel not in names]
-        pack([], root, [stores / name for name in manifest["stores"]], folder, identity, kept)
+        pack([], root, [stores / name for name in restored.stores], folder, identity, kept)
     done = [f"{path}: packed again without {', '.join(names)} ({len(kept)} folders kept, every store reading kept)"]
     for name in names:
         local = campaign / name
