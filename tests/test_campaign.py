@@ -57,6 +57,32 @@ def test_a_signal_to_the_campaign_stops_its_run_and_exits_cleanly(tmp_path, sig,
     assert not (step / "DONE").exists()
 
 
+
+def test_a_second_signal_while_the_campaign_waits_for_its_run_still_stops_the_run(tmp_path):
+    """Ctrl-C gives the run time to end by itself; a SIGTERM during that wait once killed the campaign
+    at once and left its run measuring on its own."""
+    step = tmp_path / "step"
+    step.mkdir()
+    driver = ("import sys; from pathlib import Path; from tuning.tools.campaign import Job, run_campaign; "
+              f"run_campaign([Job(Path({str(step)!r}), command=('-c', {STEP!r}, {str(step)!r}))], name='test')")
+    campaign = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, text=True, stderr=subprocess.PIPE,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        wait_for(step / "pid")
+        campaign.send_signal(signal.SIGINT)  # to the campaign alone, as `kill -INT` sends it
+        time.sleep(0.5)
+        campaign.send_signal(signal.SIGTERM)
+        _, stderr = campaign.communicate(timeout=60)
+        wait_for(step / "stopped", seconds=30)
+    finally:
+        campaign.kill()
+        if (step / "pid").exists() and not (step / "stopped").exists():
+            os.kill(int((step / "pid").read_text()), signal.SIGKILL)  # the old behaviour: left running
+    assert (step / "stopped").read_text() == "SIGTERM"
+    assert campaign.returncode == 1 and "test: stopped by Ctrl-C; a run in flight ended KILLED" in stderr
+    assert not (step / "DONE").exists()
+
+
 def test_a_stopped_step_takes_its_grids_workers_with_it(tmp_path):
     """SIGTERM to a step that runs a grid through run_in_group stops the grid's whole process group:
     a launcher's worker (here the grid's child, which would sleep two minutes) is not left running,

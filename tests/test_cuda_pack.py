@@ -246,3 +246,34 @@ def test_an_export_is_refused_before_any_work_naming_the_option(tmp_path, extra,
         dataset("gpu-batch", "export", "--model", "gemm_64", "--out", str(tmp_path), *extra, "hardware=cpu")
     assert (tmp_path / "gemm_64.tar.gz").read_bytes() == b"a pack timed last week"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemm_64.tar.gz"]
+
+
+def test_parallel_builds_never_share_a_worker_and_each_library_lists_its_own_kernels(tmp_path):
+    """A slow first library once sent a third job to the busy worker: two calls on one pipe took each
+    other's answers, and the manifest listed another library's kernels under a file."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from tuning.hardware.gpu_pack import _build_all
+
+    class OneCallAtATime:
+        def __init__(self):
+            self.busy = threading.Lock()
+
+        def call(self, function, workload, target, named, path, timeout):
+            assert self.busy.acquire(blocking=False), "two builds in flight on one worker"
+            try:
+                time.sleep(0.4 if path.endswith("lib0000.so") else 0.01)
+                return "ok", [{"name": n, "config": c, "error": None, "args": [], "build_s": 0.0} for n, c in named]
+            finally:
+                self.busy.release()
+
+    plan = SimpleNamespace(task=SimpleNamespace(workload="w", key="task"))
+    jobs = [(plan, [[number, i] for i in range(3)]) for number in range(6)]
+    libraries, errors = _build_all([OneCallAtATime(), OneCallAtATime()], jobs, {}, tmp_path, None)
+    assert errors == []
+    assert [library["file"] for library in libraries] == [f"kernels/lib{n:04d}.so" for n in range(6)]
+    for number, library in enumerate(libraries):
+        assert [k["name"] for k in library["kernels"]] == [f"k{number}_{i}" for i in range(3)]
+        assert [k["config"] for k in library["kernels"]] == [[number, i] for i in range(3)]

@@ -35,3 +35,21 @@ def test_crash_is_reported_and_worker_restarts(worker):
 
 def test_environment_reaches_the_worker(worker):
     assert worker.call("os:getenv", "TVM_NUM_THREADS", timeout=60) == ("ok", "3")
+
+
+def test_calls_from_several_threads_each_get_their_own_answer(worker):
+    import threading
+    import time
+
+    answers = {}
+
+    def echo(i):
+        answers[i] = worker.call("subprocess:getoutput", f"sleep 0.0{i % 3}; echo {i}", timeout=60)
+
+    threads = [threading.Thread(target=echo, args=(i,), daemon=True) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30  # calls that share the pipe can also wait forever for an answer taken
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert answers == {i: ("ok", str(i)) for i in range(12)}

@@ -20,6 +20,7 @@ import io
 import json
 import os
 import platform
+import queue
 import shutil
 import subprocess
 import sys
@@ -286,12 +287,20 @@ def _chunks(items: list, size: int) -> list[list]:
 
 def _build_all(workers, jobs, target, folder: Path, progress) -> tuple[list, list]:
     """Each job (a task plan and its chunk of configs) built into kernels/libNNNN.so, in parallel."""
-    def build(job_number, worker):
+    free = queue.SimpleQueue()  # a job takes a worker no other job is using, and gives it back
+    for worker in workers:
+        free.put(worker)
+
+    def build(job_number):
         plan, chunk = jobs[job_number]
         file = f"kernels/lib{job_number:04d}.so"
         named = [[f"k{job_number}_{i}", list(c)] for i, c in enumerate(chunk)]
-        status, value = worker.call("tuning.hardware.gpu_pack:build_library", plan.task.workload, target, named,
-                                    str(folder / file), timeout=3600)
+        worker = free.get()
+        try:
+            status, value = worker.call("tuning.hardware.gpu_pack:build_library", plan.task.workload, target,
+                                        named, str(folder / file), timeout=3600)
+        finally:
+            free.put(worker)
         if status != "ok":
             value = [{"name": n, "config": c, "error": "build", "message": str(value), "build_s": 0.0}
                      for n, c in named]
@@ -302,7 +311,7 @@ def _build_all(workers, jobs, target, folder: Path, progress) -> tuple[list, lis
     libraries, errors = [], []
     slots = len(workers)
     with ThreadPoolExecutor(slots) as pool:
-        futures = [pool.submit(build, n, workers[n % slots]) for n in range(len(jobs))]
+        futures = [pool.submit(build, n) for n in range(len(jobs))]
         for future in futures:
             plan, file, outcomes = future.result()
             built = [o for o in outcomes if o["error"] is None]

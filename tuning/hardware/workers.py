@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 from multiprocessing.connection import Connection
 
@@ -41,7 +42,9 @@ def _resolve(path: str):
 
 class Worker:
     """One restartable process. `call` returns (status, value): status is
-    "ok", "error" (the function raised; value = traceback), "timeout" or "crash"."""
+    "ok", "error" (the function raised; value = traceback), "timeout" or "crash".
+    Calls from several threads take turns: one pipe carries one call at a time, and two
+    calls in flight on it could each receive the other's answer."""
 
     def __init__(self, env: dict | None = None, initializer: str | None = None, start_timeout_s: float = 300.0,
                  init_args: tuple = ()):
@@ -51,6 +54,7 @@ class Worker:
         self.start_timeout_s = start_timeout_s
         self._process = None
         self._conn = None
+        self._turn = threading.RLock()  # re-entrant: ensure_started calls call
 
     def _start(self) -> None:
         """A fresh interpreter (not fork: TVM's threads; not multiprocessing spawn,
@@ -68,12 +72,17 @@ class Worker:
 
     def ensure_started(self) -> tuple[str, object]:
         """Start the worker and wait until its initializer has run."""
-        if self._alive():
-            return "ok", None
-        self._start()
-        return self.call("tuning.hardware.workers:ping", timeout=self.start_timeout_s)
+        with self._turn:
+            if self._alive():
+                return "ok", None
+            self._start()
+            return self.call("tuning.hardware.workers:ping", timeout=self.start_timeout_s)
 
     def call(self, function: str, *args, timeout: float) -> tuple[str, object]:
+        with self._turn:
+            return self._call(function, args, timeout)
+
+    def _call(self, function: str, args: tuple, timeout: float) -> tuple[str, object]:
         if not self._alive():
             status, value = self.ensure_started()
             if status != "ok":

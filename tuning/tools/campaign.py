@@ -85,7 +85,7 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
             # a terminal's Ctrl-C or hang-up reaches the run as well: a second signal would cut its
             # KILLED bookkeeping short, so it gets time to end first; a SIGTERM is the campaign's alone
             _stop(process, wait_first_s=0 if getattr(interrupt, "signum", None) == signal.SIGTERM else 120)
-        raise SystemExit(f"{name}: stopped by {interrupt or 'Ctrl-C'}; a run in flight ended KILLED and the same "
+        raise SystemExit(f"{name}: stopped by {str(interrupt) or 'Ctrl-C'}; a run in flight ended KILLED and the same "
                          "command continues the campaign") from None
     finished, total = progress(jobs)
     if finished < total:
@@ -117,18 +117,35 @@ def _record_exit(job: Job, command: list[str], code: int, name: str) -> None:
 
 def _stop(process: subprocess.Popen, grace_s: float = 120, wait_first_s: float = 0) -> None:
     """Time to end by itself (`wait_first_s`), then SIGTERM and time to end KILLED with its records
-    flushed, then SIGKILL."""
+    flushed, then SIGKILL. A second signal cuts the first wait short; during the grace signals wait,
+    so the campaign cannot die and leave its run going on alone."""
+    with terminated_by_signals():
+        try:
+            process.wait(timeout=wait_first_s)
+            return
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            pass
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     try:
-        process.wait(timeout=wait_first_s)
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    finally:
+        _unblock_discarding(held)
+
+
+def _unblock_discarding(held: set) -> None:
+    """The signal mask back to `held`; a signal that came while stopping is that stop's and is dropped,
+    so the campaign still exits through its own SystemExit (and what wraps it still packs)."""
+    with terminated_by_signals():
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            time.sleep(0)  # the handler of a signal just unblocked runs here, inside the try
+        except KeyboardInterrupt:
+            pass
 
 
 def progress(jobs: list[Job]) -> tuple[int, int]:
