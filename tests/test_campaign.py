@@ -70,7 +70,7 @@ def test_a_second_signal_while_the_campaign_waits_for_its_run_still_stops_the_ru
     try:
         wait_for(step / "pid")
         campaign.send_signal(signal.SIGINT)  # to the campaign alone, as `kill -INT` sends it
-        time.sleep(0.5)
+        time.sleep(1.0)
         campaign.send_signal(signal.SIGTERM)
         _, stderr = campaign.communicate(timeout=60)
         wait_for(step / "stopped", seconds=30)
@@ -81,6 +81,42 @@ def test_a_second_signal_while_the_campaign_waits_for_its_run_still_stops_the_ru
     assert (step / "stopped").read_text() == "SIGTERM"
     assert campaign.returncode == 1 and "test: stopped by Ctrl-C; a run in flight ended KILLED" in stderr
     assert not (step / "DONE").exists()
+
+
+
+SLOW_TO_STOP = STEP.replace("    sys.exit(1)", "    time.sleep(2)\n    sys.exit(1)")
+
+
+def test_a_signal_while_a_run_is_stopped_at_hours_stops_the_campaign_after_the_run(tmp_path):
+    """At `--hours` the campaign gives its run time to end KILLED; a SIGTERM meanwhile is held until the
+    run has ended, then stops the campaign (no next run, no re-reads after it). The driver has a second
+    thread, as numpy's give a real one, so a blocked signal mask would not have held it."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    driver = ("import threading, time; from pathlib import Path; from tuning.tools.campaign import Job, run_campaign; "
+              "threading.Thread(target=time.sleep, args=(600,), daemon=True).start(); "
+              f"run_campaign([Job(Path({str(first)!r}), command=('-c', {SLOW_TO_STOP!r}, {str(first)!r})), "
+              f"Job(Path({str(second)!r}), command=('-c', {STEP!r}, {str(second)!r}))], hours=1 / 3600, name='test'); "
+              "print('went on')")
+    campaign = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, text=True, stderr=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        said = ""
+        while "stopping the run in flight" not in said:
+            line = campaign.stderr.readline()
+            assert line, f"the campaign ended without stopping its run: {said}"
+            said += line
+        campaign.send_signal(signal.SIGTERM)
+        stdout, stderr = campaign.communicate(timeout=60)
+    finally:
+        campaign.kill()
+        for step in (first, second):
+            if (step / "pid").exists() and not (step / "stopped").exists():
+                os.kill(int((step / "pid").read_text()), signal.SIGKILL)
+    assert (first / "stopped").read_text() == "SIGTERM"
+    assert campaign.returncode == 1 and "test: stopped by SIGTERM" in stderr and "went on" not in stdout
+    assert not (second / "pid").exists()
 
 
 def test_a_stopped_step_takes_its_grids_workers_with_it(tmp_path):
@@ -115,3 +151,17 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+@pytest.mark.parametrize("uptime_s, warned", [(12 * 60, True), (40 * 60, False), (None, False)])
+def test_a_campaign_started_in_a_vms_first_minutes_says_its_readings_may_read_slow(tmp_path, monkeypatch, capsys,
+                                                                                   uptime_s, warned):
+    from tuning.tools import campaign
+
+    monkeypatch.setattr(campaign, "machine_uptime_s", lambda: uptime_s)
+    step = campaign.Job(tmp_path / "step", command=("-c", "pass"))
+    campaign.run_campaign([step], name="test")
+    assert ("test: this machine started 12 min ago" in capsys.readouterr().err) is warned
+    assert campaign.is_finished(step)
+    campaign.run_campaign([step], name="test")  # nothing left to measure: nothing to say
+    assert "started" not in capsys.readouterr().err

@@ -44,7 +44,8 @@ class Worker:
     """One restartable process. `call` returns (status, value): status is
     "ok", "error" (the function raised; value = traceback), "timeout" or "crash".
     Calls from several threads take turns: one pipe carries one call at a time, and two
-    calls in flight on it could each receive the other's answer."""
+    calls in flight on it could each receive the other's answer. A call's timeout starts
+    when its turn comes."""
 
     def __init__(self, env: dict | None = None, initializer: str | None = None, start_timeout_s: float = 300.0,
                  init_args: tuple = ()):

@@ -24,11 +24,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.run_folder import holds_run, read_status, terminated_by_signals
+from tuning.run_folder import Terminated, holds_run, read_status, terminated_by_signals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,8 +69,10 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
     deadline = time.monotonic() + hours * 3600 if hours else math.inf
     started = time.perf_counter()
     process = None
-    try:
-        with terminated_by_signals():
+    if not all(is_finished(job) for job in jobs):
+        _warn_if_just_started(name)
+    with terminated_by_signals():  # around the except as well: no moment where SIGTERM kills the campaign alone
+        try:
             for job in jobs:
                 if is_finished(job):
                     continue
@@ -77,16 +81,16 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
                 command = job_command(job)
                 print("$ " + " ".join(command), flush=True)
                 process = subprocess.Popen(command, cwd=REPO)
-                if not _ended_before(process, deadline):
+                if not _ended_before(process, deadline, name):
                     break
                 _record_exit(job, command, process.returncode, name)
-    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
-        if process is not None:
-            # a terminal's Ctrl-C or hang-up reaches the run as well: a second signal would cut its
-            # KILLED bookkeeping short, so it gets time to end first; a SIGTERM is the campaign's alone
-            _stop(process, wait_first_s=0 if getattr(interrupt, "signum", None) == signal.SIGTERM else 120)
-        raise SystemExit(f"{name}: stopped by {str(interrupt) or 'Ctrl-C'}; a run in flight ended KILLED and the same "
-                         "command continues the campaign") from None
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
+            if process is not None:
+                # a terminal's Ctrl-C or hang-up reaches the run as well: a second signal would cut its
+                # KILLED bookkeeping short, so it gets time to end first; a SIGTERM is the campaign's alone
+                _stop(process, name, wait_first_s=0 if getattr(interrupt, "signum", None) == signal.SIGTERM else 120)
+            raise SystemExit(f"{name}: stopped by {str(interrupt) or 'Ctrl-C'}; a run in flight ended KILLED and the "
+                             "same command continues the campaign") from None
     finished, total = progress(jobs)
     if finished < total:
         print(f"{name} stopped at --hours with {finished} of {total} runs finished: the same command "
@@ -94,13 +98,36 @@ def run_campaign(jobs: list[Job], hours: float | None = None, name: str = "campa
     return time.perf_counter() - started
 
 
-def _ended_before(process: subprocess.Popen, deadline: float) -> bool:
-    """Whether the process ended by itself before the deadline; if not, it is stopped there."""
+SETTLING_S = 25 * 60
+
+
+def _warn_if_just_started(name: str) -> None:
+    """A VM read kernels up to 2.5x slow in its first ~20 minutes, unseen by the drift gauge
+    (docs/claims.md §Is a new host of an archive's kind?): a campaign started then says so."""
+    up_s = machine_uptime_s()
+    if up_s is not None and up_s < SETTLING_S:
+        print(f"{name}: this machine started {up_s / 60:.0f} min ago; a VM's first 20 minutes or so can read "
+              f"kernels up to 2.5x slow, and those readings go into the store. For timing, start "
+              f"{SETTLING_S // 60} min after boot (Ctrl-C stops this call cleanly)", file=sys.stderr, flush=True)
+
+
+def machine_uptime_s() -> float | None:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _ended_before(process: subprocess.Popen, deadline: float, name: str) -> bool:
+    """Whether the process ended by itself before the deadline; if not, it is stopped there. A signal
+    that came while it was being stopped goes on once it has ended."""
     try:
         process.wait(timeout=None if math.isinf(deadline) else max(1.0, deadline - time.monotonic()))
         return True
     except subprocess.TimeoutExpired:
-        _stop(process)
+        held = _stop(process, name)
+        if held is not None:
+            raise Terminated(held)
         return False
 
 
@@ -115,37 +142,58 @@ def _record_exit(job: Job, command: list[str], code: int, name: str) -> None:
         (job.folder / DONE).write_text(" ".join(command) + "\n")
 
 
-def _stop(process: subprocess.Popen, grace_s: float = 120, wait_first_s: float = 0) -> None:
-    """Time to end by itself (`wait_first_s`), then SIGTERM and time to end KILLED with its records
-    flushed, then SIGKILL. A second signal cuts the first wait short; during the grace signals wait,
-    so the campaign cannot die and leave its run going on alone."""
-    with terminated_by_signals():
+def _stop(process: subprocess.Popen, name: str, grace_s: float = 120, wait_first_s: float = 0) -> int | None:
+    """Time to end by itself (`wait_first_s`; a signal cuts it short), then SIGTERM and time to end
+    KILLED with its records flushed, then SIGKILL. Signals during the grace are held, not acted on,
+    so the campaign cannot die and leave its run going on alone; the first one held is returned."""
+    stopping = _Stopping()
+    with stopping.handling():
         try:
             process.wait(timeout=wait_first_s)
-            return
+            return None
         except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            pass
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-    try:
+            stopping.hold()
+        print(f"{name}: stopping the run in flight (up to {grace_s:.0f} s for it to end KILLED)", file=sys.stderr,
+              flush=True)
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
-    finally:
-        _unblock_discarding(held)
+            process.wait(timeout=60)
+    return stopping.held[0] if stopping.held else None
 
 
-def _unblock_discarding(held: set) -> None:
-    """The signal mask back to `held`; a signal that came while stopping is that stop's and is dropped,
-    so the campaign still exits through its own SystemExit (and what wraps it still packs)."""
-    with terminated_by_signals():
+class _Stopping:
+    """Python-level handlers for SIGINT, SIGTERM and SIGHUP while a run is stopped: they raise until
+    `hold`, then note the signal. (A blocked signal mask would not do: numpy's threads would take the
+    signal and Python would still raise it in the main thread.)"""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.raising, self.held = True, []
+
+    def __call__(self, signum, frame):
+        if self.raising:
+            self.raising = False  # the next one, however soon, is held
+            raise Terminated(signum)
+        self.held.append(signum)
+
+    def hold(self) -> None:
+        self.raising = False
+
+    @contextmanager
+    def handling(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self) for sig in self.SIGNALS}
         try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            time.sleep(0)  # the handler of a signal just unblocked runs here, inside the try
-        except KeyboardInterrupt:
-            pass
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def progress(jobs: list[Job]) -> tuple[int, int]:
