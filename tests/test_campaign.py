@@ -33,14 +33,19 @@ def wait_for(path: Path, seconds: float = 60) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig, said", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
-def test_a_signal_to_the_campaign_stops_its_run_and_exits_cleanly(tmp_path, sig, said):
-    step = tmp_path / "step"
+def start_one_step_campaign(step: Path) -> subprocess.Popen:
+    """A campaign of one step that sleeps a minute, in a process of its own; its stderr piped."""
     step.mkdir()
     driver = ("import sys; from pathlib import Path; from tuning.tools.campaign import Job, run_campaign; "
               f"run_campaign([Job(Path({str(step)!r}), command=('-c', {STEP!r}, {str(step)!r}))], name='test')")
-    campaign = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, text=True, stderr=subprocess.PIPE,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, text=True, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.parametrize("sig, said", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
+def test_a_signal_to_the_campaign_stops_its_run_and_exits_cleanly(tmp_path, sig, said):
+    step = tmp_path / "step"
+    campaign = start_one_step_campaign(step)
     try:
         wait_for(step / "pid")
         campaign.send_signal(sig)
@@ -62,11 +67,7 @@ def test_a_second_signal_while_the_campaign_waits_for_its_run_still_stops_the_ru
     """Ctrl-C gives the run time to end by itself; a SIGTERM during that wait once killed the campaign
     at once and left its run measuring on its own."""
     step = tmp_path / "step"
-    step.mkdir()
-    driver = ("import sys; from pathlib import Path; from tuning.tools.campaign import Job, run_campaign; "
-              f"run_campaign([Job(Path({str(step)!r}), command=('-c', {STEP!r}, {str(step)!r}))], name='test')")
-    campaign = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, text=True, stderr=subprocess.PIPE,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    campaign = start_one_step_campaign(step)
     try:
         wait_for(step / "pid")
         campaign.send_signal(signal.SIGINT)  # to the campaign alone, as `kill -INT` sends it
