@@ -34,9 +34,11 @@ def wait_for(path: Path, seconds: float = 60) -> None:
 
 
 def start_one_step_campaign(step: Path) -> subprocess.Popen:
-    """A campaign of one step that sleeps a minute, in a process of its own; its stderr piped."""
+    """A campaign of one step that sleeps a minute, in a process of its own; its stderr piped. Its Ctrl-C
+    is Python's own, as from a terminal (pytest-xdist's workers pass SIGINT on ignored)."""
     step.mkdir()
-    driver = ("import sys; from pathlib import Path; from tuning.tools.campaign import Job, run_campaign; "
+    driver = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "import sys; from pathlib import Path; from tuning.tools.campaign import Job, run_campaign; "
               f"run_campaign([Job(Path({str(step)!r}), command=('-c', {STEP!r}, {str(step)!r}))], name='test')")
     return subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, text=True, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
