@@ -138,19 +138,26 @@ class Terminated(KeyboardInterrupt):
 
 @contextmanager
 def terminated_by_signals():
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def raise_terminated(signum, frame):
         raise Terminated(signum)
 
-    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    with signals_handled_by(raise_terminated, (signal.SIGTERM, signal.SIGHUP)):
+        yield
+
+
+@contextmanager
+def signals_handled_by(handler, signals: tuple):
+    """`handler` for `signals` inside the block, the previous handlers after it. Only the main thread
+    can set handlers; elsewhere the block runs with those it has."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
 
 
 # ---- what the run is --------------------------------------------------------------------------

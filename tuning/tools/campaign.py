@@ -24,13 +24,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.run_folder import Terminated, holds_run, read_status, terminated_by_signals
+from tuning.run_folder import Terminated, holds_run, read_status, signals_handled_by, terminated_by_signals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -183,17 +181,8 @@ class _Stopping:
     def hold(self) -> None:
         self.raising = False
 
-    @contextmanager
     def handling(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self) for sig in self.SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        return signals_handled_by(self, self.SIGNALS)
 
 
 def progress(jobs: list[Job]) -> tuple[int, int]:
