@@ -17,6 +17,8 @@ with one row of conf/experiment/gemm_tiling_row, in blocks, each changing one th
     walk      N-A2C with walks of 1 and 6 steps (the paper: T = 3)
     size512   the paper block on gemm_512
     size2048  the paper block on gemm_2048
+    start512 epsilon512 rho512 walk512
+              start, epsilon, rho and walk on gemm_512, beside a host's size512 rows
 
 10 seeds; a run measures 0.1% of its space (484 configs of gemm_512, 900 of gemm_1024), but 900 on
 gemm_2048 (0.06%: its kernels take 8x as long). The XGB and random rows measure the seed's 16 shared
@@ -28,11 +30,11 @@ any run measured is answered from the store (stores/gemm_tiling.sqlite).
 
 Then each finished run's best config is measured again until the store holds `--rereads` readings
 of it (`tunelab dataset reread`), so a final kernel's latency is the median of 5 readings, not one,
-and the intervals resample those readings as well as the seeds. Two tables follow, each one family
-of Holm-adjusted tests (experiments/claims.py's rules): the paper's claims on every size, and the
-sensitivity of each factor on gemm_1024 (the variant against its default and against XGB). Seconds
-are on one time axis for every method: the stored build + run seconds plus each run's own search and
-model-fitting seconds (compare --with-overhead).
+and the intervals resample those readings as well as the seeds. The tables follow, each one family
+of Holm-adjusted tests (experiments/claims.py's rules): the paper's claims on every size, then the
+sensitivity of each factor (the variant against its default and against XGB), one family for each
+size the factor blocks ran on. Seconds are on one time axis for every method: the stored build + run
+seconds plus each run's own search and model-fitting seconds (compare --with-overhead).
 """
 from __future__ import annotations
 
@@ -61,14 +63,18 @@ ROWS = {"gbfs": "G-BFS", "a2c": "N-A2C", "xgb": "XGB", "random": "random",
         "a2c_shared_start": "N-A2C shared start", "a2c_epsilon_printed": "N-A2C epsilon as printed",
         "gbfs_rho2": "G-BFS rho=2", "gbfs_rho10": "G-BFS rho=10", "a2c_t1": "N-A2C T=1", "a2c_t6": "N-A2C T=6"}
 PAPER_ROWS = ("gbfs", "a2c", "xgb", "random")
+FACTOR_ROWS = {
+    "start": ("gbfs_random_start", "gbfs_shared_start", "a2c_shared_start"),
+    "epsilon": ("a2c_epsilon_printed",),
+    "rho": ("gbfs_rho2", "gbfs_rho10"),
+    "walk": ("a2c_t1", "a2c_t6"),
+}
 BLOCKS = {
     "paper": [("gemm_1024", row) for row in PAPER_ROWS],
-    "start": [("gemm_1024", row) for row in ("gbfs_random_start", "gbfs_shared_start", "a2c_shared_start")],
-    "epsilon": [("gemm_1024", "a2c_epsilon_printed")],
-    "rho": [("gemm_1024", "gbfs_rho2"), ("gemm_1024", "gbfs_rho10")],
-    "walk": [("gemm_1024", "a2c_t1"), ("gemm_1024", "a2c_t6")],
+    **{factor: [("gemm_1024", row) for row in rows] for factor, rows in FACTOR_ROWS.items()},
     "size512": [("gemm_512", row) for row in PAPER_ROWS],
     "size2048": [("gemm_2048", row) for row in PAPER_ROWS],
+    **{f"{factor}512": [("gemm_512", row) for row in rows] for factor, rows in FACTOR_ROWS.items()},
 }
 DEFAULT_OF = {"gbfs_random_start": "gbfs", "gbfs_shared_start": "gbfs", "a2c_shared_start": "a2c",
               "a2c_epsilon_printed": "a2c", "gbfs_rho2": "gbfs", "gbfs_rho10": "gbfs", "a2c_t1": "a2c", "a2c_t6": "a2c"}
@@ -126,7 +132,8 @@ def tables(args, cost: dict) -> tuple[list[dict], list[dict]]:
                            "--fraction", str(args.fraction), "--budgets", *map(str, budgets), "--seconds", "750",
                            "--store", args.store, "--with-overhead", "--tracking-uri", args.tracking_uri,
                            "--out", str(out), "--no-mlflow-run"], rename=ROWS)
-    paper, sensitivity = claim_rows(PAPER_CLAIMS, result), claim_rows(SENSITIVITY_CLAIMS, result)
+    paper = claim_rows(PAPER_CLAIMS, result)
+    sensitivity = {task: rows for task in result.tasks() if (rows := claim_rows(SENSITIVITY_CLAIMS, result, tasks=[task]))}
     seeds = sorted({c.seed for c in result.curves})
     notes = [f"Budget: {', '.join(f'{m} {n}' for m, n in TRIALS.items())} measurements a run; the tiling space "
              "(model.space=tiling); 3 repeats of >= 50 ms a reading. Final latency: the median of every reading the "
@@ -136,12 +143,13 @@ def tables(args, cost: dict) -> tuple[list[dict], list[dict]]:
              "Cost: " + ", ".join(f"{k} {v}" for k, v in cost.items()) + "."]
     text = (f"# GEMM tiling, one factor at a time: {seed_label(seeds)}\n\n"
             "## The paper's claims (one Holm family)\n\n" + claims_markdown(paper, notes)
-            + "\n## Sensitivity on gemm_1024 (one Holm family)\n\n"
-            + (claims_markdown(sensitivity, notes[:1]) if sensitivity else "No sensitivity row has a finished run yet.\n"))
+            + "".join(f"\n## Sensitivity on {task} (one Holm family)\n\n" + claims_markdown(rows, notes[:1])
+                      for task, rows in sensitivity.items())
+            + ("" if sensitivity else "\n## Sensitivity\n\nNo sensitivity row has a finished run yet.\n"))
     (out / "grid.md").write_text(text)
     print("\n" + text)
     print(f"files: {out}")
-    return paper, sensitivity
+    return paper, [row for rows in sensitivity.values() for row in rows]
 
 
 def parse_args(argv=None):

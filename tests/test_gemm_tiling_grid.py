@@ -43,18 +43,29 @@ def differences(a, b) -> set:
     return {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
 
 
+@pytest.mark.parametrize("model", ["gemm_1024", "gemm_512"])
 @pytest.mark.parametrize("row", sorted(CHANGES))
 def test_every_sensitivity_row_changes_one_factor_from_the_papers_settings(compose_cfg, experiment_script, tmp_path,
-                                                                          row):
+                                                                          row, model):
     from tuning.config import validate
 
     grid = experiment_script("gemm_tiling_grid")
     args = grid.parse_args(["--store", str(tmp_path / "s.sqlite"), "--campaign", str(tmp_path / "c")])
     assert set(CHANGES) == set(grid.DEFAULT_OF)
-    variant = compose_cfg(*grid.run_overrides(args, "gemm_1024", row, 0))
-    default = compose_cfg(*grid.run_overrides(args, "gemm_1024", grid.DEFAULT_OF[row], 0))
+    variant = compose_cfg(*grid.run_overrides(args, model, row, 0))
+    default = compose_cfg(*grid.run_overrides(args, model, grid.DEFAULT_OF[row], 0))
     validate(variant)
     assert differences(variant, default) == CHANGES[row]
+
+
+def test_each_factor_block_on_gemm_512_runs_the_gemm_1024_blocks_rows_beside_size512(experiment_script):
+    grid = experiment_script("gemm_tiling_grid")
+    for factor in ("start", "epsilon", "rho", "walk"):
+        rows = [row for _, row in grid.BLOCKS[factor]]
+        assert grid.BLOCKS[f"{factor}512"] == [("gemm_512", row) for row in rows]
+        assert {model for model, _ in grid.BLOCKS[factor]} == {"gemm_1024"}
+    assert {row for _, row in grid.BLOCKS["size512"]} == {grid.DEFAULT_OF[row] for row in CHANGES} | {"xgb", "random"}
+    assert list(grid.BLOCKS)[:7] == ["paper", "start", "epsilon", "rho", "walk", "size512", "size2048"]
 
 
 def test_the_paper_rows_on_another_size_change_the_size_and_the_budget_only(compose_cfg, experiment_script, tmp_path):
@@ -141,3 +152,42 @@ def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_
 
     assert table(viewed) == table(paper) and not store.exists()
     assert len(client.search_runs([experiment.experiment_id])) == runs
+
+
+def sensitivity_result(tasks: dict):
+    """Hand-made curves: on each task, XGB and G-BFS end on the best config, and "G-BFS shared start"
+    ends on a kernel `tasks[task]` x slower at every seed (10 seeds)."""
+    import numpy as np
+
+    from tuning.tools.compare import Curve, TaskTruth, compare
+
+    curves = []
+    for task, slower in tasks.items():
+        for seed in range(10):
+            for method, final in (("XGB", 1.0), ("G-BFS", 1.0), ("G-BFS shared start", slower * (1 + 0.01 * seed))):
+                values = np.full(50, 2e-3)
+                values[10:] = 1e-3 * final
+                curves.append(Curve(task, method, seed, f"{task}{method}{seed}", values, np.arange(1, 51) * 0.5,
+                                    "store"))
+    truths = {task: TaskTruth({}, 1e-3, "store x") for task in tasks}
+    return compare(curves, truths, "XGB", budgets=(50,), fraction=0.95)
+
+
+def test_the_sensitivity_table_is_one_holm_family_per_size(experiment_script, tmp_path, monkeypatch):
+    """A size's factor rows are adjusted among themselves: adding gemm_512's rows beside gemm_1024's
+    leaves gemm_1024's adjusted p-values as they were alone."""
+    grid = experiment_script("gemm_tiling_grid")
+    args = grid.parse_args(["--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out")])
+    (tmp_path / "out").mkdir()
+
+    def sensitivity_of(tasks):
+        monkeypatch.setattr(grid, "compare_main", lambda *a, **k: sensitivity_result(tasks))
+        return grid.tables(args, {})[1]
+
+    alone = sensitivity_of({"gemm_1024": 1.3})
+    both = sensitivity_of({"gemm_1024": 1.3, "gemm_512": 1.2})
+    text = (tmp_path / "out" / "grid.md").read_text()
+    assert "## Sensitivity on gemm_1024 (one Holm family)" in text and "## Sensitivity on gemm_512 (one" in text
+    on_1024 = [(r["claim"], r["speed_p_holm"], r["verdict"]) for r in both if r["task"] == "gemm_1024"]
+    assert on_1024 == [(r["claim"], r["speed_p_holm"], r["verdict"]) for r in alone] and len(on_1024) == 2
+    assert any(r["verdict"] != "undecided at this power" for r in alone)  # the factor decides at 10 seeds

@@ -348,15 +348,15 @@ def magnitude(paper: str, speed: dict) -> str:
     return "paper's within our CI"
 
 
-def claim_rows(claims, result: Comparison, seed: int = 0) -> list[dict]:
-    """Every claim on every task both its rows ran on; each (claim, task) bootstraps with its own
-    seeded generator, so adding a claim never moves another's interval. The table is one family:
-    each row's p-value (log-rank for a time to the target, Wilcoxon on the per-seed log ratios for
-    a metric) is Holm-adjusted across all its rows (`speed_p_holm`), so adding a row can move
-    another's adjusted p and verdict."""
+def claim_rows(claims, result: Comparison, seed: int = 0, tasks=None) -> list[dict]:
+    """Every claim on every task (of `tasks`, default all) both its rows ran on; each (claim, task)
+    bootstraps with its own seeded generator, so adding a claim never moves another's interval. The
+    table is one family: each row's p-value (log-rank for a time to the target, Wilcoxon on the
+    per-seed log ratios for a metric) is Holm-adjusted across all its rows (`speed_p_holm`), so
+    adding a row can move another's adjusted p and verdict."""
     rows, found = [], []
     for claim in claims:
-        for task in result.tasks():
+        for task in result.tasks() if tasks is None else tasks:
             methods = result.by_method(task)
             if claim.method not in methods or claim.baseline not in methods:
                 continue
