@@ -133,7 +133,8 @@ def tables(args, cost: dict) -> tuple[list[dict], list[dict]]:
                            "--store", args.store, "--with-overhead", "--tracking-uri", args.tracking_uri,
                            "--out", str(out), "--no-mlflow-run"], rename=ROWS)
     paper = claim_rows(PAPER_CLAIMS, result)
-    sensitivity = {task: rows for task in result.tasks() if (rows := claim_rows(SENSITIVITY_CLAIMS, result, tasks=[task]))}
+    sensitivity = {task: rows for task in result.tasks()  # one Holm family a size
+                   if (rows := claim_rows(SENSITIVITY_CLAIMS, result, tasks=[task]))}
     seeds = sorted({c.seed for c in result.curves})
     notes = [f"Budget: {', '.join(f'{m} {n}' for m, n in TRIALS.items())} measurements a run; the tiling space "
              "(model.space=tiling); 3 repeats of >= 50 ms a reading. Final latency: the median of every reading the "
