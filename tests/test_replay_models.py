@@ -119,8 +119,16 @@ def run_whole_model(compose_cfg, monkeypatch, *overrides) -> Path:
     EVALUATED.clear()
     cfg = compose_cfg(*QUICK, *overrides)
     out_dir = Path(cfg.output_dir)
+    declare_whole_models(monkeypatch, out_dir.parent / "own_conf")
     run.main(as_job(cfg, monkeypatch))
     return out_dir
+
+
+def declare_whole_models(monkeypatch, conf_dir: Path) -> None:
+    """WholeModels registered as a user registers a method of their own: a config directory naming it."""
+    (conf_dir / "hardware").mkdir(parents=True, exist_ok=True)
+    (conf_dir / "hardware" / "whole_models.yaml").write_text(f"_target_: {WholeModels.__module__}.WholeModels\n")
+    monkeypatch.setenv("TUNELAB_CONF_DIRS", str(conf_dir))
 
 
 def assert_timed_on_the_backend(out_dir: Path, capsys) -> None:

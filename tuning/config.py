@@ -28,6 +28,7 @@ from tuning.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.storage import StorageSchema, register_resolver
 from tuning.storage import problems as storage_problems, unresolved as unresolved_storage
 from tuning.core.task import conv2d_output_shape
+from tuning.untrusted import is_registered_target, unregistered
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
 # each group's contract, for the keys its options no longer take (Component.moved)
@@ -395,6 +396,8 @@ def _check_component(group: str, node) -> tuple[type | None, list[str]]:
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     if not target:
         return None, [f"{group}._target_: missing"]
+    if not is_registered_target(target):  # asked before the import: importing a module runs it
+        return None, [unregistered(target, f"{group}._target_")]
     try:
         cls = _import(target)
     except (ImportError, AttributeError, ValueError) as error:

@@ -20,13 +20,13 @@ def discard_refused(resumed: str | None, job_dir: str | None) -> None:
 
 def discard_untouched(job_dir: str | None) -> None:
     """A job refused before any work (a new run, or a resume) leaves no folder behind: the one Hydra
-    made for it is removed while it holds nothing but Hydra's files, an empty run.log and the lock."""
+    made for it is removed while it holds nothing but Hydra's files, its run.log and the lock."""
     out_dir = Path(job_dir).resolve() if job_dir else None
     if out_dir is None or not out_dir.is_dir():
         return
     release(out_dir)
-    made_here = {".hydra", "run.log", ".tunelab.lock"}
-    if all(p.name in made_here and not (p.name == "run.log" and p.stat().st_size) for p in out_dir.iterdir()):
+    made_here = {".hydra", "run.log", ".tunelab.lock"}  # run.log holds at most the refusal's own lines
+    if all(p.name in made_here for p in out_dir.iterdir()):
         shutil.rmtree(out_dir, ignore_errors=True)
 
 

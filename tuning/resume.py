@@ -1,7 +1,7 @@
 """Continuing and reusing runs: a killed run's folder, an earlier run's records, a task's saved state.
 
     resolve_resume(cfg, hydra)   the run's config and folder, claimed (tuning/run_folder.py); with
-                                 `resume=DIR` the saved config (budget.*, tracking.uri may change)
+                                 `resume=DIR` the saved config (budget.*, tracking.uri, hardware.store may change)
     check_records / check_budget / check_states
                                  before any work on a resumed run: its records are readable and
                                  each measurement is there once, the budget is not below them, and
@@ -55,15 +55,18 @@ def resolve_resume(cfg, hydra: dict):
     saved = out_dir / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"resume: {out_dir} holds no config.yaml (not a tunelab run folder)")
-    old = load_config(saved, "resume")
-    claim(out_dir, resuming=True, key="resume")
-    hydra["choices"] = _saved_choices(out_dir, hydra)
     overrides = hydra.get("overrides", [])
     kept = [o for o in overrides if o.startswith(RESUME_OVERRIDES)]
+    replaced = tuple(o.split("=", 1)[0] for o in kept if o.startswith(SERVER_OVERRIDES))
+    old = load_config(saved, "resume", named=[cfg], replaced=replaced,
+                      how="name it on the command line (the same key=URL; only hardware.store and tracking.uri "
+                          "can be given on resume)")
+    claim(out_dir, resuming=True, key="resume")
+    hydra["choices"] = _saved_choices(out_dir, hydra)
     ignored = [o for o in overrides if not o.startswith((*RESUME_OVERRIDES, *RESUME_SWITCHES, "resume=", "hydra."))]
     if ignored:
         print(f"tunelab: resuming {out_dir} with its saved config; ignoring {' '.join(ignored)} "
-              "(only budget.*, tracking.uri and reset_state may change on resume)", file=sys.stderr)
+              "(only budget.*, tracking.uri, hardware.store and reset_state may change on resume)", file=sys.stderr)
     old.merge_with(_override_values(kept))
     old.reset_state = bool(cfg.get("reset_state", False))  # this command's switch, never the saved run's
     old.resume = str(out_dir)
@@ -72,7 +75,10 @@ def resolve_resume(cfg, hydra: dict):
     return old, out_dir
 
 
-RESUME_OVERRIDES = ("budget.", "tracking.uri=")
+# tracking.uri and hardware.store: where the run's MLflow store and measurement store are now, or a
+# server's URL with the password a saved config leaves out
+SERVER_OVERRIDES = ("tracking.uri=", "hardware.store=")
+RESUME_OVERRIDES = ("budget.", *SERVER_OVERRIDES)
 RESUME_SWITCHES = ("reset_state=",)  # read from this command's config, not merged into the saved one
 
 

@@ -19,6 +19,8 @@ What differs is how it connects and fails:
   on`: a write fails) and never creates or changes anything; a database without the format row
   is "not a tunelab measurement store". The tables, the columns the lab reads and the absence of
   triggers and rules are checked as for sqlite; the rows are untrusted and parsed the same way.
+- It asks libpq for SCRAM or no authentication (`require_auth`, unless the URL sets it): a server
+  that asks for the password in clear text or as an MD5 hash is refused before it is sent.
 - A server that cannot be reached, a database that does not exist or a refused login is a
   StoreError naming the URL without its password. Once this store reached its server, a lost
   connection (a restart, a failover) is retried with backoff for `busy_timeout_s`: a write that
@@ -78,6 +80,25 @@ def _psycopg(location: str):
         raise StoreError(f"{location}: a PostgreSQL store needs psycopg 3, which is not installed "
                          f"({INSTALL})") from None
     return psycopg
+
+
+# libpq's require_auth unless the URL sets it: a server that asks for the password in clear text or as
+# an MD5 hash gets nothing (SCRAM proves the password without sending it); `none` still lets in a server
+# that asks for no password (trust, peer). libpq reads it from version 16 on.
+REQUIRE_AUTH = "scram-sha-256,none"
+_warned_old_libpq: list = []
+
+
+def _auth_setting(psycopg) -> dict:
+    if psycopg.pq.version() >= 160000:
+        return {"require_auth": REQUIRE_AUTH}
+    if not _warned_old_libpq:
+        _warned_old_libpq.append(True)
+        import warnings
+
+        warnings.warn(f"libpq {psycopg.pq.version()} cannot refuse a server that asks for a clear-text password "
+                      "(require_auth needs libpq 16): pip install 'psycopg[binary]' brings one that can", stacklevel=3)
+    return {}
 
 
 def _libpq_url(url: str) -> str:
@@ -157,7 +178,7 @@ class PostgresStore(MeasurementStore):
             given = psycopg.conninfo.conninfo_to_dict(self.url)
         except psycopg.ProgrammingError as error:
             raise StoreError(f"{self.location}: not a PostgreSQL URL ({self._words(error)})") from None
-        defaults = {"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "tunelab"}
+        defaults = {"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "tunelab", **_auth_setting(psycopg)}
         extra = {k: v for k, v in defaults.items() if k not in given}
         return psycopg.connect(self.url, autocommit=True, **{**extra, **settings})
 

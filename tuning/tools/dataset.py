@@ -252,7 +252,10 @@ def saved_config(path: Path, overrides: list[str]):
     from tuning.config import ConfigError, validate
     from tuning.run_folder import load_config
 
-    cfg = OmegaConf.merge(load_config(path, "import"), OmegaConf.from_dotlist(list(overrides)))
+    given = OmegaConf.from_dotlist(list(overrides))
+    saved = load_config(path, "import", named=[given], replaced=tuple(o.split("=", 1)[0] for o in overrides),
+                        how="name it with --override KEY=URL")
+    cfg = OmegaConf.merge(saved, given)
     if not all(key in cfg for key in ("model", "hardware", "evaluator", "seed")):
         raise ConfigError(f"import: {path}: not a tunelab run config (no model, hardware, evaluator or seed)")
     validate(cfg)

@@ -150,6 +150,8 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
         if len(keys) == 1 and len(paths) == 1 and () not in keys and None not in paths:
             path = paths.pop()
             named_by = "--store" if store_override else "the runs' tasks.json"
+            if not store_override:
+                _refuse_unnamed_server(path, name, runs)
             try:
                 if not is_store_url(path) and not Path(path).is_file():
                     raise StoreError(f"{path}: no such file (--store names where it is now)")
@@ -168,6 +170,18 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
                          "(the minimum of noisy readings is biased low)")
         found[name] = _pooled_truth(runs, entries[0]["key"])
     return found, notes
+
+
+def _refuse_unnamed_server(path: str, task_name: str, runs: list[LoadedRun]) -> None:
+    """A run's artifacts are anyone's who can write to its MLflow store: a database server they
+    name is opened only when the user names it too (tuning/untrusted.py)."""
+    from tuning.untrusted import refusal, unnamed_servers, user_named_servers
+
+    found = unnamed_servers({"store": path}, user_named_servers())
+    if found:
+        run_id = next(r.run_id for r in runs if any(t.get("name") == task_name for t in r.tasks))
+        raise SystemExit("tuning.tools.compare: " + refusal(f"tasks.json of MLflow run {run_id} (task {task_name})", found,
+                                                       "name the store with --store"))
 
 
 def _store_entry(task: dict) -> tuple[str | None, tuple]:
