@@ -273,3 +273,16 @@ def test_a_run_writes_no_password_and_keeps_its_copies_private(tmp_path):
     assert "postgresql+psycopg://lab@db.example/studies" in (job / ".hydra" / "overrides.yaml").read_text()
     for name in (".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml", "config.yaml", "tasks.json"):
         assert (job / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_a_registry_entry_s_files_are_fetched_only_from_a_named_host(monkeypatch):
+    from tuning.tracking.registry import RegistryError, check_artifact_root
+
+    monkeypatch.delenv("TUNELAB_SERVERS", raising=False)
+    check_artifact_root("m/1", "/srv/mlruns/1/abc/artifacts/model", "sqlite:////srv/mlflow.db")
+    check_artifact_root("m/1", "mlflow-artifacts:/1/abc/artifacts/model", "http://mlflow.lab:5000")
+    check_artifact_root("m/1", "http://mlflow.lab:5000/api/2.0/mlflow-artifacts/artifacts/1", "http://mlflow.lab:5000")
+    with pytest.raises(RegistryError, match="a server you have not named"):
+        check_artifact_root("m/1", "http://collector.example/1/model", "http://mlflow.lab:5000")
+    monkeypatch.setenv("TUNELAB_SERVERS", "s3://bucket.lab")
+    check_artifact_root("m/1", "s3://bucket.lab/1/model", "http://mlflow.lab:5000")

@@ -51,7 +51,7 @@ class Outcome:
         return pd.DataFrame(rows, columns=["task", "index", "round", "config", "latency_us", "error", "reused"])
 
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
+def compose(overrides: Sequence[str] | Mapping | None = ()) -> DictConfig:
     """The job config `tunelab run OVERRIDES` would run (with its `hydra` node), for inspection or edits."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
@@ -65,10 +65,11 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
         return hydra_compose("config", overrides=argv, return_hydra_config=True)
 
 
-def tune(config: Sequence[str] | Mapping | DictConfig = ()) -> Outcome:
-    """Run one tuning job. `config`: Hydra overrides (a list of "key=value"), a mapping of them
-    ({"model": "gemm_64"}), or a config from `compose`. Bad input raises tuning.config.ConfigError
-    (a ValueError naming the key) before any work."""
+def tune(config: Sequence[str] | Mapping | DictConfig | None = ()) -> Outcome:
+    """Run one tuning job. `config`: Hydra overrides (a list of "key=value", "+key=value" or "~key";
+    None or () for none), a mapping of them ({"model": "gemm_64"}), or a config from `compose`. Bad
+    input raises, before any work, tuning.config.ConfigError (a ValueError naming the key, or the
+    position of an item that is not an override), or TypeError for an item that is not a string."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import configure_log
 
@@ -106,12 +107,53 @@ def _end_job_logging(root: logging.Logger, handlers: list, level: int) -> None:
     root.setLevel(level)
 
 
+OVERRIDE_FORMS = "key=value, +key=value or ~key"
+
+
 def _as_overrides(config) -> list[str]:
-    if isinstance(config, str):
-        raise TypeError("tunelab: overrides are a list of strings, e.g. ['model=gemm_64', 'budget.trials=64']")
+    if config is None:
+        return []
     if isinstance(config, Mapping):
-        return [f"{key}={_override_value(value)}" for key, value in config.items()]
-    return list(config)
+        return _checked([f"{key}={_override_value(value)}" for key, value in config.items()])
+    if isinstance(config, str) or not isinstance(config, Sequence):
+        raise TypeError("tunelab: overrides are a list of strings, e.g. ['model=gemm_64', 'budget.trials=64'] "
+                        f"(got {type(config).__name__})")
+    return _checked(list(config))
+
+
+def _checked(overrides: list) -> list[str]:
+    """Each item an override Hydra parses, named by its position if not."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for position, override in enumerate(overrides):
+        _check_override(parser, f"overrides[{position}]", override)
+    return overrides
+
+
+def _check_override(parser, where: str, override) -> None:
+    """A command-line flag or a sweep over several values is refused too: tune runs one job,
+    `tunelab run -m` a grid of them."""
+    from hydra.errors import HydraException
+
+    from tuning.config import ConfigError
+
+    if not isinstance(override, str):
+        raise TypeError(f"tunelab: {where} is {override!r} ({type(override).__name__}), not a string such as "
+                        "'model=gemm_64'")
+    if override in ("-m", "--multirun"):
+        raise ConfigError(f"{where}: {override!r}: tune runs one job; a grid of jobs (multirun) is "
+                          "`tunelab run -m ...`")
+    if override.startswith("-"):
+        raise ConfigError(f"{where}: {override!r} is a command-line flag; tune takes overrides only ({OVERRIDE_FORMS})")
+    try:
+        parsed = parser.parse_override(override)
+    except HydraException as error:
+        reason = str(error).strip().splitlines()[0]
+        raise ConfigError(f"{where}: {override!r} is not an override ({OVERRIDE_FORMS}): {reason}") from None
+    if parsed.is_sweep_override():
+        raise ConfigError(f"{where}: {override!r} sweeps over several values; tune runs one job, a sweep is "
+                          "`tunelab run -m ...`")
 
 
 def _override_value(value) -> str:

@@ -12,6 +12,7 @@ it (tuning/model_choice.py), the MLflow tags and note (tuning/tracking/tags.py).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import time
@@ -29,13 +30,14 @@ from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
 from tuning.tools.export import choose_in_model_and_export, export_artifacts
 from tuning.final import log_final_metrics, print_result
-from tuning.job_folder import continue_log_in, discard_refused
+from tuning.job_folder import continue_log_in, discard_refused, discard_untouched
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.resume import check_records, check_resume, prior_records, resolve_resume
 from tuning.hardware.runners.base import NoDeviceLeft
-from tuning.run_folder import mark_status, release, save_hardware, save_identity, terminated_by_signals
+from tuning.run_folder import (mark_status, release, save_hardware, save_identity, terminated_by_signals,
+                               write_private)
 from tuning.store import StoreError
 from tuning.store_wiring import check_store_space, wire_store
 from tuning.sweep import Pruning
@@ -43,6 +45,7 @@ from tuning.tools.sync import SPOOL_FILE, save_tasks
 from tuning.tracking.job_run import end_job_run, start_job_run
 from tuning.tracking.tags import figure_title, git_commit, method_name
 from tuning.trial import current_trial
+from tuning.untrusted import scrub_file, without_secrets
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
 
 log = logging.getLogger("tunelab")
@@ -88,6 +91,7 @@ def main(cfg: DictConfig) -> float:
 def run_job(cfg: DictConfig) -> JobResult:
     """The job on a composed config (its Hydra context set); ConfigError/StoreError: bad input, nothing done."""
     hydra = _hydra_info()
+    scrub_hydra_copies(hydra)
     try:
         cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
         validate(cfg, hydra.get("choices"))
@@ -99,6 +103,10 @@ def run_job(cfg: DictConfig) -> JobResult:
     try:
         with terminated_by_signals():
             return _run(cfg, hydra, out_dir)
+    except (ConfigError, StoreError):
+        if not cfg.resume:  # refused before any work (a store or device that cannot be reached): no folder left
+            discard_untouched(str(out_dir))
+        raise
     finally:
         release(out_dir)
 
@@ -160,7 +168,7 @@ def _prepare(cfg, parts, out_dir: Path) -> tuple:
 
 def _write_run_files(job: Job, hydra: dict) -> None:
     out_dir, hardware, writer = job.out_dir, job.parts.hardware, job.store_writer
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(job.cfg, resolve=True))
+    write_private(out_dir / "config.yaml", without_secrets(OmegaConf.to_yaml(job.cfg, resolve=True)))
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
     save_identity(out_dir, hydra.get("choices", {}), git_commit())
     rows = (lambda task: writer.table(task, hardware.space(task))) if writer else None
@@ -195,6 +203,14 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
         print(f"\ntunelab: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
               f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
         raise JobFailed(str(error)) from None
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        what = error.filename or f"the run folder {out_dir}"
+        print(f"\ntunelab: {what} could not be written ({error.strerror}); every measurement written before it is "
+              f"in {out_dir / 'records.jsonl'}; once space is freed continue with: tunelab run resume={out_dir}",
+              file=sys.stderr)
+        raise JobFailed(error.strerror) from None
     finally:
         mark_status(out_dir, status)
         end_job_run(parts.tracker, status, out_dir, job.tasks, job.prior, pruned, trial)
@@ -237,6 +253,18 @@ def _export(job: Job, outcomes, pruned: bool) -> dict | None:
 
 
 # ---- Hydra context -------------------------------------------------------------------------
+def scrub_hydra_copies(hydra: dict) -> None:
+    """Hydra's own copies of the config and overrides (.hydra/, a sweep's multirun.yaml), written
+    before the job starts, without the passwords of the URLs in them and readable by their owner only."""
+    folders = [Path(hydra[key]) for key in ("output_dir", "sweep_dir") if hydra.get(key)]
+    copies = [folders[0] / ".hydra" / name for name in HYDRA_COPIES] if folders else []
+    for path in [*copies, *(folder / "multirun.yaml" for folder in folders[1:])]:
+        scrub_file(path)
+
+
+HYDRA_COPIES = ("config.yaml", "overrides.yaml", "hydra.yaml")
+
+
 def _hydra_info() -> dict:
     if not HydraConfig.initialized():
         return {}

@@ -24,31 +24,31 @@ refused too (a saved config is written resolved).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
-import importlib
 import json
 import os
 import re
 import signal
+import stat
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager
-from functools import lru_cache
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig
 
-from tuning.conf_dir import CONF_DIR
 from tuning.config import ConfigError
+from tuning.untrusted import (CONF_DIRS_VARIABLE, conf_targets, declared_conf_dirs, env_conf_dirs,  # noqa: F401
+                              is_registered_target, refusal, unnamed_servers, unregistered, user_named_servers)
 
 LOCK_FILE = ".tunelab.lock"
 IDENTITY_FILE = "run.yaml"
 HARDWARE_FILE = "hardware.json"  # what measured the run (its describe() tags), for a copy logged elsewhere
 STATUS_FILE = "status"
 RUN_FILES = ("config.yaml", "records.jsonl")  # either one means the folder holds a run
-CONF_DIRS_VARIABLE = "TUNELAB_CONF_DIRS"  # the user's own config directories, each laid out like conf/
 _held: dict[Path, object] = {}  # out_dir -> its open lock file, for the life of the process
 
 
@@ -58,14 +58,15 @@ def holds_run(out_dir: Path) -> bool:
 
 def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
     """Take the folder's lock (non-blocking) and check it may be written by this run."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if out_dir in _held:
-        return
-    refuse_links(out_dir, key)  # a new run's folder too: it may hold a planted summary.txt link
-    lock = inside(out_dir, LOCK_FILE, key)
-    if lock.is_file() and lock.stat().st_nlink > 1:  # a copy made with `cp -l`: its own lock, not the original's
-        lock.unlink()
-    handle, owner = take_lock(lock)
+    with unwritable_refused(out_dir, resuming, key):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if out_dir in _held:
+            return
+        refuse_links(out_dir, key)  # a new run's folder too: it may hold a planted summary.txt link
+        lock = inside(out_dir, LOCK_FILE, key)
+        if lock.is_file() and lock.stat().st_nlink > 1:  # a copy made with `cp -l`: its own lock, not the original's
+            lock.unlink()
+        handle, owner = take_lock(lock)
     if owner is not None:
         raise ConfigError(f"{key}: {out_dir} is being written by another tunelab process (pid {owner}); "
                           "wait for it to end, or use another folder")
@@ -76,6 +77,24 @@ def claim(out_dir: Path, resuming: bool, key: str = "output_dir") -> None:
                           "or give this run another folder (hydra.run.dir=...)")
     write_holder(handle)
     _held[out_dir] = handle
+
+
+UNWRITABLE = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+              errno.EPERM: "permission denied"}
+
+
+@contextmanager
+def unwritable_refused(out_dir: Path, resuming: bool, key: str):
+    """A folder this process may not write (read-only media, another user's) refused as a ConfigError
+    saying what to do: every command on a run folder writes to it, its lock first."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in UNWRITABLE:
+            raise
+        instead = (f"copy it somewhere writable (cp -a {out_dir} NEWDIR) and use NEWDIR" if resuming
+                   else "give this run another folder (hydra.run.dir=...)")
+        raise ConfigError(f"{key}: {out_dir} cannot be written ({UNWRITABLE[error.errno]}); {instead}") from None
 
 
 def take_lock(path: Path):
@@ -213,10 +232,34 @@ def saved_commit(out_dir: Path) -> str | None:
 
 
 def mark_status(out_dir: Path, status: str) -> None:
+    path = out_dir / STATUS_FILE
     try:
         write_inside(out_dir, STATUS_FILE, status + "\n")
-    except (OSError, ConfigError):
-        pass  # a full disk or a link: the error that stopped the run matters more than its status file
+    except ConfigError:
+        pass  # a link: the error that stopped the run matters more than its status file
+    except OSError:
+        # A full disk has no room for the new file write_inside makes, but rewriting a few bytes in
+        # the block the old status already holds needs none. Failing that the old status goes: a
+        # stopped run is never left RUNNING (sync takes a folder without one as a run that ended).
+        try:
+            _overwrite(path, (status + "\n").encode())
+        except OSError:
+            with suppress(OSError):
+                path.unlink(missing_ok=True)
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    """`data` over the start of the plain file at `path`, cut to its length: never a new file, never
+    through a link or into a hard-linked file; a FIFO planted there fails (O_NONBLOCK) instead of hanging."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise OSError(errno.EPERM, f"{path} is not a plain file of its own")
+        os.pwrite(descriptor, data, 0)
+        os.ftruncate(descriptor, len(data))
+    finally:
+        os.close(descriptor)
 
 
 def read_status(out_dir: Path) -> str | None:
@@ -226,9 +269,12 @@ def read_status(out_dir: Path) -> str | None:
 
 
 # ---- a saved config, untrusted ----------------------------------------------------------------
-def load_config(path: Path, key: str) -> DictConfig:
+def load_config(path: Path, key: str, named=(), replaced: tuple[str, ...] = (), how: str = "") -> DictConfig:
     """config.yaml of a run folder, refused (ConfigError naming `key`) unless every `_target_` is
-    a class the lab registers and nothing in it is an interpolation."""
+    a class the lab registers, nothing in it is an interpolation, and every server it names
+    (a database or tracking URL) the user names too: `named` (the command's flags and own config)
+    or the variables tuning/untrusted.py lists. Keys in `replaced` the command sets itself; `how`
+    says how the user names a server for this command."""
     try:
         data = _safe_yaml(path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as error:
@@ -239,6 +285,9 @@ def load_config(path: Path, key: str) -> DictConfig:
     problems = list(_untrusted(data, ""))
     if problems:
         raise ConfigError(f"{key}: {path} is refused, nothing was run:\n  " + "\n  ".join(problems))
+    servers = unnamed_servers(data, user_named_servers(*named), skip=replaced)
+    if servers:
+        raise ConfigError(refusal(f"{key}: {path}", servers, how or "name the same location yourself"))
     return _with_defaults(data, path, key)
 
 
@@ -294,9 +343,7 @@ def _untrusted(node, where: str):
         for name, value in node.items():
             here = f"{where}.{name}" if where else str(name)
             if name == "_target_" and not is_registered_target(value):
-                yield (f"{here}: {value!r} is not a class tunelab registers (a _target_ of a YAML under conf/ or a "
-                       f"declared config directory, or a tunelab component); if it is your own method, declare its "
-                       f"config directory in {CONF_DIRS_VARIABLE}")
+                yield unregistered(value, here)
             elif str(name).startswith("_") and name != "_target_":
                 yield f"{here}: Hydra instantiation keys other than _target_ are not accepted in a saved config"
             else:
@@ -306,56 +353,6 @@ def _untrusted(node, where: str):
             yield from _untrusted(value, f"{where}[{index}]")
     elif isinstance(node, str) and "${" in node:
         yield f"{where}: interpolations are not accepted in a saved config (got {node!r})"
-
-
-def is_registered_target(target) -> bool:
-    if not isinstance(target, str):
-        return False
-    if target in conf_targets((CONF_DIR, *declared_conf_dirs())):
-        return True
-    if not re.fullmatch(r"tuning(\.[A-Za-z_]\w*)+", target):
-        return False  # nothing outside the lab's own package is even imported
-    from tuning.core.component import Component
-
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return False
-    return isinstance(cls, type) and issubclass(cls, Component)
-
-
-@lru_cache(maxsize=8)
-def conf_targets(conf_dirs: tuple[Path, ...]) -> frozenset:
-    """The `_target_`s of every YAML under these directories, nested groups (hardware/runner/) included."""
-    found = set()
-    for path in (p for conf_dir in conf_dirs for p in conf_dir.rglob("*.yaml")):
-        found.update(re.findall(r"^\s*_target_:\s*([\w.]+)\s*$", path.read_text(errors="replace"), flags=re.M))
-    return frozenset(found)
-
-
-def declared_conf_dirs() -> list[Path]:
-    """The config directories the command now running declares: TUNELAB_CONF_DIRS, then its own
-    `hydra.searchpath` (file:// entries; a run.py job only)."""
-    return env_conf_dirs() + _searchpath_dirs()
-
-
-def env_conf_dirs() -> list[Path]:
-    """TUNELAB_CONF_DIRS: os.pathsep-separated directories, each laid out like conf/ (search/,
-    cost_model/, hardware/, ...); Hydra's search path gains them (hydra_plugins/tunelab_searchpath)."""
-    return [Path(d).expanduser().resolve() for d in os.environ.get(CONF_DIRS_VARIABLE, "").split(os.pathsep) if d]
-
-
-def _searchpath_dirs() -> list[Path]:
-    """The `hydra.searchpath` of this process's own Hydra job (its command line or conf/config.yaml,
-    never the resumed folder's saved .hydra/), as directories; pkg:// entries name no directory."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    entries = [str(e) for e in HydraConfig.get().searchpath or []]
-    return [Path(e.removeprefix("file://")).expanduser().resolve() for e in entries
-            if e.startswith("file://") or "://" not in e]
 
 
 # ---- writing into a run folder, untrusted ------------------------------------------------------
@@ -404,6 +401,14 @@ def inside(run_dir: Path, relative, key: str = "run") -> Path:
     if not path.resolve().is_relative_to(run_dir.resolve()):
         raise ConfigError(f"{key}: {path} resolves outside {run_dir}; the lab does not write there")
     return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """A file that may name locations (a store's URL, a tracking server's), readable by its owner only."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(descriptor, 0o600)  # a file that was there before keeps its mode through O_CREAT
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
 
 
 def write_inside(run_dir: Path, relative, text: str, key: str = "run") -> Path:

@@ -9,6 +9,7 @@ campaign archives, MLflow artifacts, registry entries (docs/runs.md §Trust).
                                                   component; decided before anything is imported
     unnamed_servers(node, named)                  (key, URL) of every database or tracking server a
                                                   file names that the user has not named too
+    foreign_host(url, named)                      a URL (an artifact's) on a host the user has not named
     user_named_servers(*more)                     what the user names: $TUNELAB_SERVERS, the MLflow and
                                                   Optuna variables, and the command's own flags/config
     without_secrets(text)                         the passwords of URLs in a text left out
@@ -152,6 +153,11 @@ def location(url: str) -> tuple:
 def _named(url: str, named) -> bool:
     wanted = location(url)
     return any(location(other) == wanted for other in named if _is_server(other))
+
+
+def foreign_host(url: str, named) -> bool:
+    """Whether `url` is on a server none of `named` is on (the same host and port, any path)."""
+    return _is_server(url) and all(location(url)[2] != location(other)[2] for other in named if _is_server(other))
 
 
 def user_named_servers(*more) -> list[str]:

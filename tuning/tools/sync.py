@@ -35,7 +35,7 @@ from tuning.core.component import local_checks_only
 from tuning.naming import BEST_SO_FAR, run_name
 from tuning.core.outcome import best_from_records, take_chosen
 from tuning.core.records import RecordLog, _is_finite, _is_ints
-from tuning.run_folder import claim, load_config, on_run_folder, read_status, release
+from tuning.run_folder import claim, load_config, on_run_folder, read_status, release, write_private
 from tuning.tools.cli_common import add_tracking_uri, new_parser
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
@@ -141,7 +141,7 @@ def save_tasks(out_dir: Path, tasks, store_rows=None) -> None:
             table = store_rows(task)
             row.update(store=table.store.address, store_key=list(table.key))
         rows.append(row)
-    (out_dir / TASKS_FILE).write_text(json.dumps(rows))
+    write_private(out_dir / TASKS_FILE, json.dumps(rows))  # it names the store
 
 
 @dataclass(frozen=True)
@@ -268,7 +268,8 @@ def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
     from tuning.tracking.base import run_params
     from omegaconf import OmegaConf
 
-    cfg = load_config(out_dir / "config.yaml", "run")
+    cfg = load_config(out_dir / "config.yaml", "run", replaced=("tracking.uri",) if tracking_uri else (),
+                      how="name its MLflow store with --tracking-uri")
     own_store = not tracking_uri or tracking_uri == cfg.tracking.get("uri")
     if tracking_uri:
         cfg.tracking.uri = tracking_uri

@@ -104,6 +104,7 @@ def _download_booster(reference: str, version, registry_uri: str, folder: Path) 
         with tracking_at(registry_uri) as mlflow:
             root = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri) \
                 .get_model_version_download_uri(version.name, version.version)
+            check_artifact_root(reference, root, registry_uri)
             present = {info.path.rsplit("/", 1)[-1] for info in mlflow.artifacts.list_artifacts(artifact_uri=root)
                        if not info.is_dir}
             found = [name for name in BOOSTER_FILES if name in present]
@@ -116,6 +117,18 @@ def _download_booster(reference: str, version, registry_uri: str, folder: Path) 
         raise
     except Exception as error:  # noqa: BLE001 - an entry whose files cannot be fetched: said as a config problem
         raise RegistryError(f"{reference}: cannot fetch its files ({type(error).__name__}: {error})") from None
+
+
+def check_artifact_root(reference: str, root: str, registry_uri: str) -> None:
+    """An entry's files are fetched from the registry's own server or a place the user names: the
+    entry's source is anyone's who can register a version, and a download sends the user's MLflow or
+    cloud credentials to its host (tuning/untrusted.py)."""
+    from tuning.untrusted import SERVERS_VARIABLE, foreign_host, user_named_servers, without_secrets
+
+    if foreign_host(str(root), user_named_servers(registry_uri)):
+        raise RegistryError(f"{reference}: its files are at {without_secrets(root)}, a server you have not named (the "
+                            f"registry is {without_secrets(registry_uri)}); list it in ${SERVERS_VARIABLE} to fetch "
+                            "them. Nothing was fetched.")
 
 
 def register_booster(booster, name: str, registry_uri: str, experiment: str, params: dict, metrics: dict,
