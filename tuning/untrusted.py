@@ -213,7 +213,10 @@ PASSWORD_PARAMETERS = ((re.compile(r"\?password=[^&\s'\"]*&", re.I), "?"),  # fi
 
 def without_secrets(text: str) -> str:
     """`text` with every URL's password left out (user:password@ -> user@, password=... dropped)."""
-    text = USER_PASSWORD.sub(r"\1@", str(text))
+    return without_password_parameters(USER_PASSWORD.sub(r"\1@", str(text)))
+
+
+def without_password_parameters(text: str) -> str:
     for pattern, replacement in PASSWORD_PARAMETERS:
         text = pattern.sub(replacement, text)
     return text

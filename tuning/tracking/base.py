@@ -55,6 +55,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 
 from tuning.core.component import Component
+from tuning.untrusted import without_password_parameters
 
 
 class Tracker(Component):
@@ -178,6 +179,7 @@ def option_name(choice: str | None, target: str, aliases: Mapping | None = None)
     return (aliases or {}).get(name, name)
 
 
+
 URL_PASSWORD = re.compile(r"(://[^:/@\s]+):[^@/\s]+@")  # scheme://user:password@host
 
 
@@ -195,7 +197,7 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str | int | float | bool]:
         elif value is None:
             flat[name] = "null"
         elif isinstance(value, str):
-            flat[name] = URL_PASSWORD.sub(r"\1:***@", value)  # a database URL's password is no param
+            flat[name] = URL_PASSWORD.sub(r"\1:***@", without_password_parameters(value))  # a database URL's password is no param
         elif isinstance(value, (int, float, bool)):
             flat[name] = value
         else:

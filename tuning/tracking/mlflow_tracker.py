@@ -36,6 +36,7 @@ from pathlib import Path
 
 from tuning.naming import sweep_name
 from tuning.tracking.base import Tracker
+from tuning.untrusted import without_secrets
 from tuning.tracking.empty_store import seed
 
 # MLflow's limits (mlflow.utils.validation): longer values are rejected, not cut.
@@ -341,7 +342,7 @@ class MlflowTracker(Tracker):
         if self._experiment_id is not None:
             experiment += f" (id {self._experiment_id})"
         run = f"run={self._run_id}" if self._run_id else "run=(not started)"
-        return f"{self.uri}  {experiment}  {run}\n  browse: {self._browse(f'/#/experiments/{self._experiment_id}')}"
+        return f"{without_secrets(self.uri)}  {experiment}  {run}\n  browse: {self._browse(f'/#/experiments/{self._experiment_id}')}"
 
     def run_page(self, run_id: str) -> str:
         return self._browse(f"/#/experiments/{self._experiment_id}/runs/{run_id}")
