@@ -186,7 +186,7 @@ def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, caps
     manifest = json.loads((folder / "manifest.json").read_text())
     kernels = [k for lib in manifest["libraries"] for k in lib["kernels"]]
     lines = [json.dumps({"kernel": k["name"], "error": None, "costs": [1e-4 * (1 + i % 7)] * 3, "message": "",
-                         "run_s": 0.01, "gauge_s": 2e-5, "measured_at": 1.8e9, "pack": manifest["id"],
+                         "run_s": 0.01, "gauge_s": 2e-5, "measured_at": manifest["made_on"]["time"] + 60, "pack": manifest["id"],
                          "device": {"kind": "cuda", "name": GPU_NAME, "compute_version": "9.0"}})
              for i, k in enumerate(kernels)]
     copy = tmp_path / "pack"

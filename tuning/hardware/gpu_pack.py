@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import lzma
 import os
 import platform
 import queue
@@ -433,16 +434,46 @@ def _write_archive(folder: Path, manifest: dict, kernel_files: list, common: lis
     return archive
 
 
+# Caps on an unpacked pack (untrusted), read from its tar headers before anything is written.
+PACK_MAX_BYTES = 2 << 30  # a pack is --max-mib compressed (60 by default); its libraries unpack to a few times that
+PACK_MAX_MEMBERS = 10_000  # a pack holds a few hundred files: its libraries, checks, TVM's runtime and tvm_ffi
+EXTRACTION_FILTER = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.11.4+: no setuid or odd modes
+
+
 def unpack(archive: Path, into: Path) -> Path:
-    """A pack archive extracted (members outside its own folder refused); the folder."""
-    with tarfile.open(archive) as tar:
-        members = tar.getmembers()
-        roots = {Path(m.name).parts[0] for m in members if m.name}
-        if len(roots) != 1 or any(not (m.isfile() or m.isdir()) or ".." in Path(m.name).parts or m.name.startswith("/")
-                                  for m in members):
-            raise PackError(f"{archive}: not a tunelab GPU pack (one folder of plain files)")
-        tar.extractall(into, members=members)
-    return into / roots.pop()
+    """A pack archive (untrusted) extracted into a new folder under `into`; the pack's folder. Its
+    members are checked from their headers before anything is written (plain files and folders under
+    one folder, PACK_MAX_MEMBERS and PACK_MAX_BYTES at most), and a failed extraction leaves nothing."""
+    try:
+        with tarfile.open(archive) as tar:
+            members = _pack_members(tar, archive)
+            into.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix="pack-", dir=into))
+            try:
+                tar.extractall(folder, members=members, **EXTRACTION_FILTER)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+        raise PackError(f"{archive}: not a readable pack archive ({type(error).__name__}: {error})") from None
+    return folder / Path(members[0].name).parts[0]
+
+
+def _pack_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """The archive's members, read one header at a time (the scan stops at the first over a cap)."""
+    members, total = [], 0
+    for member in tar:
+        members.append(member)
+        total += member.size
+        if len(members) > PACK_MAX_MEMBERS:
+            raise PackError(f"{archive}: more than {PACK_MAX_MEMBERS:,} members (a pack holds a few hundred)")
+        if total > PACK_MAX_BYTES:
+            raise PackError(f"{archive}: its members unpack to over {PACK_MAX_BYTES >> 20} MiB")
+    roots = {Path(m.name).parts[0] if Path(m.name).parts else "" for m in members}
+    if len(roots) != 1 or "" in roots or any(not (m.isfile() or m.isdir()) or ".." in Path(m.name).parts
+                                             or m.name.startswith("/") for m in members):
+        raise PackError(f"{archive}: not a tunelab GPU pack (one folder of plain files)")
+    return members
 
 
 def kernel_count(manifest: dict) -> int:

@@ -28,8 +28,11 @@ A job whose output lives elsewhere (`Job.archived=False`: a model registered in 
 packed; a restored campaign runs it again. The archive is untrusted input: only regular files under
 the manifest's folders and stores are extracted, the stores' rows pass copy_store's checks, and
 a file whose content does not match its hash is refused; every file is read and checked before any
-folder is put in place. Archives of the first format (`.tar.gz`, every file under `runs/`) are
-still read, and the next pack replaces them.
+folder is put in place. Its size is capped before anything is written, from the tar headers and the
+manifest: MAX_FILE_BYTES a member, MAX_FILES members and files put in place, MAX_ARCHIVE_BYTES of
+members and MAX_RESTORED_BYTES put in place; a view that fails leaves nothing in the views folder.
+Archives of the first format (`.tar.gz`, every file under `runs/`) are still read, and the next
+pack replaces them.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -55,6 +59,12 @@ XZ_PRESET = 9  # a 64 MiB window: similar files (each run's tuning records) comp
 LEFT_OUT = {".tunelab.lock"}  # a finished folder's files not worth carrying
 LEFT_OUT_FOLDERS = {"state", "export"}  # search state (a finished run resumes nothing), built libraries
 MAX_FILE_BYTES = 64 << 20  # per extracted file: an archive is a repository's file, not a dump
+# A whole archive's caps. The largest campaign so far, value-transfer (2,472 members of 144 MiB that place
+# 3,111 files of 283 MiB), is well within them; ten 60 MiB blobs from a 94 KB file are not.
+MAX_ARCHIVE_BYTES = 512 << 20  # its members together: what a restore reads into scratch
+MAX_RESTORED_BYTES = 1 << 30  # the files put in place (a blob counts once for each file that names it)
+MAX_FILES = 20_000  # its members, and the files put in place
+UNREADABLE = (tarfile.TarError, OSError, EOFError, lzma.LZMAError, zlib.error)  # what a broken archive raises
 
 
 class ArchiveError(ValueError):
@@ -276,22 +286,23 @@ def _restore_file(path: Path, root: Path, stores_folder: Path, tracking_uri: str
     restored = Restored()
     try:
         with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as scratch:
+            members = _members(tar, path)  # the caps, from the headers alone: nothing is read or written yet
             manifest = _manifest(tar, path, identity)
-            members = {m.name: m for m in tar.getmembers()}
-            restored.stores = list(manifest["stores"])
-            for name in restored.stores:
-                restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
             restored.listed = list(dict.fromkeys(manifest["folders"]))
             wanted = [rel for rel in restored.listed if not (root / rel).exists()]
             restored.kept_local = len(restored.listed) - len(wanted)
             files = {rel: _folder_files(manifest, members, rel) for rel in wanted}
+            _check_placed(files, members)
+            restored.stores = list(manifest["stores"])
+            for name in restored.stores:
+                restored.readings += _restore_store(tar, members, name, stores_folder / name, Path(scratch))
             contents = _read_contents(tar, members, files, Path(scratch))  # all checked before any is placed
             for rel in wanted:
                 if _place_folder(files[rel], contents, root / rel, Path(scratch)):
                     restored.folders.append(rel)
                 else:  # nested in a folder placed just before
                     restored.kept_local += 1
-    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
+    except UNREADABLE as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__}: {error})") from None
     except ArchiveError as error:
         raise ArchiveError(str(error) if str(error).startswith(str(path)) else f"{path}: {error}") from None
@@ -336,8 +347,9 @@ def open_view(path: Path, views: Path | None = None) -> View:
         raise ArchiveError(f"{path}: no such archive")
     try:
         with tarfile.open(path, "r:*") as tar:
+            _members(tar, path)  # over a cap: refused before the views folder is touched
             host = _read_manifest(tar, path).get("host")
-    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError) as error:
+    except UNREADABLE as error:
         raise ArchiveError(f"{path}: not a readable archive ({type(error).__name__})") from None
     if not (isinstance(host, dict) and isinstance(host.get("cpu_model"), str) and isinstance(host.get("cores"), int)
             and isinstance(host.get("flags"), str)):
@@ -345,16 +357,31 @@ def open_view(path: Path, views: Path | None = None) -> View:
     key = host_key(host)
     if path.name not in {f"{key}{suffix}" for suffix in SUFFIX.values()}:
         raise ArchiveError(f"{path}: its manifest's host is {key}, not the host its name says")
-    base = (views or _default_views()) / path.parent.resolve().name / key
+    views = views or _default_views()
+    base = views / path.parent.resolve().name / key
     digest, mark = _sha256(path), base / "archive.sha256"
     if mark.is_file() and mark.read_text().strip() != digest:
         shutil.rmtree(base)  # a view is derived: a newer archive is read again whole
     view = View(path, host, base / "runs", base / "stores", f"sqlite:///{(base / 'mlflow.db').resolve()}", Restored())
-    view.stores.mkdir(parents=True, exist_ok=True)
-    mark.write_text(digest + "\n")
-    view.restored = _restore_file(path, view.root, view.stores, view.tracking_uri, host, relog=False)
+    try:
+        view.stores.mkdir(parents=True, exist_ok=True)
+        mark.write_text(digest + "\n")
+        view.restored = _restore_file(path, view.root, view.stores, view.tracking_uri, host, relog=False)
+    except BaseException:
+        _remove_view(base, views)
+        raise
     _relog_view(base, view)
     return view
+
+
+def _remove_view(base: Path, views: Path) -> None:
+    """A view that could not be read whole, removed, and the folders above it when that empties them."""
+    shutil.rmtree(base, ignore_errors=True)
+    for folder in (base.parent, views):
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # another view lives there
 
 
 def _default_views() -> Path:
@@ -372,6 +399,30 @@ def _relog_view(base: Path, view: View) -> None:
     done_file.write_text("".join(f"{rel}\n" for rel in runs if rel in done))
 
 
+def _members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
+    """The archive's members by name (of two of one name, the last), read one header at a time: the
+    scan stops at the first member past MAX_FILES or MAX_ARCHIVE_BYTES, before any data is read."""
+    members, count, total = {}, 0, 0
+    for member in tar:
+        count, total = count + 1, total + member.size
+        if count > MAX_FILES:
+            raise ArchiveError(f"{path}: more than {MAX_FILES:,} members (MAX_FILES)")
+        if total > MAX_ARCHIVE_BYTES:
+            raise ArchiveError(f"{path}: its members unpack to over {MAX_ARCHIVE_BYTES >> 20} MiB (MAX_ARCHIVE_BYTES)")
+        members[member.name] = member
+    return members
+
+
+def _check_placed(files: dict, members: dict) -> None:
+    """The folders' files are refused when they would be over MAX_FILES or MAX_RESTORED_BYTES once
+    put in place: one blob is extracted once but copied to every file that names it."""
+    placed = [name for entries in files.values() for _, name, _ in entries]
+    if len(placed) > MAX_FILES:
+        raise ArchiveError(f"its folders would hold more than {MAX_FILES:,} files (MAX_FILES)")
+    if sum(members[name].size for name in placed) > MAX_RESTORED_BYTES:
+        raise ArchiveError(f"its folders would hold over {MAX_RESTORED_BYTES >> 20} MiB (MAX_RESTORED_BYTES)")
+
+
 def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
     try:
         member = tar.getmember(MANIFEST)
@@ -387,7 +438,7 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
 
 def _manifest(tar: tarfile.TarFile, path: Path, identity: dict) -> dict:
     manifest = _read_manifest(tar, path)
-    if manifest.get("format") not in READABLE:
+    if type(manifest.get("format")) is not int or manifest["format"] not in READABLE:
         raise ArchiveError(f"{path}: {MANIFEST} is not of a known format ({', '.join(map(str, sorted(READABLE)))})")
     if manifest.get("host") != identity:
         raise ArchiveError(f"{path}: made on another host ({manifest.get('host')}), this is {identity}")

@@ -11,20 +11,27 @@ or more .tar.gz packs of at most --max-mib. Importing a pack's folder adds its r
 measurement store under the GPU the readings name (`hardware.gpu`), with the configs GPU
 verification rejected as `invalid` rows: a replay then reads them on any host
 (`hardware=replay hardware@hardware.backend=cuda hardware.backend.arch=... hardware.backend.gpu=...`).
-The pack folder and its readings are untrusted: a reading that is not one of the pack's kernels, or
-whose values no reader would accept, is skipped and counted.
+The pack folder and its readings are untrusted: a manifest that lists a kernel, or a config of a
+task, twice is refused; a reading that is not one of the pack's kernels, whose values no reader
+would accept, or that was not measured between the pack's making and now, is skipped and counted,
+and so is one whose costs are not plausible for its task (tuning/core/plausible.py), never stored.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
+import time
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
 from tuning.core.records import ERROR_KINDS, MeasureResult
 from tuning.store import TaskRows
+from tuning.untrusted import override_problems, user_named_servers
+
+CLOCK_SLACK_S = 24 * 3600.0  # the exporting host's and the GPU host's clocks may disagree, not by days
 
 # The seed papers' layers as they ran them on GPUs (docs/gpus.md §Presets).
 PRESETS = {
@@ -54,6 +61,9 @@ def export(args) -> None:
     from tuning.tools.run_config import compose, full_readings, model_tasks
 
     overrides = with_default_hardware(list(args.overrides))
+    unimportable = override_problems(overrides, "gpu-batch export", PACK_GROUPS, user_named_servers(*overrides))
+    if unimportable:  # the pack carries them, and its import takes only these
+        raise SystemExit("tunelab: a pack's overrides set only the hardware and evaluator:\n  " + "\n  ".join(unimportable))
     names = model_names(args)
     settings = PackSettings(out=Path(args.out), name=args.name or "-".join(args.preset or names[:1]),
                             per_library=args.per_library, max_mib=args.max_mib, python=args.python,
@@ -110,28 +120,44 @@ def import_pack(store, folder: Path, readings: Path | None = None) -> int:
         print(f"skip {folder}: no readings ({readings}); run the pack first (python {folder}/run_pack.py)")
         return 0
     kernels = {k["name"]: k for library in manifest["libraries"] for k in library["kernels"]}
+    window = measuring_window(manifest)
     by_gpu, skipped = {}, 0
     for line in readings.read_text(errors="replace").splitlines():
-        reading = valid_reading(line, kernels)
+        reading = valid_reading(line, kernels, window)
         if reading is None:
             skipped += 1
             continue
         by_gpu.setdefault(reading["device"]["name"], []).append(reading)
-    added = sum(_import_gpu(store, manifest, name, rows, kernels) for name, rows in by_gpu.items())
+    counts = [_import_gpu(store, manifest, name, rows, kernels, folder) for name, rows in by_gpu.items()]
+    added, implausible = sum(a for a, _ in counts), sum(i for _, i in counts)
     print(f"{folder}: {sum(len(r) for r in by_gpu.values())} readings on {', '.join(by_gpu) or 'no device'}, "
-          f"{added} rows added{f', {skipped} unreadable lines skipped' if skipped else ''}")
+          f"{added} rows added{f', {implausible} implausible readings skipped' if implausible else ''}"
+          f"{f', {skipped} unreadable lines skipped' if skipped else ''}")
     return added
 
 
-def _import_gpu(store, manifest: dict, gpu: str, readings: list, kernels: dict) -> int:
+def measuring_window(manifest: dict, now: float | None = None) -> tuple[float, float]:
+    """When the pack's readings can have been measured: from its making to now, each with CLOCK_SLACK_S."""
+    now = time.time() if now is None else now
+    return manifest["made_on"]["time"] - CLOCK_SLACK_S, now + CLOCK_SLACK_S
+
+
+def _import_gpu(store, manifest: dict, gpu: str, readings: list, kernels: dict, folder: Path) -> tuple[int, int]:
+    """The readings of one GPU into the store: (rows added, readings skipped as implausible)."""
+    from hydra.errors import HydraException
     from hydra.utils import instantiate
 
+    from tuning.hardware.gpu_pack import PackError
     from tuning.tools.run_config import compose, full_readings, model_tasks
 
     models = sorted({task["model"] for task in manifest["tasks"].values()})
-    added = 0
+    added = implausible = 0
     for model in models:
-        cfg = compose([f"model={model}", *manifest["overrides"]])
+        try:  # quoted: a name such as `nan` or `true` stays a name
+            cfg = compose([f"model='{model}'", *manifest["overrides"]])
+        except HydraException as error:
+            raise PackError(f"{folder}/manifest.json: tasks: model {model!r} with its overrides: "
+                            f"{str(error).splitlines()[0]}") from None
         with instantiate(cfg.hardware) as hardware:
             if manifest["device"] != "cpu":
                 hardware.gpu = gpu
@@ -143,13 +169,21 @@ def _import_gpu(store, manifest: dict, gpu: str, readings: list, kernels: dict) 
                     tables[task.key].register()
             for reading in readings:
                 kernel = kernels[reading["kernel"]]
-                added += _add(tables.get(kernel["task"]), kernel["config"], _result(reading, kernel),
-                              reading["measured_at"])
+                table, result = tables.get(kernel["task"]), _result(reading, kernel)
+                if table is not None and not _plausible(table, result):
+                    implausible += 1
+                    continue
+                added += _add(table, kernel["config"], result, reading["measured_at"])
             for entry in manifest["invalid"] + manifest["build_errors"]:
                 result = MeasureResult.failed(entry["error"] if entry.get("error") in ERROR_KINDS else "invalid",
                                               str(entry.get("message", "")), build_s=float(entry.get("build_s", 0.0)))
                 added += _add(tables.get(entry["task"]), entry["config"], result, manifest["made_on"]["time"])
-    return added
+    return added, implausible
+
+
+def _plausible(table: TaskRows, result: MeasureResult) -> bool:
+    """Whether the store's readers would accept the result's costs (its task's bounds on this hardware)."""
+    return table.store.bounds(table.hardware_key, table.task_key).first_problem(result.costs) is None
 
 
 def _add(table, config, result: MeasureResult, measured_at: float) -> int:
@@ -168,22 +202,29 @@ def _result(reading: dict, kernel: dict) -> MeasureResult:
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:  # an int past any float
+        return False
 
 
-def valid_reading(line: str, kernels: dict) -> dict | None:
-    """A readings.jsonl line as a reading of one of the pack's kernels, or None."""
+def valid_reading(line: str, kernels: dict, window: tuple[float, float]) -> dict | None:
+    """A readings.jsonl line as a reading of one of the pack's kernels measured within `window`
+    (`measuring_window`), or None."""
     try:
         reading = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a nesting bomb
         return None
-    if not isinstance(reading, dict) or reading.get("kernel") not in kernels:
+    if not isinstance(reading, dict) or not isinstance(reading.get("kernel"), str) or reading["kernel"] not in kernels:
         return None
     device = reading.get("device")
     error, costs = reading.get("error"), reading.get("costs", [])
     ok = (isinstance(device, dict) and isinstance(device.get("name"), str) and 0 < len(device["name"]) <= 200
           and (error is None or error in ERROR_KINDS) and isinstance(reading.get("message", ""), str)
           and _number(reading.get("run_s", 0.0)) and _number(reading.get("measured_at"))
+          and window[0] <= reading["measured_at"] <= window[1]
           and (reading.get("gauge_s") is None or (_number(reading["gauge_s"]) and reading["gauge_s"] > 0))
           and isinstance(costs, list) and all(_number(c) and c > 0 for c in costs) and (error or costs))
     if not ok:
@@ -193,47 +234,88 @@ def valid_reading(line: str, kernels: dict) -> dict | None:
             "gauge_s": reading.get("gauge_s"), "measured_at": float(reading["measured_at"])}
 
 
+# What a pack's overrides may set: the hardware and evaluator it was built for (`hardware=cuda`,
+# `hardware.arch=sm_90`, `evaluator=adaptive`); the model comes from its tasks.
+PACK_GROUPS = ("hardware", "evaluator")
+
+
 def read_manifest(folder: Path) -> dict:
     """A pack's manifest.json, checked for what import reads (untrusted)."""
     from tuning.hardware.gpu_pack import PACK_FORMAT, PackError
 
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError) as error:
-        raise PackError(f"{folder}/manifest.json: {error}") from None
+    except (OSError, ValueError, RecursionError) as error:  # RecursionError: a nesting bomb
+        raise PackError(f"{folder}/manifest.json: {type(error).__name__}: {str(error)[:200]}") from None
     problems = []
     if not isinstance(manifest, dict) or manifest.get("format") != PACK_FORMAT:
         raise PackError(f"{folder}/manifest.json: not a tunelab GPU pack of format {PACK_FORMAT}")
-    if not (isinstance(manifest.get("overrides"), list) and all(isinstance(o, str) for o in manifest["overrides"])):
+    if not isinstance(manifest.get("overrides"), list):
         problems.append("overrides")
-    if not isinstance(manifest.get("tasks"), dict) or not all(
-            isinstance(t, dict) and isinstance(t.get("model"), str) for t in manifest["tasks"].values()):
+    else:
+        refused = override_problems(manifest["overrides"], f"{folder}/manifest.json", PACK_GROUPS, user_named_servers())
+        if refused:  # before anything is composed from them: nothing a pack names is imported or connected to
+            raise PackError("\n  ".join(["refused, nothing was run:", *refused]))
+    tasks = manifest.get("tasks")
+    if not isinstance(tasks, dict) or not all(isinstance(t, dict) and _model_name(t.get("model"))
+                                              for t in tasks.values()):
         problems.append("tasks")
-    if not _kernels_ok(manifest.get("libraries")):
+        tasks = {}
+    if not _kernels_ok(manifest.get("libraries"), tasks):
         problems.append("libraries")
     for key in ("invalid", "build_errors"):
-        if not (isinstance(manifest.get(key), list) and all(
-                isinstance(e, dict) and _config_ok(e.get("config")) and e.get("task") in manifest.get("tasks", {})
-                for e in manifest[key])):
+        if not (isinstance(manifest.get(key), list) and all(_failure_ok(e, tasks) for e in manifest[key])):
             problems.append(key)
-    if manifest.get("device") not in ("cpu", "cuda") or not _number((manifest.get("made_on") or {}).get("time")):
-        problems.append("device/made_on")
+    if manifest.get("device") not in ("cpu", "cuda"):
+        problems.append("device")
+    if not _made_ok(manifest.get("made_on")):
+        problems.append("made_on (a time before now)")
     if problems:
         raise PackError(f"{folder}/manifest.json: unreadable {', '.join(problems)}")
+    listed_twice = _listed_twice(manifest)
+    if listed_twice:
+        raise PackError(f"{folder}/manifest.json: {'; '.join(listed_twice)}")
     return manifest
+
+
+def _listed_twice(manifest: dict) -> list[str]:
+    """Kernel names, and configs of one task, the manifest lists more than once: a reading of such a
+    kernel could be stored under either config, and a config under two outcomes."""
+    kernels = [k for library in manifest["libraries"] for k in library["kernels"]]
+    names = Counter(k["name"] for k in kernels)
+    configs = Counter((e["task"], tuple(e["config"])) for e in [*kernels, *manifest["invalid"],
+                                                                *manifest["build_errors"]])
+    return ([f"libraries: kernel {name!r} listed {n} times" for name, n in names.items() if n > 1][:3]
+            + [f"libraries, invalid, build_errors: config {list(config)} of task {task!r} listed {n} times"
+               for (task, config), n in configs.items() if n > 1][:3])
+
+
+def _model_name(name) -> bool:
+    """A model config's plain name (composed as model=NAME): no path, interpolation or second override."""
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]{0,99}", name) is not None
+
+
+def _made_ok(made_on) -> bool:
+    return isinstance(made_on, dict) and _number(made_on.get("time")) and made_on["time"] <= time.time() + CLOCK_SLACK_S
+
+
+def _failure_ok(entry, tasks: dict) -> bool:
+    """An `invalid` or `build_errors` entry: a config of one of the tasks, with numbers where import reads them."""
+    return (isinstance(entry, dict) and _config_ok(entry.get("config")) and isinstance(entry.get("task"), str)
+            and entry["task"] in tasks and _number(entry.get("build_s", 0.0)))
 
 
 def _config_ok(config) -> bool:
     return isinstance(config, list) and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in config)
 
 
-def _kernels_ok(libraries) -> bool:
+def _kernels_ok(libraries, tasks: dict) -> bool:
     if not isinstance(libraries, list):
         return False
     return all(isinstance(lib, dict) and isinstance(lib.get("kernels"), list) and all(
         isinstance(k, dict) and isinstance(k.get("name"), str) and _config_ok(k.get("config"))
-        and isinstance(k.get("task"), str) and _number(k.get("build_s", 0.0)) for k in lib["kernels"])
-        for lib in libraries)
+        and isinstance(k.get("task"), str) and k["task"] in tasks and _number(k.get("build_s", 0.0))
+        for k in lib["kernels"]) for lib in libraries)
 
 
 def unpacked(path: Path, into: Path) -> Path:
