@@ -1,13 +1,18 @@
-"""The folder Hydra makes for each job (hydra.run.dir), when the job does not keep it: a job refused
-before any work leaves none behind (nor a run folder locked), and a resumed run logs into its own run
-folder instead."""
+"""The folder Hydra makes for each job (hydra.run.dir): a job refused before any work leaves none
+behind (nor a run folder locked), a resumed run logs into its own run folder instead, Hydra's copies
+of the config hold no password, and a job stopped after measuring says why in words."""
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 from pathlib import Path
 
 from tuning.run_folder import release
+from tuning.untrusted import scrub_file
+
+HYDRA_COPIES = ("config.yaml", "overrides.yaml", "hydra.yaml")
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def discard_refused(resumed: str | None, job_dir: str | None) -> None:
@@ -45,3 +50,37 @@ def continue_log_in(out_dir: Path, job_dir: str | None) -> None:
                  if p.name != ".hydra" and not (p.suffix == ".log" and p.stat().st_size == 0)]
     if not leftovers:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def scrub_hydra_copies(hydra: dict) -> None:
+    """Hydra's own copies of the config and overrides (.hydra/, a sweep's multirun.yaml), written
+    before the job starts, without the passwords of the URLs in them and readable by their owner only."""
+    folders = [Path(hydra[key]) for key in ("output_dir", "sweep_dir") if hydra.get(key)]
+    copies = [folders[0] / ".hydra" / name for name in HYDRA_COPIES] if folders else []
+    for path in [*copies, *(folder / "multirun.yaml" for folder in folders[1:])]:
+        scrub_file(path)
+
+
+def stop_reason(error: Exception, out_dir: Path) -> str | None:
+    """Why a run stopped after measuring, in words (a full disk, a link where it writes, no device
+    left); None for an OS error other than a full disk, which is not the run's input to mend."""
+    if not isinstance(error, OSError):
+        return str(error)
+    if error.errno not in FULL:
+        return None
+    return f"{error.filename or f'the run folder {out_dir}'} could not be written ({error.strerror})"
+
+
+def hydra_info() -> dict:
+    """What the job's Hydra context says of it: its group choices, overrides and folder (and a sweep's)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    info = {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task),
+            "output_dir": hc.runtime.output_dir}
+    if hc.mode == RunMode.MULTIRUN:
+        info["sweep_dir"] = str(Path(hc.sweep.dir).resolve())
+    return info

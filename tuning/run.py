@@ -12,15 +12,12 @@ it (tuning/model_choice.py), the MLflow tags and note (tuning/tracking/tags.py).
 """
 from __future__ import annotations
 
-import errno
 import logging
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -30,7 +27,8 @@ from tuning.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError, validate
 from tuning.tools.export import choose_in_model_and_export, export_artifacts
 from tuning.final import log_final_metrics, print_result
-from tuning.job_folder import continue_log_in, discard_refused, discard_untouched
+from tuning.job_folder import (continue_log_in, discard_refused, discard_untouched, hydra_info as _hydra_info,
+                               scrub_hydra_copies, stop_reason)
 from tuning.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.objective import objective_values
 from tuning.core.outcome import summary
@@ -45,7 +43,7 @@ from tuning.tools.sync import SPOOL_FILE, save_tasks
 from tuning.tracking.job_run import end_job_run, start_job_run
 from tuning.tracking.tags import figure_title, git_commit, method_name
 from tuning.trial import current_trial
-from tuning.untrusted import scrub_file, without_secrets
+from tuning.untrusted import without_secrets
 from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
 
 log = logging.getLogger("tunelab")
@@ -199,18 +197,13 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
-    except (StoreError, ConfigError, NoDeviceLeft) as error:  # a full disk, a link where it writes, no device
-        print(f"\ntunelab: {error}; every measurement so far is in {out_dir / 'records.jsonl'}; "
-              f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
-        raise JobFailed(str(error)) from None
-    except OSError as error:
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except (StoreError, ConfigError, NoDeviceLeft, OSError) as error:  # a full disk, a link where it writes, no device
+        reason = stop_reason(error, out_dir)
+        if reason is None:
             raise
-        what = error.filename or f"the run folder {out_dir}"
-        print(f"\ntunelab: {what} could not be written ({error.strerror}); every measurement written before it is "
-              f"in {out_dir / 'records.jsonl'}; once space is freed continue with: tunelab run resume={out_dir}",
-              file=sys.stderr)
-        raise JobFailed(error.strerror) from None
+        print(f"\ntunelab: {reason}; every measurement written before it is in {out_dir / 'records.jsonl'}; "
+              f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
+        raise JobFailed(reason) from None
     finally:
         mark_status(out_dir, status)
         end_job_run(parts.tracker, status, out_dir, job.tasks, job.prior, pruned, trial)
@@ -250,27 +243,3 @@ def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))
     return e2e
-
-
-# ---- Hydra context -------------------------------------------------------------------------
-def scrub_hydra_copies(hydra: dict) -> None:
-    """Hydra's own copies of the config and overrides (.hydra/, a sweep's multirun.yaml), written
-    before the job starts, without the passwords of the URLs in them and readable by their owner only."""
-    folders = [Path(hydra[key]) for key in ("output_dir", "sweep_dir") if hydra.get(key)]
-    copies = [folders[0] / ".hydra" / name for name in HYDRA_COPIES] if folders else []
-    for path in [*copies, *(folder / "multirun.yaml" for folder in folders[1:])]:
-        scrub_file(path)
-
-
-HYDRA_COPIES = ("config.yaml", "overrides.yaml", "hydra.yaml")
-
-
-def _hydra_info() -> dict:
-    if not HydraConfig.initialized():
-        return {}
-    hc = HydraConfig.get()
-    info = {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task),
-            "output_dir": hc.runtime.output_dir}
-    if hc.mode == RunMode.MULTIRUN:
-        info["sweep_dir"] = str(Path(hc.sweep.dir).resolve())
-    return info

@@ -68,7 +68,7 @@ def _override_problem(override, groups: tuple[str, ...], named) -> str | None:
         return "names a Hydra instantiation key (_target_ and the like) or a key that is not a plain name"
     if len(parts) == 1 or "/" in key:
         return None if GROUP_OPTION.fullmatch(value) else f"{value!r} is not an option name of {key}"
-    if _is_server(value.strip("'\"")) and not _named(value.strip("'\""), named):
+    if is_server(value.strip("'\"")) and not _named(value.strip("'\""), named):
         return f"names the server {without_secrets(value)}, which you have not named (${SERVERS_VARIABLE})"
     return None
 
@@ -134,7 +134,7 @@ def _searchpath_dirs() -> list[Path]:
 
 
 # ---- servers --------------------------------------------------------------------------------------
-def _is_server(value) -> bool:
+def is_server(value) -> bool:
     match = URL.match(value) if isinstance(value, str) else None
     return bool(match) and match[1].split("+", 1)[0].lower() not in LOCAL_SCHEMES
 
@@ -152,12 +152,12 @@ def location(url: str) -> tuple:
 
 def _named(url: str, named) -> bool:
     wanted = location(url)
-    return any(location(other) == wanted for other in named if _is_server(other))
+    return any(location(other) == wanted for other in named if is_server(other))
 
 
 def foreign_host(url: str, named) -> bool:
     """Whether `url` is on a server none of `named` is on (the same host and port, any path)."""
-    return _is_server(url) and all(location(url)[2] != location(other)[2] for other in named if _is_server(other))
+    return is_server(url) and all(location(url)[2] != location(other)[2] for other in named if is_server(other))
 
 
 def user_named_servers(*more) -> list[str]:
@@ -168,14 +168,14 @@ def user_named_servers(*more) -> list[str]:
     named += [os.environ.get(variable, "") for variable in NAMING_VARIABLES]
     for item in more:
         named += list(_strings(item)) if not isinstance(item, str) else [item]
-    return [url for url in named if _is_server(url)]
+    return [url for url in named if is_server(url)]
 
 
 def unnamed_servers(node, named, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """(dotted key, URL without secrets) of every server URL in `node` that `named` does not name;
     keys in `skip` (the command replaces them) are not looked at."""
     return [(key, without_secrets(value)) for key, value in _strings(node)
-            if key not in skip and _is_server(value) and not _named(value, named)]
+            if key not in skip and is_server(value) and not _named(value, named)]
 
 
 def _strings(node, path: str = "") -> Iterator[tuple[str, str]]:

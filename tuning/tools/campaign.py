@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuning.resume import SERVER_OVERRIDES
+from tuning.untrusted import is_server
 from tuning.run_folder import Terminated, holds_run, read_status, signals_handled_by, terminated_by_signals
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,8 @@ def job_command(job: Job) -> list[str]:
         return [sys.executable, *job.command]
     run_py = [sys.executable, str(REPO / "run.py")]
     if holds_run(job.folder):  # the job's own servers named again: a saved config's are used only when named
-        return [*run_py, f"resume={job.folder}", *(o for o in job.overrides if o.startswith(SERVER_OVERRIDES))]
+        return [*run_py, f"resume={job.folder}", *(o for o in job.overrides
+                                                    if o.startswith(SERVER_OVERRIDES) and is_server(o.split("=", 1)[1]))]
     return [*run_py, *job.overrides, f"hydra.run.dir={job.folder}"]
 
 
