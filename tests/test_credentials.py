@@ -142,6 +142,7 @@ def test_a_packs_target_runs_none_of_its_files(tmp_path):
     ("hardware=../../elsewhere", "not an option name"),
     ("hardware.runner._target_=os.system", "instantiation key"),
     ("hardware.store=postgresql://lab@db.example/x", "have not named"),
+    ("hardware.gpu=${oc.env:PGPASSWORD}", "interpolation"),
 ])
 def test_a_pack_may_set_only_its_hardware_and_evaluator(tmp_path, override, says):
     from tuning.hardware.gpu_pack import PackError

@@ -3,7 +3,8 @@ campaign archives, MLflow artifacts, registry entries (docs/runs.md §Trust).
 
     override_problems(overrides, where, groups)   overrides a file carries: each a `key=value` of the
                                                   groups that kind of file may set; no hydra.*, no
-                                                  _target_ or other _key_, no +/~/@, no server URL
+                                                  _target_ or other _key_, no +/~/@, no ${...},
+                                                  no server URL the user has not named
     is_registered_target(target)                  a `_target_` the lab registers: a YAML's under conf/
                                                   or a declared config directory, or a tunelab
                                                   component; decided before anything is imported
@@ -66,6 +67,8 @@ def _override_problem(override, groups: tuple[str, ...], named) -> str | None:
         return f"sets {parts[0]}; such a file may set only {', '.join(groups)}"
     if not all(KEY_PART.fullmatch(part) for part in parts):
         return "names a Hydra instantiation key (_target_ and the like) or a key that is not a plain name"
+    if "${" in value:  # a resolver runs, or reads the environment into what the lab stores
+        return "holds an interpolation, which a file may not"
     if len(parts) == 1 or "/" in key:
         return None if GROUP_OPTION.fullmatch(value) else f"{value!r} is not an option name of {key}"
     if is_server(value.strip("'\"")) and not _named(value.strip("'\""), named):
