@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import shutil
+from contextlib import suppress
 from pathlib import Path
 
 from tuning.run_folder import release
@@ -33,6 +35,9 @@ def discard_untouched(job_dir: str | None) -> None:
     made_here = {".hydra", "run.log", ".tunelab.lock"}  # run.log holds at most the refusal's own lines
     if all(p.name in made_here for p in out_dir.iterdir()):
         shutil.rmtree(out_dir, ignore_errors=True)
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", out_dir.parent.name):  # the default layout's day folder, if now empty
+            with suppress(OSError):
+                out_dir.parent.rmdir()
 
 
 def continue_log_in(out_dir: Path, job_dir: str | None) -> None:
