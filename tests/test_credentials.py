@@ -104,6 +104,19 @@ def test_a_server_asking_for_the_password_in_clear_text_never_gets_it(trap):
     assert SECRET not in str(refused.value)
 
 
+def test_a_sweeps_study_storage_sends_no_clear_text_password_either(trap):
+    pytest.importorskip("psycopg")
+    import sqlalchemy
+
+    from hydra_plugins.tunelab_optuna_sweeper._sweeper import pg_connect_args
+
+    url = f"postgresql+psycopg://lab@127.0.0.1:{trap.port}/studies"
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, connect_args=pg_connect_args(url))
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        engine.connect()
+    assert trap.connections == 1 and SECRET.encode() not in trap.received
+
+
 # ---- a GPU pack's manifest --------------------------------------------------------------------------
 def pack_with_helper(tmp_path: Path, *overrides: str) -> Path:
     """A pack folder `conv_l8/` whose manifest is sound but for `overrides`, beside a helper.py that

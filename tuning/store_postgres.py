@@ -101,6 +101,22 @@ def _auth_setting(psycopg) -> dict:
     return {}
 
 
+def auth_connect_args(url: str) -> dict:
+    """The same require_auth for a SQLAlchemy URL's connections (Optuna's studies), where its driver's
+    libpq reads it: psycopg (`postgresql+psycopg://`) or psycopg2 (plain `postgresql://`)."""
+    driver = url.split("://", 1)[0].partition("+")[2] or "psycopg2"
+    try:
+        if driver == "psycopg":
+            import psycopg
+            version = psycopg.pq.version()
+        else:
+            import psycopg2.extensions
+            version = psycopg2.extensions.libpq_version()
+    except ImportError:  # the driver's own error says so when SQLAlchemy loads it
+        return {}
+    return {"require_auth": REQUIRE_AUTH} if version >= 160000 else {}
+
+
 def _libpq_url(url: str) -> str:
     """The URL libpq reads: SQLAlchemy's postgresql+psycopg:// is postgresql://."""
     url = url.strip()

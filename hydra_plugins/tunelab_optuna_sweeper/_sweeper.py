@@ -58,6 +58,15 @@ RESULTS_FILE = trial_side.RESULTS_FILE
 PG_CONNECT_ARGS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
                    "keepalives_count": 4,
                    "options": "-c tcp_keepalives_idle=20 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=4"}
+
+
+def pg_connect_args(storage: str) -> dict:
+    """PG_CONNECT_ARGS, and SCRAM or no authentication asked of libpq (tuning/store_postgres.py)."""
+    from tuning.store_postgres import auth_connect_args
+
+    return {**PG_CONNECT_ARGS, **auth_connect_args(storage)}
+
+
 POLL_S = 1.0  # how often a sweep waiting for another process's trials looks again
 # Optuna 5 warns on every ask() of a heartbeat storage outside study.optimize; this sweeper beats itself.
 _ASK_WARNING = "Heartbeat of storage is supposed to be used with Study.optimize"
@@ -158,7 +167,7 @@ class OptunaSweeperImpl(Sweeper):
     def _open_storage(self):
         """The storage URL, or with heartbeats its RDBStorage: stale trials are failed and handed to `_dead`."""
         # a server database: connections checked before use, so a restarted server is reconnected to
-        engine = {"pool_pre_ping": True, "connect_args": PG_CONNECT_ARGS} if _is_postgres(self.storage) else None
+        engine = {"pool_pre_ping": True, "connect_args": pg_connect_args(self.storage)} if _is_postgres(self.storage) else None
         if self.heartbeat_interval is None:
             return optuna.storages.RDBStorage(self.storage, engine_kwargs=engine) if engine else self.storage
         with warnings.catch_warnings():
@@ -344,7 +353,7 @@ def _advisory_lock(storage: str, name: str):
     import sqlalchemy
 
     key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-    engine = sqlalchemy.create_engine(storage, poolclass=sqlalchemy.pool.NullPool, connect_args=PG_CONNECT_ARGS)
+    engine = sqlalchemy.create_engine(storage, poolclass=sqlalchemy.pool.NullPool, connect_args=pg_connect_args(storage))
     try:
         with engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
