@@ -44,9 +44,9 @@ def evaluators() -> dict:
 def pick_configs(args, hardware, task, spec) -> list[tuple]:
     space = hardware.space(task)
     if args.pick == "best":
-        from tuning.store import MeasurementStore, TaskRows
+        from tuning.store import TaskRows, connect_store
 
-        table = TaskRows(MeasurementStore(args.store), hardware, spec, task, space)
+        table = TaskRows(connect_store(args.store), hardware, spec, task, space)
         truths = sorted((t, c) for c, t in table.store.truths(*table.key).items())
         if not truths:
             raise SystemExit(f"{args.store}: no adatune_de readings of {task.name} (build the store first)")

@@ -35,9 +35,9 @@ TASK_INFO = SimpleNamespace(name="bench", flops=2.0 * 64 ** 3, workload={"kind":
 
 
 def _writer(location: str, rows: int, offset: int, start, out) -> None:
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
 
-    store = MeasurementStore(location)
+    store = connect_store(location)
     store.register(HARDWARE, {"bench": True}, TASK, TASK_INFO, SPACE, 1e9)
     rng = np.random.default_rng(offset)
     latencies = []
@@ -52,9 +52,9 @@ def _writer(location: str, rows: int, offset: int, start, out) -> None:
 
 
 def _reader(location: str, reads: int, start, out) -> None:
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
 
-    store = MeasurementStore(location, read_only=True)
+    store = connect_store(location, read_only=True)
     start.wait()
     began, count = time.perf_counter(), 0
     for _ in range(reads):

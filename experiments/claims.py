@@ -283,9 +283,9 @@ def replay_cost(result) -> str:
 
 
 def store_cost(store: str, keys: list) -> str:
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
 
-    rows = MeasurementStore(store).conn.execute(
+    rows = connect_store(store).conn.execute(
         "SELECT count(*), coalesce(sum(build_s + run_s), 0) FROM readings WHERE task IN (%s)" % ",".join("?" * len(keys)),
         keys).fetchone() if keys else (0, 0.0)
     return f"{rows[0]:,} store rows measured in {rows[1] / 60:.1f} min of build + run"
@@ -440,10 +440,10 @@ def default_out(uri: str, paper: str) -> Path:
 
 def _store_tasks(store: str, result) -> list[str]:
     """The store's task keys of the compared tasks (by name)."""
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
 
     names = result.tasks()
-    found = MeasurementStore(store).conn.execute(
+    found = connect_store(store).conn.execute(
         "SELECT key FROM tasks WHERE name IN (%s)" % ",".join("?" * len(names)), names).fetchall()
     return [row[0] for row in found]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.store import MeasurementStore
+from tuning.store import MeasurementStore, connect_store
 from tuning.tools.campaign_archive import ArchiveError, host_identity, host_key, open_view
 from tuning.tools.compare.stats import bootstrap_ci
 from tuning.tools.dataset import main as dataset_main
@@ -75,8 +75,8 @@ def compare_task(there: dict, here: dict, passes: int, margin: float) -> tuple[l
 
 
 def report(there_path: Path, here_path: Path, passes: int, margin: float) -> bool:
-    there = MeasurementStore(there_path, read_only=True)
-    here = MeasurementStore(here_path, read_only=True)
+    there = connect_store(there_path, read_only=True)
+    here = connect_store(here_path, read_only=True)
     verdicts = []
     for key in sorted(set(there.keys()) & set(here.keys())):
         name = (there.task_info(key[1]) or {"name": key[1]})["name"]

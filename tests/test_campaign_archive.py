@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tuning.store import MeasurementStore
+from tuning.store import connect_store
 from tuning.tools.campaign import DONE, Job
 from tuning.tools.campaign_archive import (NEUTRAL_FLAGS, ArchiveError, archive_path, archived, equivalent_identities,
                                            host_identity, host_key, open_view, pack, restore, view_for_tables)
@@ -81,7 +81,7 @@ def test_a_host_of_the_archives_kind_continues_it_and_another_starts_its_own(tmp
     jobs = [finished_run(tmp_path / "next" / "gemm_2048" / "gbfs" / "seed0")]
     archived(archives, jobs, tmp_path / "next", [], None, lambda: None)
     said = capsys.readouterr().out
-    assert f"only in flags that do not change how code runs (cpuid_fault): it continues that archive" in said
+    assert "only in flags that do not change how code runs (cpuid_fault): it continues that archive" in said
     assert "restored 1 finished folders" in said
     assert sorted(p.name for p in archives.iterdir()) == [first.name]  # one file: the campaign goes on in it
     with tarfile.open(first) as tar:
@@ -114,7 +114,7 @@ def test_finished_work_and_the_stores_come_back_on_a_new_machine(tmp_path):
     assert (new_root / "net" / "corpus" / DONE).is_file()
     assert not (new_root / "net" / "row" / "seed1").exists()  # unfinished: the campaign runs it again
     assert not (new_root / "net" / "training").exists()  # its output lives elsewhere: runs again
-    assert MeasurementStore(new_stores / "net.sqlite", read_only=True).count() == 20
+    assert connect_store(new_stores / "net.sqlite", read_only=True).count() == 20
     assert not (new_stores / "missing.sqlite").exists()
 
     (run / "e2e.json").write_text("local")  # a second restore keeps what is here and adds no reading twice
@@ -144,7 +144,7 @@ def test_any_hosts_archive_is_read_for_tables_apart_from_this_hosts_work(tmp_pat
     assert view.root == tmp_path / "views" / "grid" / host_key(OTHER) / "runs" and view.host == OTHER
     assert sorted(view.restored.folders) == ["net/corpus", "net/row/seed0"] and view.restored.readings == 20
     assert (view.root / "net" / "row" / "seed0" / "records.jsonl").is_file()
-    assert MeasurementStore(view.store("net.sqlite"), read_only=True).count() == 20
+    assert connect_store(view.store("net.sqlite"), read_only=True).count() == 20
     assert view.tracking_uri == f"sqlite:///{(view.root.parent / 'mlflow.db').resolve()}"
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "views" not in p.parts) == before
     with pytest.raises(ArchiveError, match="holds no store 'lab.sqlite' \\(it holds net.sqlite\\)"):

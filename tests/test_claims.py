@@ -392,12 +392,12 @@ def test_every_compare_table_counts_invalid_and_timeout_per_row():
 def test_a_replay_keeps_the_slow_kernel_note(tmp_path):
     """A store row timed with fewer runs answers a replay with its note, so the replayed runs'
     compare tables count it."""
-    from tuning.store import MeasurementStore, TaskRows
+    from tuning.store import TaskRows, connect_store
 
     from test_store import SPEC, TASK, replay
 
     backend = replay(tmp_path / "s.sqlite").backend
-    table = TaskRows(MeasurementStore(tmp_path / "s.sqlite"), backend, SPEC, TASK, backend.space(TASK))
+    table = TaskRows(connect_store(tmp_path / "s.sqlite"), backend, SPEC, TASK, backend.space(TASK))
     config = table.space.canonical(table.space.sample(np.random.default_rng(0)))
     table.add(config, MeasureResult(costs=[1e-3] * 5, message="fewer_runs: 2 run(s) x 5 cost(s)"), "dataset")
     [answer] = replay(tmp_path / "s.sqlite", backend, on_miss="error").measure(TASK, [config], SPEC)

@@ -27,7 +27,7 @@ from tuning.hardware.base import Hardware
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.base import Sampler
 from tuning.scheduler.base import Scheduler
-from tuning.store import MeasurementStore
+from tuning.store import connect_store
 from tuning.search.base import Search
 from tuning.core.task import build_tasks
 from tuning.tracking.base import Tracker
@@ -174,7 +174,7 @@ REQUIRED = {("model", "onnx"): ("model.path=pyproject.toml", "model.input_shape=
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in VALIDATED_GROUPS for o in options(g)])
 def test_every_yaml_composes_and_validates(compose_cfg, tmp_path, group, option):
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     store.count()  # creates the file
     cfg = compose_cfg(f"{group}={option}", *(o.format(store=store.path) for o in REQUIRED.get((group, option), ())))
     assert choices(cfg)[group] == option

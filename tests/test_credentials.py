@@ -95,7 +95,7 @@ def trap(monkeypatch):
 def test_a_server_asking_for_the_password_in_clear_text_never_gets_it(trap):
     pytest.importorskip("psycopg")
     from tuning.store import StoreError
-    from tuning.store_postgres import PostgresStore
+    from tuning.store.postgres import PostgresStore
 
     with pytest.raises(StoreError) as refused:
         PostgresStore(trap.url(), read_only=True).conn

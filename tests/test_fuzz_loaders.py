@@ -812,10 +812,10 @@ def _restored(run: Path, clean):
 
 
 def store_steps(item: Input, orig: Original) -> list[Step]:
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
 
     hardware, task, space = orig.store_key
-    store = MeasurementStore(item.store, read_only=True)
+    store = connect_store(item.store, read_only=True)
     item.opened = store
 
     def every_key():
@@ -1290,7 +1290,7 @@ def _campaign_archive(root: Path) -> Path:
     from tuning.core.measure import MeasureSpec
     from tuning.core.task import gemm_task
     from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.store import MeasurementStore, TaskRows
+    from tuning.store import connect_store, TaskRows
     from tuning.tools.campaign import Job
     from tuning.tools.campaign_archive import pack
 
@@ -1302,7 +1302,7 @@ def _campaign_archive(root: Path) -> Path:
         (folder / "records.jsonl").write_text('{"x": 1}\n' * (seed + 1))
         (folder / "e2e.json").write_text("{}")  # one content in both folders: one blob
         jobs.append(Job(folder, (f"seed={seed}",)))
-    store = MeasurementStore(root / "stores" / "lab.sqlite")
+    store = connect_store(root / "stores" / "lab.sqlite")
     backend, task, spec = SyntheticHardware(), gemm_task("gemm_64", 64, 64, 64), MeasureSpec(repeat=3)
     table = TaskRows(store, backend, spec, task, backend.space(task))
     rng = np.random.default_rng(0)
@@ -1583,10 +1583,10 @@ def _only_under(folder: Path, into: Path) -> Path:
 
 
 def _imported(item: Shipment):
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
     from tuning.tools.gpu_batch import import_pack
 
-    store = MeasurementStore(item.scratch / "imported.sqlite")
+    store = connect_store(item.scratch / "imported.sqlite")
     try:
         return import_pack(store, item.pack)
     finally:
@@ -1595,12 +1595,12 @@ def _imported(item: Shipment):
 
 def _stored_as_read(item: Shipment, made: float):
     """Every row the import wrote is one the store's readers accept, measured within the pack's window."""
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
     from tuning.tools.gpu_batch import CLOCK_SLACK_S
 
     if not (item.scratch / "imported.sqlite").exists():
         return  # nothing written: a store is made with its first row
-    store = MeasurementStore(item.scratch / "imported.sqlite", read_only=True)
+    store = connect_store(item.scratch / "imported.sqlite", read_only=True)
     try:
         skipped = store.unreadable()
         times = [row.measured_at for key in store.keys() for row in store.rows(*key)]

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.store import MeasurementStore
+from tuning.store import connect_store
 from tuning.tools.dataset import best_configs
 from tuning.core.records import MeasureResult, Record, RecordLog
 
@@ -126,7 +126,7 @@ def test_a_synthetic_grid_runs_rereads_its_finalists_and_prints_both_tables(tmp_
     assert not sensitivity  # no variant ran
     text = (tmp_path / "out" / "grid.md").read_text()
     assert "seed 0\n" in text and "one Holm family" in text and "4 of the grid's 4 runs finished" in text
-    readings = MeasurementStore(str(store))
+    readings = connect_store(str(store))
     for folder in (tmp_path / "c" / "gemm_1024").glob("*/seed*"):
         [[best]] = best_configs(RecordLog(folder / "records.jsonl").load(), 1).values()
         [key] = [k for k in readings.keys() if readings.task_info(k[1])["name"] == "gemm_1024"]

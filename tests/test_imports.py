@@ -1,5 +1,6 @@
 """The package's import graph has no circle: every import statement in tuning/ and the sweeper plugin,
-at module level or inside a function, is an edge; a package's __init__ counts as imported with it."""
+at module level or inside a function, is an edge; a package's __init__ counts as imported with it,
+except by a module inside that package (Python initialises a module's own packages before it)."""
 from __future__ import annotations
 
 import ast
@@ -37,9 +38,13 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in known.items():
         edges = set()
+        own_packages = {".".join(module.split(".")[:i]) for i in range(1, len(module.split(".")))}
         for name in imported_names(path, module, path.name == "__init__.py"):
             parts = name.split(".")
-            edges |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & known.keys()
+            # the packages on the way are imported too, but a module's own packages are already being
+            # imported when it runs (tuning/store/base.py naming tuning.store.base is no edge to tuning.store)
+            on_the_way = {".".join(parts[:i]) for i in range(1, len(parts))} - own_packages
+            edges |= (on_the_way | {name}) & known.keys()
         graph[module] = edges - {module}
     return graph
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tuning.hardware.gpu_pack import PACK_FORMAT, PackError
-from tuning.store import MeasurementStore
+from tuning.store import MeasurementStore, connect_store
 from tuning.tools.campaign_archive import ArchiveError, archive_path, open_view
 from tuning.tools.gpu_batch import import_pack, read_manifest
 
@@ -76,7 +76,7 @@ def test_a_manifest_naming_one_kernel_twice_is_refused(gemm, tmp_path):
                         readings=[reading("dupe")])
     with pytest.raises(PackError, match=rf"^{folder}/manifest.json: libraries: kernel 'dupe' listed 2 times"):
         read_manifest(folder)
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     with pytest.raises(PackError, match="'dupe'"):
         import_pack(store, folder)
     assert store.count() == 0
@@ -104,7 +104,7 @@ def test_readings_not_measured_between_the_packs_making_and_now_are_skipped(gemm
     folder = write_pack(tmp_path / "pack", task, kernels, made_at=made, readings=[
         reading("k0_0", good), reading("k0_1", 1e300), reading("k0_2", made - 10 * DAY),
         reading("k0_3", time.time() + 10 * DAY)])
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     assert import_pack(store, folder) == 1
     assert "1 rows added, 3 unreadable lines skipped" in capsys.readouterr().out
     assert [row.measured_at for row in stored_rows(store)] == [good]
@@ -120,7 +120,7 @@ def test_readings_of_implausible_costs_are_counted_and_not_stored(gemm, tmp_path
     kernels = [(f"k0_{i}", config) for i, config in enumerate(configs[:3])]
     folder = write_pack(tmp_path / "pack", task, kernels, readings=[
         reading("k0_0"), reading("k0_1", costs=[2e-9] * 3), reading("k0_2", costs=[1e-4, 7200.0])])
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     assert import_pack(store, folder) == 1
     assert "1 rows added, 2 implausible readings skipped" in capsys.readouterr().out
     assert store.count() == 1 and store.unreadable() == 0

@@ -1,4 +1,4 @@
-"""The measurement store (tuning/store.py) and hardware=replay (tuning/hardware/replay.py).
+"""The measurement store (tuning/store/) and hardware=replay (tuning/hardware/replay.py).
 
 Concurrency and kill-safety of the sqlite file, untrusted rows, replay determinism, on_miss both
 ways, store-restricted spaces under every search, truth scoring and the simulated clock, on tiny
@@ -22,7 +22,7 @@ from tuning.hardware.synthetic import SyntheticHardware
 from tuning.loop import Components, RunInfo, tune_task
 from tuning.core.measure import CVStop, MeasureSpec
 from tuning.core.records import MeasureResult
-from tuning.store import MeasurementStore, StoreError, TaskRows, fingerprint
+from tuning.store import MeasurementStore, StoreError, TaskRows, connect_store, fingerprint
 from tuning.core.task import gemm_task
 
 from configs import options
@@ -47,7 +47,7 @@ def sample(space, count, seed=0) -> list[tuple]:
 def filled(path, count=120, seed=0, backend=None, spec=SPEC) -> tuple[MeasurementStore, TaskRows]:
     """A store holding `count` random configs of TASK measured on the (noisy) synthetic backend."""
     backend = backend or SyntheticHardware(noise=0.2)
-    store = MeasurementStore(path)
+    store = connect_store(path)
     table = TaskRows(store, backend, spec, TASK, backend.space(TASK))
     configs = sample(table.space, count, seed)
     for config, result in zip(configs, backend.measure(TASK, configs, spec)):
@@ -78,9 +78,9 @@ ROWS_WRITER = """
 import sys, time
 from pathlib import Path
 from tuning.core.records import MeasureResult
-from tuning.store import MeasurementStore
+from tuning.store import connect_store
 path, writer, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-store = MeasurementStore(path)
+store = connect_store(path)
 Path(f"{path}.ready{writer}").touch()
 deadline = time.monotonic() + 60
 while len(list(Path(path).parent.glob("*.ready*"))) < 4 and time.monotonic() < deadline:  # start writing together
@@ -93,21 +93,21 @@ for i in range(rows):
 
 def test_four_concurrent_writer_processes_lose_nothing(tmp_path):
     path = str(tmp_path / "store.sqlite")
-    MeasurementStore(path).count()
+    connect_store(path).count()
     writers = [subprocess.Popen([sys.executable, "-c", ROWS_WRITER, path, str(w), "150"], cwd=REPO) for w in range(4)]
     for process in writers:
         assert process.wait(120) == 0
-    rows = MeasurementStore(path).rows("hw", "task", "space")
+    rows = connect_store(path).rows("hw", "task", "space")
     assert len(rows) == 600
     assert {row.config for row in rows} == {(w, i) for w in range(4) for i in range(150)}
-    assert MeasurementStore(path).unreadable() == 0
+    assert connect_store(path).unreadable() == 0
 
 
 WRITER = """
 import sys
 from tuning.core.records import MeasureResult
-from tuning.store import MeasurementStore
-store = MeasurementStore(sys.argv[1])
+from tuning.store import connect_store
+store = connect_store(sys.argv[1])
 i = 0
 while True:
     store.add("hw", "task", "space", (i,), {}, MeasureResult(costs=[1e-3] * 50, message="x" * 4000), "run")
@@ -117,15 +117,15 @@ while True:
 
 def test_a_writer_killed_mid_write_leaves_the_store_readable(tmp_path):
     path = tmp_path / "store.sqlite"
-    MeasurementStore(path).count()
+    connect_store(path).count()
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=REPO)
     deadline = time.monotonic() + 60
-    while MeasurementStore(path).count() < 300:
+    while connect_store(path).count() < 300:
         assert writer.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
     writer.send_signal(signal.SIGKILL)
     writer.wait(30)
-    store = MeasurementStore(path)
+    store = connect_store(path)
     rows = store.rows("hw", "task", "space")
     assert len(rows) >= 300 and store.unreadable() == 0
     assert [row.config for row in rows] == [(i,) for i in range(len(rows))], "a row lost or torn"
@@ -135,7 +135,7 @@ def test_a_writer_killed_mid_write_leaves_the_store_readable(tmp_path):
 
 
 def test_rows_read_back_are_untrusted(tmp_path):
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     store.add("hw", "task", "space", (1,), {}, result([1e-3]), "run")
     for costs, config in (("[NaN]", "[2]"), ("[-1.0]", "[3]"), ("not json", "[4]"), ("[1e-3]", "[-5]"),
                           ("[1e-3]", '["a"]')):
@@ -150,12 +150,12 @@ def test_a_file_that_is_not_a_store_is_a_clear_error(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("hello " * 1000)
     with pytest.raises(StoreError, match="not a tunelab measurement store"):
-        MeasurementStore(text).count()
-    other = MeasurementStore(tmp_path / "future.sqlite")
+        connect_store(text).count()
+    other = connect_store(tmp_path / "future.sqlite")
     other.conn.execute("UPDATE meta SET value = '99' WHERE key = 'format'")
     other.close()
     with pytest.raises(StoreError, match="format 99"):
-        MeasurementStore(tmp_path / "future.sqlite").count()
+        connect_store(tmp_path / "future.sqlite").count()
 
 
 def test_the_fingerprint_holds_what_changes_a_reading_and_not_the_repeat_count():
@@ -167,7 +167,7 @@ def test_the_fingerprint_holds_what_changes_a_reading_and_not_the_repeat_count()
 
 # ---- truth scoring -------------------------------------------------------------------------
 def test_truth_is_the_median_of_every_reading_of_a_config(tmp_path):
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     add = lambda config, r: store.add("hw", "t", "s", config, {}, r, "run")  # noqa: E731
     add((1,), result([3e-3, 1e-3, 2e-3]))
     add((1,), result([5e-3, 4e-3]))
@@ -206,7 +206,7 @@ def test_replay_answers_with_the_first_row_truncated_to_the_repeat(tmp_path):
 def test_replay_applies_an_early_stop_rule_by_truncation(tmp_path):
     rule = CVStop(micro_batch=10, max_batches=10, min_batches=3, cv_threshold=0.05)
     spec = MeasureSpec(number=10, repeat=10, min_repeat_ms=0, cv_stop=rule)
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     backend = SyntheticHardware(noise=0.2)
     table = TaskRows(store, backend, spec, TASK, backend.space(TASK))
     configs = sample(table.space, 20)
@@ -220,7 +220,7 @@ def test_replay_applies_an_early_stop_rule_by_truncation(tmp_path):
 
 
 def test_normalise_scales_readings_by_the_drift_gauge(tmp_path):
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     backend = SyntheticHardware()
     table = TaskRows(store, backend, SPEC, TASK, backend.space(TASK))
     a, b, c = sample(table.space, 3)
@@ -258,7 +258,7 @@ def test_on_miss_measure_measures_adds_and_replays_the_same(tmp_path):
 
 
 def test_memoised_real_run_measures_each_config_once(tmp_path):
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     store.count()
     backend = SyntheticHardware(noise=0.2, store=str(store.path), reuse=True)
     from tuning.hardware.replay import with_store
@@ -355,10 +355,10 @@ def test_run_py_replay_same_seed_gives_identical_records(tmp_path, monkeypatch):
 def test_replay_with_create_starts_a_store_and_a_rerun_measures_nothing(tmp_path, monkeypatch):
     store = tmp_path / "new" / "store.sqlite"
     first = _tune_job(tmp_path, monkeypatch, "a", f"hardware.store={store}", "hardware.create=true", "budget.trials=20")
-    assert store.is_file() and MeasurementStore(store).count() == 20
+    assert store.is_file() and connect_store(store).count() == 20
     second = _tune_job(tmp_path, monkeypatch, "b", f"hardware.store={store}", "hardware.create=true",
                        "budget.trials=20")
-    assert MeasurementStore(store).count() == 20  # every config answered from the rows the first run added
+    assert connect_store(store).count() == 20  # every config answered from the rows the first run added
     assert first.read_text().splitlines()[0] == second.read_text().splitlines()[0]
 
 
@@ -410,12 +410,12 @@ def test_dataset_build_resumes_and_stats_and_export_read_it(tmp_path, capsys, mo
     build = ["build", "--store", path, "--model", "gemm_64", "--configs", "30", "hardware=synthetic",
              "hardware.noise=0.2"]
     dataset.main(build)
-    assert MeasurementStore(path).count() == 30
+    assert connect_store(path).count() == 30
     dataset.main(build[:6] + ["50"] + build[7:])  # resume: only the 20 new configs
-    assert MeasurementStore(path).count() == 50
+    assert connect_store(path).count() == 50
     assert "0 stored, 30 to measure" in capsys.readouterr().out
     dataset.main(build)
-    assert "30 to measure" not in capsys.readouterr().out and MeasurementStore(path).count() == 50
+    assert "30 to measure" not in capsys.readouterr().out and connect_store(path).count() == 50
 
     dataset.main(["stats", "--store", path])
     line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("gemm_64"))
@@ -441,12 +441,12 @@ def test_dataset_import_adds_an_earlier_runs_records(tmp_path, monkeypatch):
     path = tmp_path / "store.sqlite"
     dataset.main(["import", "--store", str(path), str(tmp_path / "run")])
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
-    store = MeasurementStore(path)
+    store = connect_store(path)
     [(hardware, task, space)] = store.keys()
     assert sorted(row.config for row in store.rows(hardware, task, space)) == sorted(tuple(r["config"]) for r in records)
     assert fingerprint(SyntheticHardware(noise=0.2), SPEC)[0] == hardware  # the key a replay of that run looks up
     dataset.main(["import", "--store", str(path), str(tmp_path / "run")])  # again: nothing counts twice
-    assert MeasurementStore(path).count() == len(records)
+    assert connect_store(path).count() == len(records)
 
 
 def test_dataset_import_of_a_run_that_wrote_the_store_adds_nothing(tmp_path, monkeypatch):
@@ -456,9 +456,9 @@ def test_dataset_import_of_a_run_that_wrote_the_store_adds_nothing(tmp_path, mon
     tune_job(tmp_path, monkeypatch, "model=gemm_64", "hardware=synthetic", "hardware.noise=0.2", "search=random",
              "cost_model=none", "budget.trials=16", "tracking=none", f"hardware.store={path}",
              f"output_dir={tmp_path}/run")
-    before = MeasurementStore(path).count()
+    before = connect_store(path).count()
     dataset.main(["import", "--store", str(path), str(tmp_path / "run")])
-    assert MeasurementStore(path).count() == before
+    assert connect_store(path).count() == before
 
 
 def test_dataset_rejects_bad_arguments_before_work(tmp_path):

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.measure import MeasureSpec
-from tuning.store import MeasurementStore, StoreError, TaskRows
+from tuning.store import StoreError, TaskRows, connect_store
 from tuning.core.task import gemm_task
 
 TASK = gemm_task("gemm_64", 64, 64, 64)
@@ -34,7 +34,7 @@ BUILD = ["--model", "gemm_64", "--configs", "6", "hardware=synthetic"]
 def filled(path: Path, count: int = 8) -> list[tuple]:
     """A closed store holding `count` configs of TASK on the synthetic backend; their configs."""
     backend = SyntheticHardware()
-    store = MeasurementStore(path)
+    store = connect_store(path)
     table = TaskRows(store, backend, SPEC, TASK, backend.space(TASK))
     configs = list(dict.fromkeys(table.space.canonical(c) for c in islice(table.space.enumerate(), 64 * count)))[:count]
     for config, result in zip(configs, backend.measure(TASK, configs, SPEC)):
@@ -128,7 +128,7 @@ def test_a_read_only_open_of_another_programs_database_refuses_and_changes_nothi
     path = foreign_database(tmp_path / "other.sqlite", journal)  # WAL: sqlite's mode=ro would add -wal/-shm
     before = snapshot(path)
     with pytest.raises(StoreError, match="not a tunelab measurement store"):
-        MeasurementStore(path, read_only=True).count()
+        connect_store(path, read_only=True).count()
     assert snapshot(path) == before
 
 
@@ -136,7 +136,7 @@ def test_a_writer_leaves_another_programs_database_as_it_is(tmp_path):
     path = foreign_database(tmp_path / "other.sqlite")
     before = snapshot(path)
     with pytest.raises(StoreError, match="not a tunelab measurement store"):
-        MeasurementStore(path).count()
+        connect_store(path).count()
     assert snapshot(path) == before
 
 
@@ -149,7 +149,7 @@ def test_a_store_with_a_trigger_or_a_changed_table_is_refused_before_anything_ru
     conn.close()
     for read_only in (False, True):
         with pytest.raises(StoreError, match="triggers, which tunelab never makes: wipe"):
-            MeasurementStore(path, read_only=read_only).count()
+            connect_store(path, read_only=read_only).count()
     conn = sqlite3.connect(path)
     conn.execute("DROP TRIGGER wipe")
     conn.execute("ALTER TABLE tasks RENAME COLUMN flops TO size")
@@ -157,7 +157,7 @@ def test_a_store_with_a_trigger_or_a_changed_table_is_refused_before_anything_ru
     conn.close()
     for read_only in (False, True):
         with pytest.raises(StoreError, match="not a tunelab measurement store .table tasks lacks flops"):
-            MeasurementStore(path, read_only=read_only).count()
+            connect_store(path, read_only=read_only).count()
 
 
 def test_compare_reads_the_store_a_tasks_json_names_without_changing_it(tmp_path):
@@ -253,7 +253,7 @@ def test_a_store_path_that_is_a_folder_is_refused_naming_the_option(tmp_path):
     with pytest.raises(StoreError, match=r"^hardware.store: .* is a folder, not a store file"):
         wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
     with pytest.raises(StoreError, match="a folder, not a store file"):
-        MeasurementStore(tmp_path, read_only=True).conn
+        connect_store(tmp_path, read_only=True).conn
 
 
 # ---- a full disk -----------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_a_full_disk_is_reported_as_a_full_disk(full_disk, tmp_path):
     existing.write_bytes((tmp_path / "old.sqlite").read_bytes())  # closed: its rows are all in the file
     fill_up(full_disk)
     for path in (full_disk / "new.sqlite", existing):
-        store = MeasurementStore(path)
+        store = connect_store(path)
         with pytest.raises(StoreError) as caught:
             store.count()
         assert "disk full" in str(caught.value) and str(path) in str(caught.value)
@@ -283,7 +283,7 @@ def test_a_second_build_on_one_store_is_refused_at_once(tmp_path, capsys):
         assert "to measure" not in output
     status, output = dataset_main(["build", "--store", str(path), *BUILD], capsys)
     assert status == 0, output
-    assert MeasurementStore(path, read_only=True).count() == 6
+    assert connect_store(path, read_only=True).count() == 6
 
 
 def test_a_build_through_a_link_to_the_store_takes_the_stores_own_lock(tmp_path, capsys):

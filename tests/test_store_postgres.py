@@ -1,4 +1,4 @@
-"""The measurement store in PostgreSQL (tuning/store_postgres.py) and copying stores between backends.
+"""The measurement store in PostgreSQL (tuning/store/postgres.py) and copying stores between backends.
 
 The checks that need a server run on a throwaway PostgreSQL (tuning/cluster_hosts.py, one for the
 module, a fresh database per test) and are in the slow set; they skip where PostgreSQL or psycopg
@@ -135,11 +135,11 @@ def closed_port() -> int:
 
 # ---- no server -----------------------------------------------------------------------------------
 def test_a_store_is_named_by_a_path_or_a_postgresql_url(tmp_path):
-    from tuning.store_postgres import PostgresStore, without_password
+    from tuning.store.postgres import PostgresStore, without_password
 
     assert is_store_url("postgresql://u@h/db") and is_store_url("postgresql+psycopg://u@h/db")
     assert not is_store_url(str(tmp_path / "store.sqlite")) and not is_store_url(tmp_path / "x")
-    assert type(MeasurementStore(tmp_path / "store.sqlite")) is SqliteStore
+    assert type(connect_store(tmp_path / "store.sqlite")) is SqliteStore
     store = connect_store(f"postgresql+psycopg://lab:{SECRET}@db.example:5433/runs?sslmode=prefer", read_only=True)
     assert isinstance(store, PostgresStore) and isinstance(store, MeasurementStore) and store.read_only
     assert store.url.startswith("postgresql://") and store._conn is None  # nothing connects before first use
@@ -181,16 +181,16 @@ def test_a_replay_of_a_postgresql_store_is_not_checked_as_a_file():
 
 def test_copy_between_two_sqlite_files_skips_garbage_and_what_the_target_holds(tmp_path, capsys):
     source, target = tmp_path / "source.sqlite", tmp_path / "target.sqlite"
-    store = MeasurementStore(source)
+    store = connect_store(source)
     tables = write(store, readings())
     bad = add_garbage(store.conn, *tables[TASK.key].key)
     store.close()
     dataset.main(["copy", "--store", str(source), "--to", str(target)])
     assert "copied 25 readings" in capsys.readouterr().out
-    copied = MeasurementStore(target, read_only=True)
-    original = MeasurementStore(source, read_only=True)
+    copied = connect_store(target, read_only=True)
+    original = connect_store(source, read_only=True)
     assert original.unreadable() == bad and copied.unreadable() == 0
-    clean = MeasurementStore(tmp_path / "clean.sqlite")
+    clean = connect_store(tmp_path / "clean.sqlite")
     write(clean, readings())
     assert everything(copied) == everything(clean) and raw_rows(copied) == raw_rows(clean)
     dataset.main(["copy", "--store", str(source), "--to", str(target)])
@@ -234,7 +234,7 @@ def with_password(url: str) -> str:
 @needs_server
 def test_the_same_writes_give_the_same_rows_and_keys_as_sqlite(url, tmp_path):
     items = readings() + readings(OTHER, 5, start=1.8e9)
-    sqlite_store, pg_store = MeasurementStore(tmp_path / "store.sqlite"), open_store(url, "--store")
+    sqlite_store, pg_store = connect_store(tmp_path / "store.sqlite"), open_store(url, "--store")
     for store in (sqlite_store, pg_store):
         write(store, items)
     assert everything(pg_store) == everything(sqlite_store)
@@ -339,13 +339,13 @@ def test_implausible_and_garbage_rows_are_skipped_and_counted(url, tmp_path, cap
     assert f"{bad} unreadable rows skipped" in out and "gemm_64" in out and SECRET not in out
     dataset.main(["copy", "--store", url, "--to", str(tmp_path / "copy.sqlite")])
     assert f"and {bad} unreadable" in capsys.readouterr().out
-    assert MeasurementStore(tmp_path / "copy.sqlite").unreadable() == 0
+    assert connect_store(tmp_path / "copy.sqlite").unreadable() == 0
 
 
 @needs_server
 def test_copy_sqlite_to_postgresql_and_back_gives_identical_rows_and_resumes(url, tmp_path, capsys):
     first, last = tmp_path / "first.sqlite", tmp_path / "last.sqlite"
-    original = MeasurementStore(first)
+    original = connect_store(first)
     write(original, readings() + readings(OTHER, 5, start=1.8e9))
     count = original.count()
     dataset.main(["copy", "--store", str(first), "--to", with_password(url)])
@@ -353,7 +353,7 @@ def test_copy_sqlite_to_postgresql_and_back_gives_identical_rows_and_resumes(url
     assert f"copied {count} readings" in out and SECRET not in out
     dataset.main(["copy", "--store", url, "--to", str(last)])
     assert f"copied {count} readings" in capsys.readouterr().out
-    back = MeasurementStore(last, read_only=True)
+    back = connect_store(last, read_only=True)
     assert raw_rows(back) == raw_rows(original) and everything(back) == everything(original)
     for source, target in ((first, url), (url, last)):
         dataset.main(["copy", "--store", str(source), "--to", str(target)])
@@ -362,7 +362,7 @@ def test_copy_sqlite_to_postgresql_and_back_gives_identical_rows_and_resumes(url
     # a copy killed halfway: the rows it wrote are skipped, the rest copied, in order
     middle = open_store(url, "--store")
     middle.conn.execute("DELETE FROM readings WHERE id > (SELECT MIN(id) + 9 FROM readings)")
-    counts = copy_store(MeasurementStore(first, read_only=True), middle)
+    counts = copy_store(connect_store(first, read_only=True), middle)
     assert (counts.copied, counts.held, counts.unreadable) == (count - 10, 10, 0)
     assert raw_rows(middle)["readings"] == raw_rows(open_store(str(last), "--store"))["readings"]
 

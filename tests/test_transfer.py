@@ -12,14 +12,14 @@ from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
-from tuning.store import MeasurementStore, TaskRows
+from tuning.store import TaskRows, connect_store
 from tuning.core.task import gemm_task
 from tuning.tracking.registry import RegistryError, load_booster, parse_reference, register_booster, resolve
 
 
 def fill_store(path, hardware, tasks_and_counts, seconds_of):
     """Rows for `count` random configs of each task, with made-up seconds (no measuring)."""
-    store = MeasurementStore(path)
+    store = connect_store(path)
     spec = MeasureSpec()
     for task, count in tasks_and_counts:
         space = hardware.space(task)
@@ -52,7 +52,7 @@ def test_corpus_reads_every_kernel_with_enough_configs(tmp_path):
 def test_corpus_skips_a_kernel_without_a_workload(tmp_path):
     path = tmp_path / "store.sqlite"
     fill_store(path, SyntheticHardware(), [(gemm_task("a", 64, 64, 64), 10)], made_up_seconds)
-    store = MeasurementStore(path)
+    store = connect_store(path)
     with store.conn:
         store.conn.execute("UPDATE tasks SET workload = 'not json'")
     store.close()

@@ -376,7 +376,7 @@ def improve(tmp_path, *extra) -> list[str]:
 def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_resumes(tmp_path, capsys):
     import json
 
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
     from tuning.tracking.registry import resolve
     from tuning.value.__main__ import main
 
@@ -385,7 +385,7 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
     main(improve(tmp_path, "--rounds", "1"))
     first = capsys.readouterr().out
     assert "round 1:" in first and "greedy_latency_ms/gemm_64" in first
-    store = MeasurementStore(tmp_path / "store.sqlite")
+    store = connect_store(tmp_path / "store.sqlite")
     rows = store.count()
     store.close()
     assert rows > 2

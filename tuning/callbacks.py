@@ -198,7 +198,7 @@ def curve_metrics(task, best_gflops: float, invalid: int, per_task: bool = False
 
 class StoreWriter(MeasureCallback):
     """Every reading this run takes, tuning and final re-measurement alike, as a row of the measurement
-    store (tuning/store.py). Answers that came from the store (`reused`) and `not_in_store` misses are
+    store (tuning/store/). Answers that came from the store (`reused`) and `not_in_store` misses are
     not readings and are not written. `truth(task, space, config)` is the store's median over every
     reading of a config: the score comparisons use (docs/store.md, Truth scoring)."""
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.store import MeasurementStore, display_location, space_signature, store_argument
+from tuning.store import connect_store, display_location, space_signature, store_argument
 from tuning.core.features import model_features
 from tuning.core.task import Task
 
@@ -61,7 +61,7 @@ def load_corpus(paths, hardware: str | None = None, min_configs: int = 2) -> Cor
     that ran; `hardware` keeps one fingerprint (a prefix is enough)."""
     corpus = Corpus()
     for path in map(store_argument, map(str, paths)):  # a file, or a postgresql:// URL as it is
-        store, where = MeasurementStore(path, read_only=True), display_location(path)
+        store, where = connect_store(path, read_only=True), display_location(path)
         try:
             for fingerprint, task_key, space in sorted(store.keys()):
                 if hardware and not fingerprint.startswith(hardware):
@@ -153,9 +153,9 @@ def one_backend(corpus: Corpus):
 def backend_for(store_path: Path, fingerprint: str):
     """The hardware backend whose spaces the store's rows were measured in (its target's mcpu and cores)."""
     from tuning.hardware.cpu import CPUHardware
-    from tuning.store import MeasurementStore
+    from tuning.store import connect_store
 
-    store = MeasurementStore(store_path, read_only=True)
+    store = connect_store(store_path, read_only=True)
     try:
         description = store.hardware_info(fingerprint)
     finally:

@@ -61,8 +61,8 @@ PG_CONNECT_ARGS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 20
 
 
 def pg_connect_args(storage: str) -> dict:
-    """PG_CONNECT_ARGS, and SCRAM or no authentication asked of libpq (tuning/store_postgres.py)."""
-    from tuning.store_postgres import auth_connect_args
+    """PG_CONNECT_ARGS, and SCRAM or no authentication asked of libpq (tuning/store/postgres.py)."""
+    from tuning.store.postgres import auth_connect_args
 
     return {**PG_CONNECT_ARGS, **auth_connect_args(storage)}
 

@@ -23,7 +23,7 @@ doing four multiply-adds per lane, and FLOP counts of padded or fused kernels th
 compiled code skips. A reading beyond it is a clock glitch or a corrupt file, not a fast kernel.
 
 A cost that is not a finite positive number is never plausible. Store rows outside the bounds
-are skipped and counted as unreadable (tuning/store.py); records files carry neither FLOPs nor a
+are skipped and counted as unreadable (tuning/store/); records files carry neither FLOPs nor a
 device description, so a record is held to the bounds that need neither (records.py), and to its
 task's on resume and as tuning.database, once the run knows both (resume.py check_plausible). A result a
 backend hands back outside its task's bounds becomes an `implausible` error record in the loop

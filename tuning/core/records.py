@@ -47,7 +47,7 @@ class MeasureResult:
     run_s: float = 0.0  # wall seconds spent measuring it
     config: tuple | None = None  # effective (canonical) config read back after replay, if known
     reused: bool = False  # answered from the measurement store, not measured by this run
-    gauge_s: float | None = None  # the drift gauge's reading with this result's batch (tuning/store.py)
+    gauge_s: float | None = None  # the drift gauge's reading with this result's batch (tuning/store/)
     device: str | None = None  # which device timed it ("cuda:1"), when the runner has several
 
     @property

@@ -1,4 +1,4 @@
-"""hardware=replay: answer measurements from the measurement store (tuning/store.py; docs/store.md).
+"""hardware=replay: answer measurements from the measurement store (tuning/store/; docs/store.md).
 
 Wraps the backend that made the readings (`backend`, by default hardware=cpu), which gives spaces,
 exports, whole models and the fingerprint, and measures what the store lacks when `on_miss: measure` (the
@@ -38,7 +38,8 @@ from tuning.core.component import external_checks
 from tuning.core.records import MeasureResult
 from tuning.core.task import WORKLOAD_SPACES
 from tuning.whole_model import WHOLE_MODEL_KINDS
-from tuning.store import MeasurementStore, TaskRows, display_location, is_store_url, reading_settings, unwritable
+from tuning.store import (MeasurementStore, TaskRows, connect_store, display_location, is_store_url, reading_settings,
+                          unwritable)
 
 ON_MISS = ("measure", "error")
 
@@ -137,7 +138,7 @@ class ReplayHardware(Hardware):
     @property
     def readings(self) -> MeasurementStore:
         if self._store is None:
-            self._store = MeasurementStore(self.store, read_only=not writes_store(self))
+            self._store = connect_store(self.store, read_only=not writes_store(self))
         return self._store
 
     def restrict_to_store(self, spec) -> None:

@@ -1,4 +1,4 @@
-"""Fill, inspect, export and copy a measurement store (tuning/store.py; docs/store.md).
+"""Fill, inspect, export and copy a measurement store (tuning/store/; docs/store.md).
 
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
@@ -12,7 +12,7 @@
     python -m tuning.tools.dataset import --store stores/h100.sqlite packs/conv_l8   # a timed pack's readings
 
 A store is a sqlite file or a PostgreSQL database named by its URL (postgresql://user@host:port/db;
-tuning/store_postgres.py); every command takes either.
+tuning/store/postgres.py); every command takes either.
 
 `build` measures, on this host, a seeded random sample of each model's space (or the whole space
 when it has at most --exhaustive-limit configs), with the hardware and evaluator a run would use

@@ -118,7 +118,7 @@ def improve(args) -> None:
 
     from tuning.corpus import load_corpus
     from tuning.tools.dataset import compose, full_readings, model_tasks
-    from tuning.store import MeasurementStore, display_location, fingerprint
+    from tuning.store import connect_store, display_location, fingerprint
     from tuning.tracking.registry import register, resolve
     from tuning.value.net import complete_errors, fit, kernels_of, load_value, log_value, shape_tag, split
 
@@ -131,7 +131,7 @@ def improve(args) -> None:
     with hardware:
         networks = [(name, model_tasks(cfg, hardware)) for name, cfg in zip(args.network, cfgs)]
         check_holdout(args.holdout, [task.name for _, tasks in networks for task in tasks])
-        store = MeasurementStore(args.store)
+        store = connect_store(args.store)
         key, _ = fingerprint(hardware, spec)
         for round_index in range(progress["rounds_done"] + 1, args.rounds + 1):
             metrics = run_round(round_index, args, net, hardware, spec, store, networks)

@@ -137,7 +137,7 @@ def method_labels(runs: list[LoadedRun], method_by) -> dict[str, str]:
 def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict, list[str]]:
     """task name -> TaskTruth: from the store the runs recorded (or `store_override`) when every run of
     the task names the same rows, else from the pooled readings of the compared runs."""
-    from tuning.store import MeasurementStore, StoreError, display_location, is_store_url
+    from tuning.store import StoreError, connect_store, display_location, is_store_url
 
     notes, found, stores = [], {}, {}
     by_task = defaultdict(list)
@@ -155,7 +155,7 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
             try:
                 if not is_store_url(path) and not Path(path).is_file():
                     raise StoreError(f"{path}: no such file (--store names where it is now)")
-                store = stores.setdefault(path, MeasurementStore(path, read_only=True))  # only read, never changed
+                store = stores.setdefault(path, connect_store(path, read_only=True))  # only read, never changed
                 readings = store.readings(*keys.pop())
             except StoreError as error:
                 raise SystemExit(f"tuning.tools.compare: {error} (the store {named_by} names)") from None

@@ -3,7 +3,7 @@
 `MeasurementStore(url)` (or `connect_store`/`open_store`) with `postgresql://user@host:port/db`
 (also `postgresql+psycopg://`, libpq's parameters after `?`) gives a `PostgresStore`. Its tables,
 columns, keys, format row and index are the sqlite store's, and every query and check of what is
-read back is `MeasurementStore`'s (tuning/store.py): the same writes give the same rows and keys.
+read back is `MeasurementStore`'s (tuning/store/base.py): the same writes give the same rows and keys.
 What differs is how it connects and fails:
 
 - psycopg 3 is an optional dependency (`pip install 'tunelab[cluster]'`), imported on first use.
@@ -41,7 +41,7 @@ import time
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from tuning.store import COLUMNS, FORMAT, OWN_TABLES, MeasurementStore, StoreError
+from tuning.store.base import COLUMNS, FORMAT, OWN_TABLES, MeasurementStore, StoreError
 
 CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout unless the URL sets one
 INSTALL = "pip install 'tunelab[cluster]'"
@@ -152,12 +152,17 @@ class PostgresStore(MeasurementStore):
     """One PostgreSQL database (its current schema, normally `public`); see the module docstring."""
 
     backend = "postgresql"
+    schemes = ("postgresql", "postgresql+psycopg", "postgres")
     _FIND = "strpos"
 
     def __init__(self, url: str, busy_timeout_s: float = 120.0, read_only: bool = False):
         self.url = _libpq_url(str(url))
         self._start(busy_timeout_s, read_only)
         self._reached = False  # a connection was made once: losing one later is waited out
+
+    @classmethod
+    def display(cls, location) -> str:
+        return without_password(str(location))
 
     @property
     def location(self) -> str:
