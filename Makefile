@@ -23,7 +23,7 @@ export WARM_PY
 WARM = PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "$$WARM_PY"
 TVM_SIDE = torch tvm tvm.relax tvm.relax.frontend.torch tvm.relax.frontend.onnx tvm.s_tir.meta_schedule \
 	tvm.rpc tvm.script onnx onnxruntime
-LAB_SIDE = tunelab tuning.run tuning.loop tuning.tools.compare mlflow mlflow.store.tracking.sqlalchemy_store \
+LAB_SIDE = tunelab tuning.engine.run tuning.engine.loop tuning.tools.compare mlflow mlflow.store.tracking.sqlalchemy_store \
 	mlflow.server xgboost sklearn.ensemble sklearn.cluster scipy.stats scipy.spatial optuna optuna.storages \
 	matplotlib.pyplot pandas pytest xdist
 COMPILE = ($(WARM) $(TVM_SIDE) & $(WARM) $(LAB_SIDE); wait)

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tuning.cluster_hosts import MLflowServer, Postgres, RayNodes  # noqa: E402
+from tuning.cluster.hosts import MLflowServer, Postgres, RayNodes  # noqa: E402
 
 DEFAULT_FOLDER = REPO / "outputs" / "cluster-demo"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -4,7 +4,7 @@ Optuna sweeper's ask/tell loop on PostgreSQL, side by side in one sitting.
     python experiments/bench_cluster_storage.py                        # 1, 8, 32 writers; 32 sweep workers
     python experiments/bench_cluster_storage.py --writers 1 8 --rows 200 --askers 8 --trials 20
 
-Starts a throwaway PostgreSQL (tuning.cluster_hosts.Postgres, loopback). For each backend and writer
+Starts a throwaway PostgreSQL (tuning.cluster.hosts.Postgres, loopback). For each backend and writer
 count, that many processes each add `--rows` readings to one store, one transaction per reading as a
 run's StoreWriter does, and the script prints rows/s over all writers and each `add`'s p50/p99 latency;
 then as many readers each read the whole task (`rows()`) `--reads` times: rows/s read. sqlite and
@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the readings as JSON here")
     args = parser.parse_args()
 
-    from tuning.cluster_hosts import Postgres
+    from tuning.cluster.hosts import Postgres
 
     folder = Path(tempfile.mkdtemp(prefix="tunelab-bench-"))
     folder.chmod(0o755)  # PostgreSQL runs as the postgres user when this runs as root

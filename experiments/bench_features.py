@@ -2,7 +2,7 @@
 
     python experiments/bench_features.py --store stores/lab.sqlite --train 64 256 --splits 5
 
-For every kernel of the stores (tuning/corpus.py), `--splits` seeded random splits of its measured
+For every kernel of the stores (tuning/hardware/corpus.py), `--splits` seeded random splits of its measured
 configs: each cost model x feature set is fit on `train` configs (the run's situation after that
 many measurements) and ranks the others. Prints per kernel and train size the Spearman correlation
 of predicted and measured throughput on the held-out configs and the held-out top-1 regret (how much
@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     parser.add_argument("--min-configs", type=int, default=100)
     args = parser.parse_args(argv)
 
-    from tuning.corpus import features, load_corpus, one_backend
+    from tuning.hardware.corpus import features, load_corpus, one_backend
 
     corpus = load_corpus(args.store, min_configs=args.min_configs)
     if not corpus.tasks:

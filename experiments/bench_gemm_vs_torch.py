@@ -26,7 +26,7 @@ def best_of_run(run_dir: Path):
     """(label, task, best config) of a finished single-operator run."""
     from tuning.core.outcome import TaskOutcome, best_from_records
     from tuning.core.records import RecordLog
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
     from tuning.core.task import build_tasks
 
     cfg = load_config(run_dir / "config.yaml", "run")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.tools.cli_common import child_json
+from tuning.config.cli import child_json
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {"sa+greedy+xgb": ("sa", "greedy", "xgb"), "ppo+kmeans+xgb": ("ppo", "kmeans", "xgb")}
@@ -58,7 +58,7 @@ def one_run(store: str, model: str, evaluator: str, method: str, space: str, tri
     from hydra.utils import instantiate
 
     from tuning.core.task import build_tasks
-    from tuning.loop import Components, RunInfo, tune_task
+    from tuning.engine.loop import Components, RunInfo, tune_task
     from tuning.tools.dataset import compose
 
     search, sampler, cost_model = METHODS[method]

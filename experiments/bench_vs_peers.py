@@ -85,7 +85,7 @@ def task_of(name: str, run: Path | None = None):
     from omegaconf import OmegaConf
 
     from tuning.core.task import build_tasks
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
 
     if run is not None:
         model = load_config(run / "config.yaml", "run").model  # a run folder is read as untrusted input
@@ -279,7 +279,7 @@ def wall_minutes(args, workload, method) -> float:
 
 
 # ---- 3. where the tuning seconds went -------------------------------------------------------------
-LAB_SHARES = ("search_s", "model_s", "measure_s", "tracking_s", "state_s")  # tuning.loop.ROUND_TIMES
+LAB_SHARES = ("search_s", "model_s", "measure_s", "tracking_s", "state_s")  # tuning.engine.loop.ROUND_TIMES
 
 
 def lab_shares(folder: Path) -> dict | None:

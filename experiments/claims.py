@@ -65,7 +65,7 @@ from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
 from tuning.tools.campaign_archive import add_archive_option, archived, is_archive_file, view_for_tables
-from tuning.tools.cli_common import add_tracking_uri
+from tuning.config.cli import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 

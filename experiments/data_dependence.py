@@ -64,7 +64,7 @@ def main(argv=None) -> list[dict]:
     from tuning.core.task import build_tasks
     from tuning.hardware.kernel_context import zeros_and_uniform_seconds
     from tuning.tools.export import open_tvm_run
-    from tuning.whole_model import is_whole_model
+    from tuning.core.task import is_whole_model
 
     args = parse_args(argv)
     try:

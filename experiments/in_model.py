@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.hardware.kernel_context import PREPACKED
-from tuning.tools.cli_common import child_json
+from tuning.config.cli import child_json
 from tuning.tools.sync import final_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,7 +216,7 @@ def main(argv=None) -> None:
     if args.child:
         print(json.dumps(measure_in_this_process(args)))
         return
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
 
     cfg = load_config(args.run / "config.yaml", "run")
     threads = (cfg.hardware.get("backend") or cfg.hardware).num_threads or os.cpu_count()

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from tuning.config import ConfigError
-from tuning.tools.cli_common import child_json
+from tuning.config.cli import child_json
 
 REPO = Path(__file__).resolve().parents[1]
 

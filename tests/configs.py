@@ -14,7 +14,7 @@ QUICK_TIMING = ("evaluator.repeat=2", "evaluator.min_repeat_ms=10", "evaluator.f
 
 def extra_conf_dirs() -> list[Path]:
     """TUNELAB_CONF_DIRS as the lab itself reads it."""
-    from tuning.run_folder import env_conf_dirs
+    from tuning.engine.run_folder import env_conf_dirs
 
     return env_conf_dirs()
 
@@ -45,12 +45,12 @@ def load_option(path):
 
 def as_job(cfg, monkeypatch):
     """A composed config (with its Hydra node) as run.py's @hydra.main would hand it to
-    tuning.run.main, that run's Hydra context patched in and its convergence plot skipped
+    tuning.engine.run.main, that run's Hydra context patched in and its convergence plot skipped
     (matplotlib: 0.3 s a run)."""
     from omegaconf import open_dict, read_write
 
-    from tuning import run
-    from tuning.tools import export
+    from tuning.engine import run
+    from tuning.engine import artifacts as export
 
     info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
             "output_dir": cfg.output_dir}

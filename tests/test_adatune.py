@@ -15,7 +15,7 @@ from tuning.core.measure import CVStop
 from tuning.core.measure import MeasureSpec
 from tuning.evaluator.fixed import FixedEvaluator
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.loop import Components, RunInfo, tune_task
+from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.sampler.base import random_unvisited
 from tuning.sampler.greedy import GreedySampler
 from tuning.search.csa import ContextualSimulatedAnnealing

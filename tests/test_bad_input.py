@@ -18,9 +18,11 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from tuning.config import ConfigError, validate
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
 from tuning.core.records import MeasureResult, Record, RecordError, RecordLog
-from tuning.resume import prior_records
+from tuning.engine.resume import prior_records
 
 REPO = Path(__file__).resolve().parents[1]
 

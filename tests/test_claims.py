@@ -149,7 +149,7 @@ ADATUNE_ROWS = ("xgbrank_sa_de", "rfei_csa_de150")
 
 @pytest.mark.parametrize("row", CHAMELEON_ROWS + ADATUNE_ROWS)
 def test_each_row_composes_and_validates(compose_cfg, row):
-    from tuning.config import validate
+    from tuning.engine.validate import validate
 
     group = "chameleon_row" if row in CHAMELEON_ROWS else "adatune_row"
     cfg = compose_cfg(f"+experiment/{group}={row}")

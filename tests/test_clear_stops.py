@@ -18,8 +18,9 @@ import pytest
 
 from configs import as_job
 from test_store_access import fill_up, mount, unmount
-from tuning import run as tunelab_run
-from tuning import run_folder
+from tuning.engine import run as tunelab_run
+from tuning.config import files
+from tuning.engine import run_folder
 from tuning.config import ConfigError
 from tuning.core.records import RecordWriter
 
@@ -118,7 +119,7 @@ def disk_full_after(monkeypatch):
     """disk_full_after(n): the n+1-th record written, and from then on any new file, fails as on a
     full disk (a file already there can still be rewritten within its blocks)."""
     def fill_after(records: int) -> None:
-        written, real_write, real_mkstemp = [0], RecordWriter.write, run_folder.tempfile.mkstemp
+        written, real_write, real_mkstemp = [0], RecordWriter.write, files.tempfile.mkstemp
 
         def write(self, record):
             written[0] += 1
@@ -132,7 +133,7 @@ def disk_full_after(monkeypatch):
             return real_mkstemp(*args, **kwargs)
 
         monkeypatch.setattr(RecordWriter, "write", write)
-        monkeypatch.setattr(run_folder.tempfile, "mkstemp", mkstemp)
+        monkeypatch.setattr(files.tempfile, "mkstemp", mkstemp)
 
     return fill_after
 
@@ -161,7 +162,7 @@ def test_the_status_is_marked_in_place_when_no_new_file_fits(tmp_path, monkeypat
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(run_folder.tempfile, "mkstemp", no_space)
+    monkeypatch.setattr(files.tempfile, "mkstemp", no_space)
     run_folder.mark_status(tmp_path, "FAILED")
     assert run_folder.read_status(tmp_path) == "FAILED"
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_folder.STATUS_FILE]

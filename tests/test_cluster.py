@@ -23,7 +23,7 @@ pytest.importorskip("ray")
 pytest.importorskip("psycopg")
 pytest.importorskip("hydra_plugins.hydra_ray_launcher")
 
-from tuning.cluster_hosts import MLflowServer, Postgres, RayNodes, postgres_bin  # noqa: E402
+from tuning.cluster.hosts import MLflowServer, Postgres, RayNodes, postgres_bin  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "kmeans_threshold-gemm_64"
@@ -351,7 +351,7 @@ def test_the_cluster_demo_stops_everything_on_ctrl_c(tmp_path):
 
 
 def test_a_ray_address_with_no_cluster_behind_it_is_an_error_naming_the_key(tmp_path):
-    from tuning.cluster_hosts import free_port
+    from tuning.cluster.hosts import free_port
 
     address = f"127.0.0.1:{free_port()}"
     started = time.monotonic()

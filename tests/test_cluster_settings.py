@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from tuning import cpu_slots
-from tuning.conf_dir import CONF_DIR
+from tuning.cluster import cpu_slots
+from tuning.config.conf_dir import CONF_DIR
 from tuning.config import register
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_a_job_reserves_the_cpus_its_measurements_need(overrides, cpus):
 
 HOLDER = """
 import sys, time
-from tuning import cpu_slots
+from tuning.cluster import cpu_slots
 try:
     cpus = cpu_slots.hold(int(sys.argv[1]), wait_s=float(sys.argv[2]), poll_s=0.05)
 except TimeoutError as error:
@@ -125,7 +125,7 @@ def test_storage_cluster_reads_its_places_from_the_environment(monkeypatch):
 
 
 def test_a_retried_job_reads_its_escaped_multirun_overrides_as_hydra_does():
-    from tuning.resume import _override_values
+    from tuning.engine.resume import _override_values
 
     values = _override_values(["tracking.uri=http\\://127.0.0.1\\:5000", "budget.trials=64"])
     assert OmegaConf.to_container(values) == {"tracking": {"uri": "http://127.0.0.1:5000"}, "budget": {"trials": 64}}

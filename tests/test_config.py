@@ -20,7 +20,9 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from tuning.config import ConfigError, validate
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
 from tuning.cost_model.base import CostModel
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware

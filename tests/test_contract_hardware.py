@@ -19,13 +19,14 @@ from omegaconf import OmegaConf
 
 from configs import group_yamls, load_option
 from fake_runner import RemoteSynthetic, TwoDevices
-from tuning.config import ConfigError, _import, validate
+from tuning.config import ConfigError
+from tuning.engine.validate import import_class as _import, validate
 from tuning.hardware.base import Hardware
 from tuning.hardware.runners.base import Runner, Setup
-from tuning.loop import Components, RunInfo, tune_task
+from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import ERROR_KINDS, MeasureResult, Record, RecordLog
-from tuning.run_folder import load_config
+from tuning.engine.run_folder import load_config
 from tuning.core.task import gemm_task
 
 REPO = Path(__file__).resolve().parents[1]

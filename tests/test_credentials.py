@@ -1,4 +1,4 @@
-"""What a file the user did not write may make the lab do (tuning/untrusted.py, docs/runs.md §Trust):
+"""What a file the user did not write may make the lab do (tuning/config/untrusted.py, docs/runs.md §Trust):
 a pack's overrides import nothing and load no config from elsewhere; a server a run folder or an
 artifact names gets no credential unless the user names it too; the store's own connections never
 send a password in clear; a refused run leaves no folder, and no password reaches a file on disk."""
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tuning.config import ConfigError, validate
-from tuning.untrusted import override_problems, unnamed_servers, user_named_servers, without_secrets
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
+from tuning.config.untrusted import override_problems, unnamed_servers, user_named_servers, without_secrets
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-pw"
@@ -227,7 +229,7 @@ def finished_run(tmp_path: Path, monkeypatch) -> Path:
 def test_resume_sends_no_password_to_a_server_a_shared_folder_names(trap, tmp_path, monkeypatch, compose_cfg):
     from configs import as_job
 
-    from tuning import run
+    from tuning.engine import run
 
     run_dir = finished_run(tmp_path, monkeypatch)
     saved = run_dir / "config.yaml"
@@ -239,7 +241,7 @@ def test_resume_sends_no_password_to_a_server_a_shared_folder_names(trap, tmp_pa
 
 
 def test_resume_refusal_names_the_file_the_key_and_how_to_name_it(trap, tmp_path, monkeypatch, capsys):
-    from tuning.resume import resolve_resume
+    from tuning.engine.resume import resolve_resume
 
     run_dir = finished_run(tmp_path, monkeypatch)
     saved = run_dir / "config.yaml"

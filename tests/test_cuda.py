@@ -119,7 +119,8 @@ def run_cli(*overrides: str) -> subprocess.CompletedProcess:
     (("hardware.arch=sm_90", "hardware.max_threads_per_block=0"), "hardware.max_threads_per_block"),
     (("hardware.arch=sm_90", "model=resnet18"), "model.kind=network")])
 def test_hardware_cuda_refuses_what_it_cannot_do_naming_the_key(compose_cfg, overrides, says):
-    from tuning.config import ConfigError, validate
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
 
     with pytest.raises(ConfigError, match=says.replace(".", r"\.").replace("(", r"\(")):
         validate(compose_cfg("hardware=cuda", "model=gemm_64", "tracking=none", *overrides))

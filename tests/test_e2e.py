@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from tuning.networks import NETWORKS, build_network
+from tuning.core.networks import NETWORKS, build_network
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.tvm, pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning"),

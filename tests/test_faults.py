@@ -181,7 +181,7 @@ def test_resume_into_its_own_folder_keeps_the_runs_methods(tmp_path, small_run):
 def test_a_run_folder_names_the_commit_it_started_at_and_a_forged_one_is_ignored(tmp_path, small_run):
     """run.yaml keeps the commit, so a copy of the run on another machine (a restored campaign,
     `tuning.tools.sync`) still names the code that made it; the file is untrusted."""
-    from tuning.run_folder import saved_commit
+    from tuning.engine.run_folder import saved_commit
 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     if not head:
@@ -447,7 +447,7 @@ def test_a_tracker_whose_store_fails_goes_offline_once_and_never_raises(tmp_path
 
 def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):
     from tuning.config import ConfigError
-    from tuning.run_folder import is_registered_target, load_config
+    from tuning.engine.run_folder import is_registered_target, load_config
 
     assert is_registered_target("tuning.search.sa.SimulatedAnnealing") or is_registered_target(
         "tuning.hardware.synthetic.SyntheticHardware")
@@ -469,7 +469,7 @@ def test_only_registered_classes_may_be_named_by_a_saved_config(tmp_path):
 ])
 def test_a_saved_config_yaml_cannot_construct_or_that_is_too_wide_is_refused_naming_the_file(tmp_path, text, says):
     from tuning.config import ConfigError
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
 
     saved = tmp_path / "config.yaml"
     saved.write_text(text)

@@ -13,12 +13,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.test_loop import component, components
-from tuning.config import ConfigError, validate
-from tuning.loop import RunInfo, tune_tasks
-from tuning.naming import run_name, sweep_name, workload_label
+from tuning.config import ConfigError
+from tuning.engine.validate import validate
+from tuning.engine.loop import RunInfo, tune_tasks
+from tuning.config.naming import run_name, sweep_name, workload_label
 from tuning.core.outcome import TaskOutcome, task_table
-from tuning.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
-from tuning.final import headline_metrics
+from tuning.engine.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
+from tuning.engine.final import headline_metrics
 from tuning.scheduler.gradient import Gradient
 from tuning.core.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
 from tuning.tracking.base import run_params
@@ -202,7 +203,7 @@ def test_experiment_without_plus_is_added(tmp_path):
 
 
 def test_the_estimate_comes_once_after_the_first_round(tmp_path, caplog):
-    from tuning.callbacks import Pace
+    from tuning.engine.callbacks import Pace
 
     parts = components(search="random", sampler="all", cost_model="none", hardware_overrides={"delay_s": 0.01})
     run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=32, plan_size=8,

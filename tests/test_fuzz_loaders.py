@@ -94,7 +94,7 @@ def original(tmp_path_factory) -> Original:
     from hydra import compose, initialize_config_dir
 
     from tuning.config import register
-    from tuning.run import main
+    from tuning.engine.run import main
 
     root = tmp_path_factory.mktemp("fuzz_source")
     folder, store = root / "run", root / "store" / "store.sqlite"
@@ -179,7 +179,7 @@ def canary_nodes(item: Input) -> dict:
                           "_args_": [f"open({str(c / 'exec')!r}, 'w').close()"]},
         "builtins.open": {"_target_": "builtins.open", "file": str(c / "open"), "mode": "w"},
         "pathlib.Path.touch": {"_target_": "pathlib.Path.touch", "_args_": [path("touch")]},
-        "tuning.run_folder.mark_status": {"_target_": "tuning.run_folder.mark_status",
+        "tuning.engine.run_folder.mark_status": {"_target_": "tuning.engine.run_folder.mark_status",
                                           "out_dir": {"_target_": "pathlib.Path", "_args_": [str(c / "dir")]},
                                           "status": "RUNNING"},
         "subprocess.run": {"_target_": "subprocess.run", "args": ["touch", str(c / "subprocess")]},
@@ -352,7 +352,7 @@ def m_canary_target(rng, tree, item):
 def m_instantiation_keys(rng, tree, item):
     path = pick(rng, [p for p in dicts(tree)])
     key, value = pick(rng, [("_partial_", True), ("_recursive_", False), ("_convert_", "all"), ("_args_", [1]),
-                            ("_target_", "junk.nothing"), ("_target_", 5), ("_target_", "tuning.run_folder.claim"),
+                            ("_target_", "junk.nothing"), ("_target_", 5), ("_target_", "tuning.engine.run_folder.claim"),
                             ("_target_", "tuning.config.ConfigError"), ("_target_", "os.system"),
                             ("_target_", "tuning..x"), ("_target_", "tuning.search.sa.SimulatedAnnealing")])
     tree.get(path)[key] = value
@@ -711,13 +711,13 @@ class Step:
 
 
 def loaders(item: Input, orig: Original, clean) -> list[Step]:
-    from tuning import resume
+    from tuning.engine import resume
     from tuning.tools import compare
     from tuning.tools import sync
-    from tuning.config import validate
+    from tuning.engine.validate import validate
     from tuning.tools.dataset import saved_config
     from tuning.core.records import RecordLog
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
 
     run = item.run
 
@@ -797,14 +797,14 @@ def _fresh_parts(clean):
 
 
 def _checked_and_restored(run: Path, clean):
-    from tuning.resume import check_states
+    from tuning.engine.resume import check_states
 
     check_states(clean.cfg, run, clean.tasks, clean.records, lambda index: _fresh_parts(clean))
     return _restored(run, clean)
 
 
 def _restored(run: Path, clean):
-    from tuning.resume import restore_state
+    from tuning.engine.resume import restore_state
 
     search, cost_model = _fresh_parts(clean)
     task = SimpleNamespace(key=clean.tasks[0].key, name=clean.tasks[0].name)
@@ -884,7 +884,7 @@ def unsafe(cfg) -> None:
     `_target_` the lab does not register, and no value from the environment."""
     from omegaconf import OmegaConf
 
-    from tuning.run_folder import is_registered_target
+    from tuning.engine.run_folder import is_registered_target
 
     found = []
 
@@ -937,7 +937,7 @@ class Clean:
 
 def clean_inputs(run: Path) -> Clean:
     from tuning.core.records import RecordLog
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
     from tuning.tools.sync import load_tasks
 
     cfg = load_config(run / "config.yaml", "resume")

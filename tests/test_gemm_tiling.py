@@ -184,7 +184,7 @@ def test_gbfs_plan_larger_than_rho_pops_several_states():
 def test_gbfs_after_shared_random_configs_starts_from_them_not_from_s0(tmp_path):
     """budget.init_random: the run's first 16 measurements are the seed's shared random configs; G-BFS
     then pops the best of them and never measures the untiled s0."""
-    from tuning.loop import RunInfo, tune_task
+    from tuning.engine.loop import RunInfo, tune_task
 
     from test_loop import components
 

@@ -47,7 +47,7 @@ def differences(a, b) -> set:
 @pytest.mark.parametrize("row", sorted(CHANGES))
 def test_every_sensitivity_row_changes_one_factor_from_the_papers_settings(compose_cfg, experiment_script, tmp_path,
                                                                           row, model):
-    from tuning.config import validate
+    from tuning.engine.validate import validate
 
     grid = experiment_script("gemm_tiling_grid")
     args = grid.parse_args(["--store", str(tmp_path / "s.sqlite"), "--campaign", str(tmp_path / "c")])

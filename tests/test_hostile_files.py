@@ -5,7 +5,7 @@ tuning.tools.export` writes is run isolated from its folder (a numpy.py planted 
 registered booster is read from its bytes alone (the `code:` and `model_class` of its MLmodel are not
 imported), and one that is not a booster of the features' width is refused before any work; a value
 function whose weights are not plain tensors is refused without advice to load it unsafely; and no file
-is written through a symlink in a run folder (tuning/run_folder.py `inside`).
+is written through a symlink in a run folder (tuning/engine/run_folder.py `inside`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
 from tuning.core.records import MeasureResult, Record, RecordLog
-from tuning.run_folder import on_run_folder
+from tuning.engine.run_folder import on_run_folder
 
 CANARY = "open({marker!r}, 'w').write('ran')\n"
 
@@ -169,7 +169,7 @@ def test_value_weights_that_are_not_plain_tensors_are_refused_without_unsafe_adv
 
 # ---- writes into a run folder never follow a symlink out of it ---------------------------------------
 def test_inside_refuses_links_and_paths_that_leave_the_folder(tmp_path):
-    from tuning.run_folder import inside, write_inside
+    from tuning.engine.run_folder import inside, write_inside
 
     run, outside = tmp_path / "run", tmp_path / "outside"
     run.mkdir()
@@ -205,7 +205,7 @@ def test_inside_refuses_links_and_paths_that_leave_the_folder(tmp_path):
 ])
 def test_a_folder_with_a_link_anywhere_is_refused_before_a_command_reads_or_writes_it(tmp_path, compose_cfg,
                                                                                       plant, message):
-    from tuning.run_folder import claim, on_run_folder, release
+    from tuning.engine.run_folder import claim, on_run_folder, release
 
     run, victim = saved_run(tmp_path, compose_cfg), tmp_path / "victim"
     victim.write_text("secret")
@@ -219,7 +219,7 @@ def test_a_folder_with_a_link_anywhere_is_refused_before_a_command_reads_or_writ
 
 
 def test_a_new_run_into_a_folder_with_a_planted_link_is_refused(tmp_path):
-    from tuning.run_folder import claim
+    from tuning.engine.run_folder import claim
 
     run, victim = tmp_path / "run", tmp_path / "victim"
     run.mkdir()
@@ -231,7 +231,7 @@ def test_a_new_run_into_a_folder_with_a_planted_link_is_refused(tmp_path):
 
 
 def test_a_copy_made_with_hard_links_gets_a_lock_of_its_own(tmp_path):
-    from tuning.run_folder import LOCK_FILE, claim, release
+    from tuning.engine.run_folder import LOCK_FILE, claim, release
 
     original, copy = tmp_path / "run", tmp_path / "copy"
     original.mkdir()
@@ -294,7 +294,7 @@ def test_the_lock_file_of_a_run_folder_is_not_written_through_a_link(tmp_path, c
 
 def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
     from tuning.tracking.base import NoTracker
-    from tuning.whole_model import evaluate_end_to_end
+    from tuning.engine.whole_model import evaluate_end_to_end
 
     class Hardware:
         def evaluate_model(self, *args):

@@ -1,4 +1,4 @@
-"""The tuning loop (tuning/loop.py) on the synthetic hardware: budget, determinism, resume, stops, errors.
+"""The tuning loop (tuning/engine/loop.py) on the synthetic hardware: budget, determinism, resume, stops, errors.
 
 In-process tests build the components from the YAMLs in conf/ and call `tune_task`
 directly, or run a whole job with `tunelab.tune`; the fresh-process and kill + resume tests run
@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from configs import load_option
 
-from tuning.loop import Components, RunInfo, tune_task
+from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.core.records import RecordLog
 from tuning.core.task import build_tasks, gemm_task
 
@@ -262,7 +262,7 @@ def test_records_reach_the_file_as_measured_and_disk_once_a_round(tmp_path, monk
     """A killed process loses no record (each is in the file when the next is measured); the file
     is fsynced after every round and at the end, not once a record."""
     import tuning.core.records as records_module
-    from tuning.callbacks import AppendRecords, MeasureCallback
+    from tuning.engine.callbacks import AppendRecords, MeasureCallback
 
     path, seen, synced = tmp_path / "records.jsonl", [], []
 
@@ -428,8 +428,8 @@ def test_init_random_survives_a_resume(tmp_path):
 def test_round_times_account_for_the_wall_and_keep_tracking_apart(tmp_path):
     """Every second of a round lands in one share: a callback that sleeps in on_result is
     tracking, not measuring; the shares never add up to more than the rounds' wall."""
-    from tuning.callbacks import MeasureCallback
-    from tuning.loop import ROUND_TIMES
+    from tuning.engine.callbacks import MeasureCallback
+    from tuning.engine.loop import ROUND_TIMES
 
     class Slow(MeasureCallback):
         def on_result(self, tuner, record):

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from tuning.config import ConfigError, validate
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
 from tuning.cost_model.xgb import XGBoostCostModel
 from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack, warmup_scores
 from tuning.hardware.synthetic import SyntheticHardware

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tuning.naming import BEST_SO_FAR, FINAL_GFLOPS, FINAL_LATENCY_US
+from tuning.config.naming import BEST_SO_FAR, FINAL_GFLOPS, FINAL_LATENCY_US
 from tuning.tools.compare.report import compare_runs_page
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The in-context evaluator's choice (tuning/model_choice.py): the heaviest tasks' finalists, read
+"""The in-context evaluator's choice (tuning/engine/model_choice.py): the heaviest tasks' finalists, read
 inside the model by the hardware, re-chosen by their median there and reported at those readings.
 A stand-in hardware returns the readings: no TVM build (tests/test_e2e.py runs the real one)."""
 from __future__ import annotations
@@ -9,11 +9,13 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.config import ConfigError, validate
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
 from tuning.core.outcome import TaskOutcome
 from tuning.core.records import MeasureResult, Record
 from tuning.core.task import Task
-from tuning.model_choice import REPORT_FILE, choose_in_model, finalists, heaviest_outcomes, take_in_model
+from tuning.engine.model_choice import REPORT_FILE, choose_in_model, finalists, heaviest_outcomes, take_in_model
 from tuning.tools.sync import CHOSEN_FILE, load_chosen, save_chosen
 
 
@@ -123,7 +125,7 @@ def test_the_prediction_is_read_by_processes_that_did_not_choose(tmp_path):
 
 
 def test_the_final_metrics_follow_the_new_choice_and_keep_the_rest(tmp_path):
-    from tuning.final import log_choice_metrics
+    from tuning.engine.final import log_choice_metrics
     from tuning.tools.sync import final_metrics, save_final_metrics
 
     stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3})

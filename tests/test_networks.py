@@ -1,8 +1,8 @@
-"""The networks of tuning/networks.py: torchvision's architectures in plain torch (no TVM)."""
+"""The networks of tuning/core/networks.py: torchvision's architectures in plain torch (no TVM)."""
 import pytest
 import torch
 
-from tuning.networks import NETWORKS, build_network
+from tuning.core.networks import NETWORKS, build_network
 
 # torchvision's parameter counts; BERT-base's encoder layer as in HuggingFace's BertLayer.
 PARAMETERS = {

@@ -115,7 +115,7 @@ def test_undeclared_its_folder_is_refused_by_the_folder_commands(toy, resumed_ru
 def test_its_directory_on_this_commands_hydra_searchpath_registers_it(toy, resumed_run, compose_cfg, monkeypatch):
     """A run.py job that names the directory in `hydra.searchpath` (not in TUNELAB_CONF_DIRS) declares it too."""
     from tuning.config import ConfigError
-    from tuning.run_folder import load_config
+    from tuning.engine.run_folder import load_config
 
     _, tmp = toy
     monkeypatch.delenv("TUNELAB_CONF_DIRS", raising=False)

@@ -100,7 +100,7 @@ def test_compare_leaves_out_a_run_whose_records_hold_a_negative_cost(tmp_path):
 
 def test_resume_and_tuning_database_refuse_a_negative_cost(tmp_path):
     from tuning.config import ConfigError
-    from tuning.resume import check_records, prior_records
+    from tuning.engine.resume import check_records, prior_records
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -114,7 +114,7 @@ def test_resume_and_tuning_database_refuse_a_negative_cost(tmp_path):
 
 def test_a_records_reading_faster_than_the_device_allows_is_refused_once_the_task_is_known(tmp_path):
     from tuning.config import ConfigError
-    from tuning.resume import check_plausible, check_records, prior_records
+    from tuning.engine.resume import check_plausible, check_records, prior_records
 
     hardware = SyntheticHardware()
     floor = bounds_of(TASK, hardware).floor_s

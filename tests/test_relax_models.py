@@ -11,7 +11,7 @@ import tvm_ffi
 
 from tuning.hardware.relax_models import (
     design_spaces, extract_tasks, import_network, tasks_as_json, tasks_from_json, workload_key)
-from tuning.networks import build_network
+from tuning.core.networks import build_network
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")]

@@ -22,7 +22,7 @@ from tuning.hardware.base import Hardware
 from tuning.hardware.replay import ReplayHardware, with_store
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.task import gemm_task
-from tuning.whole_model import e2e_line
+from tuning.engine.whole_model import e2e_line
 
 from configs import as_job
 
@@ -114,7 +114,7 @@ QUICK = ("model=tiny_cnn", "tracking=none", "search=random", "cost_model=none", 
 
 
 def run_whole_model(compose_cfg, monkeypatch, *overrides) -> Path:
-    from tuning import run
+    from tuning.engine import run
 
     EVALUATED.clear()
     cfg = compose_cfg(*QUICK, *overrides)

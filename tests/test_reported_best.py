@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
 from tuning.core.records import MeasureResult, Record, RecordLog
-from tuning.run_folder import load_config
+from tuning.engine.run_folder import load_config
 from tuning.tools.export import best_in_run
 from tuning.tools.sync import CHOSEN_FILE, final_metrics, load_chosen
 
@@ -26,7 +26,7 @@ def finished_run(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from tuning.config import register
-    from tuning.run import main
+    from tuning.engine.run import main
 
     register()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -108,7 +108,7 @@ def test_the_end_to_end_line_sets_the_heaviest_kernels_beside_their_predictions(
     from types import SimpleNamespace
 
     from tuning.core.outcome import TaskOutcome
-    from tuning.whole_model import HEAVIEST, e2e_line, e2e_metrics, heaviest_kernels, kernel_rows
+    from tuning.engine.whole_model import HEAVIEST, e2e_line, e2e_metrics, heaviest_kernels, kernel_rows
 
     outcomes = [TaskOutcome(SimpleNamespace(name=f"k{i}", weight=1 + (i == 0)), [], best_cost=(i + 1) * 1e-4)
                 for i in range(12)]

@@ -1,9 +1,9 @@
-"""A resumed run folder is checked before any work (tuning/resume.py check_records, check_budget,
+"""A resumed run folder is checked before any work (tuning/engine/resume.py check_records, check_budget,
 check_states): a budget below its records, a lost or damaged search state, a duplicated records line
 are refused naming the key or file, or, for a lost state, continued with `reset_state=true`. Also:
 `tuning.tools.sync` into another store is idempotent, and Ctrl-C during a whole model's import is acted on.
 
-Runs are made in process (tuning.run.main) on the synthetic hardware with tracking off.
+Runs are made in process (tuning.engine.run.main) on the synthetic hardware with tracking off.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from configs import as_job
-from tuning import run as tunelab_run
+from tuning.engine import run as tunelab_run
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -25,7 +25,7 @@ NEW = ("hardware=synthetic", "model=gemm_64", "tracking=none", "search=random", 
 
 
 def job(compose_cfg, monkeypatch, *overrides: str):
-    """The config run.py's @hydra.main would hand to tuning.run.main, with its Hydra context."""
+    """The config run.py's @hydra.main would hand to tuning.engine.run.main, with its Hydra context."""
     return as_job(compose_cfg(*overrides), monkeypatch)
 
 
@@ -169,7 +169,7 @@ def test_reset_state_on_a_new_run_is_refused(run_job, tmp_path):
 def test_a_resume_its_saved_config_fails_leaves_its_folder_free(run_job, four_rounds):
     """Refused after its folder was claimed: a process that goes on (tunelab.tune in a notebook)
     lets the folder go, so the next resume of it is not refused as a second writer."""
-    from tuning.run_folder import LOCK_FILE, take_lock
+    from tuning.engine.run_folder import LOCK_FILE, take_lock
 
     saved = yaml.safe_load((four_rounds / "config.yaml").read_text())
     saved["hardware"]["noise"] = 5.0

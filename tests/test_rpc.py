@@ -127,7 +127,7 @@ def test_the_runners_reading_of_the_tracker_and_of_devices():
     ("hardware.runner.devices=0", "hardware.runner.devices"),
 ])
 def test_bad_runner_values_are_rejected_by_validation_naming_the_key(compose_cfg, override, key):
-    from tuning.config import validate
+    from tuning.engine.validate import validate
 
     cfg = compose_cfg("hardware/runner=rpc", override)
     with pytest.raises(ConfigError, match=rf"{key}:"):

@@ -1,5 +1,5 @@
 """Whole-model tuning on the synthetic hardware: task schedulers, the shared budget, the
-per-task minimum, enumeration of tiny spaces, resume and reuse (tuning/loop.py `tune_tasks`)."""
+per-task minimum, enumeration of tiny spaces, resume and reuse (tuning/engine/loop.py `tune_tasks`)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from tests.test_loop import component, components
-from tuning.loop import RunInfo, tune_tasks
+from tuning.engine.loop import RunInfo, tune_tasks
 from tuning.core.records import RecordLog
 from tuning.scheduler.gradient import Gradient
 from tuning.scheduler.round_robin import RoundRobin

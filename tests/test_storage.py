@@ -1,5 +1,5 @@
 """The storage group: one place says where MLflow runs, Optuna studies and measurement stores live
-(tuning/storage.py), and a sweep's MLflow parent run is opened by the launching process, no file
+(tuning/config/storage.py), and a sweep's MLflow parent run is opened by the launching process, no file
 in the sweep folder."""
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tuning import storage
-from tuning.config import ConfigError, validate
+from tuning.config import storage
+from tuning.config import ConfigError
+from tuning.engine.validate import validate
 from tuning.tracking import mlflow_tracker
 from tuning.tracking.mlflow_tracker import MlflowTracker
 
@@ -70,7 +71,7 @@ def test_a_bad_storage_key_is_refused_naming_it(compose_cfg, override, key):
 
 def test_a_job_with_a_bad_storage_stops_before_any_work(compose_cfg, monkeypatch, tmp_path, capsys):
     from configs import as_job
-    from tuning import run
+    from tuning.engine import run
 
     (tmp_path / "file").write_text("not a folder")
     cfg = compose_cfg("model=gemm_64", "hardware=synthetic", "budget.trials=8",
@@ -85,7 +86,7 @@ def test_a_job_with_a_bad_storage_stops_before_any_work(compose_cfg, monkeypatch
 
 # ---- a sweep's parent run ----------------------------------------------------------------------
 def test_the_launching_process_opens_the_parent_and_hands_its_id_to_the_jobs(compose_cfg, tmp_path, monkeypatch):
-    from tuning.sweep import SweepParent
+    from tuning.sweep.multirun import SweepParent
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.delenv(mlflow_tracker.PARENT_RUN_ENV, raising=False)

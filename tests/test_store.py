@@ -19,7 +19,7 @@ import pytest
 
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.loop import Components, RunInfo, tune_task
+from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.core.measure import CVStop, MeasureSpec
 from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore, StoreError, TaskRows, connect_store, fingerprint
@@ -187,7 +187,7 @@ def test_a_run_scores_its_incumbent_by_the_store(tmp_path):
     best = outcome.best_config
     readings = [c for row in store.rows(*table.key, best) for c in row.costs]
     assert len(readings) >= 3
-    from tuning.callbacks import StoreWriter
+    from tuning.engine.callbacks import StoreWriter
     assert StoreWriter(store, replay(store.path), SPEC).truth(TASK, table.space, best) == statistics.median(readings)
 
 
@@ -262,7 +262,7 @@ def test_memoised_real_run_measures_each_config_once(tmp_path):
     store.count()
     backend = SyntheticHardware(noise=0.2, store=str(store.path), reuse=True)
     from tuning.hardware.replay import with_store
-    from tuning.callbacks import StoreWriter, default_callbacks
+    from tuning.engine.callbacks import StoreWriter, default_callbacks
 
     def run(out, seed):
         hardware = with_store(backend)
@@ -370,7 +370,8 @@ def test_replay_with_create_starts_a_store_and_a_rerun_measures_nothing(tmp_path
     (("model.space=everything",), "model.space"),
 ])
 def test_replay_without_a_store_is_refused_before_any_work(compose_cfg, tmp_path, overrides, message):
-    from tuning.config import ConfigError, validate
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
 
     cfg = compose_cfg("model=gemm_64", "tracking=none", *(o.format(tmp=tmp_path) for o in overrides))
     with pytest.raises(ConfigError, match=message):
@@ -380,7 +381,8 @@ def test_replay_without_a_store_is_refused_before_any_work(compose_cfg, tmp_path
 def test_a_run_whose_store_stayed_on_its_machine_is_still_re_logged(compose_cfg, tmp_path):
     """`tuning.tools.sync` validates under local_checks_only and opens no store: a restored run (an
     archive viewed on another machine) whose store path does not exist here still validates."""
-    from tuning.config import ConfigError, validate
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
     from tuning.core.component import local_checks_only
 
     cfg = compose_cfg("model=gemm_64", "tracking=none", "hardware=replay", f"hardware.store={tmp_path}/gone.sqlite")

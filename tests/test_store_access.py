@@ -204,7 +204,7 @@ def test_a_dry_run_creates_no_store(tmp_path, capsys):
 
 # ---- read-only media -------------------------------------------------------------------------
 def test_replay_stats_and_a_read_only_run_work_from_read_only_media(read_only_copy, capsys):
-    from tuning.store_wiring import wire_store
+    from tuning.engine.store_wiring import wire_store
 
     path, configs = read_only_copy
     replay = ReplayHardware(SyntheticHardware(), str(path), on_miss="error")
@@ -225,7 +225,7 @@ def test_replay_stats_and_a_read_only_run_work_from_read_only_media(read_only_co
 
 
 def test_a_run_whose_store_cannot_be_written_is_refused_before_work(read_only_copy):
-    from tuning.store_wiring import wire_store
+    from tuning.engine.store_wiring import wire_store
 
     path, _ = read_only_copy
     for hardware in (SyntheticHardware(store=str(path)), SyntheticHardware(store=str(path.parent / "new.sqlite"))):
@@ -247,7 +247,7 @@ def test_a_build_or_import_into_read_only_media_is_refused_before_work(read_only
 
 
 def test_a_store_path_that_is_a_folder_is_refused_naming_the_option(tmp_path):
-    from tuning.store_wiring import wire_store
+    from tuning.engine.store_wiring import wire_store
 
     parts = SimpleNamespace(hardware=SyntheticHardware(store=str(tmp_path)), evaluator=SimpleNamespace(spec=SPEC))
     with pytest.raises(StoreError, match=r"^hardware.store: .* is a folder, not a store file"):

@@ -1,6 +1,6 @@
 """The measurement store in PostgreSQL (tuning/store/postgres.py) and copying stores between backends.
 
-The checks that need a server run on a throwaway PostgreSQL (tuning/cluster_hosts.py, one for the
+The checks that need a server run on a throwaway PostgreSQL (tuning/cluster/hosts.py, one for the
 module, a fresh database per test) and are in the slow set; they skip where PostgreSQL or psycopg
 is not installed. The rest (naming a store by URL, an unreachable server, psycopg missing, copying
 between two sqlite files) need no server and run by default.
@@ -43,7 +43,7 @@ def _server_available() -> str:
     """Why the server tests cannot run here ('' when they can)."""
     if not HAVE_PSYCOPG:
         return "psycopg is not installed (pip install 'tunelab[cluster]')"
-    from tuning.cluster_hosts import postgres_bin
+    from tuning.cluster.hosts import postgres_bin
 
     try:
         postgres_bin()
@@ -204,7 +204,7 @@ def test_copy_between_two_sqlite_files_skips_garbage_and_what_the_target_holds(t
 # ---- a PostgreSQL server -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pg(tmp_path_factory):
-    from tuning.cluster_hosts import Postgres
+    from tuning.cluster.hosts import Postgres
 
     folder = tmp_path_factory.mktemp("pg")
     if os.geteuid() == 0:  # the server runs as the postgres user, which must reach its folder

@@ -1,4 +1,4 @@
-"""tuning/run.py orchestrates and nothing more: it stays short, the budget is resolved into a frozen
+"""tuning/engine/run.py orchestrates and nothing more: it stays short, the budget is resolved into a frozen
 plan without editing the config, the store wiring returns new hardware instead of changing the
 given one, and the loop's RunInfo is a frozen plan beside a mutable Progress."""
 from __future__ import annotations
@@ -19,9 +19,9 @@ KERNELS = [gemm_task(f"k{i}", 16 + 8 * i, 32, 16) for i in range(22)]
 
 # ---- structure ---------------------------------------------------------------------------------
 def test_run_py_is_short_and_its_run_fits_on_a_screen():
-    from tuning import run
+    from tuning.engine import run
 
-    assert len((REPO / "tuning" / "run.py").read_text().splitlines()) < 250
+    assert len((REPO / "tuning" / "engine" / "run.py").read_text().splitlines()) < 250
     lines, _ = inspect.getsourcelines(run._run)
     assert len(lines) <= 40, f"_run is {len(lines)} lines"
 
@@ -39,7 +39,7 @@ def test_no_module_in_tuning_imports_hydra_plugins():
 
 # ---- the budget ------------------------------------------------------------------------------------
 def test_budget_resolution_leaves_the_config_alone_and_gives_a_frozen_plan(compose_cfg):
-    from tuning.budget import DEFAULT_TRIALS_PER_KERNEL, resolve_budget
+    from tuning.engine.budget import DEFAULT_TRIALS_PER_KERNEL, resolve_budget
 
     cfg = compose_cfg("model=resnet18")
     before = OmegaConf.to_container(cfg.budget)
@@ -52,7 +52,7 @@ def test_budget_resolution_leaves_the_config_alone_and_gives_a_frozen_plan(compo
 
 
 def test_the_applied_copy_holds_the_numbers_used(compose_cfg):
-    from tuning.budget import resolve_budget, with_plan_size
+    from tuning.engine.budget import resolve_budget, with_plan_size
     from tuning.hardware.synthetic import SyntheticHardware
 
     cfg = compose_cfg("model=gemm_64", "budget.trials_per_task=40")
@@ -69,7 +69,7 @@ def test_store_wiring_returns_new_hardware_and_leaves_the_given_one_as_it_was(tm
     from tuning.hardware.replay import ReplayHardware
     from tuning.hardware.synthetic import SyntheticHardware
     from tuning.core.measure import MeasureSpec
-    from tuning.store_wiring import wire_store
+    from tuning.engine.store_wiring import wire_store
 
     given = SyntheticHardware(store=str(tmp_path / "store.sqlite"))
     hardware, writer = wire_store(OmegaConf.create({"model": {"space": "store"}}), given, MeasureSpec(repeat=3))
@@ -80,7 +80,7 @@ def test_store_wiring_returns_new_hardware_and_leaves_the_given_one_as_it_was(tm
 
 # ---- the loop's run --------------------------------------------------------------------------------
 def test_run_info_is_a_frozen_plan_with_a_mutable_progress(tmp_path):
-    from tuning.loop import Progress, RunInfo
+    from tuning.engine.loop import Progress, RunInfo
 
     run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=8, plan_size=4)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -1,4 +1,4 @@
-"""The command-line tools agree on their flags (tuning/tools/cli_common.py): every argument has help,
+"""The command-line tools agree on their flags (tuning/config/cli.py): every argument has help,
 --help shows defaults, `--tracking-uri` is the one visible MLflow-location flag and defaults to
 $MLFLOW_TRACKING_URI, the old spellings still parse, and `prog` names the tool in usage. Parsers only:
 no TVM build, no MLflow run."""
@@ -9,7 +9,7 @@ import importlib
 
 import pytest
 
-from tuning.tools.cli_common import OLD_TRACKING_FLAGS
+from tuning.config.cli import OLD_TRACKING_FLAGS
 
 # the module whose build_parser(prog) each tool uses -> the name its usage shows by default
 TOOLS = {
@@ -19,15 +19,15 @@ TOOLS = {
     "tuning.tools.dataset": "python -m tuning.tools.dataset",
     "tuning.tools.pretrain": "python -m tuning.tools.pretrain",
     "tuning.tools.compare.cli": "python -m tuning.tools.compare",
-    "tuning.value.__main__": "python -m tuning.value",
+    "tuning.tools.value": "python -m tuning.tools.value",
     "tuning.tools.campaign_archive": "python -m tuning.tools.campaign_archive",
 }
 # the commands that name an MLflow store, each with the least its command line holds
 MLFLOW_COMMANDS = [
     ("tuning.tools.compare.cli", ["--baseline", "sa"]),
     ("tuning.tools.pretrain", ["--store", "lab.sqlite"]),
-    ("tuning.value.__main__", ["train", "--store", "lab.sqlite"]),
-    ("tuning.value.__main__", ["improve", "--model", "models:/v/1", "--store", "lab.sqlite", "--network", "gemm_64"]),
+    ("tuning.tools.value", ["train", "--store", "lab.sqlite"]),
+    ("tuning.tools.value", ["improve", "--model", "models:/v/1", "--store", "lab.sqlite", "--network", "gemm_64"]),
     ("tuning.tools.campaign_archive", ["forget", "campaigns/grid", "a/seed0", "--campaign", "outputs/campaigns/grid"]),
     ("tuning.tools.sync", ["outputs/runs/day/time"]),
 ]
@@ -167,7 +167,7 @@ def test_dataset_refuses_what_is_neither_an_option_nor_an_override(argv, message
 def test_child_json_reads_the_last_line_and_names_a_failed_child(tmp_path):
     import sys
 
-    from tuning.tools.cli_common import child_json
+    from tuning.config.cli import child_json
 
     printed = "print('progress'); print('{\"seconds\": 1.5}')"
     assert child_json([sys.executable, "-c", printed], "unused", cwd=tmp_path) == {"seconds": 1.5}

@@ -1,4 +1,4 @@
-"""Transfer: the store as a corpus (tuning/corpus.py), the model registry (tuning/tracking/registry.py),
+"""Transfer: the store as a corpus (tuning/hardware/corpus.py), the model registry (tuning/tracking/registry.py),
 cost_model.pretrained, and `python -m tuning.tools.pretrain` on real TVM spaces."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import xgboost as xgb
 
 from configs import QUICK_TIMING
-from tuning.corpus import load_corpus
+from tuning.hardware.corpus import load_corpus
 from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.measure import MeasureSpec

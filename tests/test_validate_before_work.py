@@ -12,7 +12,9 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.config import ConfigError, validate
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
 from tuning.tracking.mlflow_tracker import MlflowTracker
 
 QUICK = 5.0  # seconds: a refusal never waits out tracking.retry_s (30)
@@ -106,9 +108,9 @@ def test_the_largest_seed_every_consumer_takes_is_accepted(compose_cfg):
 
 # ---- a whole job, in process -------------------------------------------------------------------
 def run_job(compose_cfg, monkeypatch, *overrides):
-    """tuning.run.main on the config run.py's @hydra.main would hand it, with its Hydra context."""
+    """tuning.engine.run.main on the config run.py's @hydra.main would hand it, with its Hydra context."""
     from configs import as_job
-    from tuning import run
+    from tuning.engine import run
 
     return run.main(as_job(compose_cfg("model=gemm_64", "hardware=synthetic", "budget.trials=8", *overrides),
                            monkeypatch))
@@ -173,7 +175,7 @@ def test_a_plan_size_larger_than_the_space_is_cut_to_it(compose_cfg, monkeypatch
 
 
 def test_ctrl_c_before_the_first_measurement_says_nothing_was_measured(compose_cfg, monkeypatch, tmp_path, capsys):
-    from tuning import run
+    from tuning.engine import run
 
     def interrupted(cfg, hardware):
         raise KeyboardInterrupt

@@ -237,7 +237,8 @@ def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_pat
     (("budget.trials=-1",), "budget.trials"),
 ])
 def test_bad_value_search_configs_are_rejected_before_any_work(compose_cfg, overrides, message, tmp_path):
-    from tuning.config import ConfigError, validate
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
 
     registry = f"search.registry=sqlite:///{tmp_path / 'r.db'}" if "search=value" in overrides else "seed=0"
     with pytest.raises(ConfigError, match=message):
@@ -249,7 +250,8 @@ def test_bad_value_search_configs_are_rejected_before_any_work(compose_cfg, over
                                         "cost_model.pretrained=models:/absent/1")])
 def test_a_registered_model_is_not_needed_to_re_log_a_run(compose_cfg, overrides, tmp_path):
     """`tuning.tools.sync` re-logs a restored run whose model is not in this machine's registry."""
-    from tuning.config import ConfigError, validate
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
     from tuning.core.component import local_checks_only
 
     group = overrides[0].split("=")[0]
@@ -292,12 +294,12 @@ def in_process(main, argv):
 
 @pytest.fixture(scope="module")
 def scheduled_network(tmp_path_factory):
-    """`python -m tuning.value train` on a store of real TVM spaces (made-up seconds: a landscape in the
+    """`python -m tuning.tools.value train` on a store of real TVM spaces (made-up seconds: a landscape in the
     inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`, both in this process:
     (run folder, outputs)."""
     import tunelab
     from tuning.hardware.cpu import CPUHardware
-    from tuning.value.__main__ import main as value_main
+    from tuning.tools.value import main as value_main
 
     from test_transfer import fill_store
 
@@ -363,7 +365,7 @@ def test_a_scheduled_network_is_profiled(scheduled_network):
 
 # ---- Algorithm 2: the improvement loop ----------------------------------------------------------------------
 def improve(tmp_path, *extra) -> list[str]:
-    """`python -m tuning.value improve ...`'s arguments, for its main in this process."""
+    """`python -m tuning.tools.value improve ...`'s arguments, for its main in this process."""
     from value_models import shared_value_model
 
     reference, registry = shared_value_model()
@@ -378,7 +380,7 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
 
     from tuning.store import connect_store
     from tuning.tracking.registry import resolve
-    from tuning.value.__main__ import main
+    from tuning.tools.value import main
 
     from value_models import shared_value_model
 
@@ -409,8 +411,8 @@ def test_the_improvement_loop_never_trains_on_what_any_round_holds_out(tmp_path,
     """Each round refits V from the last round's weights on a grown store: the configs and kernels held
     out are the same in every round and never trained on in any."""
     from tuning.value import net as value_net
-    from tuning.value.__main__ import parse_args
-    from tuning.value.improve import improve as improve_loop
+    from tuning.tools.value import parse_args
+    from tuning.tools.value_improve import improve as improve_loop
 
     from value_models import shared_value_model
 
@@ -441,7 +443,7 @@ def test_the_improvement_loop_never_trains_on_what_any_round_holds_out(tmp_path,
 
 
 def test_improvement_loop_arguments_are_checked(tmp_path, capsys):
-    from tuning.value.__main__ import main
+    from tuning.tools.value import main
     from value_models import shared_value_model
 
     reference, registry = shared_value_model()
@@ -464,7 +466,7 @@ def test_a_choice_that_fails_is_not_applied():
 
     from tuning.evaluator.fixed import FixedEvaluator
     from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.loop import schedule_without_measuring
+    from tuning.engine.loop import schedule_without_measuring
 
     class Chooses:
         def __init__(self, config):

@@ -1,6 +1,6 @@
 """The matched value-function transfer experiment (experiments/value_transfer.py) and what it needs:
 zero-measurement baselines (search=random with budget.trials=0), corpora cut to one size
-(tuning/corpus.py at_most), campaign steps that are not runs, and latencies compared through a
+(tuning/hardware/corpus.py at_most), campaign steps that are not runs, and latencies compared through a
 yardstick timed beside them."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuning.corpus import at_most, load_corpus
+from tuning.hardware.corpus import at_most, load_corpus
 from tuning.core.task import gemm_task
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.search.random import RandomSearch
@@ -64,7 +64,8 @@ def test_a_run_with_no_measurement_applies_a_random_legitimate_schedule(tmp_path
 
 
 def test_random_schedules_without_measuring_and_best_of_needs_a_ranking_model(compose_cfg):
-    from tuning.config import ConfigError, validate
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
 
     validate(compose_cfg("search=random", "budget.trials=0"))
     with pytest.raises(ConfigError, match="search.best_of: 8 random configs ranked by a cost model that ranks nothing"):
@@ -97,7 +98,7 @@ def test_the_cut_and_the_skipped_correlations_are_checked_options(tmp_path, caps
     fill_store(store, SyntheticHardware(), [(gemm_task("a", 64, 64, 64), 4)], made_up_seconds)
     from tuning.tools import pretrain
     from tuning.tools.pretrain import parse_args
-    from tuning.value.__main__ import main as value_main
+    from tuning.tools.value import main as value_main
 
     for main, command in ((pretrain.main, []), (value_main, ["train"])):  # each command's main, in this process
         with pytest.raises(SystemExit) as done:
@@ -217,7 +218,7 @@ def test_progress_counts_the_rows_runs_against_a_fixed_total_as_training_steps_d
 
 
 def test_every_run_row_composes_and_the_measuring_ones_validate(transfer, tmp_path, compose_cfg):
-    from tuning.config import validate
+    from tuning.engine.validate import validate
 
     args = arguments(transfer, tmp_path)
     runs = [job for job in transfer.campaign_jobs(args) if not job.command and "/seed1" in str(job.folder)

@@ -56,7 +56,7 @@ def compose(overrides: Sequence[str] | Mapping | None = ()) -> DictConfig:
     from hydra import compose as hydra_compose, initialize_config_dir
 
     from tunelab.run import job_overrides
-    from tuning.conf_dir import CONF_DIR
+    from tuning.config.conf_dir import CONF_DIR
     from tuning.config import register
 
     argv = job_overrides(_as_overrides(overrides))
@@ -73,7 +73,7 @@ def tune(config: Sequence[str] | Mapping | DictConfig | None = ()) -> Outcome:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import configure_log
 
-    from tuning.run import run_job
+    from tuning.engine.run import run_job
 
     cfg = config.copy() if isinstance(config, DictConfig) else compose(_as_overrides(config))
     if "hydra" not in cfg:
@@ -172,7 +172,7 @@ def _output_dir(cfg: DictConfig) -> Path:
 
 
 def _outcome(result, cfg: DictConfig) -> Outcome:
-    from tuning.tracking.job_run import RUN_ID_FILE
+    from tuning.engine.job_run import RUN_ID_FILE
 
     best = {o.task.name: Best(o.best_config, o.best_cost * 1e6, o.best_gflops) for o in result.outcomes}
     records = {o.task.name: list(o.records) for o in result.outcomes}

@@ -15,7 +15,7 @@ COMMANDS = {
     "dataset": ("tuning.tools.dataset", "build, inspect or copy a measurement store (a dataset of timed configs)"),
     "campaign": ("tuning.tools.campaign_archive", "a campaign's archive: forget finished runs, so its next call makes them again"),
     "pretrain": ("tuning.tools.pretrain", "train a cost model on measurement stores and register it in MLflow"),
-    "value": ("tuning.value.__main__", "value-function search: train, improve, schedule without measuring"),
+    "value": ("tuning.tools.value", "value-function search: train, improve, schedule without measuring"),
     "rpc-server": ("tuning.hardware.rpc_server", "serve this machine's device to a TVM RPC tracker (hardware/runner=rpc)"),
     "ui": ("tunelab.ui", "serve the MLflow UI on the lab's tracking store"),
 }

@@ -38,7 +38,7 @@ def compare(baseline: str, experiment: str = "tunelab", *, tracking_uri: str | N
     comparison's own MLflow run is logged only with log_run=True."""
     import pandas as pd
 
-    from tuning.storage import mlflow_uri
+    from tuning.config.storage import mlflow_uri
     from tuning.tools.compare.cli import default_out_dir, main
 
     folder = Path(out) if out else default_out_dir(mlflow_uri(tracking_uri))

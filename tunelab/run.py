@@ -1,7 +1,7 @@
 """`tunelab run OVERRIDES...` (and `python run.py OVERRIDES...`): one tuning job, or a grid with -m.
 
 Hydra composes the job from the lab's configs (tuning.conf, the checkout's conf/) plus the user's own
-(TUNELAB_CONF_DIRS); tuning.run does the work.
+(TUNELAB_CONF_DIRS); tuning.engine.run does the work.
 """
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from tuning.conf_dir import CONF_DIR
-from tuning.config import ConfigError, moved_overrides, register
+from tuning.config.conf_dir import CONF_DIR
+from tuning.config import ConfigError, register
+from tuning.engine.validate import moved_overrides
 
 register()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> float:
-    from tuning.run import main as run_job
+    from tuning.engine.run import main as run_job
 
     return run_job(cfg)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def build_parser(prog: str | None = None):
-    from tuning.tools.cli_common import add_tracking_uri, new_parser
+    from tuning.config.cli import add_tracking_uri, new_parser
 
     parser = new_parser("python -m tunelab.ui", __doc__.split("\n\n")[0], prog)
     add_tracking_uri(parser, help="the MLflow store to serve")
@@ -18,7 +18,7 @@ def build_parser(prog: str | None = None):
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
-    from tuning.storage import mlflow_uri
+    from tuning.config.storage import mlflow_uri
 
     args = build_parser(prog).parse_args(argv)
     uri = mlflow_uri(args.tracking_uri)

@@ -3,5 +3,5 @@
 The same `hydra.sweeper.params` syntax as the published hydra-optuna-sweeper
 (choice / range / interval / tag(log, interval)), plus resumable named
 studies, multi-objective Pareto fronts written to the sweep folder, and
-pruning: a job calls `tuning.trial.current_trial()` and reports to it.
+pruning: a job calls `tuning.engine.trial.current_trial()` and reports to it.
 """

@@ -42,9 +42,9 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
-from tuning import trial as trial_side
-from tuning.run_folder import terminated_by_signals
-from tuning.storage import database_scheme
+from tuning.engine import trial as trial_side
+from tuning.engine.run_folder import terminated_by_signals
+from tuning.config.storage import database_scheme
 from tuning.tracking.mlflow_tracker import sqlite_path
 
 from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
@@ -289,7 +289,7 @@ class OptunaSweeperImpl(Sweeper):
         """Close the sweep's MLflow parent run (the tracker contract: tuning/tracking/base.py)."""
         if OmegaConf.select(self.config, "tracking") is None:
             return
-        from tuning.sweep import end_parent  # the job side's; already imported when run.py is the task
+        from tuning.sweep.multirun import end_parent  # the job side's; already imported when run.py is the task
 
         try:
             end_parent(self.config, status)

@@ -6,7 +6,7 @@ sweep's trials) as a Ray task and waits for all of them. The lab's launcher keep
   CPUs         each job reserves the CPUs its measurements need (`cpu_slots.cpus_needed`: hardware.num_threads
                plus hardware.build_workers for kernels timed on this node, build_workers for remote
                devices, 1 for synthetic or replayed hardware) and, on its node, holds and is pinned to
-               that many cores of its own (tuning/cpu_slots.py): Ray's num_cpus alone places jobs but
+               that many cores of its own (tuning/cluster/cpu_slots.py): Ray's num_cpus alone places jobs but
                does not keep two of them off the same cores. Every task runs in a fresh worker
                process (max_calls=1), so a job's pinning, TVM threads and MLflow run end with it.
   one failure  a job whose Ray task fails (its worker or node died and Ray's max_retries are spent)
@@ -34,7 +34,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from tuning import cpu_slots
+from tuning.cluster import cpu_slots
 
 try:
     import ray
@@ -122,7 +122,7 @@ def _tuning_job(hydra_context, sweep_config: DictConfig, task_function, singleto
                 launch_dir: str) -> JobReturn:
     """One job in its Ray worker: in the launching folder, on CPUs of its own, resuming its folder when
     an earlier attempt (on a node that died) left a run there."""
-    from tuning.run_folder import holds_run
+    from tuning.engine.run_folder import holds_run
 
     if Path(launch_dir).is_dir():
         os.chdir(launch_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from tuning.run_folder import env_conf_dirs
+from tuning.engine.run_folder import env_conf_dirs
 
 
 class TunelabSearchPathPlugin(SearchPathPlugin):

@@ -30,6 +30,7 @@ signature is the list of hyperparameters: an unknown key or a value of the wrong
 from __future__ import annotations
 
 import contextvars
+import importlib
 import inspect
 import math
 from abc import ABC
@@ -160,3 +161,10 @@ def check_type(key: str, value, expected: type | None) -> list[str]:
     else:
         ok = isinstance(value, expected)
     return [] if ok else [f"{key}: expected {expected.__name__}, got {value!r}"]
+
+
+def import_class(path: str):
+    """The object a dotted `module.Name` path names, imported. Ask first whether the path may be
+    imported at all (tuning.config.untrusted.is_registered_target): importing a module runs it."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)

@@ -24,7 +24,7 @@ class TaskOutcome:
     reused: int = 0  # records taken from tuning.database, not measured by this run
     true_cost: float | None = None  # seconds: the store's median over every reading of best_config
     predicted_cost: float | None = None  # seconds the search predicted for a best_config it chose unmeasured
-    chosen_in_model: bool = False  # best_config and final_costs read inside the model (tuning/model_choice.py)
+    chosen_in_model: bool = False  # best_config and final_costs read inside the model (tuning/engine/model_choice.py)
 
     @property
     def invalid(self) -> int:

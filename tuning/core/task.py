@@ -142,3 +142,10 @@ def reference_output(workload: dict, inputs: list):
                                           dilation=pair(workload.get("dilation", 1)),
                                           groups=workload.get("groups", 1)).numpy()
     raise ValueError(f"no reference for op {workload['op']!r}")
+
+
+WHOLE_MODEL_KINDS = ("network", "onnx")  # model kinds whose tasks come from a whole model, not one operator
+
+
+def is_whole_model(model_cfg) -> bool:
+    return model_cfg["kind"] in WHOLE_MODEL_KINDS

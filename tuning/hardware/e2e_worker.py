@@ -109,7 +109,7 @@ def _load_remotely(executables: dict, remote: dict, device: str, example) -> str
 def prepare_torch(network: str, seed: int, num_threads: int | None) -> dict:
     import torch
 
-    from tuning.networks import build_network
+    from tuning.core.networks import build_network
 
     if num_threads:
         torch.set_num_threads(num_threads)

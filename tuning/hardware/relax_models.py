@@ -42,7 +42,7 @@ class LoadedModel:
 
 
 def load_model(model_cfg, seed: int, target: dict) -> LoadedModel:
-    """model.kind=network: a torch network of tuning/networks.py with weights from `seed`;
+    """model.kind=network: a torch network of tuning/core/networks.py with weights from `seed`;
     model.kind=onnx: the user's file at model.path with model.input_shape."""
     if model_cfg["kind"] == "onnx":
         import numpy as np
@@ -50,7 +50,7 @@ def load_model(model_cfg, seed: int, target: dict) -> LoadedModel:
         shape = [int(d) for d in model_cfg["input_shape"]]
         example = np.random.default_rng(seed).uniform(-1, 1, size=shape).astype("float32")
         return LoadedModel(import_onnx(model_cfg["path"], shape, target), example)
-    from tuning.networks import build_network
+    from tuning.core.networks import build_network
 
     module, example = build_network(model_cfg["network"], seed)
     return LoadedModel(import_network(module, example, target), example.numpy(), module)

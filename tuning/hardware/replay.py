@@ -34,10 +34,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from tuning.hardware.base import Hardware
-from tuning.core.component import external_checks
+from tuning.core.component import external_checks, import_class
 from tuning.core.records import MeasureResult
 from tuning.core.task import WORKLOAD_SPACES
-from tuning.whole_model import WHOLE_MODEL_KINDS
+from tuning.core.task import WHOLE_MODEL_KINDS
 from tuning.store import (MeasurementStore, TaskRows, connect_store, display_location, is_store_url, reading_settings,
                           unwritable)
 
@@ -292,10 +292,12 @@ def _file_problem(params, group: str) -> str | None:
 
 
 def _check_backend(node: dict, group: str) -> list[str]:
-    from tuning.config import _import
+    from tuning.config.untrusted import is_registered_target, unregistered
 
+    if not is_registered_target(node["_target_"]):  # asked before the import: importing a module runs it
+        return [unregistered(node["_target_"], f"{group}._target_")]
     try:
-        cls = _import(node["_target_"])
+        cls = import_class(node["_target_"])
     except (ImportError, AttributeError, ValueError) as error:
         return [f"{group}._target_: cannot import {node['_target_']!r} ({error})"]
     if not (isinstance(cls, type) and issubclass(cls, Hardware)) or issubclass(cls, ReplayHardware):

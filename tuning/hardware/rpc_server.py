@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from tuning.tools.cli_common import new_parser
+from tuning.config.cli import new_parser
 
 IDENTITY_FUNCTION = "tunelab.device_identity"
 # x86 instruction-set extensions a target's -mcpu can switch on, in one spelling for /proc/cpuinfo's

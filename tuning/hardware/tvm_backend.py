@@ -136,7 +136,7 @@ class TVMHardware(Hardware):
 
     # ---- outputs: out_dir is a run folder's best_schedules/, export/ or database/ ---------------------
     def export(self, task, config, out_dir):
-        from tuning.run_folder import write_inside
+        from tuning.config.files import write_inside
 
         sch, _ = self.schedules(task).schedule(tuple(config))
         out_dir = Path(out_dir)
@@ -151,7 +151,7 @@ class TVMHardware(Hardware):
         """The best schedule as `<task>.so` plus `run_<task>.py`, which loads and calls it; checked
         and timed beside the untuned kernel and torch (tuning/hardware/tvm_export.py)."""
         from tuning.hardware.tvm_export import snippet
-        from tuning.run_folder import inside, write_inside
+        from tuning.config.files import inside, write_inside
 
         run_dir, script = Path(out_dir).parent, Path(Path(out_dir).name) / f"run_{task.name}.py"
         library = inside(run_dir, script.with_name(f"{task.name}.so"))
@@ -163,7 +163,7 @@ class TVMHardware(Hardware):
 
     def export_database(self, records_by_task, out_dir, unmeasured=(), chosen=None):
         from tuning.hardware.tvm_database import DATABASE_FILES, write_database
-        from tuning.run_folder import inside
+        from tuning.config.files import inside
 
         out_dir = Path(out_dir)
         for name in DATABASE_FILES:

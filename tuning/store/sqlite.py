@@ -73,7 +73,7 @@ class SqliteStore(MeasurementStore):
     def builder_lock(self, key: str = "--store"):
         """An OS lock on `<file>.build.lock`, beside the file itself (two paths to one store, a link,
         share it), holding the holder's pid for whoever is refused."""
-        from tuning.run_folder import take_lock, write_holder  # the run folder's lock, not imported with every store
+        from tuning.config.files import take_lock, write_holder  # the run folder's lock, not imported with every store
 
         resolved = self.path.resolve()
         lock = resolved.with_name(resolved.name + ".build.lock")

@@ -11,14 +11,14 @@ torch eager with the run's thread count, print the per-task table and the
 end-to-end line, write e2e.json and log `e2e/*` to the run's MLflow run. A run
 that measured nothing (budget.trials=0, search=value) applies its database/ as written.
 With `--in-model`, the run's heaviest kernels are first re-chosen by their time inside the model,
-as a run's end does (tuning/model_choice.py, the run's e2e.in_model_* settings): for a run from
+as a run's end does (tuning/engine/model_choice.py, the run's e2e.in_model_* settings): for a run from
 before that step, or to choose again; best_configs.json and in_model.json are rewritten.
 
 For a single operator (gemm, batch_matmul, conv2d) it exports the chosen best's
 schedule to best_schedules/<task>.py again, compiles that TVMScript file as a user
 would, checks its output (numpy's product for the matmuls, torch's conv2d for a
 conv) and times it; exit status 1 when the answer is wrong. A run folder holding a link is refused
-before any work (tuning/run_folder.py `refuse_links`); nothing is written through one.
+before any work (tuning/engine/run_folder.py `refuse_links`); nothing is written through one.
 """
 from __future__ import annotations
 
@@ -26,17 +26,17 @@ import argparse
 from pathlib import Path
 from types import SimpleNamespace
 
-from tuning.config import validate
+from tuning.engine.validate import validate
 from tuning.core.outcome import TaskOutcome, chosen_bests, task_table
 from tuning.core.records import RecordLog
-from tuning.resume import prior_records
-from tuning.run_folder import load_config, on_run_folder
-from tuning.tools.cli_common import new_parser
-from tuning.final import log_choice_metrics
-from tuning.model_choice import choose_in_model
+from tuning.engine.resume import prior_records
+from tuning.engine.run_folder import load_config, on_run_folder
+from tuning.config.cli import new_parser
+from tuning.engine.final import log_choice_metrics
+from tuning.engine.model_choice import choose_in_model
 from tuning.tools.export import export_choice
 from tuning.tools.sync import best_as_reported, load_chosen, tracker_of
-from tuning.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
+from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
 def apply_run(run_dir: Path, stale_input: bool = False, in_model: bool = False) -> dict:

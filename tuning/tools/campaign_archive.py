@@ -385,7 +385,7 @@ def _remove_view(base: Path, views: Path) -> None:
 
 
 def _default_views() -> Path:
-    from tuning.storage import outputs_dir
+    from tuning.config.storage import outputs_dir
 
     return Path(outputs_dir()) / "archive-views"
 
@@ -681,7 +681,7 @@ def _delete_mlflow_runs(local: Path, tracking_uri: str | None) -> int:
 
 
 def build_parser(prog: str | None = None):
-    from tuning.tools.cli_common import add_command, add_tracking_uri, new_parser
+    from tuning.config.cli import add_command, add_tracking_uri, new_parser
 
     parser = new_parser("python -m tuning.tools.campaign_archive", "A campaign's archive: forget finished runs.", prog)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="forget (see its --help)")

@@ -21,7 +21,7 @@ how long it expects to take before starting, writes every result as it arrives, 
 store already holds: running the same command again resumes a killed build.
 `import` adds the records of earlier runs (single operators and whole models) whose saved config
 names the same hardware and evaluator settings as a composition with the given overrides; a saved
-config is untrusted (tuning/run_folder.py `load_config`): one naming a class the lab does not
+config is untrusted (tuning/engine/run_folder.py `load_config`): one naming a class the lab does not
 register is skipped, nothing in it instantiated.
 
 `reread` measures each run's best `--top` configs again (by the run's own readings) until the store
@@ -73,7 +73,7 @@ from tqdm import tqdm
 from tuning.store import MeasurementStore, StoreError, TaskRows, copy_store, is_store_url, open_store
 from tuning.hardware.gpu_pack import PackError
 from tuning.tools.run_config import compose, full_readings, model_tasks
-from tuning.tools.cli_common import add_command, new_parser
+from tuning.config.cli import add_command, new_parser
 from tuning.tools.gpu_batch import add_gpu_batch, export as gpu_batch_export
 
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
@@ -249,8 +249,10 @@ def saved_config(path: Path, overrides: list[str]):
     like a new run's) with dotlist overrides."""
     from omegaconf import OmegaConf
 
-    from tuning.config import ConfigError, validate
-    from tuning.run_folder import load_config
+    from tuning.config import ConfigError
+
+    from tuning.engine.validate import validate
+    from tuning.engine.run_folder import load_config
 
     given = OmegaConf.from_dotlist(list(overrides))
     saved = load_config(path, "import", named=[given], replaced=tuple(o.split("=", 1)[0] for o in overrides),

@@ -12,10 +12,9 @@ then copied into an empty temporary folder and the script is run there once, as 
 them elsewhere would run it, isolated (`python -I`: a module planted beside the script in the run
 folder is never imported). Exit status 1 when an answer is wrong or the script fails. The library
 and the script are added to the run's MLflow run (artifacts under export/). A run folder holding a
-link is refused before any work (tuning/run_folder.py `refuse_links`).
+link is refused before any work (tuning/engine/run_folder.py `refuse_links`).
 
-`export_artifacts` is the part a tuning job does itself once tuning is over: each task's best
-schedule, the MetaSchedule database, the convergence plot, and the run's files as MLflow artifacts.
+What a tuning job exports itself once tuning is over is tuning/engine/artifacts.py.
 """
 from __future__ import annotations
 
@@ -27,68 +26,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tuning.config import ConfigError, validate
-from tuning.core.outcome import TaskOutcome, best_so_far, chosen_bests, weighted_latency_ms
+from tuning.config import ConfigError
+
+from tuning.engine.validate import validate
+from tuning.core.outcome import TaskOutcome
 from tuning.core.records import RecordLog
-from tuning.final import log_choice_metrics
-from tuning.model_choice import choose_in_model
-from tuning.resume import prior_records
-from tuning.run_folder import load_config, on_run_folder
-from tuning.tools.cli_common import new_parser
-from tuning.tools.sync import CHOSEN_FILE, best_as_reported, load_chosen, save_chosen, tracker_of
-from tuning.tracking.plot import convergence_png
-from tuning.whole_model import is_whole_model
-
-
-def export_artifacts(parts, outcomes, out_dir: Path, title: str = "") -> None:
-    """A finished tuning job's results into its folder and its MLflow run: best_schedules/,
-    database/ (the MetaSchedule database of the best schedules), convergence.png (titled `title`),
-    and the records, config, tasks and Hydra job log."""
-    tracker = parts.tracker
-    export_choice(parts, outcomes, out_dir)
-    tracker.log_artifact(_convergence(outcomes, out_dir, title))
-    for name in ("records.jsonl", "config.yaml", "tasks.json"):
-        tracker.log_artifact(str(out_dir / name))
-    for log in out_dir.glob("*.log"):  # Hydra's job log
-        tracker.log_artifact(str(log), "logs")
-
-
-def export_choice(parts, outcomes, out_dir: Path) -> None:
-    """What the run chose, into its folder and its MLflow run: best_schedules/, database/ (its choice
-    ranked first) and best_configs.json; again after a choice changes (tuning/model_choice.py)."""
-    tracker, hardware = parts.tracker, parts.hardware
-    for outcome in outcomes:
-        if outcome.best_config is not None:
-            for path in hardware.export(outcome.task, outcome.best_config, out_dir / "best_schedules"):
-                tracker.log_artifact(path, "best_schedules")
-    measured = [(o.task, o.records) for o in outcomes if o.best_config is not None and o.records]
-    unmeasured = [(o.task, o.best_config, o.best_cost if o.predicted_cost is None else o.predicted_cost)
-                  for o in outcomes if o.best_config is not None and not o.records]  # seconds: predicted, else timed
-    exported = hardware.export_database(measured, out_dir / "database", unmeasured, chosen_bests(outcomes)) \
-        if measured or unmeasured else []
-    for path in exported:
-        tracker.log_artifact(path, "database")
-    save_chosen(out_dir, outcomes)
-    tracker.log_artifact(str(out_dir / CHOSEN_FILE))
-
-
-def choose_in_model_and_export(cfg, parts, outcomes, out_dir: Path) -> None:
-    """A whole model's run end: its heaviest kernels re-chosen inside the model (tuning/model_choice.py),
-    then the database, best_schedules/, best_configs.json and the final metrics the choice decides
-    written again when they were."""
-    if choose_in_model(cfg, parts.hardware, outcomes, out_dir, parts.tracker):
-        export_choice(parts, outcomes, out_dir)
-        log_choice_metrics(outcomes, parts.tracker, out_dir)
-
-
-def _convergence(outcomes, out_dir: Path, title: str) -> str:
-    """A single operator's best GFLOP/s so far; a model's estimated latency (sum of weight x best)."""
-    if len(outcomes) == 1:
-        return convergence_png({o.task.name: o.curve() for o in outcomes}, str(out_dir / "convergence.png"),
-                               final=outcomes[0].best_gflops, title=title)
-    return convergence_png({"sum of weight x best latency": best_so_far(outcomes, "latency_ms")},
-                           str(out_dir / "convergence.png"),
-                           ylabel="model latency estimate (ms)", final=weighted_latency_ms(outcomes), title=title)
+from tuning.engine.resume import prior_records
+from tuning.engine.run_folder import load_config, on_run_folder
+from tuning.config.cli import new_parser
+from tuning.tools.sync import best_as_reported, load_chosen, tracker_of
+from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts, export_choice  # noqa: F401
+from tuning.core.task import is_whole_model
 
 
 def export_run(run_dir: Path, task_name: str | None = None) -> dict:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from tuning.core.records import ERROR_KINDS, MeasureResult
 from tuning.store import TaskRows
-from tuning.untrusted import override_problems, user_named_servers
+from tuning.config.untrusted import override_problems, user_named_servers
 
 CLOCK_SLACK_S = 24 * 3600.0  # the exporting host's and the GPU host's clocks may disagree, not by days
 
@@ -329,7 +329,7 @@ def unpacked(path: Path, into: Path) -> Path:
 def add_gpu_batch(command) -> None:
     actions = command.add_subparsers(dest="action", required=True, metavar="ACTION",
                                      help="export (the readings come back with `dataset import`)")
-    from tuning.tools.cli_common import add_command
+    from tuning.config.cli import add_command
 
     export_cmd = add_command(actions, "export", help="build a batch of candidates into packs a GPU host times")
     export_cmd.add_argument("--model", nargs="+", default=[], metavar="NAME", help="model config names, e.g. conv_l8")

@@ -4,7 +4,7 @@
     python run.py model=conv_l8 search=evolutionary cost_model=xgb_ms \\
         cost_model.pretrained=models:/tunelab-xgb-ms/1
 
-Reads the stores with tuning/corpus.py (the same loader every cross-kernel model uses), rebuilds
+Reads the stores with tuning/hardware/corpus.py (the same loader every cross-kernel model uses), rebuilds
 each kernel's space for the hardware its rows were measured on, describes every measured config by
 TVM's per-store features of its scheduled program, labels it with its kernel's best seconds / its
 seconds, and fits cost_model=xgb_ms's pack-sum XGBoost (conf/cost_model/xgb_ms.yaml's
@@ -28,10 +28,10 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from tuning.conf_dir import CONF_DIR
-from tuning.corpus import at_most, features, load_corpus, one_backend
+from tuning.config.conf_dir import CONF_DIR
+from tuning.hardware.corpus import at_most, features, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
-from tuning.tools.cli_common import add_tracking_uri, new_parser
+from tuning.config.cli import add_tracking_uri, new_parser
 
 
 

@@ -55,7 +55,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 
 from tuning.core.component import Component
-from tuning.untrusted import without_password_parameters
+from tuning.config.untrusted import without_password_parameters
 
 
 class Tracker(Component):

@@ -8,7 +8,7 @@ def convergence_png(curves: dict[str, list[tuple[int, float]]], path: str,
                     ylabel: str = "best GFLOP/s", final: float | None = None, title: str = "") -> str:
     """`final`: the run's result (its best re-measured at the end), drawn as a dashed line: the
     curve is the best *reading* while tuning, which a noisy host biases up. `title`: which run it is
-    (method, workload, seed: tuning/naming.py figure_title), after "Convergence: "."""
+    (method, workload, seed: tuning/config/naming.py figure_title), after "Convergence: "."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on tuning machines

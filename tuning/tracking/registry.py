@@ -29,8 +29,8 @@ class RegistryError(ValueError):
 
 
 def default_registry() -> str:
-    """The MLflow store runs track into when no URI is given (tuning.storage.mlflow_uri)."""
-    from tuning import storage
+    """The MLflow store runs track into when no URI is given (tuning.config.storage.mlflow_uri)."""
+    from tuning.config import storage
 
     return storage.mlflow_uri()
 
@@ -122,8 +122,8 @@ def _download_booster(reference: str, version, registry_uri: str, folder: Path) 
 def check_artifact_root(reference: str, root: str, registry_uri: str) -> None:
     """An entry's files are fetched from the registry's own server or a place the user names: the
     entry's source is anyone's who can register a version, and a download sends the user's MLflow or
-    cloud credentials to its host (tuning/untrusted.py)."""
-    from tuning.untrusted import SERVERS_VARIABLE, foreign_host, user_named_servers, without_secrets
+    cloud credentials to its host (tuning/config/untrusted.py)."""
+    from tuning.config.untrusted import SERVERS_VARIABLE, foreign_host, user_named_servers, without_secrets
 
     if foreign_host(str(root), user_named_servers(registry_uri)):
         raise RegistryError(f"{reference}: its files are at {without_secrets(root)}, a server you have not named (the "

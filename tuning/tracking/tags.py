@@ -10,9 +10,9 @@ import sys
 from importlib.metadata import version as _version
 from pathlib import Path
 
-from tuning import naming
+from tuning.config import naming
 from tuning.tracking.base import option_name
-from tuning.whole_model import is_whole_model
+from tuning.core.task import is_whole_model
 
 NOTE_GROUPS = ("search", "sampler", "cost_model", "evaluator", "hardware")
 
@@ -33,7 +33,7 @@ def choices(hydra: dict, cfg) -> dict:
 
 
 def method_label(hydra: dict, cfg) -> str:
-    """search+sampler+cost_model[+evaluator] (tuning/naming.py): the `method` param and tag."""
+    """search+sampler+cost_model[+evaluator] (tuning/config/naming.py): the `method` param and tag."""
     return naming.method_label(choices(hydra, cfg))
 
 

@@ -60,10 +60,10 @@ class KernelData:
 
 
 def kernels_of(corpus, backend) -> list[KernelData]:
-    """The corpus's kernels with their spaces rebuilt by `backend` (tuning/corpus.py `spaces`)."""
+    """The corpus's kernels with their spaces rebuilt by `backend` (tuning/hardware/corpus.py `spaces`)."""
     from tqdm import tqdm
 
-    from tuning.corpus import spaces
+    from tuning.hardware.corpus import spaces
 
     with tqdm(total=len(corpus.tasks), desc="spaces", unit="kernel", disable=None) as bar:
         task_spaces = spaces(corpus, backend, progress=lambda task: bar.update())

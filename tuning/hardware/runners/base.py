@@ -263,7 +263,7 @@ def check_node(node, key: str) -> list[str]:
     if not isinstance(node, dict) or not node.get("_target_"):
         return [f"{key}: expected a runner config node with _target_ (conf/hardware/runner/*.yaml), got {node!r}"]
     target = node["_target_"]
-    from tuning.untrusted import is_registered_target, unregistered
+    from tuning.config.untrusted import is_registered_target, unregistered
 
     if not is_registered_target(target):  # asked before the import: importing a module runs it
         return [unregistered(target, f"{key}._target_")]

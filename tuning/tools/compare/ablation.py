@@ -60,7 +60,7 @@ def run_preset(doc: str, prefix: str, fixed: list[str], rename: dict, argv=None)
 
     from mlflow.tracking import MlflowClient
 
-    from tuning.tools.cli_common import HelpFormatter, add_tracking_uri
+    from tuning.config.cli import HelpFormatter, add_tracking_uri
     from tuning.tools.compare.cli import main
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter)

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning.tools.cli_common import add_tracking_uri, new_parser
+from tuning.config.cli import add_tracking_uri, new_parser
 from tuning.tools.compare.load import GROUPS, gather, job_runs
 from tuning.tools.compare.report import log_to_mlflow, mlflow_links, write_outputs
 from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
@@ -46,8 +46,8 @@ from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
 
 def default_out_dir(uri: str, name: str = "compare") -> Path:
     """<name>/<time> beside the MLflow sqlite file (outputs/ by default), else under outputs/."""
-    from tuning.storage import outputs_dir
-    from tuning.tracking.mlflow_tracker import sqlite_path
+    from tuning.config.storage import outputs_dir
+    from tuning.config.tracking_uri import sqlite_path
 
     db = sqlite_path(uri)
     base = db.parent if db is not None else outputs_dir()

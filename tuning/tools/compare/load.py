@@ -16,7 +16,7 @@ import numpy as np
 
 from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
 from tuning.core.records import RecordError, RecordLog
-from tuning.naming import with_current_names
+from tuning.config.naming import with_current_names
 
 
 GROUPS = ("search", "sampler", "cost_model", "evaluator")
@@ -174,8 +174,8 @@ def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict
 
 def _refuse_unnamed_server(path: str, task_name: str, runs: list[LoadedRun]) -> None:
     """A run's artifacts are anyone's who can write to its MLflow store: a database server they
-    name is opened only when the user names it too (tuning/untrusted.py)."""
-    from tuning.untrusted import refusal, unnamed_servers, user_named_servers
+    name is opened only when the user names it too (tuning/config/untrusted.py)."""
+    from tuning.config.untrusted import refusal, unnamed_servers, user_named_servers
 
     found = unnamed_servers({"store": path}, user_named_servers())
     if found:

@@ -1,0 +1,246 @@
+"""One tuning job: validate -> instantiate -> prepare -> tune each task -> export -> report.
+
+Called by run.py / `tunelab run` (the thin @hydra.main; `main` returns the sweep objective) and by
+`tunelab.tune` (`run_job` returns the outcomes too). The objective (`cfg.objective`, tuning/sweep/multirun.py)
+is what Optuna sweeps minimise; a job that is an Optuna trial reports its best-so-far each round and
+raises optuna.TrialPruned when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
+
+This module orders the steps and says what went wrong; each step lives with its subject: the budget
+(tuning/engine/budget.py), the measurement store (tuning/engine/store_wiring.py), the loop (tuning/engine/loop.py), the
+final metrics (tuning/engine/final.py), the artifacts (tuning/tools/export.py), a whole model's choice inside
+it (tuning/engine/model_choice.py), the MLflow tags and note (tuning/tracking/tags.py).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from tuning.engine.budget import BudgetPlan, resolve_budget, with_plan_size
+from tuning.engine.callbacks import Pace, StoreWriter, default_callbacks
+from tuning.config import ConfigError
+from tuning.engine.validate import validate
+from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts
+from tuning.engine.final import log_final_metrics, print_result
+from tuning.engine.job_folder import (continue_log_in, discard_refused, discard_untouched, hydra_info as _hydra_info,
+                               scrub_hydra_copies, stop_reason)
+from tuning.engine.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
+from tuning.config.objective import objective_values
+from tuning.core.outcome import summary
+from tuning.engine.resume import check_records, check_resume, prior_records, resolve_resume
+from tuning.hardware.runners.base import NoDeviceLeft
+from tuning.engine.run_folder import (mark_status, release, save_hardware, save_identity, terminated_by_signals,
+                               write_private)
+from tuning.store import StoreError
+from tuning.engine.store_wiring import check_store_space, wire_store
+from tuning.engine.trial import Pruning
+from tuning.engine.run_files import SPOOL_FILE, save_tasks
+from tuning.engine.job_run import end_job_run, start_job_run
+from tuning.tracking.tags import figure_title, git_commit, method_name
+from tuning.engine.trial import current_trial
+from tuning.config.untrusted import without_secrets
+from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
+
+log = logging.getLogger("tunelab")
+GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking")  # Components' order
+
+
+@dataclass(frozen=True)
+class Job:
+    """A prepared job: what the steps after the checks share."""
+    cfg: DictConfig  # its budget resolved (BudgetPlan.applied)
+    out_dir: Path
+    parts: Components  # on the hardware the store wiring returned
+    tasks: list
+    prior: dict  # records reused from tuning.database, by workload key
+    store_writer: StoreWriter | None
+    figure_title: str = ""  # method, workload and seed (tuning/config/naming.py figure_title)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a finished job leaves its caller: the sweep objective, each task's outcome, the folder."""
+    objective: object  # float, or a tuple for a multi-objective sweep
+    outcomes: list
+    out_dir: Path
+    e2e: dict | None  # a whole model's end-to-end check
+
+
+class JobFailed(RuntimeError):
+    """Stopped after measuring (a full disk, a link where it writes); it said how to continue."""
+
+
+def main(cfg: DictConfig) -> float:
+    """run.py's job: the sweep objective; bad input exits with status 2 before any work, a failed job 1."""
+    try:
+        return run_job(cfg).objective
+    except (ConfigError, StoreError) as error:
+        print(f"tunelab: {error}", file=sys.stderr)
+        sys.exit(2)
+    except JobFailed:
+        sys.exit(1)
+
+
+def run_job(cfg: DictConfig) -> JobResult:
+    """The job on a composed config (its Hydra context set); ConfigError/StoreError: bad input, nothing done."""
+    hydra = _hydra_info()
+    scrub_hydra_copies(hydra)
+    try:
+        cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
+        validate(cfg, hydra.get("choices"))
+        if cfg.resume:
+            continue_log_in(out_dir, hydra.get("output_dir"))
+    except ConfigError:
+        discard_refused(cfg.get("resume"), hydra.get("output_dir"))
+        raise
+    try:
+        with terminated_by_signals():
+            return _run(cfg, hydra, out_dir)
+    except (ConfigError, StoreError):
+        if not cfg.resume:  # refused before any work (a store or device that cannot be reached): no folder left
+            discard_untouched(str(out_dir))
+        raise
+    finally:
+        release(out_dir)
+
+
+def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> JobResult:
+    parts = Components(*(instantiate(cfg[g]) for g in GROUPS))
+    parts.tracker.spool_to(str(out_dir / SPOOL_FILE))
+    parts, tasks, plan, store_writer, prior = _prepare(cfg, parts, out_dir)
+    plan = with_plan_size(plan, parts.search.default_plan_size, tasks, parts.hardware)
+    # config.yaml and the tracked params hold the numbers the run uses
+    job = Job(plan.applied(cfg), out_dir, parts, tasks, prior, store_writer, figure_title(hydra, cfg))
+    _write_run_files(job, hydra)
+    trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
+    pruning = Pruning(trial, job.cfg.objective, plan.trials) if trial is not None else None
+    callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(job.cfg, tasks, parts.evaluator)]
+                 + [callback for callback in (pruning, store_writer) if callback is not None])
+    log.info(plan.line(tasks))
+    warning = plan.no_feedback(tasks)
+    if warning:
+        log.warning(warning)
+    start_job_run(parts.tracker, job.cfg, hydra, out_dir, tasks, prior, trial)
+    outcomes, e2e, clock = _tune_and_export(job, plan, method_name(hydra, job.cfg), callbacks, trial, pruning)
+    print_result(outcomes, e2e, parts.tracker, out_dir)
+    if pruning is not None and pruning.pruned_at is not None:
+        import optuna
+
+        raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
+    return JobResult(objective_values(job.cfg.objective, outcomes, *clock), outcomes, out_dir, e2e)
+
+
+def _prepare(cfg, parts, out_dir: Path) -> tuple:
+    """Every check before the run folder is written: (parts, tasks, budget, store writer, prior
+    records). Bad input ends the job with exit status 2; an interrupt says nothing was measured."""
+    try:
+        problem = parts.tracker.unreachable() or parts.hardware.unreachable()
+        if problem:
+            raise ConfigError(problem)
+        records = check_records(out_dir) if cfg.resume else []
+        hardware, store_writer = wire_store(cfg, parts.hardware, parts.evaluator.spec)
+        parts = replace(parts, hardware=hardware)
+        tasks = job_tasks(cfg, parts.hardware)
+        plan = resolve_budget(cfg, tasks)
+        check_store_space(cfg, tasks, parts.hardware)
+        prior = prior_records(cfg, tasks, out_dir, parts.tracker, parts.hardware)
+        if cfg.resume:
+            check_resume(plan.applied(cfg), out_dir, records, tasks, parts.hardware,
+                         lambda _: (instantiate(cfg.search), instantiate(cfg.cost_model)))
+    except (ConfigError, StoreError):
+        parts.hardware.close()
+        raise
+    except KeyboardInterrupt as interrupt:  # e.g. during a whole model's import: nothing measured yet
+        parts.hardware.close()
+        again = f"tunelab run resume={out_dir}" if cfg.resume else "the same command"
+        print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}) before the first measurement; nothing was "
+              f"measured; run {again} again", file=sys.stderr)
+        raise
+    return parts, tasks, plan, store_writer, prior
+
+
+def _write_run_files(job: Job, hydra: dict) -> None:
+    out_dir, hardware, writer = job.out_dir, job.parts.hardware, job.store_writer
+    write_private(out_dir / "config.yaml", without_secrets(OmegaConf.to_yaml(job.cfg, resolve=True)))
+    (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
+    save_identity(out_dir, hydra.get("choices", {}), git_commit())
+    rows = (lambda task: writer.table(task, hardware.space(task))) if writer else None
+    save_tasks(out_dir, job.tasks, store_rows=rows)
+    mark_status(out_dir, "RUNNING")
+
+
+def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, pruning) -> tuple:
+    """(outcomes, e2e result or None, (tuning seconds, the clock at the start)); the run's status
+    is written and its MLflow run ended whatever happens."""
+    parts, out_dir = job.parts, job.out_dir
+    status, e2e, pruned, outcomes = "FAILED", None, False, []
+    try:
+        with parts.hardware:
+            parts.tracker.set_tags(save_hardware(out_dir, parts.hardware.describe()))
+            with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
+                run = RunInfo(job.cfg.seed, out_dir, method, plan.trials, plan.plan_size, plan.deadline(),
+                              plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,
+                              init_random=plan.init_random)
+                outcomes, clock = _tune(job, run)
+            pruned = pruning is not None and pruning.pruned_at is not None
+            e2e = _export(job, outcomes, pruned)
+        status = "KILLED" if pruned else "FINISHED"
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
+        status = "KILLED"
+        again = ("re-running the sweep runs this trial again" if trial is not None
+                 else f"continue with: tunelab run resume={out_dir}")
+        print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}); every measurement so far is in "
+              f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
+        raise
+    except (StoreError, ConfigError, NoDeviceLeft, OSError) as error:  # a full disk, a link where it writes, no device
+        reason = stop_reason(error, out_dir)
+        if reason is None:
+            raise
+        print(f"\ntunelab: {reason}; every measurement written before it is in {out_dir / 'records.jsonl'}; "
+              f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
+        raise JobFailed(reason) from None
+    finally:
+        mark_status(out_dir, status)
+        end_job_run(parts.tracker, status, out_dir, job.tasks, job.prior, pruned, trial)
+    return outcomes, e2e, clock
+
+
+def _tune(job: Job, run: RunInfo) -> tuple:
+    """Tune, log the final metrics; returns (outcomes, (tuning seconds, the clock at the start)):
+    with a simulated clock (replay) the stored seconds of the measurements and 0."""
+    cfg, tasks, parts = job.cfg, job.tasks, job.parts
+
+    def components_for(index: int) -> Components:  # each task learns its own model and search state
+        if len(tasks) == 1:
+            return parts
+        return replace(parts, **{g: instantiate(cfg[g]) for g in ("search", "sampler", "cost_model")})
+
+    started, started_at = time.perf_counter(), time.time()
+    if run.trials == 0:
+        outcomes = schedule_without_measuring(tasks, components_for, cfg.seed)
+    else:
+        outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), job.prior)
+    wall_s = time.perf_counter() - started  # tuning and the final re-measurements
+    log_final_metrics(outcomes, parts, run.progress, wall_s, job.out_dir, job.store_writer)
+    if parts.hardware.simulated_clock:
+        return outcomes, (run.progress.simulated_s, 0.0)
+    return outcomes, (wall_s, started_at)
+
+
+def _export(job: Job, outcomes, pruned: bool) -> dict | None:
+    """The artifacts, a whole model's end-to-end check (not for a pruned trial) and summary.txt."""
+    cfg, parts, out_dir = job.cfg, job.parts, job.out_dir
+    export_artifacts(parts, outcomes, out_dir, job.figure_title)
+    e2e = None
+    if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
+        choose_in_model_and_export(cfg, parts, outcomes, out_dir)
+        e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir, outcomes)
+    (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
+    parts.tracker.log_artifact(str(out_dir / "summary.txt"))
+    return e2e
