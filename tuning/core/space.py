@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-Config = tuple  # tuple[int, ...]
+Config = tuple[int, ...]  # a config: choice indices, config[0] the sketch (see above)
 MOVES = ("index", "factor", "nontile_index")  # Space.neighbors' move kinds
 
 
