@@ -1,0 +1,86 @@
+"""A plug-in written outside the repository, built as a wheel and installed outside the checkout,
+passes the contract suites the lab ships (tuning.testing) without an edit to any lab file: a toy
+in-memory store backend (found by its entry point, `tunelab.store_backends`), a toy search and a
+toy runner. pytest runs in another folder, the plug-in importable only from where pip put it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_contract_store import TOY_BACKEND
+
+PYPROJECT = '''
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "tunelab-toyplug"
+version = "0.1.0"
+description = "toy tunelab plug-ins"
+
+[project.entry-points."tunelab.store_backends"]
+memory = "toyplug.memory_store:MemoryStore"
+
+[tool.setuptools]
+packages = ["toyplug"]
+'''
+
+STORE_CHECK = '''
+from tuning.store import connect_store
+from tuning.testing.store_contract import StoreContract
+
+
+class TestMemoryStore(StoreContract):
+    def make_store(self, tmp_path, read_only=False):
+        # no register_backend: the scheme comes from the installed wheel's entry point
+        return connect_store(f"memory://{tmp_path.name}-{tmp_path.parent.name}", read_only=read_only)
+'''
+
+
+def plugin_sources(root: Path) -> dict[str, str]:
+    """The plug-in's files: its package and the checks that run the shipped suites over it."""
+    return {
+        "src/pyproject.toml": PYPROJECT,
+        "src/toyplug/__init__.py": '"""Toy tunelab plug-ins."""\n',
+        "src/toyplug/memory_store.py": textwrap.dedent(TOY_BACKEND),
+        "checks/test_store.py": STORE_CHECK,
+    }
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The plug-in's wheel built and installed into a folder of its own; its checks beside it."""
+    root = tmp_path_factory.mktemp("plugin")
+    for relative, text in plugin_sources(root).items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), str(root / "src")],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next((root / "dist").glob("tunelab_toyplug-*.whl"))
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(root / "site"), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    return root
+
+
+def run_checks(root: Path, name: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root / "site")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           f"test_{name}.py"], cwd=root / "checks", env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_the_wheel_is_installed_outside_the_checkout(installed):
+    assert (installed / "site" / "toyplug" / "memory_store.py").is_file()
+    assert not (installed / "site").resolve().is_relative_to(Path(__file__).resolve().parents[1])
+
+
+def test_a_store_backend_from_a_wheel_passes_the_shipped_store_suite(installed):
+    done = run_checks(installed, "store")
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
