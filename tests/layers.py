@@ -220,6 +220,9 @@ def counts(repo: Path = REPO) -> dict:
             folder = str(path.parent.relative_to(repo))
             folders[folder] = folders.get(folder, 0) + 1
     arrows = sum(len(t) for t in rooms.values())
+    folder_of = {m: str(p.parent.relative_to(repo)) for m, p in known.items()}
+    folder_arrows = {(folder_of[a], folder_of[b]) for a, targets in graph.items() for b in targets
+                     if folder_of[a] != folder_of[b]}
     room_circles = circles(rooms)
     return {
         "modules": len(known),
@@ -228,6 +231,7 @@ def counts(repo: Path = REPO) -> dict:
         "rooms": len(rooms),
         "floors": floors(rooms),
         "arrows": arrows,
+        "folder_arrows": len(folder_arrows),
         "against": against_layers(graph),
         "circles": circles(graph),
         "room_circles": room_circles,
@@ -242,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     found = counts(parser.parse_args(argv).tree)
     print(f"modules {found['modules']}, of them loose in tuning/ {found['loose']}")
     print(f"rooms {found['rooms']} on {found['floors']} floors, {found['arrows']} arrows between rooms")
+    print(f"folders {len(found['folders'])}, {found['folder_arrows']} arrows between folders")
     print(f"literal dynamic imports {found['dynamic']}")
     print(f"arrows against the layers {len(found['against'])}:")
     for a, b in found["against"]:
