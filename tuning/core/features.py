@@ -33,26 +33,27 @@ class StoreRows:
 
     def __init__(self, space: Space):
         self.space = space
-        self.cache: dict = {}
+        self.cache: dict[Config, np.ndarray] = {}
         self._shape: tuple[int, int] | None = None
         self._overflow_logged = False
 
     @classmethod
     def of(cls, space: Space) -> "StoreRows":
         """The space's StoreRows, made once and reused."""
-        if space._store_rows is None:
-            space._store_rows = cls(space)
-        return space._store_rows
+        rows = space._store_rows
+        if rows is None:
+            rows = space._store_rows = cls(space)
+        return rows
 
     def rows(self, configs: Sequence[Config]) -> np.ndarray:
         """See `store_rows`."""
         if self.space.store_features is None:
             raise ValueError("per-store features need a space scheduled by TVM (hardware=cpu or replay)")
-        configs = [tuple(int(c) for c in config) for config in configs]
+        keys = [tuple(int(c) for c in config) for config in configs]
         count, width = self.shape()
-        self._fill(configs)
-        out = np.zeros((len(configs), count, width), dtype=np.float32)
-        for i, config in enumerate(configs):
+        self._fill(keys)
+        out = np.zeros((len(keys), count, width), dtype=np.float32)
+        for i, config in enumerate(keys):
             rows = self.cache[config]
             if len(rows) <= count:
                 out[i, :len(rows)] = rows
@@ -90,14 +91,17 @@ class StoreRows:
             self._shape = (max(1, max(len(r) for r in rows)), rows[0].shape[1])
         return self._shape
 
-    def _fill(self, configs) -> None:
+    def _fill(self, configs: list[Config]) -> None:
+        store_features = self.space.store_features
+        if store_features is None:
+            raise ValueError("per-store features need a space scheduled by TVM (hardware=cpu or replay)")
         missing = list(dict.fromkeys(c for c in configs if c not in self.cache))
         if not missing:
             return
         if len(self.cache) + len(missing) > STORE_CACHE:
             self.cache.clear()
             missing = list(dict.fromkeys(configs))
-        for config, rows in zip(missing, self.space.store_features(missing)):
+        for config, rows in zip(missing, store_features(missing)):
             self.cache[config] = np.asarray(rows, dtype=np.float32)
 
 

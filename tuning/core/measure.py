@@ -8,6 +8,7 @@ CVStop        AdaTune's coefficient-of-variation stop (docs/methods.md §AdaTune
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ class MeasureSpec:
     slow_kernels: str = "fewer_runs"
     # An early-stop rule (CVStop, below) the run worker applies between repeats: it may
     # stop before `repeat` costs. None: every repeat is timed.
-    cv_stop: object = None
+    cv_stop: CVStop | None = None
 
 
 
@@ -47,7 +48,7 @@ class CVStop:
     statistic: str = "cumulative"  # Perf_i of the batches so far (paper) or of batch i alone (code)
     drop_extremes: bool = False  # drop the fastest and slowest batch when more than 4 (code)
 
-    def throughputs(self, batch_costs) -> np.ndarray:
+    def throughputs(self, batch_costs: Sequence[float]) -> np.ndarray:
         """Perf_1..Perf_i up to the constant B x FLOP (the CV does not depend on it)."""
         costs = np.asarray(batch_costs, dtype=np.float64)
         if self.statistic == "cumulative":
@@ -58,11 +59,11 @@ class CVStop:
             perf = np.sort(perf)[1:-1]
         return perf
 
-    def coefficient_of_variation(self, batch_costs) -> float:
+    def coefficient_of_variation(self, batch_costs: Sequence[float]) -> float:
         perf = self.throughputs(batch_costs)
         return float(np.std(perf) / np.mean(perf))
 
-    def finished(self, batch_costs) -> bool:
+    def finished(self, batch_costs: Sequence[float]) -> bool:
         """True once the runs are spent, or once enough micro-batches agree."""
         done = len(batch_costs)
         if done >= self.max_batches:

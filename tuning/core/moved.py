@@ -8,8 +8,11 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import importlib.machinery
 import sys
 import warnings
+from collections.abc import Sequence
+from types import CodeType, ModuleType
 
 MOVED = {
     "tuning.run": "tuning.engine.run",
@@ -52,24 +55,26 @@ def new_name(dotted: str) -> str:
 
 
 class _Alias(importlib.abc.Loader):
-    def __init__(self, old: str, new: str):
+    def __init__(self, old: str, new: str) -> None:
         self.old, self.new = old, new
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         if not self.old.endswith(".__main__"):
             warnings.warn(f"{self.old} moved to {self.new}; import it from there", DeprecationWarning, stacklevel=4)
         return importlib.import_module(self.new)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         sys.modules[self.old] = module
 
-    def get_code(self, fullname):  # `python -m OLD` runs the new module's code
+    def get_code(self, fullname: str) -> CodeType | None:  # `python -m OLD` runs the new module's code
         spec = importlib.util.find_spec(self.new)
+        assert spec is not None and isinstance(spec.loader, importlib.abc.InspectLoader), self.new
         return spec.loader.get_code(self.new)
 
 
 class MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
         return importlib.util.spec_from_loader(fullname, _Alias(fullname, MOVED[fullname]))

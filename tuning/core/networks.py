@@ -21,7 +21,7 @@ NUM_CLASSES = 1000
 
 # ---- ResNet-18 (torchvision.models.resnet18) ---------------------------------------
 class BasicBlock(nn.Module):
-    def __init__(self, in_channels: int, channels: int, stride: int = 1):
+    def __init__(self, in_channels: int, channels: int, stride: int = 1) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, channels, 3, stride, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(channels)
@@ -33,7 +33,7 @@ class BasicBlock(nn.Module):
             self.downsample = nn.Sequential(
                 nn.Conv2d(in_channels, channels, 1, stride, bias=False), nn.BatchNorm2d(channels))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
@@ -41,7 +41,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    def __init__(self, num_classes: int = NUM_CLASSES):
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
@@ -60,7 +60,7 @@ class ResNet18(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.avgpool(x), 1))
@@ -68,7 +68,7 @@ class ResNet18(nn.Module):
 
 # ---- AlexNet (torchvision.models.alexnet) --------------------------------------------
 class AlexNet(nn.Module):
-    def __init__(self, num_classes: int = NUM_CLASSES):
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
@@ -84,7 +84,7 @@ class AlexNet(nn.Module):
             nn.Linear(4096, num_classes),
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
@@ -93,16 +93,16 @@ VGG16_LAYERS = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "
 
 
 class VGG16(nn.Module):
-    def __init__(self, num_classes: int = NUM_CLASSES):
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         in_channels = 3
         for v in VGG16_LAYERS:
-            if v == "M":
-                layers.append(nn.MaxPool2d(2, 2))
-            else:
+            if isinstance(v, int):
                 layers += [nn.Conv2d(in_channels, v, 3, padding=1), nn.ReLU(inplace=True)]
                 in_channels = v
+            else:  # "M"
+                layers.append(nn.MaxPool2d(2, 2))
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
         self.classifier = nn.Sequential(
@@ -118,13 +118,13 @@ class VGG16(nn.Module):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.zeros_(m.bias)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
 # ---- SqueezeNet 1.0 (torchvision.models.squeezenet1_0) -------------------------------
 class Fire(nn.Module):
-    def __init__(self, in_channels: int, squeeze: int, expand1x1: int, expand3x3: int):
+    def __init__(self, in_channels: int, squeeze: int, expand1x1: int, expand3x3: int) -> None:
         super().__init__()
         self.squeeze = nn.Conv2d(in_channels, squeeze, 1)
         self.squeeze_activation = nn.ReLU(inplace=True)
@@ -133,14 +133,14 @@ class Fire(nn.Module):
         self.expand3x3 = nn.Conv2d(squeeze, expand3x3, 3, padding=1)
         self.expand3x3_activation = nn.ReLU(inplace=True)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.squeeze_activation(self.squeeze(x))
         return torch.cat([self.expand1x1_activation(self.expand1x1(x)),
                           self.expand3x3_activation(self.expand3x3(x))], 1)
 
 
 class SqueezeNet10(nn.Module):
-    def __init__(self, num_classes: int = NUM_CLASSES):
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(3, 96, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
@@ -161,19 +161,20 @@ class SqueezeNet10(nn.Module):
                     nn.init.kaiming_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(self.classifier(self.features(x)), 1)
 
 
 # ---- MobileNetV2 (torchvision.models.mobilenet_v2, width 1.0) ------------------------
-def conv_bn_relu6(in_channels: int, out_channels: int, kernel: int = 3, stride: int = 1, groups: int = 1):
+def conv_bn_relu6(in_channels: int, out_channels: int, kernel: int = 3, stride: int = 1,
+                  groups: int = 1) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv2d(in_channels, out_channels, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
         nn.BatchNorm2d(out_channels), nn.ReLU6(inplace=True))
 
 
 class InvertedResidual(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int, stride: int, expand_ratio: int):
+    def __init__(self, in_channels: int, out_channels: int, stride: int, expand_ratio: int) -> None:
         super().__init__()
         hidden = int(round(in_channels * expand_ratio))
         self.use_res_connect = stride == 1 and in_channels == out_channels
@@ -187,7 +188,7 @@ class InvertedResidual(nn.Module):
         ]
         self.conv = nn.Sequential(*layers)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv(x) if self.use_res_connect else self.conv(x)
 
 
@@ -196,7 +197,7 @@ class MobileNetV2(nn.Module):
     SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
                 (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
 
-    def __init__(self, num_classes: int = NUM_CLASSES):
+    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
         super().__init__()
         in_channels, last_channels = 32, 1280
         layers: list[nn.Module] = [conv_bn_relu6(3, in_channels, stride=2)]
@@ -217,7 +218,7 @@ class MobileNetV2(nn.Module):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.zeros_(m.bias)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
         return self.classifier(torch.flatten(x, 1))
 
@@ -226,7 +227,7 @@ class MobileNetV2(nn.Module):
 class BertEncoderLayer(nn.Module):
     """Self-attention (written out as batched matmuls, so Relax sees the GEMMs) + FFN."""
 
-    def __init__(self, hidden: int = 768, heads: int = 12, intermediate: int = 3072, eps: float = 1e-12):
+    def __init__(self, hidden: int = 768, heads: int = 12, intermediate: int = 3072, eps: float = 1e-12) -> None:
         super().__init__()
         self.heads, self.head_dim = heads, hidden // heads
         self.query = nn.Linear(hidden, hidden)
@@ -242,11 +243,11 @@ class BertEncoderLayer(nn.Module):
                 nn.init.normal_(m.weight, 0, 0.02)
                 nn.init.zeros_(m.bias)
 
-    def split_heads(self, x):
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
         return x.reshape(batch, seq, self.heads, self.head_dim).permute(0, 2, 1, 3)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, hidden = x.shape
         q, k, v = self.split_heads(self.query(x)), self.split_heads(self.key(x)), self.split_heads(self.value(x))
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
@@ -261,13 +262,13 @@ class TinyCNN(nn.Module):
     """conv-bn-relu, a strided residual block, global pooling, classifier: ResNet-18's kinds of
     kernels at 1x3x16x16, so the whole-model path runs in seconds."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
         self.block = BasicBlock(8, 16, stride=2)
         self.fc = nn.Linear(16, 10)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.block(self.stem(x))
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 

@@ -6,20 +6,27 @@ objective, pruning, plots, summaries and `python -m tuning.tools.apply` all read
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tuning.core.records import Record
+    from tuning.core.space import Config
+    from tuning.core.task import Task
 
 CURVE_METRICS = ("gflops", "latency_ms")
 
 
 @dataclass
 class TaskOutcome:
-    task: object
-    records: list
-    best_config: tuple | None = None
+    task: Task
+    records: list[Record]
+    best_config: Config | None = None
     best_cost: float = math.inf  # seconds, from the final re-measurement
     tuning_best_cost: float = math.inf  # seconds, the best reading during tuning
-    final_costs: list = field(default_factory=list)
-    times: dict = field(default_factory=dict)
+    final_costs: list[float] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)
     stopped_because: str = "budget"
     reused: int = 0  # records taken from tuning.database, not measured by this run
     true_cost: float | None = None  # seconds: the store's median over every reading of best_config
@@ -44,9 +51,9 @@ class TaskOutcome:
         return best_so_far([self], "gflops")
 
 
-def fastest_by_config(records) -> dict:
+def fastest_by_config(records: Iterable[Record]) -> dict[Config, float]:
     """{config: its fastest valid reading} over the records, each config once."""
-    fastest: dict = {}
+    fastest: dict[Config, float] = {}
     for record in records:
         if record.result.ok:
             config = tuple(record.config)
@@ -63,7 +70,7 @@ def best_from_records(outcome: TaskOutcome) -> None:
         outcome.best_cost = outcome.tuning_best_cost = best.result.cost
 
 
-def take_chosen(outcome: TaskOutcome, config: tuple, seconds: float) -> None:
+def take_chosen(outcome: TaskOutcome, config: Config, seconds: float) -> None:
     """The run's reported best (the config its end chose by re-measuring, with those seconds) as the
     result of an outcome best_from_records has filled, in place of the records' fastest reading
     (tuning_best_cost stays that reading); ValueError unless the run measured that config validly."""
@@ -72,20 +79,20 @@ def take_chosen(outcome: TaskOutcome, config: tuple, seconds: float) -> None:
     outcome.best_config, outcome.best_cost, outcome.final_costs = config, seconds, [seconds]
 
 
-def chosen_bests(outcomes) -> dict:
+def chosen_bests(outcomes: Iterable[TaskOutcome]) -> dict[str, tuple[Config, float]]:
     """{task name: (best config, its seconds)}: what a run reports, which its database ranks first."""
     return {o.task.name: (o.best_config, o.best_cost) for o in outcomes
             if o.best_config is not None and math.isfinite(o.best_cost)}
 
 
-def in_measured_order(outcomes) -> list[tuple[object, object, bool]]:
+def in_measured_order(outcomes: Iterable[TaskOutcome]) -> list[tuple[Task, Record, bool]]:
     """(task, record, reused) over all tasks: reused records first, then in the order measured."""
     merged = sorted(((i >= o.reused, r.time, o.task, r) for o in outcomes for i, r in enumerate(o.records)),
                     key=lambda item: item[:2])
     return [(task, record, not own) for own, _, task, record in merged]
 
 
-def best_so_far(outcomes, metric: str) -> list[tuple[int, float]]:
+def best_so_far(outcomes: Sequence[TaskOutcome], metric: str) -> list[tuple[int, float]]:
     """(measurements, best so far) over all tasks' records in the order they were measured.
 
     gflops:     the sum over tasks of each task's best GFLOP/s (0 for a task with nothing valid yet)
@@ -93,7 +100,7 @@ def best_so_far(outcomes, metric: str) -> list[tuple[int, float]]:
                 it ran; it starts once every task has a valid record."""
     if metric not in CURVE_METRICS:
         raise ValueError(f"metric: expected one of {CURVE_METRICS}, got {metric!r}")
-    best: dict = {}
+    best: dict[str, float] = {}
     points = []
     for count, (task, record, _) in enumerate(in_measured_order(outcomes), start=1):
         if record.result.ok:
@@ -108,12 +115,12 @@ def best_so_far(outcomes, metric: str) -> list[tuple[int, float]]:
     return points
 
 
-def weighted_latency_ms(outcomes) -> float:
+def weighted_latency_ms(outcomes: Iterable[TaskOutcome]) -> float:
     """Sum over tasks of weight x best latency: the model's latency if kernels were all it ran."""
     return sum(o.task.weight * o.best_cost for o in outcomes) * 1e3
 
 
-def task_table(outcomes) -> str:
+def task_table(outcomes: Sequence[TaskOutcome]) -> str:
     """Where the time goes: one row per task, biggest share of weight x latency first; a task with no
     valid measurement says so ("untuned": the tuned model runs its unscheduled TIR, as the untuned build does)."""
     total = weighted_latency_ms(outcomes)
@@ -142,11 +149,11 @@ def _ms(value: float) -> str:
     return f"{value:>11.3f}" if math.isfinite(value) else f"{'n/a':>11}"
 
 
-def _untuned(outcome) -> str:
+def _untuned(outcome: TaskOutcome) -> str:
     return "untuned" if not outcome.records else "none valid"
 
 
-def summary(outcomes) -> str:
+def summary(outcomes: Sequence[TaskOutcome]) -> str:
     """The run's result as text: the task table for a model, one line for a single operator."""
     if len(outcomes) > 1:
         return task_table(outcomes) + "\n"

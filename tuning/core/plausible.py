@@ -33,7 +33,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tuning.core.task import Task
 
 PEAK_MULTIPLE = 4.0
 MIN_SECONDS = 1e-9  # a few clock cycles: no kernel call returns sooner
@@ -52,10 +57,10 @@ class Bounds:
     floor_s: float = MIN_SECONDS
     ceiling_s: float = CEILING_S
 
-    def accepts(self, cost) -> bool:
+    def accepts(self, cost: Any) -> bool:
         return _number(cost) and self.floor_s <= cost <= self.ceiling_s
 
-    def problem(self, cost) -> str | None:
+    def problem(self, cost: Any) -> str | None:
         """Why `cost` is not a plausible reading, or None."""
         if self.accepts(cost):
             return None
@@ -67,7 +72,7 @@ class Bounds:
             return f"cost {cost:g} s is faster than the hardware can run it (floor {self.floor_s:.3g} s)"
         return f"cost {cost:g} s is slower than any measurement takes (ceiling {self.ceiling_s:g} s)"
 
-    def first_problem(self, costs) -> str | None:
+    def first_problem(self, costs: Sequence[Any]) -> str | None:
         """Why the first implausible one of `costs` is not a reading ("reading i of n: ..."), or None."""
         for number, cost in enumerate(costs, start=1):
             problem = self.problem(cost)
@@ -79,9 +84,10 @@ class Bounds:
 ABSOLUTE = Bounds()  # for readings whose task and device are unknown (a records file)
 
 
-def peak_flops(description: dict) -> float:
+def peak_flops(description: dict[str, Any]) -> float:
     """The device's peak FLOP rate (FLOP/s) from its description, or FALLBACK_PEAK_FLOPS."""
-    stated, noise = description.get("peak_gflops"), description.get("noise", 0.0)
+    stated: Any = description.get("peak_gflops")
+    noise: Any = description.get("noise", 0.0)
     if positive_number(stated):
         return float(stated) * 1e9 / (1.0 - noise if _fraction(noise) else 1.0)
     if description.get("device") == "cpu":
@@ -91,32 +97,38 @@ def peak_flops(description: dict) -> float:
     return FALLBACK_PEAK_FLOPS
 
 
-def bounds(flops, description: dict) -> Bounds:
+def bounds(flops: Any, description: dict[str, Any]) -> Bounds:
     """The plausible costs of a task of `flops` FLOPs on the described device."""
     if not positive_number(flops):
         return ABSOLUTE
     return Bounds(max(MIN_SECONDS, float(flops) / (PEAK_MULTIPLE * peak_flops(description))), CEILING_S)
 
 
-def bounds_of(task, hardware) -> Bounds:
+class Described(Protocol):
+    """What `bounds_of` reads of a hardware backend (tuning.hardware.base.Hardware)."""
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+
+def bounds_of(task: Task, hardware: Described) -> Bounds:
     """The plausible costs of a task measured on a hardware backend (its fingerprint describes it)."""
     return bounds(task.flops, hardware.fingerprint())
 
 
-def _number(value) -> bool:
+def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def positive_number(value) -> bool:
+def positive_number(value: Any) -> bool:
     """A finite number above 0, not a bool: a value read from an untrusted file checked before use."""
     return _number(value) and value > 0
 
 
-def _fraction(value) -> bool:
+def _fraction(value: Any) -> bool:
     return _number(value) and 0.0 <= value < 1.0
 
 
-def _cores(description: dict):
+def _cores(description: dict[str, Any]) -> Any:
     """The target's num-cores (a backend describes its target as the text of a dict, a TVM target
     string writes -num-cores=N), else the description's num_threads."""
     found = re.search(r"num-cores['\"]?\s*[:=]\s*(\d{1,6})\b", str(description.get("target", ""))[:2000])

@@ -21,7 +21,9 @@ import math
 import os
 import statistics
 from dataclasses import MISSING, dataclass, field, fields, replace
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 from tuning.core import plausible
 
@@ -45,7 +47,7 @@ class MeasureResult:
     message: str = ""
     build_s: float = 0.0  # wall seconds spent building this candidate
     run_s: float = 0.0  # wall seconds spent measuring it
-    config: tuple | None = None  # effective (canonical) config read back after replay, if known
+    config: tuple[int, ...] | None = None  # effective (canonical) config read back after replay, if known
     reused: bool = False  # answered from the measurement store, not measured by this run
     gauge_s: float | None = None  # the drift gauge's reading with this result's batch (tuning/store/)
     device: str | None = None  # which device timed it ("cuda:1"), when the runner has several
@@ -64,7 +66,7 @@ class MeasureResult:
     def gflops(self, flops: float) -> float:
         return flops / self.cost / 1e9 if self.ok else 0.0
 
-    def within(self, limits: plausible.Bounds) -> "MeasureResult":
+    def within(self, limits: plausible.Bounds) -> MeasureResult:
         """This result, or an `implausible` error in its place when a cost lies outside `limits`:
         a clock glitch is not a reading to rank configs or train models by."""
         problem = limits.first_problem(self.costs)
@@ -73,7 +75,7 @@ class MeasureResult:
         return replace(self, costs=[], error="implausible", message=f"{problem}; readings {self.costs}"[:2000])
 
     @classmethod
-    def failed(cls, error: str, message: str, **timings) -> "MeasureResult":
+    def failed(cls, error: str, message: str, **timings: Any) -> MeasureResult:
         assert error in ERROR_KINDS, error
         return cls(error=error, message=message[-2000:], **timings)
 
@@ -83,7 +85,7 @@ class Record:
     task: str  # task name
     workload_key: str
     config: list[int]
-    decisions: dict
+    decisions: dict[str, Any]
     result: MeasureResult
     round: int
     method: str
@@ -102,7 +104,7 @@ class Record:
         return json.dumps(data, default=str)  # tuples are written as arrays by json itself
 
     @classmethod
-    def from_json(cls, line: str) -> "Record":
+    def from_json(cls, line: str) -> Record:
         """The record on one line; ValueError saying why when the line is not one."""
         data = json.loads(line)
         problem = _shape_problem(data, Record, RECORD_FIELDS, "")
@@ -120,20 +122,20 @@ _RECORD_NAMES = tuple(f.name for f in fields(Record))
 _RESULT_NAMES = tuple(f.name for f in fields(MeasureResult))
 
 
-def _is_int(value) -> bool:
+def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_finite(value) -> bool:
+def _is_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_ints(value) -> bool:
+def _is_ints(value: Any) -> bool:
     return isinstance(value, list) and all(map(_is_int, value))
 
 
 # field -> (what it must be, test); a record's fields as to_json writes them
-RECORD_FIELDS = {
+RECORD_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "task": ("a string", lambda v: isinstance(v, str)),
     "workload_key": ("a string", lambda v: isinstance(v, str)),
     "config": ("a list of ints", _is_ints),
@@ -145,7 +147,7 @@ RECORD_FIELDS = {
     "index": ("an int", _is_int),
     "time": ("a finite number", _is_finite),
 }
-RESULT_FIELDS = {
+RESULT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "costs": ("a list of finite numbers", lambda v: isinstance(v, list) and all(map(_is_finite, v))),
     "error": (f"null or one of {', '.join(ERROR_KINDS)}", lambda v: v is None or v in ERROR_KINDS),
     "message": ("a string", lambda v: isinstance(v, str)),
@@ -158,13 +160,14 @@ RESULT_FIELDS = {
 }
 
 
-def _costs_problem(costs: list) -> str | None:
+def _costs_problem(costs: list[Any]) -> str | None:
     """Why a record's costs are not plausible readings (positive, 1 ns to an hour), or None."""
     problem = plausible.ABSOLUTE.first_problem(costs)
     return f"result.costs: {problem}" if problem else None
 
 
-def _shape_problem(data, schema, checks: dict, prefix: str) -> str | None:
+def _shape_problem(data: Any, schema: type, checks: dict[str, tuple[str, Callable[[Any], bool]]],
+                   prefix: str) -> str | None:
     """Why `data` (parsed JSON) cannot be the dataclass `schema`, or None. Fields with a
     default may be missing (to_json leaves out defaults, older files lack newer fields)."""
     if not isinstance(data, dict):
@@ -184,7 +187,7 @@ def _shape_problem(data, schema, checks: dict, prefix: str) -> str | None:
 class RecordLog:
     """records.jsonl: appended (`writer`: flushed a record, fsynced on `sync`); tolerant of a torn last line."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
     def load(self) -> list[Record]:
@@ -238,7 +241,7 @@ class RecordWriter:
     round: a machine that loses power loses at most the round in flight). Closing syncs. (An fsync
     per record was most of what writing a replayed record cost.)"""
 
-    def __init__(self, file):
+    def __init__(self, file: IO[str]) -> None:
         self.file = file
 
     def write(self, record: Record) -> None:
@@ -256,16 +259,16 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _byte_at(f, offset: int) -> bytes:
+def _byte_at(f: IO[bytes], offset: int) -> bytes:
     f.seek(offset)
     return f.read(1)
 
 
-def _end_of_last_line(f, size: int, chunk: int = 1 << 16) -> int:
+def _end_of_last_line(f: IO[bytes], size: int, chunk: int = 1 << 16) -> int:
     """The offset just past the last newline in the file's first `size` bytes (0: none), read
     backwards a chunk at a time."""
     end = size

@@ -37,7 +37,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class Knob:
 
     name: str
     kind: str  # "sketch" | "tile" | "categorical" | "location"
-    choices: tuple
+    choices: tuple[Any, ...]
 
     def feature(self, index: int) -> list[float]:
         """Numeric description of one choice, for cost models."""
@@ -75,14 +76,15 @@ class Space:
     active: list[tuple[int, ...]]  # active[s] = slot indices (>=1) used by sketch s
     canonicalize: Callable[[Config], Config] | None = None
     legitimacy: Callable[[Config], bool] | None = None
-    store_features: Callable[[Sequence[Config]], list] | None = None
+    store_features: Callable[[Sequence[Config]], list[np.ndarray]] | None = None
     canonicalize_many: Callable[[list[Config]], list[Config]] | None = None
-    _canonical_cache: dict = field(default_factory=dict, repr=False)
-    _legitimate_cache: dict = field(default_factory=dict, repr=False)
-    _movable_cache: dict = field(default_factory=dict, repr=False, compare=False)  # sketch -> random_walk's slots
-    _store_rows: object = field(default=None, repr=False, compare=False)  # tuning/core/features.py's StoreRows, made on first use
+    _canonical_cache: dict[Config, Config] = field(default_factory=dict, repr=False)
+    _legitimate_cache: dict[Config, bool] = field(default_factory=dict, repr=False)
+    # sketch -> random_walk's slots
+    _movable_cache: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _store_rows: Any = field(default=None, repr=False, compare=False)  # tuning/core/features.py's StoreRows, made on first use
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         assert self.knobs[0].kind == "sketch" and len(self.knobs[0].choices) == len(self.active)
         self.dims = [len(k.choices) for k in self.knobs]
         # Derived once, used by `features` on every search step:
@@ -130,7 +132,7 @@ class Space:
             config[i] = int(rng.integers(self.dims[i]))
         return tuple(config)
 
-    def enumerate(self):
+    def enumerate(self) -> Iterator[Config]:
         """Every config, sketch by sketch (only sensible when `size` is small)."""
         for sketch, slots in enumerate(self.active):
             for values in itertools.product(*(range(self.dims[i]) for i in slots)):
@@ -158,7 +160,7 @@ class Space:
         out[:, 0] = sketch
         return out
 
-    def normalized(self, configs) -> np.ndarray:
+    def normalized(self, configs: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:
         """Knob indices scaled to [0, 1] by each slot's size (Chameleon's state)."""
         index = np.asarray(configs, dtype=np.float32).reshape(-1, len(self.knobs))
         return index / np.maximum(np.asarray(self.dims, dtype=np.float32) - 1, 1)
@@ -199,14 +201,14 @@ class Space:
         moved = (self.step(config, a) for a in self.actions() if a[0] == "factor" and a[1] == slot)
         return sorted({c[slot] for c in moved if c is not None})
 
-    def actions(self) -> list[tuple]:
+    def actions(self) -> list[tuple[Any, ...]]:
         """Every move as data, the same list for every config of the space (a policy's outputs):
             ("factor", slot, src, dst, p)   move prime p from level src to level dst of a tile knob
             ("index", slot, delta)          another knob's (or the sketch's) index +-1
         An action that does not apply to a config (p does not divide level src, an inactive slot,
         an index at its end) is `step`'s None."""
         if "_actions" not in self.__dict__:
-            actions: list[tuple] = []
+            actions: list[tuple[Any, ...]] = []
             for slot, knob in enumerate(self.knobs):
                 if knob.kind == "tile":
                     levels = len(knob.choices[0])
@@ -218,7 +220,7 @@ class Space:
             self.__dict__["_actions"] = actions
         return self.__dict__["_actions"]
 
-    def step(self, config: Config, action: tuple) -> Config | None:
+    def step(self, config: Config, action: tuple[Any, ...]) -> Config | None:
         """The config one action away, or None when the action does not apply (see `actions`)."""
         slot = action[1]
         if slot != 0 and slot not in self.active[config[0]]:
@@ -235,7 +237,7 @@ class Space:
         index = self._choice_index(slot).get(tuple(split))
         return None if index is None else self._with(config, slot, index)
 
-    def _choice_index(self, slot: int) -> dict:
+    def _choice_index(self, slot: int) -> dict[Any, int]:
         cache = self.__dict__.setdefault("_choice_index_cache", {})
         if slot not in cache:
             cache[slot] = {choice: i for i, choice in enumerate(self.knobs[slot].choices)}
@@ -252,7 +254,7 @@ class Space:
                 config[slot] = self._choice_index(slot)[whole]
         return tuple(config)
 
-    def is_legitimate(self, config: Config) -> bool:
+    def is_legitimate(self, config: Sequence[int]) -> bool:
         """Valid, and accepted by the backend's `legitimacy` check when it has one (cached)."""
         config = tuple(int(c) for c in config)
         if not self.is_valid(config):
@@ -277,7 +279,7 @@ class Space:
         new[knob] = value
         return tuple(new)
 
-    def random_walk_all(self, configs, rng: np.random.Generator) -> list[Config]:
+    def random_walk_all(self, configs: Iterable[Config], rng: np.random.Generator) -> list[Config]:
         """random_walk of each config in turn (the same draws, in the same order)."""
         return [self.random_walk(config, rng) for config in configs]
 
@@ -289,7 +291,7 @@ class Space:
         return self._movable_cache[sketch]
 
     # ---- identity and description -----------------------------------------
-    def canonical(self, config: Config) -> Config:
+    def canonical(self, config: Sequence[int]) -> Config:
         config = tuple(int(c) for c in config)
         if self.canonicalize is None:
             return config
@@ -297,24 +299,25 @@ class Space:
             self._canonical_cache[config] = tuple(self.canonicalize(config))
         return self._canonical_cache[config]
 
-    def canonical_many(self, configs) -> list[Config]:
+    def canonical_many(self, configs: Iterable[Sequence[int]]) -> list[Config]:
         """canonical() of each config; those not known yet go to `canonicalize_many` in one batch."""
         if self.canonicalize_many is not None:
-            configs = [tuple(int(c) for c in config) for config in configs]
-            unknown = list(dict.fromkeys(c for c in configs if c not in self._canonical_cache))
+            keys = [tuple(int(c) for c in config) for config in configs]
+            unknown = list(dict.fromkeys(c for c in keys if c not in self._canonical_cache))
             if len(unknown) > 1:
                 for config, key in zip(unknown, self.canonicalize_many(unknown), strict=True):
                     self._canonical_cache[config] = tuple(key)
+            return [self.canonical(config) for config in keys]
         return [self.canonical(config) for config in configs]
 
-    def mark_canonical(self, configs) -> None:
+    def mark_canonical(self, configs: Iterable[Sequence[int]]) -> None:
         """Take `configs` as canonical without asking the canonicalizer (a measurement store's
         configs are canonical by its contract: replaying TVM's trace for each costs ~2 ms)."""
         for config in configs:
             config = tuple(int(c) for c in config)
             self._canonical_cache.setdefault(config, config)
 
-    def decisions(self, config: Config) -> dict:
+    def decisions(self, config: Config) -> dict[str, Any]:
         """Raw decisions of the active knobs, by name (for records and humans)."""
         return {self.knobs[i].name: self.knobs[i].choices[config[i]] for i in (0, *self.active[config[0]])}
 
@@ -362,7 +365,7 @@ class RestrictedSpace(Space):
 
     SKETCH_WEIGHT = 10.0
 
-    def __init__(self, base: Space, configs):
+    def __init__(self, base: Space, configs: Iterable[Sequence[int]]):
         super().__init__(base.knobs, base.active, legitimacy=base.legitimacy, store_features=base.store_features)
         from scipy.spatial import cKDTree
 
@@ -378,14 +381,14 @@ class RestrictedSpace(Space):
         radix = np.cumprod([1, *self.dims[:-1]], dtype=object)
         fits = math.prod(self.dims) < 2 ** 62
         self._radix = np.asarray(radix, dtype=np.int64) if fits else None
-        self._allowed_keys = np.sort(self._allowed_array @ self._radix) if fits else None
-        self._nearest_memo: dict = {}  # a row's key -> its two nearest held configs (_two_nearest)
+        self._allowed_keys = np.sort(self._allowed_array @ self._radix) if self._radix is not None else None
+        self._nearest_memo: dict[Any, tuple[int, int]] = {}  # a row's key -> its two nearest held configs
 
     @property
     def size(self) -> int:
         return len(self.allowed)
 
-    def _embed(self, configs) -> np.ndarray:
+    def _embed(self, configs: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:
         points = self.normalized(configs).astype(np.float64)
         points[:, 0] *= self.SKETCH_WEIGHT
         return points
@@ -398,27 +401,25 @@ class RestrictedSpace(Space):
                 return self.allowed[int(i)]
         return self.allowed[int(np.atleast_1d(index[0])[0])]
 
-    def canonical(self, config: Config) -> Config:
-        try:
-            held = self._stored.get(config)  # a held config as a tuple: its stored int tuple, no copy
-        except TypeError:  # a list or an array
-            held = None
+    def canonical(self, config: Sequence[int]) -> Config:
+        # a held config as a tuple: its stored int tuple, no copy (a list or an array is no key)
+        held = self._stored.get(config) if isinstance(config, tuple) else None
         if held is not None:
             return held
-        config = tuple(int(c) for c in config)
-        return config if config in self._stored else self.nearest(config)
+        key = tuple(int(c) for c in config)
+        return key if key in self._stored else self.nearest(key)
 
     def sample(self, rng: np.random.Generator) -> Config:
         return self.allowed[int(rng.integers(len(self.allowed)))]
 
-    def enumerate(self):
+    def enumerate(self) -> Iterator[Config]:
         return iter(self.allowed)
 
     def random_walk(self, config: Config, rng: np.random.Generator) -> Config:
         moved = self.base.random_walk(config, rng)
         return moved if moved in self._stored else self.nearest(moved, exclude=tuple(config))
 
-    def random_walk_all(self, configs, rng: np.random.Generator) -> list[Config]:
+    def random_walk_all(self, configs: Iterable[Config], rng: np.random.Generator) -> list[Config]:
         """The base walk of each config in turn (random_walk's draws), then every one that left the
         set to its nearest held config other than its start, in one tree query (SA walks 128)."""
         moved = np.asarray([self.base.random_walk(tuple(c), rng) for c in configs], dtype=np.int64)
@@ -442,7 +443,7 @@ class RestrictedSpace(Space):
             moved[outside] = np.where(is_start[:, None], second, nearest)
         return moved
 
-    def _two_nearest(self, points: np.ndarray, keys: list) -> np.ndarray:
+    def _two_nearest(self, points: np.ndarray, keys: list[Any]) -> np.ndarray:
         """(rows, 2): the indices of each row's nearest and second-nearest held configs (the nearest
         twice when only one is held). Walks keep leaving the set at the same configs: each config's
         answer is asked of the tree once, in one query for the new ones, and remembered."""
@@ -455,18 +456,18 @@ class RestrictedSpace(Space):
                 memo[keys[i]] = (pair[0], pair[-1])
         return np.asarray([memo[key] for key in keys], dtype=np.int64).reshape(len(keys), 2)
 
-    def _keys(self, configs: np.ndarray) -> list:
+    def _keys(self, configs: np.ndarray) -> list[Any]:
         """Each row as one hashable: its mixed-radix integer, or its tuple where the space is too wide."""
         if self._radix is None:
             return list(map(tuple, configs.tolist()))
-        return (configs @ self._radix).tolist()
+        return list((configs @ self._radix).tolist())
 
-    def _held_keys(self, keys: list) -> np.ndarray:
-        if self._radix is None:
+    def _held_keys(self, keys: list[Any]) -> np.ndarray:
+        if self._radix is None or self._allowed_keys is None:
             return np.array([key in self._stored for key in keys], dtype=bool)
-        keys = np.asarray(keys, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self._allowed_keys, keys), len(self._allowed_keys) - 1)
-        return self._allowed_keys[at] == keys
+        values = np.asarray(keys, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._allowed_keys, values), len(self._allowed_keys) - 1)
+        return np.asarray(self._allowed_keys[at] == values)
 
     def _held(self, configs: np.ndarray) -> np.ndarray:
         """Which rows are held configs."""
@@ -475,17 +476,17 @@ class RestrictedSpace(Space):
     def neighbors(self, config: Config, moves: Sequence[str] = ("index",)) -> list[Config]:
         return [c for c in self.base.neighbors(config, moves) if c in self._stored]
 
-    def step(self, config: Config, action: tuple) -> Config | None:
+    def step(self, config: Config, action: tuple[Any, ...]) -> Config | None:
         moved = self.base.step(config, action)
         return moved if moved in self._stored else None
 
     def untiled(self) -> Config:
         return self.canonical(self.base.untiled())
 
-    def is_legitimate(self, config: Config) -> bool:
+    def is_legitimate(self, config: Sequence[int]) -> bool:
         return tuple(int(c) for c in config) in self._stored and super().is_legitimate(config)
 
-    def decisions(self, config: Config) -> dict:
+    def decisions(self, config: Config) -> dict[str, Any]:
         return self.base.decisions(config)
 
 
@@ -496,7 +497,7 @@ def factorizations(extent: int, parts: int, max_innermost: int = 0) -> list[tupl
     factor capped by max_innermost when > 0)."""
     if parts == 1:
         return [(extent,)] if (max_innermost <= 0 or extent <= max_innermost) else []
-    out = []
+    out: list[tuple[int, ...]] = []
     for first in range(1, extent + 1):
         if extent % first == 0:
             out += [(first, *rest) for rest in factorizations(extent // first, parts - 1, max_innermost)]
@@ -509,7 +510,7 @@ def merge_sketches(sketch_knobs: list[list[Knob]]) -> tuple[list[Knob], list[tup
     Knobs with the same (kind, choices) signature share a slot, matched in order
     of appearance, so sketch 1's second 1024-tile is the same slot as sketch 0's."""
     slots: list[Knob] = [Knob("sketch", "sketch", tuple(range(len(sketch_knobs))))]
-    active = []
+    active: list[tuple[int, ...]] = []
     for knobs in sketch_knobs:
         used: list[int] = []
         for knob in knobs:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -16,7 +21,7 @@ class Task:
     name: str
     # {"op": "gemm", "M":.., ...}, {"op": "batch_matmul", ...}, {"op": "conv2d", ...}, or a network's kernel
     # {"op": "tir", "key": structural hash, "mod": tvm.ir.save_json text}
-    workload: dict = field(hash=False)
+    workload: dict[str, Any] = field(hash=False)
     flops: float = 0.0
     weight: int = 1  # how often the model runs it
 
@@ -32,7 +37,7 @@ def conv2d_output_size(size: int, kernel: int, stride: int, padding: int, dilati
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def pair(value) -> tuple[int, int]:
+def pair(value: int | Sequence[int]) -> tuple[int, int]:
     """A conv2d size as (height, width): an int is square, a list/tuple is [h, w]."""
     if isinstance(value, int):
         return value, value
@@ -40,7 +45,7 @@ def pair(value) -> tuple[int, int]:
     return int(h), int(w)
 
 
-def _compact(value) -> int | list[int]:
+def _compact(value: int | Sequence[int]) -> int | list[int]:
     """Square sizes stay ints, so the workload (and the task key) of a square conv is unchanged."""
     h, w = pair(value)
     return h if h == w else [h, w]
@@ -51,7 +56,7 @@ def _compact(value) -> int | list[int]:
 WORKLOAD_SPACES = ("tiling", "wide")
 
 
-def _with_space(workload: dict, space: str) -> dict:
+def _with_space(workload: dict[str, Any], space: str) -> dict[str, Any]:
     if space in WORKLOAD_SPACES:
         workload["space"] = space
     return workload
@@ -73,13 +78,14 @@ def batch_matmul_task(name: str, batch: int, M: int, N: int, K: int, dtype: str 
 
 def conv2d_task(
     name: str, batch: int, in_channels: int, height: int, width: int, out_channels: int,
-    kernel, stride=1, padding=0, dtype: str = "float32", weight: int = 1, groups: int = 1, dilation=1,
+    kernel: int | Sequence[int], stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+    dtype: str = "float32", weight: int = 1, groups: int = 1, dilation: int | Sequence[int] = 1,
     space: str = "full",
 ) -> Task:
     """NCHW input, OIHW weight (I = in_channels / groups, torch's layout). kernel, stride, padding
     and dilation are an int (both axes) or [height, width]; groups == in_channels is depthwise.
     groups and dilation enter the workload only when not 1, so older tasks keep their keys."""
-    workload = {
+    workload: dict[str, Any] = {
         "op": "conv2d", "batch": batch, "in_channels": in_channels, "height": height,
         "width": width, "out_channels": out_channels, "kernel": _compact(kernel), "stride": _compact(stride),
         "padding": _compact(padding), "dtype": dtype,
@@ -95,15 +101,16 @@ def conv2d_task(
     return Task(name, workload, flops=flops, weight=weight)
 
 
-def conv2d_output_shape(workload: dict) -> tuple[int, int]:
+def conv2d_output_shape(workload: Mapping[str, Any]) -> tuple[int, int]:
     """(out_height, out_width) of a conv2d workload."""
     kernel, stride, padding = (pair(workload[k]) for k in ("kernel", "stride", "padding"))
     dilation = pair(workload.get("dilation", 1))
-    return tuple(conv2d_output_size(workload[side], kernel[a], stride[a], padding[a], dilation[a])
-                 for a, side in enumerate(("height", "width")))
+    height, width = (conv2d_output_size(workload[side], kernel[a], stride[a], padding[a], dilation[a])
+                     for a, side in enumerate(("height", "width")))
+    return height, width
 
 
-def build_tasks(model_cfg) -> list[Task]:
+def build_tasks(model_cfg: Mapping[str, Any]) -> list[Task]:
     """Tasks of a single-operator `model` config group entry (networks: the hardware backend's
     `network_tasks`)."""
     kind = model_cfg["kind"]
@@ -112,22 +119,25 @@ def build_tasks(model_cfg) -> list[Task]:
         return [gemm_task(name, model_cfg["M"], model_cfg["N"], model_cfg["K"], model_cfg.get("dtype", "float32"),
                           space=model_cfg.get("space", "full"))]
     if kind == "batch_matmul":
-        return [batch_matmul_task(name, *(int(model_cfg[k]) for k in ("batch", "M", "N", "K")),
-                                  model_cfg.get("dtype", "float32"), space=model_cfg.get("space", "full"))]
+        batch, M, N, K = (int(model_cfg[k]) for k in ("batch", "M", "N", "K"))
+        return [batch_matmul_task(name, batch, M, N, K, model_cfg.get("dtype", "float32"),
+                                  space=model_cfg.get("space", "full"))]
     if kind == "conv2d":
-        ints = (int(model_cfg[k]) for k in ("batch", "in_channels", "height", "width", "out_channels"))
-        sizes = {k: _size(model_cfg.get(k, default)) for k, default in
-                 (("kernel", None), ("stride", 1), ("padding", 0), ("dilation", 1))}
-        return [conv2d_task(name, *ints, **sizes, groups=int(model_cfg.get("groups", 1)),
-                            dtype=model_cfg.get("dtype", "float32"), space=model_cfg.get("space", "full"))]
+        batch, channels, height, width, out_channels = (
+            int(model_cfg[k]) for k in ("batch", "in_channels", "height", "width", "out_channels"))
+        sizes: dict[str, Any] = {k: _size(model_cfg.get(k, default)) for k, default in
+                                 (("kernel", None), ("stride", 1), ("padding", 0), ("dilation", 1))}
+        return [conv2d_task(name, batch, channels, height, width, out_channels, **sizes,
+                            groups=int(model_cfg.get("groups", 1)), dtype=model_cfg.get("dtype", "float32"),
+                            space=model_cfg.get("space", "full"))]
     raise ValueError(f"model.kind: unknown kind {kind!r} (allowed: gemm, batch_matmul, conv2d)")
 
 
-def _size(value):
+def _size(value: int | Sequence[int]) -> int | list[int]:
     return int(value) if isinstance(value, int) else [int(v) for v in value]
 
 
-def reference_output(workload: dict, inputs: list):
+def reference_output(workload: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
     """The right answer of a single operator on numpy inputs, in float64: numpy's product for
     (batch) matmuls, torch's conv2d for convolutions (the same layout, groups and dilation)."""
     import numpy as np
@@ -147,5 +157,5 @@ def reference_output(workload: dict, inputs: list):
 WHOLE_MODEL_KINDS = ("network", "onnx")  # model kinds whose tasks come from a whole model, not one operator
 
 
-def is_whole_model(model_cfg) -> bool:
+def is_whole_model(model_cfg: Mapping[str, Any]) -> bool:
     return model_cfg["kind"] in WHOLE_MODEL_KINDS
