@@ -42,11 +42,16 @@ __init__ stores hyperparameters only; seeds come from the config.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tuning.core.component import Component
 from tuning.core.features import FEATURES, model_features
+
+if TYPE_CHECKING:
+    from tuning.core.space import Config, Space
 
 
 class CostModel(Component):
@@ -60,33 +65,33 @@ class CostModel(Component):
     features = "knobs"
 
     @abstractmethod
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "CostModel":
+    def fit(self, X: np.ndarray, y: np.ndarray) -> CostModel:
         """Learn from measured throughputs; returns self."""
 
     @abstractmethod
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Scores, higher is better."""
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
     def predict_throughput(self, X: np.ndarray) -> np.ndarray:
         return self.predict(X)
 
-    def predict_dist(self, X: np.ndarray):
+    def predict_dist(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError(f"{type(self).__name__} has no predictive distribution")
 
 
-def model_input(space, cost_model, configs) -> np.ndarray:
+def model_input(space: Space, cost_model: object, configs: Sequence[Config]) -> np.ndarray:
     """The features `cost_model` reads, for `configs` of `space` (knobs for a stand-in model that does
     not say, as tests' hand-made landscapes)."""
     return model_features(space, configs, getattr(cost_model, "features", "knobs"))
 
 
-def flat(X) -> np.ndarray:
+def flat(X: np.ndarray) -> np.ndarray:
     """(n, d) float32: per-store rows (n, stores, width) laid end to end."""
     X = np.asarray(X, dtype=np.float32)
     return X.reshape(len(X), int(np.prod(X.shape[1:]))) if X.ndim != 2 else X

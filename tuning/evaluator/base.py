@@ -20,20 +20,29 @@ __init__ stores hyperparameters only.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tuning.core.component import Component
+
+if TYPE_CHECKING:
+    from tuning.core.records import MeasureResult
+    from tuning.core.space import Config
+    from tuning.core.task import Task
+    from tuning.hardware.base import Hardware
 
 
 class Evaluator(Component):
     final_candidates = 1
 
     @abstractmethod
-    def measure(self, hardware, task, configs, on_result=None):
+    def measure(self, hardware: Hardware, task: Task, configs: Sequence[Config],
+                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """One MeasureResult per config, in order; errors are results."""
 
     @abstractmethod
-    def remeasure(self, hardware, task, configs):
+    def remeasure(self, hardware: Hardware, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
         """A longer measurement of the best few configs."""
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         return {}

@@ -71,8 +71,20 @@ __init__ stores settings only; workers start on first use.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 from tuning.core.component import Component
+
+if TYPE_CHECKING:
+    import os
+
+    from tuning.core.measure import MeasureSpec
+    from tuning.core.records import MeasureResult, Record
+    from tuning.core.space import Config, Space
+    from tuning.core.task import Task
+
+    PathLike = str | os.PathLike[str]
 
 
 class Hardware(Component):
@@ -81,34 +93,40 @@ class Hardware(Component):
     schedules_programs = False
 
     @abstractmethod
-    def space(self, task):
+    def space(self, task: Task) -> Space:
         """The task's knob Space."""
 
     @abstractmethod
-    def measure(self, task, configs, spec, on_result=None):
+    def measure(self, task: Task, configs: Sequence[Config], spec: MeasureSpec,
+                on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """One MeasureResult per config, in order."""
 
-    def export(self, task, config, out_dir):
+    def export(self, task: Task, config: Config, out_dir: PathLike) -> list[str]:
         return []
 
-    def export_database(self, records_by_task, out_dir, unmeasured=(), chosen=None):
+    def export_database(self, records_by_task: Sequence[tuple[Task, list[Record]]], out_dir: PathLike,
+                        unmeasured: Iterable[tuple[Task, Config, float]] = (),
+                        chosen: Mapping[str, tuple[Config, float]] | None = None) -> list[str]:
         return []
 
-    def check_export(self, task, script_path) -> dict:
+    def check_export(self, task: Task, script_path: PathLike) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} exports no schedule to check")
 
-    def export_library(self, task, config, out_dir) -> dict:
+    def export_library(self, task: Task, config: Config, out_dir: PathLike) -> dict[str, Any]:
         """The config built into a shared library in out_dir, with a Python file that calls it;
         checked and timed (python -m tuning.tools.export)."""
         raise NotImplementedError(f"{type(self).__name__} builds no library")
 
-    def model_tasks(self, model_cfg, seed):
+    def model_tasks(self, model_cfg: Mapping[str, Any], seed: int) -> list[Task]:
         raise NotImplementedError(f"{type(self).__name__} cannot tune whole models")
 
-    def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
+    def evaluate_model(self, model_cfg: Mapping[str, Any], seed: int, database_dir: PathLike, out_dir: PathLike,
+                       timing: Mapping[str, Any]) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
 
-    def time_in_model(self, model_cfg, seed, database_dir, candidates, timing):
+    def time_in_model(self, model_cfg: Mapping[str, Any], seed: int, database_dir: PathLike,
+                      candidates: Mapping[str, list[list[int]]],
+                      timing: Mapping[str, Any]) -> list[dict[str, list[list[float]]]]:
         """[{task name: [[seconds per call] per candidate config]}, one per reading process]: each
         named task's candidates timed inside the model compiled with the database."""
         raise NotImplementedError(f"{type(self).__name__} cannot time kernels inside a model")
@@ -116,7 +134,7 @@ class Hardware(Component):
     simulated_clock = False
 
     @classmethod
-    def check(cls, params, group):
+    def check(cls, params: dict[str, Any], group: str) -> list[str]:
         if params.get("reuse") and not params.get("store"):
             return [f"{group}.reuse: needs {group}.store=FILE (the measurement store whose readings are reused)"]
         return []
@@ -129,20 +147,20 @@ class Hardware(Component):
     def unnamed(self) -> str | None:
         return None
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {}
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         return self.describe()
 
-    def store_key(self, task) -> str:
+    def store_key(self, task: Task) -> str:
         return task.key
 
     def close(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -29,8 +29,15 @@ __init__ stores hyperparameters only; tuning/core/component.py says how they are
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tuning.core.component import Component
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tuning.core.space import Config, Space
 
 
 class Sampler(Component):
@@ -40,17 +47,19 @@ class Sampler(Component):
     candidates_only = False
 
     @abstractmethod
-    def select(self, candidates, space, visited, b, rng, exploration=None):
+    def select(self, candidates: Sequence[Config], space: Space, visited: Collection[Config], b: int,
+               rng: np.random.Generator, exploration: float | None = None) -> list[Config]:
         """At most b canonical, distinct, unvisited configs."""
 
     def candidates_wanted(self, plan_size: int) -> int:
         return plan_size
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         return {}
 
 
-def take_unvisited(configs, space, visited, chosen, limit):
+def take_unvisited(configs: Iterable[Sequence[int]], space: Space, visited: Collection[Config], chosen: list[Config],
+                   limit: int) -> list[Config]:
     """Append canonical configs from `configs` that are new, until `chosen` holds `limit`."""
     seen = set(chosen)
     for config in configs:
@@ -63,7 +72,8 @@ def take_unvisited(configs, space, visited, chosen, limit):
     return chosen
 
 
-def random_unvisited(space, visited, chosen, rng, tries=1000):
+def random_unvisited(space: Space, visited: Collection[Config], chosen: Iterable[Config], rng: np.random.Generator,
+                     tries: int = 1000) -> Config | None:
     """One canonical config not in visited/chosen, or None after `tries` draws."""
     taken = set(chosen)
     for _ in range(tries):

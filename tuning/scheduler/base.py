@@ -16,11 +16,25 @@ __init__ stores hyperparameters only.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Protocol
 
 from tuning.core.component import Component
 
 
+class TaskProgress(Protocol):
+    """What a scheduler reads of each task still being tuned (the loop's per-task state)."""
+
+    @property
+    def weight(self) -> int: ...
+
+    @property
+    def measured(self) -> int: ...
+
+    def best_history(self) -> list[float]: ...
+
+
 class Scheduler(Component):
     @abstractmethod
-    def pick(self, tasks) -> int:
+    def pick(self, tasks: Sequence[TaskProgress]) -> int:
         """Index of the task that gets the next round."""

@@ -53,6 +53,7 @@ import json
 import re
 from abc import abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 from tuning.core.component import Component
 from tuning.config.untrusted import without_password_parameters
@@ -62,7 +63,7 @@ class Tracker(Component):
     """Run lifecycle for one tuning job. __init__ stores settings only (no I/O)."""
 
     @abstractmethod
-    def start(self, run_name: str, params: dict, tags: dict, parent: str | None = None,
+    def start(self, run_name: str, params: dict[str, Any], tags: dict[str, Any], parent: str | None = None,
               resume_run_id: str | None = None) -> str:
         """Open (or reopen) the run; returns its id."""
 
@@ -79,7 +80,7 @@ class Tracker(Component):
         """Write a text artifact."""
 
     @abstractmethod
-    def set_tags(self, tags: dict) -> None:
+    def set_tags(self, tags: dict[str, Any]) -> None:
         """Set the run's tags."""
 
     offline: str | None = None
@@ -116,7 +117,8 @@ class Tracker(Component):
         raise FileNotFoundError(f"{type(self).__name__} keeps no runs to download {artifact} from")
 
     @abstractmethod
-    def log_to_parent(self, parent: str, params: dict, metrics: dict, tags: dict, artifacts: list[str]) -> None:
+    def log_to_parent(self, parent: str, params: dict[str, Any], metrics: dict[str, float], tags: dict[str, Any],
+                      artifacts: list[str]) -> None:
         """Annotate the multirun's parent run."""
 
     def end_parent(self, parent: str, status: str) -> None:
@@ -130,25 +132,27 @@ class Tracker(Component):
 class NoTracker(Tracker):
     """Tracking disabled: every call is accepted and ignored."""
 
-    def start(self, run_name, params, tags, parent=None, resume_run_id=None) -> str:
+    def start(self, run_name: str, params: dict[str, Any], tags: dict[str, Any], parent: str | None = None,
+              resume_run_id: str | None = None) -> str:
         return ""
 
-    def log_metrics(self, metrics, step) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         pass
 
-    def log_artifact(self, path, artifact_path=None) -> None:
+    def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         pass
 
-    def log_text(self, text, artifact_file) -> None:
+    def log_text(self, text: str, artifact_file: str) -> None:
         pass
 
-    def set_tags(self, tags) -> None:
+    def set_tags(self, tags: dict[str, Any]) -> None:
         pass
 
-    def end(self, status="FINISHED", parent_status="FINISHED") -> None:
+    def end(self, status: str = "FINISHED", parent_status: str = "FINISHED") -> None:
         pass
 
-    def log_to_parent(self, parent, params, metrics, tags, artifacts) -> None:
+    def log_to_parent(self, parent: str, params: dict[str, Any], metrics: dict[str, float], tags: dict[str, Any],
+                      artifacts: list[str]) -> None:
         pass
 
     @property
@@ -162,7 +166,7 @@ PATH_KEYS = ("output_dir", "resume", "tracking.uri", "tuning.database", "hardwar
              "storage.mlflow_uri", "storage.optuna_uri", "storage.stores_dir")
 
 
-def run_params(config: dict) -> tuple[dict, dict]:
+def run_params(config: Mapping[str, Any]) -> tuple[dict[str, str | int | float | bool], dict[str, str]]:
     """A run's resolved config as (params, path tags): every key flattened, the path-valued ones
     (PATH_KEYS; "null" ones dropped) as `tunelab.<key>` tags."""
     flat = flatten(config)
@@ -170,7 +174,7 @@ def run_params(config: dict) -> tuple[dict, dict]:
     return {k: v for k, v in flat.items() if k not in PATH_KEYS}, tags
 
 
-def option_name(choice: str | None, target: str, aliases: Mapping | None = None) -> str:
+def option_name(choice: str | None, target: str, aliases: Mapping[str, str] | None = None) -> str:
     """Which option a config group used: its Hydra choice (the `choice.<group>` tag), else the last
     part of its `_target_` class path, renamed through `aliases` (class name -> option name)."""
     if choice:
@@ -183,7 +187,7 @@ def option_name(choice: str | None, target: str, aliases: Mapping | None = None)
 URL_PASSWORD = re.compile(r"(://[^:/@\s]+):[^@/\s]+@")  # scheme://user:password@host
 
 
-def flatten(cfg: dict, prefix: str = "") -> dict[str, str | int | float | bool]:
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str | int | float | bool]:
     """Nested dicts -> {'a.b.c': value}; lists -> JSON strings; None -> 'null'."""
     flat: dict[str, str | int | float | bool] = {}
     for key, value in cfg.items():
