@@ -4,7 +4,9 @@
 candidate on one of its devices with the synthetic landscape's costs, after a real pause so that two
 devices overlap in time. It remembers when each device was busy; `lose` names a device that
 disappears after timing `lose_after` candidates (it raises DeviceLost, as a runner whose RPC server
-died would). `RemoteSynthetic` is a TVMHardware whose spaces are the synthetic ones, so the
+died would). A config its space does not hold fails to build: an error record, as a real
+runner's failed build is. It declares no capability (runners/base.py): it exports nothing and runs no
+whole model. `RemoteSynthetic` is a TVMHardware whose spaces are the synthetic ones, so the
 backend's whole measuring path runs without TVM.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
+from tuning.core.records import MeasureResult
 from tuning.hardware.runners.base import DeviceLost, Runner
 from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
 from tuning.hardware.tvm_backend import TVMHardware
@@ -34,7 +37,9 @@ class TwoDevices(Runner):
         self.prepared.append(task.key)
 
     def build(self, task, configs, spec) -> list:
-        return [{"config": tuple(config)} for config in configs]
+        space = synthetic_space(task.workload)
+        return [{"config": tuple(config), "error": None if space.is_valid(tuple(config)) else "build"}
+                for config in configs]
 
     def run_one(self, task, config, built, spec, device):
         with self._lock:
@@ -42,6 +47,9 @@ class TwoDevices(Runner):
             if device == self.lose and timed >= self.lose_after:
                 self.lost.add(device)
                 raise DeviceLost("connection reset by peer")
+        if built["error"]:
+            return MeasureResult.failed(built["error"], "not a config of the task's space", config=built["config"],
+                                        device=device)
         start = time.monotonic()
         time.sleep(self.pause_s)
         result = self.landscape._measure_one(task, built["config"], spec)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tuning.hardware.base import Hardware
-from tuning.hardware.runners.base import NoDeviceLeft, Runner, Setup, check_node
+from tuning.hardware.runners.base import (Exports, NoDeviceLeft, Runner, RunsWholeModels, Setup, TimesInModel,
+                                          check_node, require)
 from tuning.hardware.runners.local import this_host
 
 # What every kernel is timed on (tvm_worker.random_arguments). In the store's key: readings taken on
@@ -129,10 +130,14 @@ class TVMHardware(Hardware):
             return as_tuning_tasks(extract_tasks(mod, self.target, self.weight_prepack))
 
     def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing):
-        return self.attached().evaluate_model(model_cfg, seed, database_dir, out_dir, timing)
+        runner = require(self.runner, RunsWholeModels, "cannot run whole models")
+        self.attached()
+        return runner.evaluate_model(model_cfg, seed, database_dir, out_dir, timing)
 
     def time_in_model(self, model_cfg, seed, database_dir, candidates, timing):
-        return self.attached().time_in_model(model_cfg, seed, database_dir, candidates, timing)
+        runner = require(self.runner, TimesInModel, "cannot time kernels inside a model")
+        self.attached()
+        return runner.time_in_model(model_cfg, seed, database_dir, candidates, timing)
 
     # ---- outputs: out_dir is a run folder's best_schedules/, export/ or database/ ---------------------
     def export(self, task, config, out_dir):
@@ -145,7 +150,9 @@ class TVMHardware(Hardware):
     def check_export(self, task, script_path) -> dict:
         """Compile an exported best schedule, check its answer and time it on the runner's device
         (tuning.tools.apply on a single operator)."""
-        return self.attached().check_export(task, Path(script_path).read_text())
+        runner = require(self.runner, Exports, "cannot check an exported schedule")
+        self.attached()
+        return runner.check_export(task, Path(script_path).read_text())
 
     def export_library(self, task, config, out_dir) -> dict:
         """The best schedule as `<task>.so` plus `run_<task>.py`, which loads and calls it; checked
@@ -153,11 +160,13 @@ class TVMHardware(Hardware):
         from tuning.hardware.tvm_export import snippet
         from tuning.config.files import inside, write_inside
 
+        runner = require(self.runner, Exports, "cannot build a library")
         run_dir, script = Path(out_dir).parent, Path(Path(out_dir).name) / f"run_{task.name}.py"
         library = inside(run_dir, script.with_name(f"{task.name}.so"))
         inside(run_dir, script)  # both refused before anything is built
         sch, _ = self.schedules(task).schedule(tuple(config))
-        result = self.attached().export_library(task, sch.mod, library)
+        self.attached()
+        result = runner.export_library(task, sch.mod, library)
         written = write_inside(run_dir, script, snippet(task.workload, library, result["args"]))
         return {**result, "snippet": str(written)}
 

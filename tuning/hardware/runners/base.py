@@ -10,10 +10,23 @@ from __future__ import annotations
 import importlib
 import queue
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tuning.core.component import Component
 from tuning.core.records import MeasureResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from tuning.core.measure import MeasureSpec
+    from tuning.core.space import Config
+    from tuning.core.task import Task
+
+    OnResult = Callable[[int, MeasureResult], None]  # on_result(index, result)
+    Gauge = float | dict[str, float | None] | None  # one reading, one per device, or none
 
 
 @dataclass(frozen=True)
@@ -38,11 +51,14 @@ class NoDeviceLeft(RuntimeError):
 
 
 class Runner(Component):
-    """Builds a TVM backend's candidates and times them on its devices. The hardware calls:
+    """Builds a TVM backend's candidates and times them on its devices.
+
+    The core a transport implements (abstract): `devices`, `build` and `run_one`. Everything else
+    has a default that suits a runner on this host. The hardware calls:
 
         attach(setup)            first: what to build for (Setup); `devices` is known from here on
-        devices -> list[str]     the devices it times on now, "kind:index" ("cpu:0", "cuda:1") or a
-                                 transport's names ("local@10.0.0.2:9091")
+        devices -> list[str]     (abstract) the devices it times on now, "kind:index" ("cpu:0",
+                                 "cuda:1") or a transport's names ("local@10.0.0.2:9091")
         unreachable() -> str | None
                                  before attach and any work: why its devices cannot be reached at all
                                  (a remote runner: no tracker, no server of the key), naming the key
@@ -62,8 +78,8 @@ class Runner(Component):
         prepare(task)            the task's correctness reference (the untuned kernel's output),
                                  computed once per task; later calls cost nothing
         build(task, configs, spec) -> list[built]
-                                 the whole batch, in order: one `built` per config, opaque to the
-                                 hardware (a library file, its arguments, or a build error)
+                                 (abstract) the whole batch, in order: one `built` per config, opaque
+                                 to the hardware (a library file, its arguments, or a build error)
         gauge() -> seconds | {device: seconds} | None
                                  the drift gauge kernel's reading now (per device where it has
                                  several); None when it could not run
@@ -80,37 +96,44 @@ class Runner(Component):
                                  config it was timing a `device_lost` result; the rest go to the
                                  devices left (with none left, they are `device_lost` too) and the
                                  run goes on.
-        close()                  stop whatever it started; the next call starts it again
+        close()                  stop whatever it started; the next call starts it again (a second
+                                 close does nothing)
 
-    and, for exports and whole models (by default NotImplementedError naming the runner):
+    A measurement's failure is a value (MeasureResult.failed), never an exception: a build that
+    failed is an error record, a crashed or hung worker is a `run` or `timeout` result. The default
+    `run_batch` calls `run_one(task, config, built, spec, device) -> MeasureResult` (abstract; naming
+    `device` in `.device`, as above) for each config, one thread per device (the caller's own when
+    there is one), and turns DeviceLost into `device_lost` results: a transport implements
+    `run_one`, and seldom `run_batch`.
 
-        check_export(task, script_text) -> dict
-            compile an exported TVMScript schedule, check its answer and time it on the device:
-            {"correct", "max_abs_error", "reference_max", "seconds"}
-        export_library(task, scheduled_mod, library_path) -> dict
-            the scheduled module built into library_path, checked and timed beside the untuned
-            kernel and torch (tuning/hardware/tvm_export.py's dict, with the call's "args")
-        evaluate_model(model_cfg, seed, database_dir, out_dir, timing) -> dict
-            the whole model compiled with the tuned database, checked against torch and both timed
-            (tuning/hardware/e2e.py's dict: latency_ms, match, ...)
-
-    A measurement's failure is a value (MeasureResult.failed), never an exception: a crashed or hung
-    worker is a `run` or `timeout` result. The default `run_batch` calls `run_one(task, config, built,
-    spec, device) -> MeasureResult` (naming `device` in `.device`, as above) for each config, one thread per device
-    (the caller's own when there is one), and turns DeviceLost into `device_lost` results: a
-    transport usually implements `run_one`, not `run_batch`.
+    What a runner can do beyond measuring are capabilities it declares by deriving from them
+    (below): `Exports` (check_export, export_library), `RunsWholeModels` (evaluate_model),
+    `TimesInModel` (time_in_model). `runner_can(runner, Exports)` asks; `require(runner, Exports,
+    "cannot build a library")` is the runner as one that has it, or NotImplementedError naming the
+    runner and what it cannot do. tuning.testing.runner_contract is the suite a runner passes.
     Hyperparameters are the constructor's (tuning/core/component.py); `__init__` stores them and starts
     nothing.
     """
 
     setup: Setup | None = None
 
+    # ---- the core a transport implements --------------------------------------------------------
+    @property
+    @abstractmethod
+    def devices(self) -> list[str]:
+        """The devices it times on now (known once attached)."""
+
+    @abstractmethod
+    def build(self, task: Task, configs: Sequence[Config], spec: MeasureSpec) -> list[Any]:
+        """The whole batch built, one opaque `built` per config, in order; a failed build is a value."""
+
+    @abstractmethod
+    def run_one(self, task: Task, config: Config, built: Any, spec: MeasureSpec, device: str) -> MeasureResult:
+        """Time one built candidate on `device`; DeviceLost when the device is gone."""
+
+    # ---- the rest of the core, with defaults -----------------------------------------------------
     def attach(self, setup: Setup) -> None:
         self.setup = setup
-
-    @property
-    def devices(self) -> list[str]:
-        raise NotImplementedError(f"{type(self).__name__} names no devices")
 
     def unreachable(self) -> str | None:
         return None
@@ -124,50 +147,35 @@ class Runner(Component):
     def describe(self) -> dict:
         return {}
 
-    def prepare(self, task) -> None:
+    def prepare(self, task: Task) -> None:
         pass
 
-    def build(self, task, configs, spec) -> list:
-        raise NotImplementedError(f"{type(self).__name__} builds nothing")
-
-    def gauge(self) -> float | dict | None:
+    def gauge(self) -> Gauge:
         return None
-
-    def run_one(self, task, config, built, spec, device: str) -> MeasureResult:
-        raise NotImplementedError(f"{type(self).__name__} times nothing")
 
     def close(self) -> None:
         pass
 
-    def check_export(self, task, script_text: str) -> dict:
-        raise NotImplementedError(f"{type(self).__name__} cannot check an exported schedule")
-
-    def export_library(self, task, scheduled_mod, library_path) -> dict:
-        raise NotImplementedError(f"{type(self).__name__} cannot build a library")
-
-    def evaluate_model(self, model_cfg, seed, database_dir, out_dir, timing) -> dict:
-        raise NotImplementedError(f"{type(self).__name__} cannot run whole models")
-
-    def time_in_model(self, model_cfg, seed, database_dir, candidates: dict, timing: dict) -> list[dict]:
-        """Each candidate config of each named task timed inside the model compiled with the database
-        (tuning/hardware/in_context.py): one {task: [[seconds] per config]} per reading process."""
-        raise NotImplementedError(f"{type(self).__name__} cannot time kernels inside a model")
-
-    def measure(self, task, configs, spec, on_result=None) -> list[MeasureResult]:
+    def measure(self, task: Task, configs: Sequence[Config], spec: MeasureSpec,
+                on_result: OnResult | None = None) -> list[MeasureResult]:
         """Build the whole batch, then time it with nothing compiling (a compile beside a
         measurement nearly doubles it on a 2-core host)."""
         self.prepare(task)
         built = self.build(task, configs, spec)
         gauge = self.gauge()  # read with the batch, after building, before timing
 
-        def with_gauge(i, result):
-            result.gauge_s = gauge.get(result.device) if isinstance(gauge, dict) else gauge
+        def with_gauge(i: int, result: MeasureResult) -> None:
+            if isinstance(gauge, dict):
+                result.gauge_s = gauge.get(result.device) if result.device is not None else None
+            else:
+                result.gauge_s = gauge
             if on_result:
                 on_result(i, result)
 
         return self.run_batch(task, configs, built, spec, with_gauge)
 
-    def run_batch(self, task, configs, built, spec, on_result=None) -> list[MeasureResult]:
+    def run_batch(self, task: Task, configs: Sequence[Config], built: Sequence[Any], spec: MeasureSpec,
+                  on_result: OnResult | None = None) -> list[MeasureResult]:
         batch = _Batch(configs, on_result)
         devices = list(self.devices)
         if len(devices) == 1:
@@ -176,7 +184,8 @@ class Runner(Component):
             self._serve_in_parallel(devices, task, built, spec, batch)
         return batch.finish()
 
-    def _serve(self, device, task, built, spec, batch, deliver) -> None:
+    def _serve(self, device: str, task: Task, built: Sequence[Any], spec: MeasureSpec, batch: _Batch,
+               deliver: OnResult) -> None:
         """Time the batch's next configs on `device` until none is left or the device is lost."""
         for i in iter(batch.take, None):
             try:
@@ -186,11 +195,12 @@ class Runner(Component):
                 return
             deliver(i, result)
 
-    def _serve_in_parallel(self, devices, task, built, spec, batch) -> None:
+    def _serve_in_parallel(self, devices: list[str], task: Task, built: Sequence[Any], spec: MeasureSpec,
+                           batch: _Batch) -> None:
         """One thread per device; results come back to this thread, which hands them on."""
         done: queue.SimpleQueue = queue.SimpleQueue()
 
-        def serve(device):
+        def serve(device: str) -> None:
             try:
                 self._serve(device, task, built, spec, batch, lambda i, r: done.put((i, r)))
                 done.put((None, None))
@@ -214,12 +224,74 @@ class Runner(Component):
             raise failure
 
 
+# ---- capabilities: what a runner can do beyond measuring, declared by deriving from them ---------
+class Capability(ABC):
+    """A capability a runner declares by deriving from it (`class MyRunner(Runner, Exports)`): its
+    methods are abstract, so a runner that declares it and lacks one cannot be made."""
+
+
+class Exports(Capability):
+    """Exported best schedules checked and libraries built, on the runner's device."""
+
+    @abstractmethod
+    def check_export(self, task: Task, script_text: str) -> dict:
+        """Compile an exported TVMScript schedule, check its answer and time it on the device:
+        {"correct", "max_abs_error", "reference_max", "seconds"}."""
+
+    @abstractmethod
+    def export_library(self, task: Task, scheduled_mod: Any, library_path: Path) -> dict:
+        """The scheduled module built into library_path, checked and timed beside the untuned
+        kernel and torch (tuning/hardware/tvm_export.py's dict, with the call's "args")."""
+
+
+class RunsWholeModels(Capability):
+    """Whole models compiled with a tuned database and timed on the runner's device."""
+
+    @abstractmethod
+    def evaluate_model(self, model_cfg: Any, seed: int, database_dir: Path, out_dir: Path, timing: dict) -> dict:
+        """The whole model compiled with the tuned database, checked against torch and both timed
+        (tuning/hardware/e2e.py's dict: latency_ms, match, ...)."""
+
+
+class TimesInModel(Capability):
+    """Candidate kernels timed inside the whole model (tuning/hardware/in_context.py)."""
+
+    @abstractmethod
+    def time_in_model(self, model_cfg: Any, seed: int, database_dir: Path, candidates: dict,
+                      timing: dict) -> list[dict]:
+        """Each candidate config of each named task timed inside the model compiled with the
+        database: one {task: [[seconds] per config]} per reading process."""
+
+
+CAPABILITIES: tuple[type[Capability], ...] = (Exports, RunsWholeModels, TimesInModel)  # the lab's
+
+
+def runner_can(runner: Runner | type[Runner], capability: type[Capability]) -> bool:
+    """Whether the runner (or runner class) declares `capability`."""
+    return issubclass(runner if isinstance(runner, type) else type(runner), capability)
+
+
+def require(runner: Runner, capability: type[Capability], cannot: str) -> Any:
+    """The runner, as one with `capability` (typed Any: a capability class is abstract, and mypy takes
+    no abstract class for a type variable); NotImplementedError naming it and what it `cannot` do
+    ("cannot build a library") when it does not declare it."""
+    if not isinstance(runner, capability):
+        raise NotImplementedError(f"{type(runner).__name__} {cannot}")
+    return runner
+
+
+def capabilities_of(runner: Runner | type[Runner]) -> list[type[Capability]]:
+    """The capabilities a runner (or runner class) declares, most derived first."""
+    cls = runner if isinstance(runner, type) else type(runner)
+    return [c for c in cls.__mro__ if Capability in c.__bases__]
+
+
 class _Batch:
     """A batch being timed: hands out its indices and passes results on in index order."""
 
-    def __init__(self, configs, on_result):
-        self.configs = [tuple(c) for c in configs]
-        self.results: list = [None] * len(self.configs)
+    def __init__(self, configs: Sequence[Config], on_result: OnResult | None):
+        self.configs: list[Config] = [tuple(c) for c in configs]
+        self.results: list[MeasureResult | None] = [None] * len(self.configs)
         self.on_result = on_result
         self._next, self._emitted = 0, 0
         self._lock = threading.Lock()
@@ -237,9 +309,12 @@ class _Batch:
 
     def deliver(self, i: int, result: MeasureResult) -> None:
         self.results[i] = result
-        while self._emitted < len(self.results) and self.results[self._emitted] is not None:
+        while self._emitted < len(self.results):
+            ready = self.results[self._emitted]
+            if ready is None:
+                break
             if self.on_result:
-                self.on_result(self._emitted, self.results[self._emitted])
+                self.on_result(self._emitted, ready)
             self._emitted += 1
 
     def finish(self) -> list[MeasureResult]:
@@ -247,10 +322,10 @@ class _Batch:
         for i, result in enumerate(self.results):
             if result is None:
                 self.deliver(i, device_lost(self.configs[i], None, "no device left to time it"))
-        return self.results
+        return [result for result in self.results if result is not None]
 
 
-def device_lost(config, device: str | None, why: str) -> MeasureResult:
+def device_lost(config: Config, device: str | None, why: str) -> MeasureResult:
     return MeasureResult.failed("device_lost", f"{device}: {why}" if device else why, config=tuple(config),
                                 device=device)
 

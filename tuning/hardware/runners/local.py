@@ -4,7 +4,8 @@ The host's build processes (host_builds.py) and one run process (tuning/hardware
 tvm_worker.py's functions; the run process times on the device "<kind>:<device_index>" of this
 host. A worker that hangs or crashes is restarted, and a restarted run worker gets its references
 again. Exported schedules are checked, and libraries built, in this process; whole models in
-e2e.py's workers. The only module that knows the default device index.
+e2e.py's workers: it declares every capability of base.py (Exports, RunsWholeModels,
+TimesInModel). The only module that knows the default device index.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
-from tuning.hardware.runners.base import Runner
+from tuning.hardware.runners.base import Exports, Runner, RunsWholeModels, TimesInModel
 from tuning.hardware.runners.host_builds import HostBuilds, then_removed
 from tuning.hardware.workers import Worker
 from tuning.core.records import MeasureResult
@@ -21,7 +22,7 @@ from tuning.core.records import MeasureResult
 WORKER = "tuning.hardware.tvm_worker"
 
 
-class LocalRunner(Runner):
+class LocalRunner(Runner, Exports, RunsWholeModels, TimesInModel):
     """Hyperparameters:
     device_index  which of this host's devices of the hardware's kind times the kernels ("cpu:0", "cuda:1")
     """

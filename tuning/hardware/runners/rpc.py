@@ -15,7 +15,9 @@ others. Before each batch the runner asks the tracker for free servers again, so
 back (or a tracker that restarted) rejoins; with none to be had for `wait_for_devices_s` the run
 stops with NoDeviceLeft and `resume=` continues it. Bad settings fail before any work
 (`unreachable`, `unusable`): no tracker at the address, no server of the key, a device of another
-architecture, a target its CPU cannot run.
+architecture, a target its CPU cannot run. Of the capabilities of base.py it declares
+RunsWholeModels (a whole model compiled here, run on one device of the key), not Exports or
+TimesInModel.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from tuning.core.records import MeasureResult
-from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Runner, _Batch
+from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Runner, RunsWholeModels, _Batch
 from tuning.hardware.runners.host_builds import HostBuilds, then_removed
 from tuning.hardware.workers import Worker
 
@@ -38,7 +40,7 @@ GROUP = "hardware.runner"  # where a runner's keys live in a run's config
 log = logging.getLogger(__name__)
 
 
-class RPCRunner(Runner):
+class RPCRunner(Runner, RunsWholeModels):
     """Hyperparameters:
     tracker             the RPC tracker, "host:port"
     key                 the device key its servers registered under
