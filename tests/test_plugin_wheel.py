@@ -1,7 +1,7 @@
 """A plug-in written outside the repository, built as a wheel and installed outside the checkout,
 passes the contract suites the lab ships (tuning.testing) without an edit to any lab file: a toy
 in-memory store backend (found by its entry point, `tunelab.store_backends`), a toy search and a
-toy runner. pytest runs in another folder, the plug-in importable only from where pip put it."""
+toy runner (a transport of one board). pytest runs in another folder, the plug-in importable only from where pip put it."""
 from __future__ import annotations
 
 import os
@@ -43,13 +43,55 @@ class TestMemoryStore(StoreContract):
 '''
 
 
+TOY_RUNNER = '''
+"""A toy transport: one device that "times" a config with the synthetic landscape's cost."""
+from tuning.core.records import MeasureResult
+from tuning.hardware.runners.base import Runner
+from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
+
+
+class OneBoard(Runner):
+    def __init__(self, board: str = "toy"):
+        self.board = board
+        self.landscape = SyntheticHardware()
+
+    @property
+    def devices(self):
+        return [f"{self.board}:0"]
+
+    def build(self, task, configs, spec):
+        space = synthetic_space(task.workload)
+        return [(tuple(c), None if space.is_valid(tuple(c)) else "build") for c in configs]
+
+    def run_one(self, task, config, built, spec, device):
+        config, error = built
+        if error:
+            return MeasureResult.failed(error, "not a config of the space", config=config, device=device)
+        result = self.landscape._measure_one(task, config, spec)
+        result.device = device
+        return result
+'''
+
+RUNNER_CHECK = '''
+from toyplug.toy_runner import OneBoard
+from tuning.testing.runner_contract import RunnerContract
+
+
+class TestOneBoard(RunnerContract):
+    def make_runner(self, tmp_path):
+        return OneBoard()
+'''
+
+
 def plugin_sources(root: Path) -> dict[str, str]:
     """The plug-in's files: its package and the checks that run the shipped suites over it."""
     return {
         "src/pyproject.toml": PYPROJECT,
         "src/toyplug/__init__.py": '"""Toy tunelab plug-ins."""\n',
         "src/toyplug/memory_store.py": textwrap.dedent(TOY_BACKEND),
+        "src/toyplug/toy_runner.py": TOY_RUNNER,
         "checks/test_store.py": STORE_CHECK,
+        "checks/test_runner.py": RUNNER_CHECK,
     }
 
 
@@ -83,4 +125,9 @@ def test_the_wheel_is_installed_outside_the_checkout(installed):
 
 def test_a_store_backend_from_a_wheel_passes_the_shipped_store_suite(installed):
     done = run_checks(installed, "store")
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_a_runner_from_a_wheel_passes_the_shipped_runner_suite(installed):
+    done = run_checks(installed, "runner")
     assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
