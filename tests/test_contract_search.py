@@ -1,23 +1,29 @@
-"""Contract of every search in conf/search/: valid, distinct, reproducible, resumable."""
+"""Every search in conf/search/ (and in the directories of TUNELAB_CONF_DIRS) passes the shipped contract
+suite (tuning.testing.search_contract): valid, distinct, unvisited, reproducible, resumable, never
+measuring, its hyperparameters checked. The suite can fail: a search that proposes configs measured
+already fails it, run by pytest from another folder. Then the repository's own tests of the space and
+the helpers the searches share."""
 from __future__ import annotations
 
-import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import hydra.utils
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.cost_model.none import NoCostModel
-from tuning.cost_model.rf import RandomForestCostModel
-from tuning.cost_model.xgb import XGBoostCostModel
-from tuning.core.measure import MeasureSpec
-from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.task import conv2d_task, gemm_task
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.testing.search_contract import SearchContract
 
 from configs import group_yamls, load_option
 from value_models import shared_value_model
 
+REPO = Path(__file__).resolve().parents[1]
 SEARCH_YAMLS = group_yamls("search")
 TASKS = {"gemm64": gemm_task("g", 64, 64, 64), "conv": conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)}
 HARDWARE = SyntheticHardware()
@@ -32,99 +38,71 @@ def instantiate(path):
     return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": node}).node)
 
 
-def fitted(model, task, samples=64, seed=0):
-    space = HARDWARE.space(task)
-    rng = np.random.default_rng(seed)
-    configs = [space.sample(rng) for _ in range(samples)]
-    y = [r.gflops(task.flops) for r in HARDWARE.measure(task, configs, MeasureSpec())]
-    return model.fit(space.features(configs), np.array(y))
+@pytest.fixture(params=SEARCH_YAMLS, ids=lambda p: p.stem)
+def search_yaml(request):
+    return request.param
 
 
-class _Models:
-    """Per task, a fitted xgb, or a fitted rf for searches that need an uncertainty."""
+class TestSearchOption(SearchContract):
+    """The shipped suite, once per conf/search YAML (the test ids name the option)."""
 
-    def __init__(self):
-        self.xgb = {name: fitted(XGBoostCostModel(), task) for name, task in TASKS.items()}
-        self.rf = {name: fitted(RandomForestCostModel(), task) for name, task in TASKS.items()}
+    @pytest.fixture(autouse=True)
+    def _option(self, search_yaml):
+        self.path = search_yaml
 
-    def for_search(self, path):
-        return self.rf if instantiate(path).needs("cost_model", "has_uncertainty") else self.xgb
-
-
-@pytest.fixture(scope="module")
-def models():
-    return _Models()
+    def make_search(self):
+        return instantiate(self.path)
 
 
-def visited_of(space, count=20, seed=99):
-    rng = np.random.default_rng(seed)
-    return {space.canonical(space.sample(rng)) for _ in range(count)}
+# ---- the suite can fail -------------------------------------------------------------------------------
+BROKEN_SUITE = '''
+from tuning.search.base import Search, fill_with_random
+from tuning.testing.search_contract import SearchContract
 
 
-def one_round(search, task, model, n, visited, rng):
-    """propose, 'measure' the proposals, observe them; returns the proposals."""
-    space = HARDWARE.space(task)
-    proposals = search.propose(space, model, n, visited, rng)
-    batch = [space.canonical(c) for c in proposals if space.canonical(c) not in visited]
-    search.observe(batch, HARDWARE.measure(task, batch, MeasureSpec()))
-    visited |= set(batch)
-    return proposals
+class Fine(Search):
+    ranges = {"default_plan_size": (1, None)}
+
+    def __init__(self, default_plan_size: int = 8):
+        self.default_plan_size = default_plan_size
+
+    def propose(self, space, cost_model, n, visited, rng):
+        return fill_with_random([], space, visited, n, rng)
 
 
-@pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
-def test_yaml_instantiates_and_has_default_plan_size(path):
-    search = instantiate(path)
-    assert isinstance(search.default_plan_size, int) and search.default_plan_size > 0
-    assert all(isinstance(c, str) for needs in search.requires.values() for c in needs)
+class Revisits(Fine):
+    """Half of every round from the configs measured already."""
+
+    def propose(self, space, cost_model, n, visited, rng):
+        return fill_with_random(sorted(visited)[:n // 2], space, set(), n, rng)
 
 
-@pytest.mark.parametrize("task_name", TASKS)
-@pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
-def test_proposals_valid_distinct_at_most_n(path, task_name, models):
-    task, n = TASKS[task_name], 16
-    space = HARDWARE.space(task)
-    search = instantiate(path)
-    proposals = search.propose(space, models.for_search(path)[task_name], n, visited_of(space), np.random.default_rng(0))
-    assert 0 < len(proposals) <= n
-    assert all(space.is_valid(tuple(c)) for c in proposals)
-    assert len({space.canonical(c) for c in proposals}) == len(proposals)
+class TestFine(SearchContract):
+    def make_search(self):
+        return Fine()
 
 
-@pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
-def test_searches_without_model_run_on_none(path):
-    search = instantiate(path)
-    if search.needs("cost_model", "can_rank"):
-        pytest.skip("needs a cost model; config validation rejects cost_model=none")
-    space = HARDWARE.space(TASKS["gemm64"])
-    proposals = search.propose(space, NoCostModel(), 8, set(), np.random.default_rng(0))
-    assert 0 < len(proposals) <= 8 and all(space.is_valid(tuple(c)) for c in proposals)
+class TestRevisits(SearchContract):
+    def make_search(self):
+        return Revisits()
+'''
 
 
-@pytest.mark.parametrize("task_name", TASKS)
-@pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
-def test_same_seed_same_proposals(path, task_name, models):
-    task = TASKS[task_name]
-    runs = []
-    for _ in range(2):
-        search, rng, visited = instantiate(path), np.random.default_rng(7), set()
-        runs.append([one_round(search, task, models.for_search(path)[task_name], 16, visited, rng)
-                     for _ in range(2)])
-    assert runs[0] == runs[1]
-
-
-@pytest.mark.parametrize("path", SEARCH_YAMLS, ids=lambda p: p.stem)
-def test_state_dict_round_trip_resumes(path, models):
-    """A fresh instance loaded from the JSON state proposes what the original would."""
-    task, model = TASKS["gemm64"], models.for_search(path)["gemm64"]
-    original, visited = instantiate(path), set()
-    one_round(original, task, model, 16, visited, np.random.default_rng(1))
-    state = json.loads(json.dumps(original.state_dict()))
-    resumed = instantiate(path)
-    resumed.load_state_dict(state)
-    space = HARDWARE.space(task)
-    expected = original.propose(space, model, 16, set(visited), np.random.default_rng(2))
-    assert resumed.propose(space, model, 16, set(visited), np.random.default_rng(2)) == expected
-    json.dumps(resumed.state_dict())
+def test_the_suite_fails_a_search_that_proposes_visited_configs(tmp_path):
+    """Run by pytest from another folder against the installed package: the search that follows the
+    contract passes every test, the one that proposes measured configs fails the tests that ask."""
+    (tmp_path / "test_broken_search.py").write_text(textwrap.dedent(BROKEN_SUITE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "test_broken_search.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 1, output
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("TestRevisits" in line for line in failed), output
+    assert any("test_proposals_are_at_most_n_valid_distinct_and_unvisited" in line for line in failed), output
+    assert "measured already" in done.stdout, output
+    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
+    assert len(fine) >= 8, output
 
 
 @pytest.mark.parametrize("task_name", TASKS)

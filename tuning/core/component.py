@@ -7,6 +7,14 @@ config loader (tuning/config.py) only calls `check_params` on each chosen class 
 
 Declared on the class:
 
+    hyperparameters = {"key": Hyper(default, low=..., high=..., choices=..., cite=..., help=...)}
+                                         each hyperparameter once: its default, its bounds or choices,
+                                         what it is and where its value comes from. `ranges` and
+                                         `options` are derived from it, and the class docstring gets
+                                         the rendered table (`hyper_table`); the `__init__` defaults
+                                         and the option's YAML must equal the declared defaults
+                                         (`declaration_problems`, tests/test_hyperparameters.py).
+                                         A class that declares none writes `ranges`/`options` itself:
     ranges = {"key": (low, high)}        finite numbers in [low, high]; None: unbounded
     options = {"key": ("a", "b")}        one of these values
     moved = {"key": "where it went"}     an old key that is rejected, naming its new place
@@ -35,7 +43,8 @@ import inspect
 import math
 from abc import ABC
 from contextlib import contextmanager
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 _EXTERNAL_CHECKS = contextvars.ContextVar("tunelab_external_checks", default=True)
 
@@ -54,12 +63,116 @@ def local_checks_only():
         _EXTERNAL_CHECKS.reset(token)
 
 
+@dataclass(frozen=True)
+class Hyper:
+    """One hyperparameter of a component, declared once.
+
+    default   the value `__init__` and the option's YAML give it (a tuple for a sequence)
+    low, high finite numbers in [low, high] (None: unbounded on that side; both None: no range)
+    choices   the values it may take (None: any of its type)
+    cite      where the default comes from: the paper's table or section, the reference code, or
+              "tunelab's" with the reason
+    help      what it does, one line or two
+    """
+    default: Any
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    cite: str = ""
+    help: str = ""
+
+    @property
+    def bounds(self) -> str:
+        """The accepted values in words: ">= 1", "in [0.0, 1.0]", "one of a, b", or ""."""
+        if self.choices is not None:
+            return "one of " + ", ".join(map(str, self.choices))
+        if self.low is not None and self.high is not None:
+            return f"in [{self.low}, {self.high}]"
+        if self.low is not None:
+            return f">= {self.low}"
+        if self.high is not None:
+            return f"<= {self.high}"
+        return ""
+
+
+def _shown(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(map(_shown, value)) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def hyper_table(cls, markdown: bool = False) -> str:
+    """The hyperparameters a class declares, rendered: the text `Component` appends to the class
+    docstring, or (markdown=True) a Markdown table for the docs."""
+    declared = getattr(cls, "hyperparameters", {}) or {}
+    if markdown:
+        rows = ["| hyperparameter | default | accepted | what it is | source |", "|---|---|---|---|---|"]
+        rows += [f"| `{key}` | `{_shown(h.default)}` | {h.bounds} | {h.help} | {h.cite} |" for key, h in declared.items()]
+        return "\n".join(rows)
+    lines = ["Hyperparameters (declared in `hyperparameters`; default, accepted values, source):", ""]
+    for key, h in declared.items():
+        lines.append(f"    {key} = {_shown(h.default)}" + (f"  ({h.bounds})" if h.bounds else ""))
+        lines += [f"        {text}" for text in (h.help, f"Source: {h.cite}" if h.cite else "") if text]
+    return "\n".join(lines)
+
+
+def same_value(a, b) -> bool:
+    """Equal as config values: a tuple equals the list a YAML gives for it; a bool never equals a number."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    return a == b
+
+
+def declaration_problems(cls) -> list[str]:
+    """Where a class's `__init__` disagrees with its `hyperparameters` (names and defaults); [] when it
+    declares none."""
+    declared = getattr(cls, "hyperparameters", {}) or {}
+    if not declared:
+        return []
+    parameters = {name: p for name, p in inspect.signature(cls.__init__).parameters.items()
+                  if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    problems = [f"{cls.__name__}.{key}: declared, not an __init__ parameter" for key in declared if key not in parameters]
+    problems += [f"{cls.__name__}.{key}: an __init__ parameter with no declaration" for key in parameters
+                 if key not in declared]
+    for key in declared.keys() & parameters.keys():
+        default = parameters[key].default
+        if default is inspect.Parameter.empty or not same_value(default, declared[key].default):
+            problems.append(f"{cls.__name__}.{key}: __init__ default {default!r}, declared {declared[key].default!r}")
+    return problems
+
+
 class Component(ABC):
+    hyperparameters: ClassVar[dict[str, Hyper]] = {}
     ranges: ClassVar[dict] = {}
     options: ClassVar[dict] = {}
     moved: ClassVar[dict] = {}
     requires: ClassVar[dict] = {}
     capabilities: ClassVar[dict] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """A class that declares `hyperparameters` gets its `ranges` and `options` from them (entries
+        inherited for keys it does not declare stay) and its docstring the rendered table."""
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("hyperparameters")
+        if not declared:
+            return
+        for name in ("ranges", "options"):
+            twice = set(cls.__dict__.get(name, {})) & set(declared)
+            if twice:
+                raise TypeError(f"{cls.__name__}: {', '.join(sorted(twice))} in both `hyperparameters` and `{name}`")
+        ranges = {key: (h.low, h.high) for key, h in declared.items() if h.low is not None or h.high is not None}
+        options = {key: tuple(h.choices) for key, h in declared.items() if h.choices is not None}
+        cls.ranges = {**ranges, **{key: r for key, r in cls.ranges.items() if key not in declared}}
+        cls.options = {**{key: o for key, o in cls.options.items() if key not in declared}, **options}
+        if cls.__doc__ is not None:
+            table = "\n".join(("    " + line) if line else "" for line in hyper_table(cls).splitlines())
+            cls.__doc__ = cls.__doc__.rstrip() + "\n\n" + table + "\n"
 
     @classmethod
     def check(cls, params: dict, group: str) -> list[str]:

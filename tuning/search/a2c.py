@@ -32,35 +32,47 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuning.core.component import Hyper
 from tuning.search.actor_critic import (blas_threads, build_agent, choice_one_hot, entropy, generalized_advantages,
                                         policy_gradient, save_agent, taken_log_prob)
 from tuning.search.base import Search, fill_with_random
 
 
 class NeighbourhoodA2C(Search):
-    """Hyperparameters (conf/search/a2c.yaml cites each):
-
-        walk_steps          T, steps of one walk from s0 (3, §5)
-        epsilon             share of random moves (0.1, known re-implementations)
-        hidden              width of the hidden layers (128, known re-implementations)
-        learning_rate       Adam step size (1e-3, known re-implementations)
-        gamma               discount of V(s') (0.9, tunelab's: search=ppo's, Chameleon Table 9)
-        memory_size         transitions kept in the replay memory M (1000, tunelab's)
-        train_steps         minibatch updates per episode (8, tunelab's)
-        minibatch_size      transitions per update (32, tunelab's: search=ppo's)
-        value_coef          value-loss weight (0.5, A2C's usual: OpenAI baselines / Stable-Baselines3)
-        entropy_coef        entropy bonus (0.01, OpenAI baselines' A2C)
-        max_grad_norm       gradient-norm clip (0.5, OpenAI baselines / Stable-Baselines3 A2C)
-        max_walks           walks per episode before topping up with random configs (200, tunelab's)
-        default_plan_size   states measured per episode, len(B_test) (6, known re-implementations)
-        threads             BLAS threads (1: host-independent records, as search=ppo)
-    """
+    """N-A2C (module docstring). No code was published; where the paper (§5) is silent the values come
+    from the known re-implementations (docs/methods.md §G-BFS and N-A2C) or are tunelab's, as marked."""
 
     requires = {"sampler": ("candidates_only",), "cost_model": ("trains_nothing",)}
-    ranges = {"walk_steps": (1, None), "epsilon": (0.0, 1.0), "hidden": (1, None), "learning_rate": (1e-12, None),
-              "gamma": (0.0, 1.0), "memory_size": (1, None), "train_steps": (0, None), "minibatch_size": (1, None),
-              "value_coef": (0.0, None), "entropy_coef": (0.0, None), "max_grad_norm": (1e-6, None),
-              "max_walks": (1, None), "default_plan_size": (1, None), "threads": (1, None)}
+    hyperparameters = {
+        "walk_steps": Hyper(3, low=1, help="T, steps of one walk from s0",
+                            cite="§5: \"the maximum number of search steps T = 3\""),
+        "epsilon": Hyper(0.1, low=0.0, high=1.0, help="share of random moves",
+                         cite="known re-implementations. Algorithm 2 as printed follows the policy with "
+                         "probability epsilon; tunelab reads it as the usual epsilon-greedy (random with "
+                         "probability epsilon), see the module docstring"),
+        "hidden": Hyper(128, low=1, help="width of the hidden layers", cite="known re-implementations"),
+        "learning_rate": Hyper(1e-3, low=1e-12, help="Adam step size", cite="known re-implementations"),
+        "gamma": Hyper(0.9, low=0.0, high=1.0, help="discount of V(s')",
+                       cite="tunelab's: search=ppo's discount (Chameleon Table 9); the paper gives none"),
+        "memory_size": Hyper(1000, low=1, help="transitions kept in the replay memory M",
+                             cite="tunelab's (the paper: \"a fixed-size memory buffer\")"),
+        "train_steps": Hyper(8, low=0, help="minibatch updates per episode",
+                             cite="tunelab's (the paper: \"incrementally-train\")"),
+        "minibatch_size": Hyper(32, low=1, help="transitions per update", cite="tunelab's: search=ppo's minibatch"),
+        "value_coef": Hyper(0.5, low=0.0, help="value-loss weight",
+                            cite="the A2C of OpenAI baselines (vf_coef 0.5) / Stable-Baselines3; the network is "
+                            "search=ppo's (tuning/search/actor_critic.py) with one head over every move of the space"),
+        "entropy_coef": Hyper(0.01, low=0.0, help="entropy bonus", cite="the A2C of OpenAI baselines (ent_coef 0.01)"),
+        "max_grad_norm": Hyper(0.5, low=1e-6, help="gradient-norm clip",
+                               cite="the A2C of OpenAI baselines (max_grad_norm 0.5) / Stable-Baselines3"),
+        "max_walks": Hyper(200, low=1, help="walks per episode before topping up with random configs",
+                           cite="tunelab's cap on walks per episode (Algorithm 2 loops until the batch is full); a "
+                           "shortfall is topped up with random unvisited configs"),
+        "default_plan_size": Hyper(6, low=1, help="states measured per episode, len(B_test)",
+                                   cite="known re-implementations"),
+        "threads": Hyper(1, low=1, help="BLAS threads",
+                         cite="tunelab's: as search=ppo, the same records for a seed on every host"),
+    }
 
     def __init__(self, walk_steps: int = 3, epsilon: float = 0.1, hidden: int = 128, learning_rate: float = 1e-3,
                  gamma: float = 0.9, memory_size: int = 1000, train_steps: int = 8, minibatch_size: int = 32,

@@ -3,9 +3,9 @@
 A search strategy proposes candidate configs each round; it never measures.
 
     propose(space, cost_model, n, visited, rng) -> list of configs
-        At most n configs, valid in `space` (space.is_valid), distinct, best
-        first by the strategy's own judgement. It may skip `visited` (a set of
-        canonical configs already measured) but need not: the sampler filters.
+        At most n configs, valid in `space` (space.is_valid), distinct, none in
+        `visited` (a set of canonical configs already measured; the sampler
+        filters them too), best first by the strategy's own judgement.
         All randomness comes from `rng` (a numpy Generator seeded by the run).
         `cost_model` may be a model that cannot rank (cost_model=none);
         strategies that need one declare `requires = {"cost_model": ("can_rank",)}`
@@ -36,12 +36,16 @@ ones) sets `schedules_without_measuring = True` and implements
         and the task; None for the seconds when the search predicts no time.
 
 Every search takes a `default_plan_size` hyperparameter: configs measured per
-round when `budget.plan_size` is null, its paper's value (cited in its YAML).
+round when `budget.plan_size` is null, its paper's value (cited in its declaration).
 `n` above is the resolved plan size. A search that decides what is measured
 itself requires a sampler that is `candidates_only` (sampler=all).
 
-Hyperparameters are checked by the class (tuning/core/component.py: `ranges`,
-`options`, `check`). __init__ stores hyperparameters only: no TVM, no I/O, no threads.
+Hyperparameters are declared once, in the class's `hyperparameters` (tuning/core/component.py
+`Hyper`: default, bounds or choices, source), from which the class gets its `ranges`, `options` and
+docstring table; `check` adds cross-field rules. The option's YAML and `__init__` give the declared
+defaults (tests/test_hyperparameters.py). __init__ stores hyperparameters only: no TVM, no I/O, no threads.
+
+tuning.testing.search_contract ships the contract as a pytest suite (`SearchContract`).
 """
 from __future__ import annotations
 

@@ -20,21 +20,39 @@ valid measured).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from tuning.core.component import Hyper
 from tuning.cost_model.base import model_input
 from tuning.search.base import fill_with_random
 from tuning.search.sa import SimulatedAnnealing
 
 
 class ContextualSimulatedAnnealing(SimulatedAnnealing):
-    """Hyperparameters: those of search=sa, plus
-        uncertainty_samples   K, the random unmeasured configs whose std sets eps_t (20)
-        initial_eps           eps before the model has any spread (0.05, AutoTVM's fixed eps)
-    """
+    """search=sa's walk on the acquisition, with AdaTune's contextual eps (module docstring)."""
 
     requires = {"cost_model": ("can_rank", "has_uncertainty")}
-    ranges = {**SimulatedAnnealing.ranges, "uncertainty_samples": (1, None), "initial_eps": (0.0, 1.0)}
+    _SA = SimulatedAnnealing.hyperparameters
+    hyperparameters = {
+        "n_iter": replace(_SA["n_iter"], cite="AutoTVM 0.19's SA (AdaTune §5.1: \"the default settings for other "
+                          "hyperparameters provided by AutoTVM\")"),
+        "parallel_size": replace(_SA["parallel_size"], default=64,
+                                 cite="the reference code (docs/methods.md §AdaTune): 2 x the plan size"),
+        "early_stop": replace(_SA["early_stop"], cite="AutoTVM 0.19's SA (AdaTune §5.1)"),
+        "temp": replace(_SA["temp"], cite="AutoTVM 0.19's SA: temperature 1 -> 0 (AdaTune §5.1)"),
+        "persistent": replace(_SA["persistent"], cite="AutoTVM 0.19's SA: persistent walkers (AdaTune §5.1)"),
+        "default_plan_size": replace(_SA["default_plan_size"], default=32,
+                                     cite="the reference code (docs/methods.md §AdaTune); a run's budget.plan_size "
+                                     "overrides it (null keeps 32)"),
+        "uncertainty_samples": Hyper(20, low=1, help="K, the random unmeasured configs whose std sets eps_t",
+                                     cite="the code's eps reset: mean tree-std over 20 random samples / best FLOPS "
+                                     "(the paper's K has no value)"),
+        "initial_eps": Hyper(0.05, low=0.0, high=1.0, help="eps before the model has any spread (AutoTVM's fixed eps)",
+                             cite="the code's starting eps"),
+    }
+    del _SA
 
     def __init__(self, n_iter: int = 500, parallel_size: int = 64, early_stop: int = 50, temp=(1.0, 0.0),
                  persistent: bool = True, default_plan_size: int = 32, uncertainty_samples: int = 20,

@@ -36,26 +36,46 @@ import math
 
 import numpy as np
 
+from tuning.core.component import Hyper
 from tuning.search.base import Search, TopN, predict
 
 MUTATORS = {"tile": "p_tile_size", "location": "p_compute_location", "categorical": "p_unroll"}
 
 
-class EvolutionarySearch(Search):
-    """Hyperparameters (MetaSchedule EvolutionarySearch defaults):
+_ES = "MetaSchedule EvolutionarySearch's default (TVM 0.27 evolutionary_search.cc)"
+_LLVM = ("MetaSchedule's llvm mutator probability (Mutator.create(\"llvm\")). MutateParallel (0.02) has no "
+         "decision in tunelab's spaces; the three others are renormalised to sum to 1")
 
-        population_size 512, init_measured_ratio 0.2, init_min_unmeasured 50, max_fail_count 5,
-        genetic_num_iters 4, genetic_mutate_prob 0.85, genetic_max_fail_count 10, eps_greedy 0.05,
-        p_tile_size 0.9, p_compute_location 0.05, p_unroll 0.03 (the llvm mutator probabilities),
-        default_plan_size 64 (MetaSchedule's num_trials_per_iter)
-    """
+
+class EvolutionarySearch(Search):
+    """MetaSchedule's evolutionary search (module docstring)."""
 
     requires = {"cost_model": ("can_rank",)}
     affords_program_features = True  # population_size x (genetic_num_iters + 1) = 2,560 scores a round
-    ranges = {"population_size": (2, None), "init_measured_ratio": (0.0, 1.0), "init_min_unmeasured": (1, None),
-              "max_fail_count": (1, None), "genetic_num_iters": (0, None), "genetic_mutate_prob": (0.0, 1.0),
-              "genetic_max_fail_count": (1, None), "eps_greedy": (0.0, 1.0), "p_tile_size": (0.0, 1.0),
-              "p_compute_location": (0.0, 1.0), "p_unroll": (0.0, 1.0), "default_plan_size": (1, None)}
+    hyperparameters = {
+        "population_size": Hyper(512, low=2, help="configs in each generation", cite=_ES),
+        "init_measured_ratio": Hyper(0.2, low=0.0, high=1.0,
+                                     help="share of the initial population taken from the best measured configs",
+                                     cite=_ES),
+        "init_min_unmeasured": Hyper(50, low=1, help="random legitimate configs in the initial population, at least",
+                                     cite=_ES),
+        "max_fail_count": Hyper(5, low=1, help="short batches of random sampling before giving up", cite=_ES),
+        "genetic_num_iters": Hyper(4, low=0, help="generations evolved per round", cite=_ES),
+        "genetic_mutate_prob": Hyper(0.85, low=0.0, high=1.0, help="probability a child is mutated rather than copied",
+                                     cite=_ES),
+        "genetic_max_fail_count": Hyper(10, low=1, help="parents a child draws again after a failed mutation",
+                                        cite=_ES),
+        "eps_greedy": Hyper(0.05, low=0.0, high=1.0, help="share of a round drawn at random, handed to the sampler",
+                            cite=_ES + ". Deviation: drawn by the sampler (sampler=greedy, the default: each slot "
+                            "random with probability eps, from unmeasured configs not checked for legitimacy; "
+                            "MetaSchedule: exactly floor(eps x n) from its legitimate random samples; sampler=all "
+                            "measures the model's picks alone)"),
+        "p_tile_size": Hyper(0.9, low=0.0, high=1.0, help="probability of MutateTileSize", cite=_LLVM),
+        "p_compute_location": Hyper(0.05, low=0.0, high=1.0, help="probability of MutateComputeLocation", cite=_LLVM),
+        "p_unroll": Hyper(0.03, low=0.0, high=1.0, help="probability of MutateUnroll", cite=_LLVM),
+        "default_plan_size": Hyper(64, low=1, help="configs measured per round unless budget.plan_size says otherwise",
+                                   cite="MetaSchedule's num_trials_per_iter (tune_tir's default)"),
+    }
 
     def __init__(self, population_size: int = 512, init_measured_ratio: float = 0.2, init_min_unmeasured: int = 50,
                  max_fail_count: int = 5, genetic_num_iters: int = 4, genetic_mutate_prob: float = 0.85,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 
+from tuning.core.component import Hyper
 from tuning.sampler.base import random_unvisited
 from tuning.search.base import Search
 from tuning.core.space import MOVES
@@ -34,17 +35,27 @@ STARTS = ("untiled", "random")
 
 
 class GreedyBestFirst(Search):
-    """Hyperparameters (Zhang et al. 2019; conf/search/gbfs.yaml cites each):
-
-        rho                 neighbours measured per popped state (5, §5)
-        moves               the neighbourhood g(s): kinds from Space.neighbors (factor + nontile_index)
-        start               untiled (s0 = [[m,1,1,1],[k,1],[n,1,1,1]], §5) | random
-        default_plan_size   configs per round unless budget.plan_size says otherwise (5 = rho)
-    """
+    """G-BFS (module docstring): Zhang et al. 2019, §4.2 Algorithm 1, settings of §5."""
 
     requires = {"sampler": ("candidates_only",), "cost_model": ("trains_nothing",)}
-    ranges = {"rho": (1, None), "default_plan_size": (1, None)}
-    options = {"start": STARTS}
+    hyperparameters = {
+        "rho": Hyper(5, low=1, help="neighbours measured per popped state",
+                     cite="§5, \"random selection parameter rho = 5\""),
+        "moves": Hyper(("factor", "nontile_index"),
+                       help="the neighbourhood g(s), kinds from Space.neighbors: `factor` moves one prime factor "
+                       "of a tile split between two of its levels, `nontile_index` moves every other knob (sketch, "
+                       "unroll) by +-1",
+                       cite="Eq. 6 doubles one level and halves another; for extents that are not powers of two "
+                       "the prime is any of the extent's. The paper's GEMM state has only tile knobs "
+                       "(model.space=tiling)"),
+        "start": Hyper("untiled", choices=STARTS,
+                       help="untiled: s0 = [[m,1,1,1],[k,1],[n,1,1,1]]; random: a random legitimate config. A run "
+                       "with budget.init_random > 0 starts from those shared random configs instead (s0 unmeasured)",
+                       cite="§5, \"the configuration without multi-level tiling\""),
+        "default_plan_size": Hyper(5, low=1, help="configs per round unless budget.plan_size says otherwise",
+                                   cite="= rho: one pop per round, as Algorithm 1 (a larger budget.plan_size pops "
+                                   "several states per round before measuring: tunelab's batching, not the paper's)"),
+    }
 
     def __init__(self, rho: int = 5, moves: list = ("factor", "nontile_index"), start: str = "untiled",
                  default_plan_size: int = 5):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuning.core.component import Hyper
 from tuning.search.actor_critic import (blas_threads, build_agent, choice_one_hot, entropy, explained_variance,
                                         generalized_advantages, policy_gradient, save_agent, taken_log_prob)
 from tuning.search.base import CachedScores, Search, TopN, fill_with_random
@@ -47,38 +48,56 @@ DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1
 
 
 class PPO(Search):
-    """Hyperparameters (Chameleon Tables 7 and 9; where the paper is silent, its published code):
-
-        episodes            walkers per round (128, Table 7 "number of episodes")
-        max_steps           step cap of one episode (500, Table 7)
-        early_stop          end the round after this many steps without a new top-n config (50,
-                            tunelab's, after AutoTVM's SA; the code declares 50, never applies it)
-        converged_fraction  an episode ends when this share of its knobs did not move (0.75, code)
-        best_starts         walkers that start from the best measured configs (16; tunelab's
-                            choice: the paper says "a set of initial configurations")
-        learning_rate       Adam step size (1e-3, Table 9)
-        gamma               discount factor (0.9, Table 9)
-        gae_lambda          GAE parameter (0.99, Table 9)
-        epochs              PPO epochs per round (3, Table 9)
-        clip                clipping parameter (0.3, Table 9; the code used 0.2)
-        value_coef          value-loss coefficient (1.0, Table 9)
-        entropy_coef        entropy coefficient (0.1, Table 9; the code used 0.3)
-        minibatch_size      transitions per gradient step (32, code)
-        hidden              width of every hidden layer (20, code: 2x20 tanh policy, 3x20 value,
-                            the first layer shared, as the paper says)
-        temperature         softmax temperature of the knob heads (0.1, code)
-        max_grad_norm       gradient-norm clip (0.5, the PPO reference implementations)
-        default_plan_size   configs measured per round unless budget.plan_size says otherwise (64, Table 7)
-        threads             BLAS threads for the agent (1, tunelab's: host-independent records, see above)
-    """
+    """Chameleon's PPO agent (module docstring). Its hyperparameters come from Chameleon Tables 7 and 9;
+    where the paper is silent, from its published code (docs/methods.md §Chameleon)."""
 
     requires = {"cost_model": ("can_rank",)}
-    ranges = {"episodes": (1, None), "max_steps": (1, None), "early_stop": (1, None),
-              "converged_fraction": (0.0, 1.0), "best_starts": (0, None), "learning_rate": (1e-12, None),
-              "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "epochs": (1, None), "clip": (1e-6, None),
-              "value_coef": (0.0, None), "entropy_coef": (0.0, None), "minibatch_size": (1, None),
-              "hidden": (1, None), "temperature": (1e-6, None), "max_grad_norm": (1e-6, None),
-              "default_plan_size": (1, None), "threads": (1, None)}
+    hyperparameters = {
+        "episodes": Hyper(128, low=1, help="walkers per round",
+                          cite="Chameleon Table 7, \"number of episodes for reinforcement learning\""),
+        "max_steps": Hyper(500, low=1, help="step cap of one episode",
+                           cite="Chameleon Table 7, \"maximum steps of one reinforcement learning episode\""),
+        "early_stop": Hyper(50, low=1, help="end the round after this many steps without a new top-n config",
+                            cite="tunelab's choice, after AutoTVM's SA (a round ends after 50 steps with no new "
+                            "top-b config). The published code passes early_stop=50 to its optimizer but never "
+                            "applies it; search.early_stop=500 (= max_steps) runs the code's unbounded episode"),
+        "converged_fraction": Hyper(0.75, low=0.0, high=1.0,
+                                    help="an episode ends when this share of its knobs did not move",
+                                    cite="the published code: the episode ends when 75% of knobs stay or are stuck"),
+        "best_starts": Hyper(16, low=0, help="walkers that start from the best measured configs",
+                             cite="tunelab's choice (the paper: \"a set of initial configurations\"). It gives "
+                             "PPO's walkers a head start search=sa does not get; search.best_starts=0 is the "
+                             "control that starts every walker at random (+experiment=chameleon_replay has both)"),
+        "learning_rate": Hyper(1e-3, low=1e-12, help="Adam step size",
+                               cite="Chameleon Table 9 (= ReLeASE Table 2): Adam step 1e-3"),
+        "gamma": Hyper(0.9, low=0.0, high=1.0, help="discount factor", cite="Chameleon Table 9: discount 0.9"),
+        "gae_lambda": Hyper(0.99, low=0.0, high=1.0, help="GAE parameter", cite="Chameleon Table 9: GAE 0.99"),
+        "epochs": Hyper(3, low=1, help="PPO epochs per round", cite="Chameleon Table 9: 3 epochs"),
+        "clip": Hyper(0.3, low=1e-6, help="clipping parameter",
+                      cite="Chameleon Table 9: clip 0.3. The code's clip 0.2 differs from the paper: set clip=0.2 "
+                      "entropy_coef=0.3 to run the code's choice"),
+        "value_coef": Hyper(1.0, low=0.0, help="value-loss coefficient", cite="Chameleon Table 9: value coef 1.0"),
+        "entropy_coef": Hyper(0.1, low=0.0, help="entropy coefficient",
+                              cite="Chameleon Table 9: entropy coef 0.1. The code's entropy 0.3 differs from the "
+                              "paper: set clip=0.2 entropy_coef=0.3 to run the code's choice"),
+        "minibatch_size": Hyper(32, low=1, help="transitions per gradient step",
+                                cite="the published code (docs/methods.md §Chameleon): minibatch 32"),
+        "hidden": Hyper(20, low=1, help="width of every hidden layer",
+                        cite="the published code: 20-unit tanh layers (2 policy, 3 value, first shared, as the "
+                        "paper says)"),
+        "temperature": Hyper(0.1, low=1e-6, help="softmax temperature of the knob heads",
+                             cite="the published code: softmax temperature 0.1"),
+        "max_grad_norm": Hyper(0.5, low=1e-6, help="gradient-norm clip",
+                               cite="the PPO reference implementations' default"),
+        "default_plan_size": Hyper(64, low=1, help="configs measured per round unless budget.plan_size says otherwise",
+                                   cite="Chameleon Table 7: b_GBT, the planning batch per iteration (a run's "
+                                   "budget.plan_size overrides it, null keeps 64)"),
+        "threads": Hyper(1, low=1, help="BLAS threads for the agent",
+                         cite="tunelab's execution setting, not the paper's: the BLAS threads of the agent's numpy "
+                         "network (tuning/search/actor_critic.py; the published code used TensorFlow, tunelab's "
+                         "first version torch). Float sums depend on the thread count, so one thread keeps a seed's "
+                         "records the same whatever the host's core count; a 20-unit network gains nothing from two"),
+    }
 
     def __init__(self, episodes: int = 128, max_steps: int = 500, early_stop: int = 50,
                  converged_fraction: float = 0.75, best_starts: int = 16, learning_rate: float = 1e-3,

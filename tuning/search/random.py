@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuning.core.component import Hyper
 from tuning.sampler.base import random_unvisited
 from tuning.search.base import Search, predict
 
 
 class RandomSearch(Search):
-    """Propose n distinct random configs that have not been measured.
+    """Propose n distinct random configs that have not been measured."""
 
-    Hyperparameters:
-        default_plan_size   configs measured per round unless budget.plan_size says
-                            otherwise (AutoTVM's 64); the search proposes whatever n it is asked.
-        best_of             budget.trials=0 only: random configs drawn for each kernel, ranked by
-                            the cost model (which must rank configs when this is above 1); the
-                            first legitimate one in that order is applied.
-    """
+    hyperparameters = {
+        "default_plan_size": Hyper(
+            64, low=1, help="configs measured per round unless budget.plan_size says otherwise; the search "
+            "proposes whatever n it is asked",
+            cite="AutoTVM's plan size (Chameleon, Ahn et al. 2020, ICLR, Table 8: b_GBT = 64; docs/methods.md "
+            "§AutoTVM); a run's budget.plan_size overrides it (null keeps 64)"),
+        "best_of": Hyper(
+            1, low=1, help="budget.trials=0 only: random configs drawn for each kernel, ranked by the cost model "
+            "(which must rank configs when this is above 1); the first legitimate one in that order is applied",
+            cite="tunelab's: 1 gives each kernel one random legitimate schedule; above 1 (with a cost model "
+            "that ranks, e.g. a pretrained cost_model=xgb_ms), the model's best of that many random configs: "
+            "the zero-measurement baselines of a learned scheduler"),
+    }
 
-    ranges = {"default_plan_size": (1, None), "best_of": (1, None)}
     affords_program_features = True  # scores nothing: the model is only fit on what was measured
     schedules_without_measuring = True
 

@@ -24,25 +24,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuning.core.component import Hyper
 from tuning.search.base import CachedScores, Search, TopN, fill_with_random
 
 
 class SimulatedAnnealing(Search):
-    """Hyperparameters (AutoTVM defaults):
-
-        n_iter          max SA steps per round (500)
-        parallel_size   number of walkers (128)
-        early_stop      stop after this many steps without a new top-n config (50)
-        temp            (start, end) temperature, linear; or one number held fixed
-        persistent      walkers continue from last round's points (True)
-        default_plan_size  configs measured per round unless budget.plan_size says otherwise (64)
-        refine_share    share of a round's configs taken from the measured best's neighbours (0: off)
-        refine_top      how many of the fastest measured configs' neighbourhoods are ranked (8)
-    """
+    """AutoTVM's simulated annealing on the cost model's scores (module docstring)."""
 
     requires = {"cost_model": ("can_rank",)}
-    ranges = {"n_iter": (1, None), "parallel_size": (1, None), "early_stop": (1, None),
-              "default_plan_size": (1, None), "refine_share": (0.0, 1.0), "refine_top": (1, None)}
+    hyperparameters = {
+        "n_iter": Hyper(500, low=1, help="max SA steps per round",
+                        cite="Chameleon (Ahn et al. 2020, ICLR) Table 8, step_sa = 500 steps (AutoTVM's value)"),
+        "parallel_size": Hyper(128, low=1, help="number of walkers",
+                               cite="Chameleon Table 8, n_sa = 128 Markov chains (AutoTVM's value)"),
+        "early_stop": Hyper(50, low=1, help="stop after this many steps without a new top-n config",
+                            cite="AutoTVM 0.19 defaults (docs/methods.md §AutoTVM)"),
+        "temp": Hyper((1.0, 0.0), help="(start, end) temperature, linear; or one number held fixed",
+                      cite="AutoTVM 0.19 defaults: temperature 1 -> 0 (linear) (docs/methods.md §AutoTVM)"),
+        "persistent": Hyper(True, help="walkers continue from last round's points",
+                            cite="AutoTVM 0.19 defaults: persistent walkers (docs/methods.md §AutoTVM)"),
+        "default_plan_size": Hyper(64, low=1, help="configs measured per round unless budget.plan_size says otherwise",
+                                   cite="Chameleon Table 8, b_GBT = 64 (a run's budget.plan_size overrides it, "
+                                   "null keeps 64)"),
+        "refine_share": Hyper(0.0, low=0.0, high=1.0,
+                              help="share of a round's configs taken from the measured best's neighbours (0: off)",
+                              cite="not AutoTVM's: a share of each round taken from the model's best unmeasured "
+                              "neighbours of the fastest measured configs (search.refine_share=0.25 turns it on; "
+                              "docs/methods.md §Refinement)"),
+        "refine_top": Hyper(8, low=1, help="how many of the fastest measured configs' neighbourhoods are ranked",
+                            cite="not AutoTVM's (tunelab's refinement, docs/methods.md §Refinement)"),
+    }
     REFINE_MOVES = ("factor", "nontile_index")
 
     def __init__(self, n_iter: int = 500, parallel_size: int = 128, early_stop: int = 50,

@@ -17,7 +17,7 @@ V stays fixed while the run measures (the paper refits it offline, in its improv
 """
 from __future__ import annotations
 
-from tuning.core.component import external_checks
+from tuning.core.component import Hyper, external_checks
 from tuning.search.base import Search, fill_with_random
 from tuning.value.beam import beam_search, first_legitimate
 from tuning.value.encoding import work
@@ -26,18 +26,25 @@ NOISY_SEARCHES_PER_PROPOSAL = 4
 
 
 class ValueSearch(Search):
-    """Hyperparameters:
-
-        model              the registered V: models:/<name>/<version>, <name>/<version> or <name> (latest)
-        registry           the MLflow registry holding it (null: outputs/mlflow.db)
-        greedy             true: the paper's Alg. 1 (one state kept per decision); false: beam search
-        beam               the beam's width when greedy is false
-        noise              epsilon of the perturbed searches that fill a round (Alg. 2)
-        default_plan_size  configs measured per round (64, AutoTVM's plan size, for runs with a budget)
-    """
+    """Steiner et al.'s value-function search (module docstring)."""
 
     schedules_without_measuring = True
-    ranges = {"beam": (1, None), "noise": (0.0, 10.0), "default_plan_size": (1, None)}
+    hyperparameters = {
+        "model": Hyper(None, help="required: the registered V: models:/<name>/<version>, <name>/<version> or <name> "
+                       "(latest)", cite="registered by `python -m tuning.value train`"),
+        "registry": Hyper(None, help="the MLflow registry holding it (null: outputs/mlflow.db)",
+                          cite="tunelab's: the lab's own registry, where `tunelab value train` registers V"),
+        "greedy": Hyper(True, help="true: the paper's Alg. 1 (one state kept per decision); false: beam search",
+                        cite="Alg. 1 (N x M values for N decisions of M choices); greedy false with beam > 1: its "
+                        "beam search (the paper gives no width; Fig. 1 compares both)"),
+        "beam": Hyper(1, low=1, help="the beam's width when greedy is false", cite="the paper gives no width"),
+        "noise": Hyper(0.1, low=0.0, high=10.0, help="epsilon of the perturbed searches that fill a round (Alg. 2); "
+                       "log-normal on the predicted seconds",
+                       cite="Alg. 2's epsilon; the paper gives no value: \"a small amount of random noise\""),
+        "default_plan_size": Hyper(64, low=1, help="configs measured per round in a run with a budget",
+                                   cite="AutoTVM's plan size; the paper measures nothing at search time "
+                                   "(budget.trials=0 applies V's best schedule)"),
+    }
 
     def __init__(self, model: str | None = None, registry: str | None = None, greedy: bool = True, beam: int = 1,
                  noise: float = 0.1, default_plan_size: int = 64):
