@@ -121,7 +121,7 @@ MODEL_DTYPES = ("float32",)
 MODEL_DEFAULTS = {"conv2d": {"groups": 1, "dilation": 1}}  # optional keys: absent means this
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # it names files and runs: no '/', no leading '.'
 SIZE = "int or [height, width]"  # a conv2d size: square, or per axis
-MODEL_KEYS = {
+MODEL_KEYS: dict[str, dict[str, Any]] = {
     "gemm": {"M": int, "N": int, "K": int},
     "batch_matmul": {"batch": int, "M": int, "N": int, "K": int},
     "conv2d": {"batch": int, "in_channels": int, "height": int, "width": int, "out_channels": int,

@@ -139,7 +139,7 @@ def _searchpath_dirs() -> list[Path]:
 # ---- servers --------------------------------------------------------------------------------------
 def is_server(value) -> bool:
     match = URL.match(value) if isinstance(value, str) else None
-    return bool(match) and match[1].split("+", 1)[0].lower() not in LOCAL_SCHEMES
+    return match is not None and match[1].split("+", 1)[0].lower() not in LOCAL_SCHEMES
 
 
 def location(url: str) -> tuple:

@@ -40,7 +40,7 @@ def discard_untouched(job_dir: str | None) -> None:
                 out_dir.parent.rmdir()
 
 
-def continue_log_in(out_dir: Path, job_dir: str | None) -> None:
+def continue_log_in(out_dir: Path, job_dir: str | Path | None) -> None:
     """A resumed run logs to its own folder's run.log; the folder Hydra made for this job holds
     nothing else, and is removed rather than left behind empty."""
     if not job_dir or Path(job_dir).resolve() == out_dir:

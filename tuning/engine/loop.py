@@ -219,7 +219,8 @@ class TaskTuner:
 
     def best_history(self) -> list[float]:
         """Best latency (seconds) after each round so far (reused records first)."""
-        best, history, previous = float("inf"), [], None
+        best, previous = float("inf"), None
+        history: list[float] = []
         for record in self.records:
             if history and (record.round, record.method) == previous:
                 history.pop()
@@ -233,7 +234,7 @@ class TaskTuner:
         self.outcome.stopped_because = reason
 
     def _next_enumerated(self, n: int) -> list:
-        return take_unvisited(self.enumerated, self.space, self.visited, [], n)
+        return take_unvisited(self.enumerated or [], self.space, self.visited, [], n)
 
     def tune_round(self, n: int, outcomes=()) -> str | None:
         """Measure up to n new configs; returns a callback's reason to abandon the run, or None."""

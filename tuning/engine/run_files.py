@@ -149,6 +149,7 @@ def load_tasks(out_dir: Path, cfg) -> list:
 
 def run_files(out_dir: Path) -> list[tuple[Path, str | None]]:
     """(file, artifact folder) of everything run.py logs as an artifact, where the folder has it."""
+    files: list[tuple[Path, str | None]]
     files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", TASKS_FILE, CHOSEN_FILE,
                                                  "summary.txt", "convergence.png")]
     files += [(p, "best_schedules") for p in sorted((out_dir / "best_schedules").glob("*"))]

@@ -35,6 +35,7 @@ import sys
 import threading
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig
@@ -50,7 +51,7 @@ IDENTITY_FILE = "run.yaml"
 HARDWARE_FILE = "hardware.json"  # what measured the run (its describe() tags), for a copy logged elsewhere
 STATUS_FILE = "status"
 RUN_FILES = ("config.yaml", "records.jsonl")  # either one means the folder holds a run
-_held: dict[Path, object] = {}  # out_dir -> its open lock file, for the life of the process
+_held: dict[Path, Any] = {}  # out_dir -> its open lock file, for the life of the process
 
 
 def holds_run(out_dir: Path) -> bool:

@@ -4,6 +4,8 @@ chosen component class checks its own hyperparameters and what it requires of th
 module. Every message names the key."""
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
 from tuning.config.schema import COMPONENT_GROUPS, ConfigError, schema_problems
@@ -37,7 +39,7 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
 
     `choices` maps group -> chosen option name (Hydra's runtime choices), for messages."""
     problems = schema_problems(cfg)
-    classes = {}
+    classes: dict[str, Any] = {}  # group -> its component class
     for group in COMPONENT_GROUPS:
         cls, group_problems = _check_component(group, cfg[group])
         classes[group] = cls

@@ -11,6 +11,9 @@
         A longer measurement of the best few configs at the end of a run
         (`final_candidates` of them, measured together), so the reported best
         is not a lucky sample: the minimum of many noisy readings is biased low.
+    spec -> MeasureSpec
+        How `measure` times a config (tuning/core/measure.py); with the hardware's fingerprint it
+        keys the measurement store's readings.
     metrics() -> dict
         Numbers about the latest measure (e.g. how early the adaptive evaluator
         stopped), logged per round as evaluator/<name>.
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tuning.core.component import Component
 
 if TYPE_CHECKING:
+    from tuning.core.measure import MeasureSpec
     from tuning.core.records import MeasureResult
     from tuning.core.space import Config
     from tuning.core.task import Task
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 class Evaluator(Component):
     final_candidates = 1
+    spec: MeasureSpec  # how `measure` times each config
 
     @abstractmethod
     def measure(self, hardware: Hardware, task: Task, configs: Sequence[Config],

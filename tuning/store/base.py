@@ -32,6 +32,7 @@ import statistics
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tuning.core import plausible
 
@@ -120,6 +121,11 @@ class MeasurementStore(ABC):
     schemes: tuple[str, ...] = ()
     _FIND = "instr"  # the SQL function giving a substring's position (0: absent)
 
+    if TYPE_CHECKING:  # what every backend defines (the contract above), for the type checker
+        def __init__(self, location: Any, busy_timeout_s: float = 120.0, read_only: bool = False) -> None: ...
+        def _refuse_triggers(self, conn: Any) -> None: ...
+        def _format(self, conn: Any) -> str | None: ...
+
     @classmethod
     def display(cls, location) -> str:
         return str(location)
@@ -128,7 +134,7 @@ class MeasurementStore(ABC):
         """What every backend's __init__ sets: no connection yet (one per process, on first use)."""
         self.busy_timeout_s = busy_timeout_s
         self.read_only = read_only
-        self._conn = None
+        self._conn: Any = None
         self._pid: int | None = None
         self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
 
@@ -211,7 +217,7 @@ class MeasurementStore(ABC):
     # ---- writing ------------------------------------------------------------------------------
     def register(self, hardware: str, description: dict, task_key: str, task, space: str | None = None,
                  space_size: float | None = None) -> None:
-        statements = []
+        statements: list[tuple[str, tuple]] = []
         if space is not None and space_size is not None:
             statements.append((self._insert_ignore("spaces", ("key", "size")), (space, float(space_size))))
         statements.append((self._insert_ignore("hardware", ("hash", "description")),
@@ -316,7 +322,8 @@ class MeasurementStore(ABC):
 
     def keys(self) -> list[tuple[str, str, str]]:
         """(hardware, task, space) triples that have rows."""
-        return [tuple(map(str, key)) for key in self._fetch("SELECT DISTINCT hardware, task, space FROM readings")]
+        found = self._fetch("SELECT DISTINCT hardware, task, space FROM readings")
+        return [(str(hardware), str(task), str(space)) for hardware, task, space in found]
 
     def task_info(self, task_key: str) -> dict | None:
         found = self._fetch("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,))

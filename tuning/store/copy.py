@@ -49,10 +49,10 @@ def copy_store(source: MeasurementStore, target: MeasurementStore, chunk: int = 
     for table, columns, valid in _DESCRIBING:
         rows = []
         for raw in source._fetch(f"SELECT {', '.join(columns)} FROM {table}"):
-            row = tuple(map(target._stored, raw))
-            if valid(row):
-                rows.append(row)
-            elif not (table == "meta" and row[0] == "format"):  # the target has its own
+            described = tuple(map(target._stored, raw))
+            if valid(described):
+                rows.append(described)
+            elif not (table == "meta" and described[0] == "format"):  # the target has its own
                 counts.invalid += 1
         before = target._fetch(f"SELECT COUNT(*) FROM {table}")[0][0]
         target._insert_many(table, columns, rows, ignore=True)

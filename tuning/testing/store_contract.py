@@ -61,7 +61,7 @@ def write(store: MeasurementStore, items) -> None:
 
 def answers(store: MeasurementStore) -> dict:
     """What every public reader of the store answers, for every key it holds."""
-    found = {"keys": sorted(store.keys()), "count": store.count(), "unreadable": store.unreadable()}
+    found: dict = {"keys": sorted(store.keys()), "count": store.count(), "unreadable": store.unreadable()}
     for hardware, task, space in store.keys():
         configs = store.configs(hardware, task, space)
         found[hardware, task, space] = {
