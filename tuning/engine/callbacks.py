@@ -25,6 +25,7 @@ import math
 import shutil
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -41,7 +42,7 @@ log = logging.getLogger("tunelab")
 
 @dataclass
 class RoundReport:
-    tuner: object  # the task's TaskTuner
+    tuner: Any  # the task's TaskTuner (tuning/engine/loop.py)
     batch: list  # the configs measured this round
     results: list  # their MeasureResults, in order
     round_index: int

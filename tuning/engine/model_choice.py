@@ -97,7 +97,7 @@ def finalists(outcome, count: int) -> list[tuple]:
     """The chosen config, then the other validly measured configs fastest record first: `count` in all."""
     fastest = fastest_by_config(outcome.records)
     chosen = tuple(outcome.best_config)
-    others = sorted((c for c in fastest if c != chosen), key=fastest.get)
+    others = sorted((c for c in fastest if c != chosen), key=fastest.__getitem__)
     return [chosen, *others][:count]
 
 
