@@ -42,6 +42,7 @@ import importlib
 import inspect
 import math
 from abc import ABC
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -55,7 +56,7 @@ def external_checks() -> bool:
 
 
 @contextmanager
-def local_checks_only():
+def local_checks_only() -> Iterator[None]:
     token = _EXTERNAL_CHECKS.set(False)
     try:
         yield
@@ -95,7 +96,7 @@ class Hyper:
         return ""
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(map(_shown, value)) + "]"
     if value is None:
@@ -105,7 +106,7 @@ def _shown(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def hyper_table(cls, markdown: bool = False) -> str:
+def hyper_table(cls: type, markdown: bool = False) -> str:
     """The hyperparameters a class declares, rendered: the text `Component` appends to the class
     docstring, or (markdown=True) a Markdown table for the docs."""
     declared = getattr(cls, "hyperparameters", {}) or {}
@@ -120,7 +121,7 @@ def hyper_table(cls, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def same_value(a, b) -> bool:
+def same_value(a: object, b: object) -> bool:
     """Equal as config values: a tuple equals the list a YAML gives for it; a bool never equals a number."""
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
@@ -129,7 +130,7 @@ def same_value(a, b) -> bool:
     return a == b
 
 
-def declaration_problems(cls) -> list[str]:
+def declaration_problems(cls: type[Component]) -> list[str]:
     """Where a class's `__init__` disagrees with its `hyperparameters` (names and defaults); [] when it
     declares none."""
     declared = getattr(cls, "hyperparameters", {}) or {}
@@ -155,7 +156,7 @@ class Component(ABC):
     requires: ClassVar[dict] = {}
     capabilities: ClassVar[dict] = {}
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         """A class that declares `hyperparameters` gets its `ranges` and `options` from them (entries
         inherited for keys it does not declare stay) and its docstring the rendered table."""
         super().__init_subclass__(**kwargs)
@@ -210,7 +211,7 @@ class Component(ABC):
         return cls.check({**defaults, **params}, group)
 
 
-def check_requirements(classes: dict[str, type], names: dict[str, str]) -> list[str]:
+def check_requirements(classes: Mapping[str, type[Component]], names: Mapping[str, str]) -> list[str]:
     """What each chosen component `requires` of the others; `names` are the chosen option names."""
     problems = []
     for group, cls in classes.items():
@@ -230,7 +231,8 @@ def check_requirements(classes: dict[str, type], names: dict[str, str]) -> list[
 MAX_SEED = 2**32 - 1
 
 
-def check_range(key: str, value, low, high, inclusive_low: bool = True) -> list[str]:
+def check_range(key: str, value: object, low: float | None, high: float | None,
+                inclusive_low: bool = True) -> list[str]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return [f"{key}: expected a number, got {value!r}"]
     if isinstance(value, float) and not math.isfinite(value):  # the same words as tuning/config.py's walk over every float
@@ -245,7 +247,7 @@ def check_range(key: str, value, low, high, inclusive_low: bool = True) -> list[
 _PLAIN_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
 
 
-def _expected_type(parameter) -> type | None:
+def _expected_type(parameter: inspect.Parameter) -> type | None:
     """The annotation when it is a plain bool/int/float/str, else the default's type.
 
     The annotation wins because a default can be narrower than the parameter
@@ -259,7 +261,7 @@ def _expected_type(parameter) -> type | None:
     return type(parameter.default)
 
 
-def check_type(key: str, value, expected: type | None) -> list[str]:
+def check_type(key: str, value: object, expected: type | None) -> list[str]:
     if expected is None or value is None:
         return []
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -276,7 +278,7 @@ def check_type(key: str, value, expected: type | None) -> list[str]:
     return [] if ok else [f"{key}: expected {expected.__name__}, got {value!r}"]
 
 
-def import_class(path: str):
+def import_class(path: str) -> Any:
     """The object a dotted `module.Name` path names, imported. Ask first whether the path may be
     imported at all (tuning.config.untrusted.is_registered_target): importing a module runs it."""
     module, _, name = path.rpartition(".")
