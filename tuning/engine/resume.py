@@ -27,6 +27,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -174,7 +176,7 @@ def check_budget(cfg, out_dir: Path, records) -> None:
                       f"resumed run only adds to them (budget.trials={len(records)} or more)")
 
 
-def check_states(cfg, out_dir: Path, tasks, records, fresh_parts) -> None:
+def check_states(cfg, out_dir: Path, tasks, records, fresh_parts: Callable[[int], tuple[Any, Any]]) -> None:
     """Every task's saved state is readable (it is loaded into a fresh search and cost model,
     `fresh_parts(task index)`) and not older than the task's records; a state is missing only where
     the task never finished a round. Otherwise a ConfigError naming the files, or with

@@ -66,7 +66,7 @@ class Job:
 @dataclass(frozen=True)
 class JobResult:
     """What a finished job leaves its caller: the sweep objective, each task's outcome, the folder."""
-    objective: object  # float, or a tuple for a multi-objective sweep
+    objective: float | list[float]  # float, or a list for a multi-objective sweep
     outcomes: list
     out_dir: Path
     e2e: dict | None  # a whole model's end-to-end check
@@ -76,7 +76,7 @@ class JobFailed(RuntimeError):
     """Stopped after measuring (a full disk, a link where it writes); it said how to continue."""
 
 
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | list[float]:
     """run.py's job: the sweep objective; bad input exits with status 2 before any work, a failed job 1."""
     try:
         return run_job(cfg).objective
@@ -184,8 +184,9 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
         with parts.hardware:
             parts.tracker.set_tags(save_hardware(out_dir, parts.hardware.describe()))
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
-                run = RunInfo(job.cfg.seed, out_dir, method, plan.trials, plan.plan_size, plan.deadline(),
-                              plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,
+                # plan.plan_size: an int since with_plan_size
+                run = RunInfo(job.cfg.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
+                              plan.deadline(), plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,
                               init_random=plan.init_random)
                 outcomes, clock = _tune(job, run)
             pruned = pruning is not None and pruning.pruned_at is not None
