@@ -76,7 +76,12 @@ cluster-demo: setup-cluster
 # on two cores. TEST_JOBS=0 runs it in this process.
 TEST_JOBS ?= 2
 
+# Before pytest, each stopping the target when it fails: the package's layers (import-linter's contracts
+# in pyproject.toml), ruff (pyflakes and syntax errors) and mypy (its scope in pyproject.toml).
 test: setup
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m compileall -q -j 0 tuning tunelab hydra_plugins > /dev/null 2>&1 || true  # the lab's own bytecode
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
