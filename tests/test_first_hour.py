@@ -19,6 +19,7 @@ from tuning.engine.loop import RunInfo, tune_tasks
 from tuning.config.naming import run_name, sweep_name, workload_label
 from tuning.core.outcome import TaskOutcome, task_table
 from tuning.engine.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
+from tuning.engine.spec import BudgetSpec, ModelSpec
 from tuning.engine.final import headline_metrics
 from tuning.scheduler.gradient import Gradient
 from tuning.core.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
@@ -39,7 +40,7 @@ def test_even_share_by_hand():
 def test_small_budget_lowers_the_minimum_and_says_so(compose_cfg, caplog):
     cfg = compose_cfg("model=resnet18", "budget.trials=88")
     with caplog.at_level(logging.INFO, logger="tunelab"):
-        plan = resolve_budget(cfg, KERNELS)
+        plan = resolve_budget(BudgetSpec.of(cfg.budget), ModelSpec.of(cfg.model), KERNELS)
     assert plan.trials == 88 and plan.min_trials_per_task == 4
     assert "each gets 4 first" in caplog.text and "22 kernels" in caplog.text
 
@@ -47,9 +48,10 @@ def test_small_budget_lowers_the_minimum_and_says_so(compose_cfg, caplog):
 def test_default_budget_scales_with_the_kernel_count(compose_cfg):
     whole = compose_cfg("model=resnet18")
     assert whole.budget.trials is None
-    assert resolve_budget(whole, KERNELS).trials == DEFAULT_TRIALS_PER_KERNEL * 22
+    plan = resolve_budget(BudgetSpec.of(whole.budget), ModelSpec.of(whole.model), KERNELS)
+    assert plan.trials == DEFAULT_TRIALS_PER_KERNEL * 22
     single = compose_cfg("model=gemm_64")
-    plan = resolve_budget(single, build_tasks(single.model))
+    plan = resolve_budget(BudgetSpec.of(single.budget), ModelSpec.of(single.model), build_tasks(single.model))
     assert plan.trials == DEFAULT_TRIALS and plan.min_trials_per_task == 64
 
 

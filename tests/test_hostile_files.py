@@ -294,6 +294,7 @@ def test_the_lock_file_of_a_run_folder_is_not_written_through_a_link(tmp_path, c
 
 def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
     from tuning.tracking.base import NoTracker
+    from tuning.engine.spec import E2ESpec, ModelSpec
     from tuning.engine.whole_model import evaluate_end_to_end
 
     class Hardware:
@@ -304,11 +305,10 @@ def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
     run.mkdir()
     target.write_text("mine")
     (run / "e2e.json").symlink_to(target)
-    cfg = OmegaConf.create({"seed": 0, "model": {"kind": "network"},
-                            "e2e": {"runs": 1, "min_runs": 1, "max_seconds": 1.0, "timeout_s": 1.0,
-                                    "fresh_input": True}})
+    e2e = E2ESpec(enabled=True, runs=1, min_runs=1, max_seconds=1.0, timeout_s=1.0, fresh_input=True,
+                  in_model_kernels=0, in_model_candidates=1, in_model_processes=1, in_model_rounds=1, in_model_runs=1)
     with pytest.raises(ConfigError, match=r"^run: .*e2e.json is a symlink"):
-        evaluate_end_to_end(cfg, Hardware(), NoTracker(), run)
+        evaluate_end_to_end(e2e, ModelSpec.of(OmegaConf.create({"kind": "network"})), 0, Hardware(), NoTracker(), run)
     assert target.read_text() == "mine"
 
 

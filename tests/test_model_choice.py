@@ -16,6 +16,7 @@ from tuning.core.outcome import TaskOutcome
 from tuning.core.records import MeasureResult, Record
 from tuning.core.task import Task
 from tuning.engine.model_choice import REPORT_FILE, choose_in_model, finalists, heaviest_outcomes, take_in_model
+from tuning.engine.spec import E2ESpec, ModelSpec
 from tuning.tools.sync import CHOSEN_FILE, load_chosen, save_chosen
 
 
@@ -57,9 +58,11 @@ class InModelHardware:
 
 
 def settings(**e2e):
-    values = {"in_model_kernels": 10, "in_model_candidates": 3, "in_model_processes": 2, "in_model_rounds": 2,
+    """choose_in_model's (e2e settings, model, seed)."""
+    values = {"enabled": True, "runs": 50, "min_runs": 3, "max_seconds": 10.0, "fresh_input": True,
+              "in_model_kernels": 10, "in_model_candidates": 3, "in_model_processes": 2, "in_model_rounds": 2,
               "in_model_runs": 5, "timeout_s": 60.0, **e2e}
-    return OmegaConf.create({"seed": 0, "model": {"kind": "network"}, "e2e": values})
+    return E2ESpec(**values), ModelSpec.of(OmegaConf.create({"kind": "network"})), 0
 
 
 def test_the_heaviest_are_by_weight_times_latency_and_need_records():
@@ -92,7 +95,7 @@ def test_a_choice_changes_the_outcome_the_saved_choice_and_the_report(tmp_path):
                                 (7,): [0.52e-3, 0.51e-3], (8,): [0.7e-3, 0.8e-3], (0,): [1.0, 1.0]},
                                missing={"reshape"})  # the model runs it as a view: no kernel to replace
     tracker = Tracker()
-    report = choose_in_model(settings(), hardware, [stem, other, reshape], tmp_path, tracker)
+    report = choose_in_model(*settings(), hardware, [stem, other, reshape], tmp_path, tracker)
     candidates, timing = hardware.asked[0]
     assert candidates["stem"] == [[1], [2], [3]] and timing["processes"] == 2 and timing["rounds"] == 2
     # process 0 chose (2,) at 0.99 ms, process 1's readings of it are its prediction
@@ -115,12 +118,12 @@ def test_the_prediction_is_read_by_processes_that_did_not_choose(tmp_path):
     lucky, steady = (1,), (2,)
     stem = outcome("stem", 1, {lucky: 1.0e-3, steady: 1.0e-3})
     per_process = {lucky: [0.90e-3, 1.10e-3, 0.92e-3, 1.08e-3], steady: [1.00e-3, 1.00e-3, 1.00e-3, 1.00e-3]}
-    report = choose_in_model(settings(in_model_processes=4), InModelHardware(per_process), [stem], tmp_path, Tracker())
+    report = choose_in_model(*settings(in_model_processes=4), InModelHardware(per_process), [stem], tmp_path, Tracker())
     assert stem.best_config == lucky and stem.best_cost == pytest.approx(1.09e-3)  # not the 0.91 ms that chose it
     assert report["stem"]["median_s"][0] == pytest.approx(0.91e-3) and report["stem"]["predicted_s"][0] == pytest.approx(1.09e-3)
     assert len(report["stem"]["choice_s"][0]) == len(report["stem"]["prediction_s"][0]) == 2 * 2  # 2 processes x 2 rounds
     alone = outcome("stem", 1, {lucky: 1.0e-3, steady: 1.0e-3})
-    choose_in_model(settings(in_model_processes=1), InModelHardware(per_process), [alone], tmp_path, Tracker())
+    choose_in_model(*settings(in_model_processes=1), InModelHardware(per_process), [alone], tmp_path, Tracker())
     assert alone.best_config == lucky and alone.best_cost == pytest.approx(0.90e-3)  # one process: both at once
 
 
@@ -144,13 +147,13 @@ def test_the_final_metrics_follow_the_new_choice_and_keep_the_rest(tmp_path):
 
 def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):
     stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3})
-    assert choose_in_model(settings(in_model_kernels=0), InModelHardware({}), [stem], tmp_path, Tracker()) is None
+    assert choose_in_model(*settings(in_model_kernels=0), InModelHardware({}), [stem], tmp_path, Tracker()) is None
 
     class Plain:
         def time_in_model(self, *args):
             raise NotImplementedError("Plain cannot time kernels inside a model")
 
-    assert choose_in_model(settings(), Plain(), [stem], tmp_path, Tracker()) is None
+    assert choose_in_model(*settings(), Plain(), [stem], tmp_path, Tracker()) is None
 
     class Crashing:
         def time_in_model(self, *args):
@@ -159,7 +162,7 @@ def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):
     tracker = Tracker()
     tracker.tags = {}
     tracker.set_tags = tracker.tags.update
-    assert choose_in_model(settings(), Crashing(), [stem], tmp_path, tracker) is None
+    assert choose_in_model(*settings(), Crashing(), [stem], tmp_path, tracker) is None
     assert tracker.tags["in_model"].startswith("failed: timing kernels inside the model failed (crash)")
     assert stem.best_config == (1,) and not stem.chosen_in_model and not (tmp_path / REPORT_FILE).exists()
     assert math.isclose(stem.best_cost, 0.95e-3)

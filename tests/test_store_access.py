@@ -218,7 +218,7 @@ def test_replay_stats_and_a_read_only_run_work_from_read_only_media(read_only_co
     assert status == 0 and "8 rows" in output, output
     parts = SimpleNamespace(hardware=ReplayHardware(SyntheticHardware(), str(path), on_miss="error"),
                             evaluator=SimpleNamespace(spec=SPEC))
-    hardware, writer = wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
+    hardware, writer = wire_store("full", parts.hardware, parts.evaluator.spec)
     assert len(writer.table(TASK, hardware.space(TASK)).configs()) == len(configs)
     writer.store.close()
     assert sorted(os.listdir(path.parent)) == ["store.sqlite"]
@@ -231,7 +231,7 @@ def test_a_run_whose_store_cannot_be_written_is_refused_before_work(read_only_co
     for hardware in (SyntheticHardware(store=str(path)), SyntheticHardware(store=str(path.parent / "new.sqlite"))):
         parts = SimpleNamespace(hardware=hardware, evaluator=SimpleNamespace(spec=SPEC))
         with pytest.raises(StoreError, match=r"^hardware.store: .* cannot be written: read-only file system"):
-            wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
+            wire_store("full", parts.hardware, parts.evaluator.spec)
     problems = ReplayHardware.check({"store": str(path), "create": False, "on_miss": "measure",
                                      "backend": {"_target_": "tuning.hardware.synthetic.SyntheticHardware"}},
                                     "hardware")
@@ -251,7 +251,7 @@ def test_a_store_path_that_is_a_folder_is_refused_naming_the_option(tmp_path):
 
     parts = SimpleNamespace(hardware=SyntheticHardware(store=str(tmp_path)), evaluator=SimpleNamespace(spec=SPEC))
     with pytest.raises(StoreError, match=r"^hardware.store: .* is a folder, not a store file"):
-        wire_store(OmegaConf.create({"model": {}}), parts.hardware, parts.evaluator.spec)
+        wire_store("full", parts.hardware, parts.evaluator.spec)
     with pytest.raises(StoreError, match="a folder, not a store file"):
         connect_store(tmp_path, read_only=True).conn
 

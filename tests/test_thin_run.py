@@ -40,10 +40,12 @@ def test_no_module_in_tuning_imports_hydra_plugins():
 # ---- the budget ------------------------------------------------------------------------------------
 def test_budget_resolution_leaves_the_config_alone_and_gives_a_frozen_plan(compose_cfg):
     from tuning.engine.budget import DEFAULT_TRIALS_PER_KERNEL, resolve_budget
+    from tuning.engine.spec import JobSpec
 
     cfg = compose_cfg("model=resnet18")
     before = OmegaConf.to_container(cfg.budget)
-    first, second = resolve_budget(cfg, KERNELS), resolve_budget(cfg, KERNELS)
+    job = JobSpec.from_cfg(cfg, Path("run"))
+    first, second = resolve_budget(job.budget, job.model, KERNELS), resolve_budget(job.budget, job.model, KERNELS)
     assert first == second and first.trials == DEFAULT_TRIALS_PER_KERNEL * 22
     assert first.min_trials_per_task == DEFAULT_TRIALS_PER_KERNEL  # 704 cannot give 22 kernels 64 each
     assert OmegaConf.to_container(cfg.budget) == before and cfg.budget.trials is None
@@ -53,15 +55,17 @@ def test_budget_resolution_leaves_the_config_alone_and_gives_a_frozen_plan(compo
 
 def test_the_applied_copy_holds_the_numbers_used(compose_cfg):
     from tuning.engine.budget import resolve_budget, with_plan_size
+    from tuning.engine.spec import JobSpec
     from tuning.hardware.synthetic import SyntheticHardware
 
     cfg = compose_cfg("model=gemm_64", "budget.trials_per_task=40")
     tasks = build_tasks(cfg.model)
-    plan = with_plan_size(resolve_budget(cfg, tasks), 64, tasks, SyntheticHardware())
+    job = JobSpec.from_cfg(cfg, Path("run"))
+    plan = with_plan_size(resolve_budget(job.budget, job.model, tasks), 64, tasks, SyntheticHardware())
     applied = plan.applied(cfg)
     assert (applied.budget.trials, applied.budget.plan_size) == (40, 64)
     assert (cfg.budget.trials, cfg.budget.plan_size) == (None, None)
-    assert with_plan_size(resolve_budget(cfg, tasks), 64, tasks, SyntheticHardware()) == plan
+    assert with_plan_size(resolve_budget(job.budget, job.model, tasks), 64, tasks, SyntheticHardware()) == plan
 
 
 # ---- the store wiring -----------------------------------------------------------------------------
@@ -72,7 +76,7 @@ def test_store_wiring_returns_new_hardware_and_leaves_the_given_one_as_it_was(tm
     from tuning.engine.store_wiring import wire_store
 
     given = SyntheticHardware(store=str(tmp_path / "store.sqlite"))
-    hardware, writer = wire_store(OmegaConf.create({"model": {"space": "store"}}), given, MeasureSpec(repeat=3))
+    hardware, writer = wire_store("store", given, MeasureSpec(repeat=3))
     assert isinstance(hardware, ReplayHardware) and hardware is not given
     assert given.reuse is False and writer.hardware is hardware
     writer.store.close()

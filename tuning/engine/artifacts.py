@@ -9,6 +9,7 @@ from tuning.core.outcome import best_so_far, chosen_bests, weighted_latency_ms
 from tuning.engine.final import log_choice_metrics
 from tuning.engine.model_choice import choose_in_model
 from tuning.engine.run_files import CHOSEN_FILE, save_chosen
+from tuning.engine.spec import JobSpec
 from tuning.tracking.plot import convergence_png
 
 
@@ -44,11 +45,11 @@ def export_choice(parts, outcomes, out_dir: Path) -> None:
     tracker.log_artifact(str(out_dir / CHOSEN_FILE))
 
 
-def choose_in_model_and_export(cfg, parts, outcomes, out_dir: Path) -> None:
+def choose_in_model_and_export(job: JobSpec, parts, outcomes, out_dir: Path) -> None:
     """A whole model's run end: its heaviest kernels re-chosen inside the model (tuning/engine/model_choice.py),
     then the database, best_schedules/, best_configs.json and the final metrics the choice decides
     written again when they were."""
-    if choose_in_model(cfg, parts.hardware, outcomes, out_dir, parts.tracker):
+    if choose_in_model(job.e2e, job.model, job.seed, parts.hardware, outcomes, out_dir, parts.tracker):
         export_choice(parts, outcomes, out_dir)
         log_choice_metrics(outcomes, parts.tracker, out_dir)
 

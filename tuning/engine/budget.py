@@ -1,4 +1,5 @@
-"""The run's budget, resolved once from `cfg.budget` and the model's tasks into a frozen BudgetPlan.
+"""The run's budget, resolved once from the job's BudgetSpec (budget.*, tuning/engine/spec.py) and the
+model's tasks into a frozen BudgetPlan.
 
     budget.trials         null: DEFAULT_TRIALS for a single operator, DEFAULT_TRIALS_PER_KERNEL per
                           kernel for a whole model; budget.trials_per_task=N: N x the number of tasks
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass, replace
 
 from tuning.config import ConfigError
-from tuning.core.task import is_whole_model
+from tuning.engine.spec import BudgetSpec, ModelSpec
 
 log = logging.getLogger("tunelab")
 
@@ -70,17 +71,16 @@ class BudgetPlan:
                 f"search; above {self.plan_size * len(tasks)} it gets a second round (or lower budget.plan_size)")
 
 
-def resolve_budget(cfg, tasks) -> BudgetPlan:
+def resolve_budget(budget: BudgetSpec, model: ModelSpec, tasks) -> BudgetPlan:
     """budget.trials and min_trials_per_task for these tasks (module docstring); plan_size as given."""
-    budget = cfg.budget
-    plan = BudgetPlan(trials=_trials(cfg, len(tasks)), plan_size=budget.plan_size,
+    plan = BudgetPlan(trials=_trials(budget, model, len(tasks)), plan_size=budget.plan_size,
                       min_trials_per_task=budget.min_trials_per_task, rounds_per_task=budget.rounds_per_task,
                       early_stop=budget.early_stop, time_limit_s=budget.time_limit_s,
-                      init_random=budget.get("init_random") or 0)
+                      init_random=budget.init_random or 0)
     if plan.trials == 0:  # a search that schedules without measuring (validated)
         return plan
     if plan.trials < len(tasks):
-        raise ConfigError(f"budget.trials: {cfg.model.name} has {len(tasks)} tasks and every one needs at "
+        raise ConfigError(f"budget.trials: {model.name} has {len(tasks)} tasks and every one needs at "
                           f"least one measurement; got {plan.trials}")
     share = even_share(plan.trials, len(tasks), plan.min_trials_per_task)
     if share < plan.min_trials_per_task:
@@ -112,9 +112,9 @@ def even_share(trials: int, tasks: int, minimum: int) -> int:
     return trials // tasks
 
 
-def _trials(cfg, tasks: int) -> int:
-    if cfg.budget.trials_per_task is not None:
-        return cfg.budget.trials_per_task * tasks
-    if cfg.budget.trials is None:
-        return DEFAULT_TRIALS_PER_KERNEL * tasks if is_whole_model(cfg.model) else DEFAULT_TRIALS
-    return cfg.budget.trials
+def _trials(budget: BudgetSpec, model: ModelSpec, tasks: int) -> int:
+    if budget.trials_per_task is not None:
+        return budget.trials_per_task * tasks
+    if budget.trials is None:
+        return DEFAULT_TRIALS_PER_KERNEL * tasks if model.whole else DEFAULT_TRIALS
+    return budget.trials

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from tuning.cost_model.base import model_input
 from tuning.config.naming import BEST_SO_FAR
 from tuning.store import TaskRows
-from tuning.core.task import is_whole_model
+from tuning.engine.spec import JobSpec
 
 ROUND_TIMES_FILE = "round_times.jsonl"  # each round's time/* points, {key, value, step} a line
 
@@ -243,11 +243,11 @@ class Pace(MeasureCallback):
         self.said = False
 
     @classmethod
-    def of_job(cls, cfg, tasks, evaluator) -> Pace:
+    def of_job(cls, job: JobSpec, tasks, evaluator) -> Pace:
         """A tuning job's: each task's best few re-measured; a whole model's end-to-end check when enabled."""
         finalists = len(tasks) * evaluator.final_candidates
-        if is_whole_model(cfg.model) and cfg.e2e.enabled:  # tuned, untuned and torch timed
-            e2e = cfg.e2e
+        if job.model.whole and job.e2e.enabled:  # tuned, untuned and torch timed
+            e2e = job.e2e
             in_model = min(e2e.in_model_kernels, len(tasks))
             builds = e2e.in_model_processes * (len(tasks) + in_model * e2e.in_model_candidates) if in_model else 0
             return cls(kernels=len(tasks), e2e_timing_s=3 * e2e.max_seconds, finalists=finalists,

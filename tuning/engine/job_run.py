@@ -5,7 +5,9 @@ backfilled from the records)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from omegaconf import OmegaConf
 
@@ -19,14 +21,29 @@ RUN_ID_FILE = "mlflow_run_id"
 OPTUNA_STATES = {"FINISHED": "COMPLETE", "KILLED": "PRUNED"}  # any other status: FAIL
 
 
-def start_job_run(tracker, cfg, hydra: dict, out_dir: Path, tasks, prior, trial=None) -> None:
-    """`cfg` with its budget resolved; `prior`: the records reused from tuning.database, by workload key."""
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a job's MLflow run is started with: its name, params and tags, and the sweep's parent run."""
+    name: str
+    params: Mapping[str, Any]
+    tags: Mapping[str, Any]
+    parent: str | None = None  # a multirun's folder: its MLflow parent run
+
+    @classmethod
+    def of(cls, cfg, hydra: dict, trial=None) -> RunIdentity:
+        """From the job's config with its budget resolved (BudgetPlan.applied), once: the component-building
+        step's (tuning/engine/run.py); `trial`: the Optuna trial the job is, else None."""
+        params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
+        params["method"] = method_label(hydra, cfg)  # beside the class paths of search._target_ and the rest
+        tags = {**run_tags(hydra, cfg), **path_tags, **(trial_tags(trial) if trial is not None else {})}
+        return cls(job_run_name(hydra, cfg, trial), params, tags, hydra.get("sweep_dir"))
+
+
+def start_job_run(tracker, identity: RunIdentity, out_dir: Path, tasks, prior) -> None:
+    """`prior`: the records reused from tuning.database, by workload key."""
     run_id_file = out_dir / RUN_ID_FILE
     resumed_id = run_id_file.read_text().strip() if run_id_file.exists() else None
-    params, path_tags = run_params(OmegaConf.to_container(cfg, resolve=True))
-    params["method"] = method_label(hydra, cfg)  # beside the class paths of search._target_ and the rest
-    tags = {**run_tags(hydra, cfg), **path_tags, **(trial_tags(trial) if trial is not None else {})}
-    run_id = tracker.start(job_run_name(hydra, cfg, trial), params, tags, parent=hydra.get("sweep_dir"),
+    run_id = tracker.start(identity.name, dict(identity.params), dict(identity.tags), parent=identity.parent,
                            resume_run_id=resumed_id)
     if run_id:
         run_id_file.write_text(run_id)

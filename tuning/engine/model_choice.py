@@ -27,26 +27,25 @@ import numpy as np
 
 from tuning.core.outcome import fastest_by_config
 from tuning.engine.run_folder import write_inside
+from tuning.engine.spec import E2ESpec, ModelSpec
 
 REPORT_FILE = "in_model.json"
 
 
-def choose_in_model(cfg, hardware, outcomes, out_dir: Path, tracker) -> dict | None:
+def choose_in_model(settings: E2ESpec, model: ModelSpec, seed: int, hardware, outcomes, out_dir: Path,
+                    tracker) -> dict | None:
     """{task: its readings and choice} after re-choosing the heaviest tasks (their outcomes updated
-    in place); None when e2e.in_model_kernels is 0, the hardware cannot time inside a model, or its
-    timing failed (a crashed or timed-out worker: said, tagged `in_model`, the choice left as it was)."""
-    from omegaconf import OmegaConf
-
-    settings = cfg.e2e
+    in place); None when e2e.in_model_kernels is 0 (`settings`: e2e.*), the hardware cannot time inside
+    a model, or its timing failed (a crashed or timed-out worker: said, tagged `in_model`, the choice
+    left as it was)."""
     heaviest = heaviest_outcomes(outcomes, settings.in_model_kernels)
     if not heaviest:
         return None
     candidates = {o.task.name: finalists(o, settings.in_model_candidates) for o in heaviest}
     timing = {"processes": settings.in_model_processes, "rounds": settings.in_model_rounds,
               "runs": settings.in_model_runs, "timeout_s": settings.timeout_s}
-    model = OmegaConf.to_container(cfg.model, resolve=True)
     try:
-        per_process = hardware.time_in_model(model, cfg.seed, out_dir / "database",
+        per_process = hardware.time_in_model(model.resolved(), seed, out_dir / "database",
                                              {name: [list(c) for c in configs] for name, configs in candidates.items()},
                                              timing)
     except NotImplementedError as error:

@@ -2,11 +2,12 @@
 
     resolve_resume(cfg, hydra)   the run's config and folder, claimed (tuning/engine/run_folder.py); with
                                  `resume=DIR` the saved config (budget.*, tracking.uri, hardware.store may change)
-    check_records / check_budget / check_states
+    check_records / check_resume (check_budget, check_task_states)
                                  before any work on a resumed run: its records are readable and
                                  each measurement is there once, the budget is not below them, and
                                  every task's saved state is readable and not older than its records
-    prior_records(cfg, tasks, ...)  `tuning.database`: an earlier run's records for these tasks
+    reused_records(database, tasks, ...)  `tuning.database`: an earlier run's records for these tasks
+                                 (prior_records: the same from a config, for tuning/tools)
     restore_state / save_state   one task's search, rng and round counter, written after every
                                  round (atomically), so a killed run continues where it stopped
 
@@ -39,6 +40,8 @@ from tuning.core.plausible import bounds_of
 from tuning.core.records import RecordError, RecordLog
 from tuning.engine.run_folder import claim, load_config, saved_choices
 from tuning.config.tracking_uri import sqlite_path
+from tuning.engine.budget import BudgetPlan
+from tuning.engine.spec import JobSpec
 
 
 def resolve_resume(cfg, hydra: dict):
@@ -73,7 +76,7 @@ def resolve_resume(cfg, hydra: dict):
     old.reset_state = bool(cfg.get("reset_state", False))  # this command's switch, never the saved run's
     old.resume = str(out_dir)
     old.output_dir = str(out_dir)
-    _check_tracking_store(old)
+    _check_tracking_store(str(old.get("tracking", {}).get("uri", "")))
     return old, out_dir
 
 
@@ -106,10 +109,9 @@ def _saved_choices(out_dir: Path, hydra: dict) -> dict:
     return {k: v for k, v in choices.items() if not k.startswith("hydra/")}
 
 
-def _check_tracking_store(cfg) -> None:
-    """A moved run folder names a sqlite store that is not there: say so, rather than create an
-    empty one that holds none of the run's history."""
-    uri = str(cfg.get("tracking", {}).get("uri", ""))
+def _check_tracking_store(uri: str) -> None:
+    """A moved run folder names a sqlite store (tracking.uri) that is not there: say so, rather than
+    create an empty one that holds none of the run's history."""
     db = sqlite_path(uri)
     if db is not None and not db.exists():
         raise ConfigError(f"tracking.uri: the run's MLflow store {uri} does not exist (was the folder moved?); "
@@ -142,12 +144,13 @@ def _check_once(path: Path, records) -> None:
                                   f"{line}, then resume again")
 
 
-def check_resume(cfg, out_dir: Path, records, tasks, hardware, fresh_state) -> None:
-    """Everything a resumed run checks in its folder before measuring again; `fresh_state(task)` gives
-    the (search, cost model) a task whose saved state is lost restarts with."""
+def check_resume(job: JobSpec, plan: BudgetPlan, out_dir: Path, records, tasks, hardware, fresh_state) -> None:
+    """Everything a resumed run checks in its folder before measuring again (`plan`: its budget
+    resolved); `fresh_state(task)` gives the (search, cost model) a task whose saved state is lost
+    restarts with."""
     check_plausible(out_dir / "records.jsonl", records, tasks, hardware)
-    check_budget(cfg, out_dir, records)
-    check_states(cfg, out_dir, tasks, records, fresh_state)
+    check_budget(plan.trials, job.budget.trials_per_task, out_dir, records)
+    check_task_states(job.seed, job.reset_state, out_dir, tasks, records, fresh_state)
 
 
 def check_plausible(path: Path, records, tasks, hardware, key: str = "resume") -> None:
@@ -163,20 +166,24 @@ def check_plausible(path: Path, records, tasks, hardware, key: str = "resume") -
                               f"({problem}); repair or remove that line")
 
 
-def check_budget(cfg, out_dir: Path, records) -> None:
-    """A resumed run only adds measurements: a budget below what the records hold would leave
-    config.yaml disagreeing with them."""
-    trials = cfg.budget.trials
+def check_budget(trials: int | None, per_task: int | None, out_dir: Path, records) -> None:
+    """A resumed run only adds measurements: a budget (`trials`, resolved; `per_task`: budget.trials_per_task)
+    below what the records hold would leave config.yaml disagreeing with them."""
     if trials is None or trials >= len(records):
         return
-    per_task = cfg.budget.get("trials_per_task")
     given = (f"budget.trials_per_task: {per_task} per task gives budget.trials={trials}" if per_task is not None
              else f"budget.trials: {trials}")
     raise ConfigError(f"{given}, but {out_dir / 'records.jsonl'} already holds {len(records)} measurements; a "
                       f"resumed run only adds to them (budget.trials={len(records)} or more)")
 
 
-def check_states(cfg, out_dir: Path, tasks, records, fresh_parts: Callable[[int], tuple[Any, Any]]) -> None:
+def check_states(cfg, out_dir: Path, tasks, records, fresh_parts) -> None:
+    """check_task_states with a config's seed and reset_state (what tests of a saved run folder call)."""
+    check_task_states(cfg.seed, bool(cfg.get("reset_state")), out_dir, tasks, records, fresh_parts)
+
+
+def check_task_states(seed: int, reset_state: bool, out_dir: Path, tasks, records,
+                      fresh_parts: Callable[[int], tuple[Any, Any]]) -> None:
     """Every task's saved state is readable (it is loaded into a fresh search and cost model,
     `fresh_parts(task index)`) and not older than the task's records; a state is missing only where
     the task never finished a round. Otherwise a ConfigError naming the files, or with
@@ -187,19 +194,19 @@ def check_states(cfg, out_dir: Path, tasks, records, fresh_parts: Callable[[int]
     damaged = []
     for index, task in enumerate(tasks):
         problem = _state_problem(_state_path(out_dir, task), task, last_round.get(task.key),
-                                 lambda state: _load_state(state, *fresh_parts(index), cfg.seed, index))
+                                 lambda state: _load_state(state, *fresh_parts(index), seed, index))
         if problem:
             damaged.append((index, task, problem))
     if not damaged:
         return
-    if not cfg.get("reset_state"):
+    if not reset_state:
         raise ConfigError("resume: " + "\n  ".join(problem for _, _, problem in damaged) + "\n  without it the run "
                           "cannot continue as if never stopped: restore it, or resume with reset_state=true (the "
                           "task restarts its search from its records with a fresh state; no record is lost)")
     for index, task, problem in damaged:
         search, cost_model = fresh_parts(index)
         next_round = last_round.get(task.key, -1) + 1
-        save_state(out_dir, task, search, _fresh_rng(cfg.seed, index), next_round, cost_model)
+        save_state(out_dir, task, search, _fresh_rng(seed, index), next_round, cost_model)
         print(f"tunelab: reset_state: {problem}; {task.name} continues at round {next_round} with a fresh search "
               "state and random stream (its records are kept; the rest of the run differs from one never stopped)",
               file=sys.stderr)
@@ -223,12 +230,18 @@ def _state_problem(path: Path, task, last_round: int | None, load) -> str | None
 
 
 def prior_records(cfg, tasks, out_dir: Path, tracker, hardware=None) -> dict:
-    """tuning.database: records of an earlier run (its folder, its records.jsonl, or its MLflow
-    run id in this run's tracking store) for these tasks, by workload key; with `hardware`, their
-    readings are held to its physical bounds (check_plausible)."""
-    if not cfg.tuning.database:
+    """reused_records of a config's tuning.database: what the folder commands (tuning/tools: apply,
+    export, sync) call with a run's saved config."""
+    return reused_records(cfg.tuning.database, tasks, out_dir, tracker, hardware)
+
+
+def reused_records(database: str | None, tasks, out_dir: Path, tracker, hardware=None) -> dict:
+    """tuning.database (JobSpec.database): records of an earlier run (its folder, its records.jsonl, or
+    its MLflow run id in this run's tracking store) for these tasks, by workload key; with `hardware`,
+    their readings are held to its physical bounds (check_plausible)."""
+    if not database:
         return {}
-    records_file = _records_file(str(cfg.tuning.database), out_dir, tracker)
+    records_file = _records_file(str(database), out_dir, tracker)
     try:
         records = RecordLog(records_file).load()
     except RecordError as error:

@@ -5,10 +5,9 @@ Called by run.py / `tunelab run` (the thin @hydra.main; `main` returns the sweep
 is what Optuna sweeps minimise; a job that is an Optuna trial reports its best-so-far each round and
 raises optuna.TrialPruned when pruned (its MLflow run ends KILLED, tagged optuna.state=PRUNED).
 
-This module orders the steps and says what went wrong; each step lives with its subject: the budget
-(tuning/engine/budget.py), the measurement store (tuning/engine/store_wiring.py), the loop (tuning/engine/loop.py), the
-final metrics (tuning/engine/final.py), the artifacts (tuning/tools/export.py), a whole model's choice inside
-it (tuning/engine/model_choice.py), the MLflow tags and note (tuning/tracking/tags.py).
+This module orders the steps and says what went wrong; the validated config is read once into a frozen JobSpec
+(tuning/engine/spec.py) that the steps take. Each step lives with its subject, in tuning/engine/: budget.py,
+store_wiring.py, loop.py, final.py, artifacts.py, model_choice.py (a whole model's), job_run.py (the MLflow run).
 """
 from __future__ import annotations
 
@@ -18,11 +17,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuning.engine.budget import BudgetPlan, resolve_budget, with_plan_size
+from tuning.engine.builders import Builders
 from tuning.engine.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.config import ConfigError
 from tuning.engine.validate import validate
@@ -33,29 +32,28 @@ from tuning.engine.job_folder import (continue_log_in, discard_refused, discard_
 from tuning.engine.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
 from tuning.config.objective import objective_values
 from tuning.core.outcome import summary
-from tuning.engine.resume import check_records, check_resume, prior_records, resolve_resume
+from tuning.engine.resume import check_records, check_resume, resolve_resume, reused_records
 from tuning.hardware.runners.base import NoDeviceLeft
 from tuning.engine.run_folder import (mark_status, release, save_hardware, save_identity, terminated_by_signals,
                                write_private)
 from tuning.store import StoreError
 from tuning.engine.store_wiring import check_store_space, wire_store
-from tuning.engine.trial import Pruning
 from tuning.engine.run_files import SPOOL_FILE, save_tasks
-from tuning.engine.job_run import end_job_run, start_job_run
+from tuning.engine.job_run import RunIdentity, end_job_run, start_job_run
 from tuning.tracking.tags import figure_title, git_commit, method_name
-from tuning.engine.trial import current_trial
-from tuning.config.untrusted import without_secrets
-from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, is_whole_model, job_tasks
+from tuning.engine.trial import Pruning, current_trial
+from tuning.engine.spec import JobSpec
+from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, job_tasks
 
 log = logging.getLogger("tunelab")
-GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking")  # Components' order
 
 
 @dataclass(frozen=True)
 class Job:
     """A prepared job: what the steps after the checks share."""
-    cfg: DictConfig  # its budget resolved (BudgetPlan.applied)
-    out_dir: Path
+    spec: JobSpec
+    plan: BudgetPlan  # resolved, its plan size too
+    build: Builders  # on the config with its budget resolved (BudgetPlan.applied)
     parts: Components  # on the hardware the store wiring returned
     tasks: list
     prior: dict  # records reused from tuning.database, by workload key
@@ -100,8 +98,9 @@ def run_job(cfg: DictConfig) -> JobResult:
         discard_refused(cfg.get("resume"), hydra.get("output_dir"))
         raise
     try:
+        spec = JobSpec.from_cfg(cfg, out_dir, hydra.get("choices", {}))  # what the steps below read
         with terminated_by_signals():
-            return _run(cfg, hydra, out_dir)
+            return _run(cfg, spec, hydra)
     except (ConfigError, StoreError):
         if not cfg.resume:  # refused before any work (a store or device that cannot be reached): no folder left
             discard_untouched(str(out_dir))
@@ -110,82 +109,85 @@ def run_job(cfg: DictConfig) -> JobResult:
         release(out_dir)
 
 
-def _run(cfg: DictConfig, hydra: dict, out_dir: Path) -> JobResult:
-    parts = Components(*(instantiate(cfg[g]) for g in GROUPS))
+def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
+    """The component-building step keeps the raw config (Builders: Hydra's `instantiate`, config.yaml, the
+    method's name, the MLflow run's params and tags, from it with its budget resolved); the rest reads `spec`."""
+    out_dir = spec.out_dir
+    build = Builders(cfg)
+    parts = build.components()
     parts.tracker.spool_to(str(out_dir / SPOOL_FILE))
-    parts, tasks, plan, store_writer, prior = _prepare(cfg, parts, out_dir)
+    parts, tasks, plan, store_writer, prior = _prepare(spec, build, parts)
     plan = with_plan_size(plan, parts.search.default_plan_size, tasks, parts.hardware)
-    # config.yaml and the tracked params hold the numbers the run uses
-    job = Job(plan.applied(cfg), out_dir, parts, tasks, prior, store_writer, figure_title(hydra, cfg))
-    _write_run_files(job, hydra)
+    applied = plan.applied(cfg)  # config.yaml and the tracked params hold the numbers the run uses
+    job = Job(spec, plan, Builders(applied), parts, tasks, prior, store_writer, figure_title(hydra, cfg))
+    _write_run_files(job)
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
-    pruning = Pruning(trial, job.cfg.objective, plan.trials) if trial is not None else None
-    callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(job.cfg, tasks, parts.evaluator)]
+    pruning = Pruning(trial, spec.objective, plan.trials) if trial is not None else None
+    callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(spec, tasks, parts.evaluator)]
                  + [callback for callback in (pruning, store_writer) if callback is not None])
     log.info(plan.line(tasks))
     warning = plan.no_feedback(tasks)
     if warning:
         log.warning(warning)
-    start_job_run(parts.tracker, job.cfg, hydra, out_dir, tasks, prior, trial)
-    outcomes, e2e, clock = _tune_and_export(job, plan, method_name(hydra, job.cfg), callbacks, trial, pruning)
+    start_job_run(parts.tracker, RunIdentity.of(applied, hydra, trial), out_dir, tasks, prior)
+    outcomes, e2e, clock = _tune_and_export(job, method_name(hydra, applied), callbacks, trial, pruning)
     print_result(outcomes, e2e, parts.tracker, out_dir)
     if pruning is not None and pruning.pruned_at is not None:
         import optuna
 
         raise optuna.TrialPruned(f"pruned after {pruning.pruned_at} measurements")
-    return JobResult(objective_values(job.cfg.objective, outcomes, *clock), outcomes, out_dir, e2e)
+    return JobResult(objective_values(spec.objective, outcomes, *clock), outcomes, out_dir, e2e)
 
 
-def _prepare(cfg, parts, out_dir: Path) -> tuple:
-    """Every check before the run folder is written: (parts, tasks, budget, store writer, prior
-    records). Bad input ends the job with exit status 2; an interrupt says nothing was measured."""
+def _prepare(spec, build, parts):
+    """Every check before the run folder is written (`spec`: the JobSpec, `build`: its Builders): (parts, tasks,
+    budget, store writer, prior records). Bad input: exit status 2; an interrupt says nothing was measured."""
     try:
         problem = parts.tracker.unreachable() or parts.hardware.unreachable()
         if problem:
             raise ConfigError(problem)
-        records = check_records(out_dir) if cfg.resume else []
-        hardware, store_writer = wire_store(cfg, parts.hardware, parts.evaluator.spec)
+        records = check_records(spec.out_dir) if spec.resume else []
+        hardware, store_writer = wire_store(spec.model.space, parts.hardware, parts.evaluator.spec)
         parts = replace(parts, hardware=hardware)
-        tasks = job_tasks(cfg, parts.hardware)
-        plan = resolve_budget(cfg, tasks)
-        check_store_space(cfg, tasks, parts.hardware)
-        prior = prior_records(cfg, tasks, out_dir, parts.tracker, parts.hardware)
-        if cfg.resume:
-            check_resume(plan.applied(cfg), out_dir, records, tasks, parts.hardware,
-                         lambda _: (instantiate(cfg.search), instantiate(cfg.cost_model)))
+        tasks = job_tasks(spec, parts.hardware)
+        plan = resolve_budget(spec.budget, spec.model, tasks)
+        check_store_space(spec.model.space, tasks, parts.hardware)
+        prior = reused_records(spec.database, tasks, spec.out_dir, parts.tracker, parts.hardware)
+        if spec.resume:
+            check_resume(spec, plan, spec.out_dir, records, tasks, parts.hardware, build.fresh_state)
     except (ConfigError, StoreError):
         parts.hardware.close()
         raise
     except KeyboardInterrupt as interrupt:  # e.g. during a whole model's import: nothing measured yet
         parts.hardware.close()
-        again = f"tunelab run resume={out_dir}" if cfg.resume else "the same command"
+        again = f"tunelab run resume={spec.out_dir}" if spec.resume else "the same command"
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}) before the first measurement; nothing was "
               f"measured; run {again} again", file=sys.stderr)
         raise
     return parts, tasks, plan, store_writer, prior
 
 
-def _write_run_files(job: Job, hydra: dict) -> None:
-    out_dir, hardware, writer = job.out_dir, job.parts.hardware, job.store_writer
-    write_private(out_dir / "config.yaml", without_secrets(OmegaConf.to_yaml(job.cfg, resolve=True)))
+def _write_run_files(job: Job) -> None:
+    out_dir, hardware, writer = job.spec.out_dir, job.parts.hardware, job.store_writer
+    write_private(out_dir / "config.yaml", job.build.config_yaml())
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
-    save_identity(out_dir, hydra.get("choices", {}), git_commit())
+    save_identity(out_dir, dict(job.spec.choices), git_commit())
     rows = (lambda task: writer.table(task, hardware.space(task))) if writer else None
     save_tasks(out_dir, job.tasks, store_rows=rows)
     mark_status(out_dir, "RUNNING")
 
 
-def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, pruning) -> tuple:
+def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
     """(outcomes, e2e result or None, (tuning seconds, the clock at the start)); the run's status
     is written and its MLflow run ended whatever happens."""
-    parts, out_dir = job.parts, job.out_dir
+    parts, out_dir, plan = job.parts, job.spec.out_dir, job.plan
     status, e2e, pruned, outcomes = "FAILED", None, False, []
     try:
         with parts.hardware:
             parts.tracker.set_tags(save_hardware(out_dir, parts.hardware.describe()))
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
                 # plan.plan_size: an int since with_plan_size
-                run = RunInfo(job.cfg.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
+                run = RunInfo(job.spec.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
                               plan.deadline(), plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,
                               init_random=plan.init_random)
                 outcomes, clock = _tune(job, run)
@@ -215,20 +217,20 @@ def _tune_and_export(job: Job, plan: BudgetPlan, method: str, callbacks, trial, 
 def _tune(job: Job, run: RunInfo) -> tuple:
     """Tune, log the final metrics; returns (outcomes, (tuning seconds, the clock at the start)):
     with a simulated clock (replay) the stored seconds of the measurements and 0."""
-    cfg, tasks, parts = job.cfg, job.tasks, job.parts
+    tasks, parts = job.tasks, job.parts
 
     def components_for(index: int) -> Components:  # each task learns its own model and search state
         if len(tasks) == 1:
             return parts
-        return replace(parts, **{g: instantiate(cfg[g]) for g in ("search", "sampler", "cost_model")})
+        return replace(parts, **job.build.task_parts())
 
     started, started_at = time.perf_counter(), time.time()
     if run.trials == 0:
-        outcomes = schedule_without_measuring(tasks, components_for, cfg.seed)
+        outcomes = schedule_without_measuring(tasks, components_for, job.spec.seed)
     else:
-        outcomes = tune_tasks(tasks, components_for, run, instantiate(cfg.scheduler), job.prior)
+        outcomes = tune_tasks(tasks, components_for, run, job.build.scheduler(), job.prior)
     wall_s = time.perf_counter() - started  # tuning and the final re-measurements
-    log_final_metrics(outcomes, parts, run.progress, wall_s, job.out_dir, job.store_writer)
+    log_final_metrics(outcomes, parts, run.progress, wall_s, job.spec.out_dir, job.store_writer)
     if parts.hardware.simulated_clock:
         return outcomes, (run.progress.simulated_s, 0.0)
     return outcomes, (wall_s, started_at)
@@ -236,12 +238,12 @@ def _tune(job: Job, run: RunInfo) -> tuple:
 
 def _export(job: Job, outcomes, pruned: bool) -> dict | None:
     """The artifacts, a whole model's end-to-end check (not for a pruned trial) and summary.txt."""
-    cfg, parts, out_dir = job.cfg, job.parts, job.out_dir
+    spec, parts, out_dir = job.spec, job.parts, job.spec.out_dir
     export_artifacts(parts, outcomes, out_dir, job.figure_title)
     e2e = None
-    if is_whole_model(cfg.model) and cfg.e2e.enabled and not pruned:
-        choose_in_model_and_export(cfg, parts, outcomes, out_dir)
-        e2e = evaluate_end_to_end(cfg, parts.hardware, parts.tracker, out_dir, outcomes)
+    if spec.model.whole and spec.e2e.enabled and not pruned:
+        choose_in_model_and_export(spec, parts, outcomes, out_dir)
+        e2e = evaluate_end_to_end(spec.e2e, spec.model, spec.seed, parts.hardware, parts.tracker, out_dir, outcomes)
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))
     return e2e

@@ -13,9 +13,9 @@ from tuning.hardware.replay import store_path, with_store, writes_store
 from tuning.store import display_location, open_store
 
 
-def wire_store(cfg, hardware, spec) -> tuple:
-    """(hardware to measure on, StoreWriter or None); `spec` is the evaluator's MeasureSpec."""
-    space = cfg.model.get("space", "full")
+def wire_store(space: str, hardware, spec) -> tuple:
+    """(hardware to measure on, StoreWriter or None); `space`: model.space (ModelSpec.space), `spec`: the
+    evaluator's MeasureSpec."""
     path = store_path(hardware)
     if path is None:
         if space == "store":
@@ -29,9 +29,9 @@ def wire_store(cfg, hardware, spec) -> tuple:
     return hardware, writer
 
 
-def check_store_space(cfg, tasks, hardware) -> None:
-    """model.space=store: every task needs at least one stored reading to tune."""
-    if cfg.model.get("space", "full") != "store":
+def check_store_space(space: str, tasks, hardware) -> None:
+    """model.space=store (`space`: ModelSpec.space): every task needs at least one stored reading to tune."""
+    if space != "store":
         return
     for task in tasks:
         if hardware.space(task).size == 0:

@@ -18,6 +18,7 @@ from tuning.config import ConfigError
 from tuning.core.outcome import weighted_latency_ms
 from tuning.core.task import WHOLE_MODEL_KINDS, build_tasks, is_whole_model  # noqa: F401 - re-exported
 from tuning.engine.run_folder import inside, write_inside
+from tuning.engine.spec import E2ESpec, JobSpec, ModelSpec
 
 E2E_FILES = ("e2e.json", "e2e_input.npy", "e2e_output.npy")  # the last two written by the hardware
 HEAVIEST = 10  # kernels whose in-model time is set beside their prediction in the end-to-end line
@@ -72,18 +73,16 @@ def e2e_metrics(e2e: dict) -> dict:
     return metrics
 
 
-def evaluate_end_to_end(cfg, hardware, tracker, out_dir: Path, outcomes=None) -> dict:
-    """Apply the exported database (out_dir/database), time, write e2e.json, log e2e/*. `outcomes`:
-    the run's tasks with their chosen best, whose latencies weighted by calls are the lab's estimate
-    of the model (`estimate_ms`) and each kernel's prediction (`kernels`: beside its reading inside
-    the model), kept with the reading of the model they describe."""
-    from omegaconf import OmegaConf
-
-    timing = {k: cfg.e2e[k] for k in ("runs", "min_runs", "max_seconds", "timeout_s", "fresh_input")}
-    model = OmegaConf.to_container(cfg.model, resolve=True)
+def evaluate_end_to_end(settings: E2ESpec, model: ModelSpec, seed: int, hardware, tracker, out_dir: Path,
+                        outcomes=None) -> dict:
+    """Apply the exported database (out_dir/database), time (`settings`: e2e.*), write e2e.json, log
+    e2e/*. `outcomes`: the run's tasks with their chosen best, whose latencies weighted by calls are the
+    lab's estimate of the model (`estimate_ms`) and each kernel's prediction (`kernels`: beside its
+    reading inside the model), kept with the reading of the model they describe."""
+    timing = settings.timing()
     for name in E2E_FILES:
         inside(out_dir, name)
-    e2e = hardware.evaluate_model(model, cfg.seed, out_dir / "database", out_dir, timing)
+    e2e = hardware.evaluate_model(model.resolved(), seed, out_dir / "database", out_dir, timing)
     if outcomes:
         estimate_ms = weighted_latency_ms(outcomes)
         if math.isfinite(estimate_ms) and estimate_ms > 0:
@@ -115,14 +114,15 @@ def heaviest_kernels(e2e: dict) -> dict:
             "low": min(ratios), "high": max(ratios), "within": sum(r <= KERNEL_MARGIN for r in ratios)}
 
 
-def job_tasks(cfg, hardware) -> list:
+def job_tasks(job: JobSpec, hardware) -> list:
     """The model's tasks; a whole model's come from the backend (import + extraction)."""
-    if not is_whole_model(cfg.model):
-        return build_tasks(cfg.model)
+    model = job.model
+    if not model.whole:
+        return build_tasks(model.node)
     try:
-        return hardware.model_tasks(cfg.model, cfg.seed)
+        return hardware.model_tasks(model.node, job.seed)
     except Exception as error:  # noqa: BLE001 - a file the frontend cannot read is bad input, not a crash
-        if cfg.model.kind != "onnx":
+        if model.kind != "onnx":
             raise
-        raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {cfg.model.path}: "
+        raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {model.path}: "
                           f"{type(error).__name__}: {error}") from error

@@ -34,6 +34,7 @@ from tuning.engine.run_folder import load_config, on_run_folder
 from tuning.config.cli import new_parser
 from tuning.engine.final import log_choice_metrics
 from tuning.engine.model_choice import choose_in_model
+from tuning.engine.spec import JobSpec
 from tuning.tools.export import export_choice
 from tuning.tools.sync import best_as_reported, load_chosen, tracker_of
 from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
@@ -93,10 +94,12 @@ def end_to_end(cfg, hardware, run_dir: Path, outcomes=None, in_model: bool = Fal
     best_schedules/ and best_configs.json written again with that choice (export_choice)."""
     tracker = tracker_of(cfg, run_dir)
     try:
-        if in_model and outcomes and choose_in_model(cfg, hardware, outcomes, run_dir, tracker):
+        job = JobSpec.from_cfg(cfg, run_dir)  # e2e.*, model.*, seed
+        if in_model and outcomes and choose_in_model(job.e2e, job.model, job.seed, hardware, outcomes, run_dir,
+                                                     tracker):
             export_choice(SimpleNamespace(tracker=tracker, hardware=hardware), outcomes, run_dir)
             log_choice_metrics(outcomes, tracker, run_dir)
-        return evaluate_end_to_end(cfg, hardware, tracker, run_dir, outcomes)
+        return evaluate_end_to_end(job.e2e, job.model, job.seed, hardware, tracker, run_dir, outcomes)
     finally:
         tracker.end("FINISHED")
 
