@@ -83,6 +83,42 @@ class TestOneBoard(RunnerContract):
 '''
 
 
+TOY_SEARCH = '''
+"""A toy search: the cost model's best of twice as many random configs, declared hyperparameters."""
+import numpy as np
+
+from tuning.core.component import Hyper
+from tuning.search.base import Search, fill_with_random, predict
+
+
+class BestOfRandom(Search):
+    hyperparameters = {
+        "default_plan_size": Hyper(16, low=1, help="configs measured per round", cite="toy's"),
+        "oversample": Hyper(2, low=1, high=64, help="random configs scored per config proposed", cite="toy's"),
+    }
+
+    def __init__(self, default_plan_size: int = 16, oversample: int = 2):
+        self.default_plan_size, self.oversample = default_plan_size, oversample
+
+    def propose(self, space, cost_model, n, visited, rng):
+        drawn = fill_with_random([], space, visited, n * self.oversample, rng)
+        if not drawn:
+            return []
+        order = np.argsort(-predict(space, cost_model, drawn), kind="stable")
+        return [drawn[i] for i in order[:n]]
+'''
+
+SEARCH_CHECK = '''
+from toyplug.toy_search import BestOfRandom
+from tuning.testing.search_contract import SearchContract
+
+
+class TestBestOfRandom(SearchContract):
+    def make_search(self):
+        return BestOfRandom()
+'''
+
+
 def plugin_sources(root: Path) -> dict[str, str]:
     """The plug-in's files: its package and the checks that run the shipped suites over it."""
     return {
@@ -90,7 +126,9 @@ def plugin_sources(root: Path) -> dict[str, str]:
         "src/toyplug/__init__.py": '"""Toy tunelab plug-ins."""\n',
         "src/toyplug/memory_store.py": textwrap.dedent(TOY_BACKEND),
         "src/toyplug/toy_runner.py": TOY_RUNNER,
+        "src/toyplug/toy_search.py": TOY_SEARCH,
         "checks/test_store.py": STORE_CHECK,
+        "checks/test_search.py": SEARCH_CHECK,
         "checks/test_runner.py": RUNNER_CHECK,
     }
 
@@ -130,4 +168,9 @@ def test_a_store_backend_from_a_wheel_passes_the_shipped_store_suite(installed):
 
 def test_a_runner_from_a_wheel_passes_the_shipped_runner_suite(installed):
     done = run_checks(installed, "runner")
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_a_search_from_a_wheel_passes_the_shipped_search_suite(installed):
+    done = run_checks(installed, "search")
     assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
