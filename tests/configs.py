@@ -33,6 +33,20 @@ def searchpath_overrides() -> list[str]:
     return [f"hydra.searchpath=[{','.join(f'file://{d}' for d in extra)}]"] if extra else []
 
 
+def compose_job(output_dir, *overrides: str):
+    """The job config as run.py composes it (output_dir, the extra config directories, then `overrides`),
+    its Hydra node kept and set as the Hydra context, so `${hydra:...}` resolves as in a real run; the
+    caller clears it (HydraConfig.instance().cfg = None) when done."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"output_dir={output_dir}", *searchpath_overrides(), *overrides],
+                      return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
 def load_option(path):
     """A group option's YAML as the component's node: its `defaults` list (a search selecting the
     sampler and cost model it needs, e.g. search=gbfs) is Hydra's, not a hyperparameter."""
@@ -41,6 +55,15 @@ def load_option(path):
     node = OmegaConf.load(path)
     node.pop("defaults", None)
     return node
+
+
+def instantiate_option(path, seed: int = 0):
+    """A group option's YAML, as its file holds it, instantiated under a root whose `seed` its `${seed}`
+    interpolations take (the contract suites' one component of a kind)."""
+    import hydra.utils
+    from omegaconf import OmegaConf
+
+    return hydra.utils.instantiate(OmegaConf.create({"seed": seed, "node": OmegaConf.load(path)}).node)
 
 
 def as_job(cfg, monkeypatch):

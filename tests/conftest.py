@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 # `make test` runs two workers on two cores: a second OpenMP thread in each (torch, XGBoost, BLAS) has no
 # core of its own and spins, which cost the value-function tests up to 20x their CPU time. Set before any
@@ -50,18 +48,14 @@ def experiment_script():
 @pytest.fixture
 def compose_cfg(tmp_path, monkeypatch):
     """compose(overrides) -> the job config, with `${hydra:...}` resolvable as in a real run."""
-    from configs import searchpath_overrides
+    from configs import compose_job
     from tuning.config import register
 
     monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))  # tracking.uri: never the repo's
     register()
 
     def _compose(*overrides: str):
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[f"output_dir={tmp_path / 'run'}", *searchpath_overrides(), *overrides],
-                          return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        return cfg
+        return compose_job(tmp_path / "run", *overrides)
 
     yield _compose
     HydraConfig.instance().cfg = None

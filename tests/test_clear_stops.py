@@ -169,7 +169,7 @@ def test_the_status_is_marked_in_place_when_no_new_file_fits(tmp_path, monkeypat
 
 
 def test_a_real_disk_full_mid_run_stops_in_one_line(tmp_path):
-    from test_faults import wait_for_records
+    from helpers import wait_for_records
 
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -179,7 +179,7 @@ def test_a_real_disk_full_mid_run_stops_in_one_line(tmp_path):
         proc = subprocess.Popen([sys.executable, "run.py", *SMALL, "hardware.delay_s=0.005", "budget.trials=100000",
                                  f"hydra.run.dir={folder}"], cwd=REPO, text=True, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, env={**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "out")})
-        wait_for_records(proc, folder / "records.jsonl", 32)
+        wait_for_records(folder / "records.jsonl", 32, proc)
         fill_up(disk)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 1, err

@@ -2,25 +2,19 @@
 from __future__ import annotations
 
 
-import hydra.utils
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 from scipy.stats import spearmanr
 
 from tuning.core.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.task import gemm_task
 
-from configs import group_yamls
+from configs import group_yamls, instantiate_option
 
 COST_MODEL_YAMLS = group_yamls("cost_model")
 HARDWARE = SyntheticHardware()
 TASK = gemm_task("g", 256, 256, 256)
-
-
-def instantiate(path, seed=0):
-    return hydra.utils.instantiate(OmegaConf.create({"seed": seed, "node": OmegaConf.load(path)}).node)
 
 
 def measured(count, seed):
@@ -35,7 +29,7 @@ def measured(count, seed):
 @pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
 def test_fit_predict_shapes(path):
     X, y = measured(50, seed=0)
-    model = instantiate(path)
+    model = instantiate_option(path)
     assert isinstance(model.can_rank, bool)
     assert model.fit(X, y) is model
     X_new, _ = measured(17, seed=1)
@@ -47,7 +41,7 @@ def test_fit_predict_shapes(path):
 @pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
 def test_tiny_and_degenerate_fits(path):
     X, y = measured(5, seed=0)
-    model = instantiate(path)
+    model = instantiate_option(path)
     assert np.shape(model.predict(X)) == (5,)  # before any fit
     for count in (0, 1):
         model.fit(X[:count], y[:count])
@@ -60,14 +54,14 @@ def test_tiny_and_degenerate_fits(path):
 def test_same_seed_same_predictions(path):
     X, y = measured(100, seed=0)
     X_new, _ = measured(50, seed=1)
-    first = instantiate(path, seed=3).fit(X, y).predict(X_new)
-    second = instantiate(path, seed=3).fit(X, y).predict(X_new)
+    first = instantiate_option(path, seed=3).fit(X, y).predict(X_new)
+    second = instantiate_option(path, seed=3).fit(X, y).predict(X_new)
     assert np.array_equal(first, second)
 
 
 @pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
 def test_ranks_held_out_configs(path):
-    model = instantiate(path)
+    model = instantiate_option(path)
     if not model.can_rank:
         pytest.skip("declares can_rank = False")
     X, y = measured(200, seed=0)
@@ -82,7 +76,7 @@ def test_ranks_held_out_configs(path):
 
 @pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
 def test_predictive_distribution_where_declared(path):
-    model = instantiate(path)
+    model = instantiate_option(path)
     X, y = measured(100, seed=0)
     if not model.has_uncertainty:
         with pytest.raises(NotImplementedError):
@@ -104,7 +98,7 @@ def test_reads_per_store_rows(path):
 
     X, y = measured(200, seed=0)
     X_test, y_test = measured(500, seed=1)
-    model = instantiate(path).fit(rows(X), y)
+    model = instantiate_option(path).fit(rows(X), y)
     scores = model.predict(rows(X_test))
     assert np.shape(scores) == (500,) and np.all(np.isfinite(scores))
     if model.can_rank:

@@ -2,22 +2,16 @@
 from __future__ import annotations
 
 
-import hydra.utils
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.task import gemm_task
 
-from configs import group_yamls
+from configs import group_yamls, instantiate_option
 
 EVALUATOR_YAMLS = group_yamls("evaluator")
 TASK = gemm_task("g", 128, 128, 128)
-
-
-def instantiate(path):
-    return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": OmegaConf.load(path)}).node)
 
 
 def configs(hardware, count=12, seed=0):
@@ -29,7 +23,7 @@ def configs(hardware, count=12, seed=0):
 @pytest.mark.parametrize("noise", [0.0, 0.3])
 @pytest.mark.parametrize("path", EVALUATOR_YAMLS, ids=lambda p: p.stem)
 def test_one_result_per_config_in_order_each_handed_out(path, noise):
-    hardware, evaluator = SyntheticHardware(noise=noise), instantiate(path)
+    hardware, evaluator = SyntheticHardware(noise=noise), instantiate_option(path)
     batch = configs(hardware)
     seen = []
     results = evaluator.measure(hardware, TASK, batch, on_result=lambda i, r: seen.append((i, r)))
@@ -44,7 +38,7 @@ def test_one_result_per_config_in_order_each_handed_out(path, noise):
 
 @pytest.mark.parametrize("path", EVALUATOR_YAMLS, ids=lambda p: p.stem)
 def test_remeasure_gives_at_least_as_many_costs(path):
-    hardware, evaluator = SyntheticHardware(noise=0.3), instantiate(path)
+    hardware, evaluator = SyntheticHardware(noise=0.3), instantiate_option(path)
     batch = [c for c, r in zip(configs(hardware), evaluator.measure(hardware, TASK, configs(hardware))) if r.ok][:3]
     first = evaluator.measure(hardware, TASK, batch)
     again = evaluator.remeasure(hardware, TASK, batch)
@@ -57,5 +51,5 @@ def test_remeasure_gives_at_least_as_many_costs(path):
 def test_same_config_same_costs(path):
     hardware = SyntheticHardware(noise=0.3)
     batch = configs(hardware)
-    first = [r.costs for r in instantiate(path).measure(hardware, TASK, batch)]
-    assert first == [r.costs for r in instantiate(path).measure(hardware, TASK, batch)]
+    first = [r.costs for r in instantiate_option(path).measure(hardware, TASK, batch)]
+    assert first == [r.costs for r in instantiate_option(path).measure(hardware, TASK, batch)]

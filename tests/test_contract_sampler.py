@@ -2,22 +2,16 @@
 from __future__ import annotations
 
 
-import hydra.utils
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from tuning.hardware.synthetic import synthetic_space
 from tuning.core.space import Space
 from tuning.core.task import conv2d_task, gemm_task
 
-from configs import group_yamls
+from configs import group_yamls, instantiate_option
 
 SAMPLER_YAMLS = group_yamls("sampler")
-
-
-def instantiate(path):
-    return hydra.utils.instantiate(OmegaConf.create({"seed": 0, "node": OmegaConf.load(path)}).node)
 
 
 def repairing_space(workload):
@@ -64,7 +58,7 @@ def test_distinct_canonical_unvisited_at_most_b(path, space_name):
     space = SPACES[space_name]()
     candidates, visited = setting(space)
     for b in (1, 8, 32, 200):
-        selected = instantiate(path).select(candidates, space, visited, b, np.random.default_rng(0))
+        selected = instantiate_option(path).select(candidates, space, visited, b, np.random.default_rng(0))
         check(selected, space, visited, b)
 
 
@@ -76,7 +70,7 @@ def test_exactly_b_when_candidates_allow(path, space_name):
     new = {space.canonical(c) for c in candidates} - visited
     b = 32
     assert len(new) >= b
-    sampler = instantiate(path)
+    sampler = instantiate_option(path)
     selected = sampler.select(candidates, space, visited, b, np.random.default_rng(0))
     check(selected, space, visited, b)
     if sampler.adaptive:
@@ -89,7 +83,7 @@ def test_exactly_b_when_candidates_allow(path, space_name):
 def test_same_seed_same_selection(path):
     space = SPACES["repairing"]()
     candidates, visited = setting(space)
-    first, second = (instantiate(path).select(candidates, space, visited, 32, np.random.default_rng(3))
+    first, second = (instantiate_option(path).select(candidates, space, visited, 32, np.random.default_rng(3))
                      for _ in range(2))
     assert first == second
 
@@ -100,13 +94,13 @@ def test_never_returns_visited_even_if_all_candidates_are(path, space_name):
     space = SPACES[space_name]()
     candidates, _ = setting(space)
     visited = {space.canonical(c) for c in candidates}
-    selected = instantiate(path).select(candidates, space, visited, 16, np.random.default_rng(0))
+    selected = instantiate_option(path).select(candidates, space, visited, 16, np.random.default_rng(0))
     check(selected, space, visited, 16)
 
 
 @pytest.mark.parametrize("path", SAMPLER_YAMLS, ids=lambda p: p.stem)
 def test_empty_candidates_and_zero_b(path):
     space = SPACES["gemm64"]()
-    sampler = instantiate(path)
+    sampler = instantiate_option(path)
     assert sampler.select([], space, set(), 0, np.random.default_rng(0)) == []
     check(sampler.select([], space, set(), 4, np.random.default_rng(0)), space, set(), 4)

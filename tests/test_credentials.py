@@ -5,7 +5,6 @@ send a password in clear; a refused run leaves no folder, and no password reache
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -19,6 +18,8 @@ from tuning.config import ConfigError
 
 from tuning.engine.validate import validate
 from tuning.config.untrusted import override_problems, unnamed_servers, user_named_servers, without_secrets
+
+from helpers import run_py_completed, tune_run
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-pw"
@@ -218,20 +219,12 @@ def test_a_server_the_user_names_is_the_same_location_without_its_password(monke
     assert unnamed_servers(elsewhere, user_named_servers()) != []  # a parameter sends it elsewhere
 
 
-def finished_run(tmp_path: Path, monkeypatch) -> Path:
-    import tunelab
-
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
-    tunelab.tune([*QUICK, f"output_dir={tmp_path / 'run'}"])
-    return tmp_path / "run"
-
-
 def test_resume_sends_no_password_to_a_server_a_shared_folder_names(trap, tmp_path, monkeypatch, compose_cfg):
     from configs import as_job
 
     from tuning.engine import run
 
-    run_dir = finished_run(tmp_path, monkeypatch)
+    run_dir = tune_run(tmp_path, monkeypatch, *QUICK)
     saved = run_dir / "config.yaml"
     saved.write_text(saved.read_text().replace("store: null", f"store: {trap.url()}", 1))
     cfg = compose_cfg(f"resume={run_dir}", "budget.trials=16")
@@ -243,7 +236,7 @@ def test_resume_sends_no_password_to_a_server_a_shared_folder_names(trap, tmp_pa
 def test_resume_refusal_names_the_file_the_key_and_how_to_name_it(trap, tmp_path, monkeypatch, capsys):
     from tuning.engine.resume import resolve_resume
 
-    run_dir = finished_run(tmp_path, monkeypatch)
+    run_dir = tune_run(tmp_path, monkeypatch, *QUICK)
     saved = run_dir / "config.yaml"
     saved.write_text(saved.read_text().replace("store: null", f"store: {trap.url()}", 1))
     from omegaconf import OmegaConf
@@ -261,19 +254,13 @@ def test_resume_refusal_names_the_file_the_key_and_how_to_name_it(trap, tmp_path
 
 
 # ---- nothing secret on disk -------------------------------------------------------------------------
-def run_py(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
-    return subprocess.run([sys.executable, str(REPO / "run.py"), *QUICK, *overrides], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
 def files_holding(folder: Path, text: str) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
 
 
 def test_a_refused_run_leaves_no_folder_and_no_password(tmp_path):
-    done = run_py(tmp_path, f"hardware.store='postgresql://lab:{SECRET}@127.0.0.1:1/x?connect_timeout=2'",
-                  f"hydra.run.dir={tmp_path / 'job'}")
+    done = run_py_completed(*QUICK, f"hardware.store='postgresql://lab:{SECRET}@127.0.0.1:1/x?connect_timeout=2'",
+                            f"hydra.run.dir={tmp_path / 'job'}", tmp=tmp_path, cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and SECRET not in done.stderr + done.stdout
     assert not (tmp_path / "job").exists()
@@ -282,7 +269,8 @@ def test_a_refused_run_leaves_no_folder_and_no_password(tmp_path):
 
 def test_a_run_writes_no_password_and_keeps_its_copies_private(tmp_path):
     optuna = f"postgresql+psycopg://lab:{SECRET}@db.example/studies"  # validated, never connected in a single run
-    done = run_py(tmp_path, f"storage.optuna_uri={optuna}", f"hydra.run.dir={tmp_path / 'job'}")
+    done = run_py_completed(*QUICK, f"storage.optuna_uri={optuna}", f"hydra.run.dir={tmp_path / 'job'}", tmp=tmp_path,
+                            cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     job = tmp_path / "job"
     assert files_holding(tmp_path, SECRET) == []

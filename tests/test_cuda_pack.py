@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_loop import tune_job
+from helpers import tune_run
 
 pytestmark = pytest.mark.tvm
 
@@ -39,11 +39,6 @@ def run_pack(folder: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess
     (poison / "sitecustomize.py").write_text("import sys\nsys.modules['tvm'] = None\n")
     return subprocess.run([sys.executable, str(folder / "run_pack.py"), *args], capture_output=True, text=True,
                           timeout=600, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(poison)})
-
-
-def tune(tmp: Path, monkeypatch, *overrides: str) -> None:
-    """A tuning run in this process (tunelab.tune), into tmp/run."""
-    tune_job(tmp, monkeypatch, *overrides, "tracking=none", f"output_dir={tmp / 'run'}")
 
 
 def readings(folder: Path) -> list[dict]:
@@ -130,8 +125,8 @@ def test_readings_import_into_a_store_and_a_run_replays_them(stand_in, tmp_path,
     assert "8 rows added, 2 unreadable lines skipped" in said
     dataset("import", "--store", str(store), str(folder))
     assert "0 rows added" in capsys.readouterr().out  # what the store holds is not added twice
-    tune(tmp_path, monkeypatch, "hardware=replay", f"hardware.store={store}", "hardware.on_miss=error",
-         "model=gemm_64", "model.space=store", "search=random", "budget.trials=8")
+    tune_run(tmp_path, monkeypatch, "hardware=replay", f"hardware.store={store}", "hardware.on_miss=error",
+             "model=gemm_64", "model.space=store", "search=random", "budget.trials=8", "tracking=none")
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all(r["result"]["reused"] and not r["result"]["error"] for r in records)
 
@@ -197,9 +192,9 @@ def test_gpu_readings_replay_on_a_host_without_the_gpu(cuda_pack, tmp_path, caps
     assert f"{size} readings on {GPU_NAME}, {rows} rows added" in capsys.readouterr().out
     dataset("stats", "--store", str(store))
     assert f"cuda GPU '{GPU_NAME}'" in capsys.readouterr().out  # what a replay must name
-    tune(tmp_path, monkeypatch, "hardware=replay", "hardware@hardware.backend=cuda", "hardware.backend.arch=sm_90",
-         f"hardware.backend.gpu='{GPU_NAME}'", f"hardware.store={store}", "hardware.on_miss=error",
-         "model=gemm_1024", "model.space=store", "search=random", f"budget.trials={rows}")
+    tune_run(tmp_path, monkeypatch, "hardware=replay", "hardware@hardware.backend=cuda", "hardware.backend.arch=sm_90",
+             f"hardware.backend.gpu='{GPU_NAME}'", f"hardware.store={store}", "hardware.on_miss=error",
+             "model=gemm_1024", "model.space=store", "search=random", f"budget.trials={rows}", "tracking=none")
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     assert len(records) == rows and all(r["result"]["reused"] for r in records)  # every stored row, once
     ok = [r for r in records if not r["result"]["error"]]

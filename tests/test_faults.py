@@ -22,7 +22,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from test_loop import check_resumed, complete_lines
+from helpers import wait_for_records
+from test_loop import check_resumed
 
 REPO = Path(__file__).resolve().parents[1]
 GEMM_64_FLOPS = 2.0 * 64 ** 3
@@ -58,14 +59,6 @@ def module(tmp: Path, name: str, *args: str, code: int = 0) -> tuple[str, str]:
                           timeout=300)
     assert proc.returncode == code, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout, proc.stderr
-
-
-def wait_for_records(proc: subprocess.Popen, records: Path, lines: int, timeout: float = 90) -> None:
-    stop = time.monotonic() + timeout
-    while complete_lines(records) < lines:
-        assert proc.poll() is None, f"run ended before {lines} records:\n{proc.communicate()[1][-3000:]}"
-        assert time.monotonic() < stop, "run made no progress"
-        time.sleep(0.005)
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -109,6 +102,7 @@ def assert_round_metrics_complete(run_dir: Path, uri: str) -> None:
 
 
 def finished_run(tmp: Path, *args: str, trials: int = 48) -> Path:
+    """A finished random-search run made by `run` (run.py in a fresh process, this module's MLflow store)."""
     run_dir = tmp / "run"
     run(tmp, "search=random", "cost_model=none", f"budget.trials={trials}", f"hydra.run.dir={run_dir}", *args,
         delay=0.0)
@@ -162,7 +156,7 @@ def test_two_resumes_at_once_one_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     run(tmp_path, "search=random", "cost_model=none", "budget.trials=48", f"hydra.run.dir={run_dir}", delay=0.05)
     first = start(tmp_path, f"resume={run_dir}", "budget.trials=400", f"hydra.run.dir={tmp_path / 'r1'}")
-    wait_for_records(first, run_dir / "records.jsonl", 60)
+    wait_for_records(run_dir / "records.jsonl", 60, first)
     _, err = run(tmp_path, f"resume={run_dir}", "budget.trials=400", f"hydra.run.dir={tmp_path / 'r2'}", code=2)
     assert "being written by another tunelab process" in err
     done(first)
@@ -254,7 +248,7 @@ def interrupt_and_resume(tmp: Path, sig: int, at: int, trials: int = 256) -> Non
     """Signal the run after `at` records; then what survives is checked and the run resumed to `trials`."""
     run_dir, uri = tmp / "run", f"sqlite:///{tmp / 'mlflow.db'}"
     proc = start(tmp, *SA, f"budget.trials={trials}", f"hydra.run.dir={run_dir}")
-    wait_for_records(proc, run_dir / "records.jsonl", at)
+    wait_for_records(run_dir / "records.jsonl", at, proc)
     proc.send_signal(sig)
     proc.communicate(timeout=120)
     intact = (run_dir / "records.jsonl").read_bytes()
@@ -306,7 +300,7 @@ def store_outage_then_sync(tmp: Path, lock_s: float, trials: int) -> None:
     run_dir, db = tmp / "run", tmp / "mlflow.db"
     uri = f"sqlite:///{db}"
     proc = start(tmp, *SA, f"budget.trials={trials}", f"hydra.run.dir={run_dir}", delay=0.02)
-    wait_for_records(proc, run_dir / "records.jsonl", 20)
+    wait_for_records(run_dir / "records.jsonl", 20, proc)
     locked = threading.Event()
     holder = hold_sqlite_lock(db, lock_s, locked)
     locked.wait(30)
@@ -366,7 +360,7 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(tmp_path, *SA, "budget.trials=256", f"hydra.run.dir={run_dir}", uri=uri, delay=0.02)
     try:
-        wait_for_records(proc, run_dir / "records.jsonl", 70)
+        wait_for_records(run_dir / "records.jsonl", 70, proc)
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()

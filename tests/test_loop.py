@@ -7,17 +7,15 @@ directly, or run a whole job with `tunelab.tune`; the fresh-process and kill + r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from configs import load_option
+from helpers import complete_lines, components, run_py, tune_job, wait_for_records
+from helpers import component  # noqa: F401 - test_claims.py imports it from here
 
 from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.core.records import RecordLog
@@ -28,31 +26,15 @@ CONF = REPO / "conf"
 COMPARED = ("config", "costs", "error", "round", "index")
 
 
-# ---- helpers -----------------------------------------------------------------------------
-def component(group: str, name: str, seed: int = 0, **overrides):
-    """Instantiate conf/<group>/<name>.yaml (with `${seed}` resolved) plus overrides."""
-    node = OmegaConf.merge(load_option(CONF / group / f"{name}.yaml"), overrides)
-    return instantiate(OmegaConf.create({"seed": seed, "x": node}).x)
-
-
+# ---- helpers (tests/helpers.py holds those several modules share) -----------------------------
 def model_task(name: str):
     return build_tasks(OmegaConf.load(CONF / "model" / f"{name}.yaml"))[0]
 
 
-def components(search="sa", sampler="greedy", cost_model="xgb", seed=0, search_overrides=None,
-               hardware_overrides=None) -> Components:
-    return Components(
-        search=component("search", search, seed, **(search_overrides or {})),
-        sampler=component("sampler", sampler, seed),
-        evaluator=component("evaluator", "fixed", seed),
-        cost_model=component("cost_model", cost_model, seed),
-        hardware=component("hardware", "synthetic", seed, **(hardware_overrides or {})),
-        tracker=component("tracking", "none", seed),
-    )
-
-
 def tune(out_dir: Path, task, trials: int, seed: int = 0, parts: Components | None = None,
          deadline=None, early_stop=None, **kwargs):
+    """tune_task of `task` on `parts` (default: helpers.components(**kwargs)) at the search's own plan size:
+    its outcome. test_store.tune is the same loop on a given hardware at plan size 16."""
     parts = parts or components(seed=seed, **kwargs)
     run = RunInfo(seed=seed, out_dir=out_dir, method="test", trials=trials,
                   plan_size=parts.search.default_plan_size, deadline=deadline, early_stop=early_stop)
@@ -73,37 +55,15 @@ def file_keys(path: Path) -> list[tuple]:
     return [key(json.loads(line)) for line in path.read_text().splitlines()]
 
 
-def run_py(*args: str, tmp: Path) -> subprocess.Popen:
-    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp / "outputs")}  # never the repo's outputs/
-    return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def tune_job(tmp: Path, monkeypatch, *overrides: str):
-    """run.py's job in this process (tunelab.tune): its Outcome."""
-    import tunelab
-
-    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp / "outputs"))  # never the repo's outputs/
-    return tunelab.tune(list(overrides))
-
-
 def finish(proc: subprocess.Popen, timeout=120) -> str:
     output, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, output[-3000:]
     return output
 
 
-def complete_lines(path: Path) -> int:
-    return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
 def kill_after(proc: subprocess.Popen, records: Path, lines: int, timeout=60.0) -> None:
     """SIGKILL the run once `records` holds at least `lines` complete lines."""
-    stop = time.monotonic() + timeout
-    while complete_lines(records) < lines:
-        assert proc.poll() is None, f"run ended before it was killed:\n{proc.communicate()[0][-3000:]}"
-        assert time.monotonic() < stop, "run made no progress"
-        time.sleep(0.002)
+    wait_for_records(records, lines, proc, timeout, poll_s=0.002)
     proc.kill()
     proc.communicate(timeout=30)
 

@@ -19,16 +19,12 @@ from pathlib import Path
 import pytest
 
 from test_extending import REPO, toy_env
-from test_loop import check_resumed, complete_lines
+from helpers import complete_lines, run_py
+from test_loop import check_resumed
 
 TRIALS = 160
 REFUSED = ("search._target_: 'toy_search.ToySearch' is not a class tunelab registers",
            "declare its config directory in TUNELAB_CONF_DIRS")
-
-
-def run_py(env: dict, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def finish(proc: subprocess.Popen, code: int = 0) -> str:
@@ -61,12 +57,13 @@ def resumed_run(toy) -> Path:
     """A toy-search run stopped by SIGTERM once rounds were saved, then resumed to its budget."""
     env, tmp = toy
     run_dir, records = tmp / "run", tmp / "run" / "records.jsonl"
-    proc = run_py(env, "search=toy", "cost_model=none", "hardware=synthetic", "hardware.delay_s=0.005",
-                  "model=gemm_64", f"budget.trials={TRIALS}", "tracking=none", f"hydra.run.dir={run_dir}")
+    proc = run_py("search=toy", "cost_model=none", "hardware=synthetic", "hardware.delay_s=0.005",
+                  "model=gemm_64", f"budget.trials={TRIALS}", "tracking=none", f"hydra.run.dir={run_dir}",
+                  env=env, stderr=subprocess.PIPE)
     terminate_after(proc, records, 24)  # in round 1, round 0's state saved
     intact = records.read_bytes()[: records.read_bytes().rfind(b"\n") + 1]
     assert (run_dir / "status").read_text().strip() == "KILLED"
-    finish(run_py(env, f"resume={run_dir}"))
+    finish(run_py(f"resume={run_dir}", env=env, stderr=subprocess.PIPE))
     rows = check_resumed(records, intact, TRIALS)
     assert {r["method"] for r in rows} == {"toy+greedy"}
     return run_dir
@@ -93,8 +90,8 @@ def test_declared_its_folder_is_taken_by_the_folder_commands(toy, resumed_run, m
 def test_undeclared_its_folder_is_refused_by_resume_and_nothing_runs(toy, resumed_run):
     env, tmp = toy
     before = {p.name: p.read_bytes() for p in resumed_run.iterdir() if p.is_file() and p.name != ".tunelab.lock"}
-    err = finish(run_py(undeclared(env), f"resume={resumed_run}", f"budget.trials={TRIALS + 32}",
-                        f"hydra.run.dir={tmp / 'refused'}"), 2)
+    err = finish(run_py(f"resume={resumed_run}", f"budget.trials={TRIALS + 32}",
+                        f"hydra.run.dir={tmp / 'refused'}", env=undeclared(env), stderr=subprocess.PIPE), 2)
     assert all(part in err for part in REFUSED), err
     assert "Traceback" not in err and not (tmp / "refused").exists()
     after = {p.name: p.read_bytes() for p in resumed_run.iterdir() if p.is_file() and p.name != ".tunelab.lock"}
@@ -146,8 +143,9 @@ def test_a_declared_directory_is_on_hydras_search_path(toy, monkeypatch):
 def test_a_cpu_run_with_an_out_of_tree_search_is_applied_and_synced(toy):
     env, tmp = toy
     run_dir = tmp / "cpu_run"
-    finish(run_py(env, "search=toy", "search.default_plan_size=8", "cost_model=none", "hardware=cpu",
-                  "model=gemm_64", "budget.trials=8", "tracking.experiment=out_of_tree", f"hydra.run.dir={run_dir}"))
+    finish(run_py("search=toy", "search.default_plan_size=8", "cost_model=none", "hardware=cpu",
+                  "model=gemm_64", "budget.trials=8", "tracking.experiment=out_of_tree", f"hydra.run.dir={run_dir}",
+                  env=env, stderr=subprocess.PIPE))
     for command, expected in (("apply", "compiled; output matches the reference"), ("sync", "8 records, status FINISHED")):
         proc = subprocess.run([sys.executable, "-m", f"tuning.tools.{command}", str(run_dir)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=300)

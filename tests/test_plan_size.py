@@ -3,16 +3,14 @@ there), a number overrides it, and the old search.plan_size key is rejected nami
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from test_loop import tune_job
+from helpers import run_py_completed, tune_run
 from value_models import shared_value_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,17 +29,17 @@ def quick(search: str) -> tuple:
     return QUICK[search]
 
 
+SHORT = ("hardware=synthetic", "tracking=none", "model=gemm_64")
+
+
 def run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
-    return subprocess.run([sys.executable, "run.py", "hardware=synthetic", "tracking=none", "model=gemm_64",
-                           f"hydra.run.dir={tmp_path / 'run'}", *overrides],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    """A short run.py run into tmp_path/run, in a fresh process."""
+    return run_py_completed(*SHORT, f"hydra.run.dir={tmp_path / 'run'}", *overrides, tmp=tmp_path)
 
 
 def tune(tmp_path: Path, monkeypatch, *overrides: str) -> Path:
     """The same short run in this process (tunelab.tune): its folder."""
-    return tune_job(tmp_path, monkeypatch, "hardware=synthetic", "tracking=none", "model=gemm_64",
-                    f"output_dir={tmp_path / 'run'}", *overrides).folder
+    return tune_run(tmp_path, monkeypatch, *SHORT, *overrides)
 
 
 def round_sizes(run_dir: Path) -> list[int]:

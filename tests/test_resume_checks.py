@@ -18,7 +18,6 @@ import yaml
 from configs import as_job
 from tuning.engine import run as tunelab_run
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 NEW = ("hardware=synthetic", "model=gemm_64", "tracking=none", "search=random", "cost_model=none",
        "budget.plan_size=8")
@@ -31,9 +30,9 @@ def job(compose_cfg, monkeypatch, *overrides: str):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    """A finished run: 32 records of gemm_64 in rounds 0-3, its state saved after round 3."""
-    from configs import searchpath_overrides
-    from hydra import compose, initialize_config_dir
+    """A finished run: 32 records of gemm_64 in rounds 0-3, its state saved after round 3 (made as the
+    compose_cfg fixture's jobs are, for the whole module)."""
+    from configs import compose_job
     from hydra.core.hydra_config import HydraConfig
 
     from tuning.config import register
@@ -42,15 +41,8 @@ def finished_run(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp / "outputs"))
         register()
-
-        def compose_cfg(*overrides):
-            with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-                cfg = compose("config", overrides=[f"output_dir={tmp / 'run'}", *searchpath_overrides(), *overrides],
-                              return_hydra_config=True)
-            HydraConfig.instance().set_config(cfg)
-            return cfg
-
-        tunelab_run.main(job(compose_cfg, monkeypatch, *NEW, "budget.trials=32"))
+        tunelab_run.main(job(lambda *overrides: compose_job(tmp / "run", *overrides), monkeypatch, *NEW,
+                             "budget.trials=32"))
         HydraConfig.instance().cfg = None
     return tmp / "run"
 

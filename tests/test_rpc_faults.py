@@ -23,6 +23,8 @@ import pytest
 
 from tuning.hardware.rpc_hosts import Cluster
 
+from helpers import wait_for_records
+
 pytestmark = [pytest.mark.slow, pytest.mark.tvm]
 REPO = Path(__file__).resolve().parents[1]
 KEY = "board"
@@ -68,12 +70,10 @@ def resume(run_dir: Path) -> list[dict]:
     return records(run_dir)
 
 
-def wait_for_records(run_dir: Path, count: int, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(records(run_dir)) < count:
-        assert proc.poll() is None, output(run_dir)[-3000:]
-        assert time.monotonic() < deadline, f"fewer than {count} records after {timeout_s} s"
-        time.sleep(0.1)
+def wait_for_run(run_dir: Path, count: int, proc: subprocess.Popen) -> None:
+    """wait_for_records with the patience RPC rounds need (300 s), the run's log in the message if it ends first."""
+    wait_for_records(run_dir / "records.jsonl", count, proc, timeout=300, poll_s=0.1,
+                     output=lambda: output(run_dir)[-3000:])
 
 
 def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_path, runs):
@@ -85,7 +85,7 @@ def test_a_killed_server_and_a_cut_link_cost_only_the_candidates_in_flight(tmp_p
         proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8",
                          "hardware.runner.devices=2", "evaluator.timeout_s=4", "hardware.runner.upload_timeout_s=2",
                          "hardware.runner.wait_for_devices_s=120", runs=runs)  # silent for 6 s: lost, then back
-        wait_for_records(run_dir, 10, proc)
+        wait_for_run(run_dir, 10, proc)
         cluster.kill(0)
         cluster.cut(1)
         cut_at = time.time()
@@ -115,7 +115,7 @@ def test_killing_the_host_mid_run_then_resume_measures_the_rest_on_the_servers(t
         run_dir = tmp_path / "run"
         proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2",
                          runs=runs)
-        wait_for_records(run_dir, 10, proc)
+        wait_for_run(run_dir, 10, proc)
         os.killpg(proc.pid, signal.SIGKILL)  # the host process and its workers, as a power cut would
         proc.wait(timeout=30)
         before = records(run_dir)
@@ -134,7 +134,7 @@ def test_a_tracker_restart_mid_run_is_survived_and_restarted_servers_rejoin(tmp_
         run_dir = tmp_path / "run"
         proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8", "hardware.runner.devices=2",
                          runs=runs)
-        wait_for_records(run_dir, 4, proc)
+        wait_for_run(run_dir, 4, proc)
         cluster.stop_tracker()
         cluster.kill(0)
         cluster.kill(1)  # no device left, and no tracker to ask for one: the run waits and asks again
@@ -157,7 +157,7 @@ def test_with_every_device_gone_the_run_stops_saying_how_to_resume_and_resume_fi
         run_dir = tmp_path / "run"
         proc = start_run(run_dir, cluster, f"budget.trials={budget}", "budget.plan_size=8",
                          "hardware.runner.wait_for_devices_s=3", runs=runs)
-        wait_for_records(run_dir, 4, proc)
+        wait_for_run(run_dir, 4, proc)
         cluster.kill(0)
         assert proc.wait(timeout=120) == 1
         said = output(run_dir)

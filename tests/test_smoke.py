@@ -2,16 +2,13 @@
 that only sets the stage for the command under test goes through tunelab.tune, in this process)."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from test_loop import tune_job
+from helpers import run_py_completed, tune_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,11 +19,10 @@ SUMMARY = re.compile(r"\[(?P<task>\w+)\] best [\d.]+ us (?:\([^)]*\))?\s*(?P<gfl
                      r"measurements (?P<n>\d+)\s+invalid (?P<invalid>\d+)")
 
 
-def run_py(store: Path, experiment: str, *args: str) -> str:
-    env = {**os.environ, "TUNELAB_OUTPUTS": str(store / "outputs")}  # nothing lands in the repo's outputs/
-    proc = subprocess.run([sys.executable, "run.py", *args, "hardware=synthetic", f"tracking.uri={uri(store)}",
-                           f"tracking.experiment={experiment}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+def smoke_run(store: Path, experiment: str, *args: str) -> str:
+    """run.py on the synthetic hardware into the module's MLflow store, to a clean exit: its stdout."""
+    proc = run_py_completed(*args, "hardware=synthetic", f"tracking.uri={uri(store)}",
+                            f"tracking.experiment={experiment}", tmp=store, timeout=180)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return proc.stdout
 
@@ -50,8 +46,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_run(store, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("single")
-    output = run_py(store, "single", "model=gemm_64", "budget.trials=100", "search.n_iter=100",
-                    f"hydra.run.dir={tmp / 'run'}")
+    output = smoke_run(store, "single", "model=gemm_64", "budget.trials=100", "search.n_iter=100",
+                       f"hydra.run.dir={tmp / 'run'}")
     return tmp, store, output
 
 
@@ -106,8 +102,8 @@ def test_single_run_mlflow_contents(single_run):
 
 
 def test_multirun_grid_one_parent_two_children(store, tmp_path):
-    output = run_py(store, "multi", "-m", "search=random,sa", "model=gemm_64", "budget.trials=32",
-                    f"hydra.sweep.dir={tmp_path / 'multi'}")
+    output = smoke_run(store, "multi", "-m", "search=random,sa", "model=gemm_64", "budget.trials=32",
+                       f"hydra.sweep.dir={tmp_path / 'multi'}")
     assert len(SUMMARY.findall(output)) == 2
     client, runs = all_runs(store, "multi")
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -130,7 +126,7 @@ def test_resume_continues_the_same_mlflow_run(store, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     tune_job(store, monkeypatch, "model=gemm_64", "search=random", "budget.trials=64", f"output_dir={run_dir}",
              "hardware=synthetic", f"tracking.uri={uri(store)}", "tracking.experiment=resume")
-    output = run_py(store, "resume", f"resume={run_dir}", "budget.trials=96", f"hydra.run.dir={tmp_path / 'resumed'}")
+    output = smoke_run(store, "resume", f"resume={run_dir}", "budget.trials=96", f"hydra.run.dir={tmp_path / 'resumed'}")
     assert SUMMARY.search(output)["n"] == "96"
     client, runs = all_runs(store, "resume")
     assert len(runs) == 1, "a resume must reopen the run, not start another"
@@ -147,9 +143,9 @@ def test_adatune_ablation_sweeps_its_four_rows_and_the_table_prints(store, tmp_p
                                                                     monkeypatch):
     """+experiment=adatune_ablation_reduced on one model and seed: one run per row of AdaTune §5.3,
     read back by experiments/adatune_table.py from the same store."""
-    output = run_py(store, "adatune", "-m", "+experiment=adatune_ablation_reduced", "model=gemm_64", "seed=0",
-                    "budget.trials=40", "search.n_iter=40", "hardware.noise=0.2",
-                    f"hydra.sweep.dir={tmp_path / 'multi'}")
+    output = smoke_run(store, "adatune", "-m", "+experiment=adatune_ablation_reduced", "model=gemm_64", "seed=0",
+                       "budget.trials=40", "search.n_iter=40", "hardware.noise=0.2",
+                       f"hydra.sweep.dir={tmp_path / 'multi'}")
     assert len(SUMMARY.findall(output)) == 4
     client, runs = all_runs(store, "adatune")
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]

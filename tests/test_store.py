@@ -19,7 +19,7 @@ import pytest
 
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.engine.loop import Components, RunInfo, tune_task
+from tuning.engine.loop import RunInfo, tune_task
 from tuning.core.measure import CVStop, MeasureSpec
 from tuning.core.records import MeasureResult
 from tuning.store import MeasurementStore, StoreError, TaskRows, connect_store, fingerprint
@@ -27,7 +27,8 @@ from tuning.core.task import gemm_task
 
 from configs import options
 from value_models import shared_value_model
-from test_loop import component, finish, run_py, tune_job
+from helpers import components, run_py, tune_job
+from test_loop import finish
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = gemm_task("gemm_64", 64, 64, 64)
@@ -61,10 +62,9 @@ def replay(path, backend=None, **kwargs) -> ReplayHardware:
 
 def tune(out_dir, hardware, trials, search="sa", sampler="greedy", cost_model="xgb", seed=0, evaluator="fixed",
          **search_overrides):
-    parts = Components(search=component("search", search, seed, **search_overrides), sampler=component("sampler", sampler, seed),
-                       evaluator=component("evaluator", evaluator, seed),
-                       cost_model=component("cost_model", cost_model, seed), hardware=hardware,
-                       tracker=component("tracking", "none", seed))
+    """tune_task of TASK on `hardware` at plan size 16: its outcome and its RunInfo (the simulated clock).
+    test_loop.tune is the same loop at the search's own plan size, returning the outcome alone."""
+    parts = components(search, sampler, cost_model, seed, search_overrides, evaluator=evaluator, hardware=hardware)
     run = RunInfo(seed=seed, out_dir=out_dir, method="test", trials=trials, plan_size=16)
     return tune_task(TASK, parts, run), run
 
@@ -266,10 +266,7 @@ def test_memoised_real_run_measures_each_config_once(tmp_path):
 
     def run(out, seed):
         hardware = with_store(backend)
-        parts = Components(search=component("search", "random", seed), sampler=component("sampler", "greedy", seed),
-                           evaluator=component("evaluator", "fixed", seed),
-                           cost_model=component("cost_model", "none", seed), hardware=hardware,
-                           tracker=component("tracking", "none", seed))
+        parts = components("random", "greedy", "none", seed, hardware=hardware)
         callbacks = default_callbacks(parts.tracker) + [StoreWriter(store, hardware, parts.evaluator.spec)]
         return tune_task(TASK, parts, RunInfo(seed=seed, out_dir=out, method="t", trials=30, plan_size=10,
                                               callbacks=callbacks))

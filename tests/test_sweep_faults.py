@@ -207,6 +207,8 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 
 def wait_for_records(path: Path, count: int, timeout: float = 120) -> None:
+    """Not helpers.wait_for_records: a trial's file, watched without its process, and past the deadline
+    the test goes on to its own checks (only the file must exist)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not (path.exists() and path.read_text().count("\n") >= count):
         time.sleep(0.1)

@@ -12,6 +12,7 @@ from tuning.value.encoding import WIDTH, children, config_of, decode, encode, is
 from tuning.value.net import KernelData, complete_errors, fit, group_of, prefix_targets, split
 
 from configs import QUICK_TIMING
+from helpers import run_py_completed, tune_run
 from value_models import synthetic_kernels
 
 
@@ -198,35 +199,20 @@ def test_a_registered_value_function_loads_back_with_the_same_values(tmp_path, m
         load_value("vf/2", registry)
 
 
-def run_py(*overrides, tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    return subprocess.run([sys.executable, "run.py", "hardware=synthetic", "tracking=none",
-                           f"hydra.run.dir={tmp_path / 'run'}", *overrides], cwd=repo, capture_output=True,
-                          text=True, timeout=600)
+SYNTHETIC = ("hardware=synthetic", "tracking=none")
 
 
-def tune(*overrides, tmp_path):
-    """run_py's job in this process (tunelab.tune): its run folder."""
-    import tunelab
-
-    return tunelab.tune(["hardware=synthetic", "tracking=none", f"output_dir={tmp_path / 'run'}", *overrides]).folder
-
-
-def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_path, capsys):
+def test_budget_zero_applies_the_value_functions_choice_without_a_record(tmp_path, monkeypatch, capsys):
     from value_models import shared_value_model
 
     reference, registry = shared_value_model()
     value = ("model=gemm_64", "search=value", f"search.model={reference}", f"search.registry={registry}")
-    run_dir = tune(*value, "budget.trials=0", tmp_path=tmp_path)
+    run_dir = tune_run(tmp_path, monkeypatch, *SYNTHETIC, *value, "budget.trials=0")
     done = capsys.readouterr().out
     assert "chosen without measuring, predicted" in done and "measurements 0" in done
     assert (run_dir / "records.jsonl").read_text() == ""
-    tune(*value, "search.greedy=false", "search.beam=4", "budget.trials=24", "budget.plan_size=8",
-         tmp_path=tmp_path / "measured")
+    tune_run(tmp_path / "measured", monkeypatch, *SYNTHETIC, *value, "search.greedy=false", "search.beam=4",
+             "budget.trials=24", "budget.plan_size=8")
     assert "measurements 24" in capsys.readouterr().out
 
 
@@ -267,7 +253,8 @@ def test_a_registered_model_is_not_needed_to_re_log_a_run(compose_cfg, overrides
 
 
 def test_run_py_refuses_a_value_search_without_its_model(tmp_path):
-    done = run_py("model=gemm_64", "search=value", f"search.registry=sqlite:///{tmp_path / 'r.db'}", tmp_path=tmp_path)
+    done = run_py_completed(*SYNTHETIC, f"hydra.run.dir={tmp_path / 'run'}", "model=gemm_64", "search=value",
+                            f"search.registry=sqlite:///{tmp_path / 'r.db'}", timeout=600)
     assert done.returncode == 2 and "search.model: required" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "run" / "records.jsonl").exists()
 
