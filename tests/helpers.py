@@ -5,8 +5,8 @@
 - run.py in a fresh process (`run_py`: started, `run_py_completed`: to its end);
 - a run under way (`wait_for_records`: until its records.jsonl holds so many lines).
 
-Where a helper takes `tmp`, the run's TUNELAB_OUTPUTS is <tmp>/outputs: nothing lands in the repository's
-outputs/ (MLflow's default store, the Optuna database).
+Where a helper is given `tmp`, the run's TUNELAB_OUTPUTS is <tmp>/outputs: nothing lands in the
+repository's outputs/ (MLflow's default store, the Optuna database).
 """
 from __future__ import annotations
 
