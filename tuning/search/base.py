@@ -51,11 +51,21 @@ from __future__ import annotations
 
 import heapq
 from abc import abstractmethod
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tuning.core.component import Component
 from tuning.cost_model.base import model_input
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Sequence
+
+    from tuning.core.records import MeasureResult
+    from tuning.core.space import Config, Space
+    from tuning.cost_model.base import CostModel
+
+    Scores = np.ndarray | Sequence[float]  # one score per config, higher is better
 
 
 class Search(Component):
@@ -65,23 +75,24 @@ class Search(Component):
     schedules_without_measuring = False
 
     @abstractmethod
-    def propose(self, space, cost_model, n, visited, rng):
+    def propose(self, space: Space, cost_model: CostModel, n: int, visited: set[Config],
+                rng: np.random.Generator) -> list[Config]:
         """At most n valid, distinct configs, best first."""
 
-    def observe(self, configs, results):
+    def observe(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         pass
 
-    def best(self, space, cost_model, rng):
+    def best(self, space: Space, cost_model: CostModel, rng: np.random.Generator) -> tuple[Config, float | None] | None:
         """(config, predicted seconds or None) chosen without measuring; see `schedules_without_measuring`."""
         raise NotImplementedError(f"{type(self).__name__} does not schedule without measuring")
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         return {}
 
     def exploration(self) -> float | None:
@@ -89,7 +100,7 @@ class Search(Component):
 
 
 # ---- helpers shared by the model-guided searches ------------------------------------------
-def predict(space, cost_model, configs) -> np.ndarray:
+def predict(space: Space, cost_model: CostModel, configs: Sequence[Config]) -> np.ndarray:
     return np.asarray(cost_model.predict(model_input(space, cost_model, configs)), dtype=np.float64)
 
 
@@ -100,14 +111,14 @@ class CachedScores:
 
     PRIME_UP_TO = 4096  # configs: a space up to this size is scored whole, in one predict call
 
-    def __init__(self, space, cost_model):
+    def __init__(self, space: Space, cost_model: CostModel) -> None:
         self.space, self.cost_model = space, cost_model
-        self.scores: dict[tuple, float] = {}
+        self.scores: dict[Config, float] = {}
         if space.size <= self.PRIME_UP_TO:
             every = list(space.enumerate())
             self.scores.update(zip(every, predict(space, cost_model, every).tolist()))
 
-    def __call__(self, configs) -> np.ndarray:
+    def __call__(self, configs: np.ndarray | Sequence[Sequence[int]]) -> np.ndarray:
         keys = list(map(tuple, np.asarray(configs).tolist()))
         new = list({key: None for key in keys if key not in self.scores})
         if new:
@@ -115,7 +126,8 @@ class CachedScores:
         return np.fromiter(map(self.scores.__getitem__, keys), dtype=np.float64, count=len(keys))
 
 
-def fill_with_random(proposals, space, visited, n, rng, tries: int = 1000) -> list:
+def fill_with_random(proposals: Iterable[Config], space: Space, visited: Collection[Config], n: int,
+                     rng: np.random.Generator, tries: int = 1000) -> list[Config]:
     """Top up `proposals` to n with random unvisited configs (a walk may find fewer): random draws,
     canonical, each kept unless visited or taken, until n are held or `tries` draws in a row fail
     (sampler.base.random_unvisited, slot by slot). The draws are canonicalised in batches no larger
@@ -139,12 +151,12 @@ def fill_with_random(proposals, space, visited, n, rng, tries: int = 1000) -> li
 class TopN:
     """Min-heap of the n best distinct (by canonical form) unvisited configs."""
 
-    def __init__(self, space, visited, n):
+    def __init__(self, space: Space, visited: Collection[Config], n: int) -> None:
         self.space, self.visited, self.n = space, visited, n
-        self.heap: list[tuple[float, tuple]] = []
-        self.keys: set = set()
+        self.heap: list[tuple[float, Config]] = []
+        self.keys: set[Config] = set()
 
-    def offer(self, configs, scores) -> bool:
+    def offer(self, configs: Sequence[Config], scores: Scores) -> bool:
         changed = False
         scores = np.asarray(scores, dtype=np.float64)
         if self.n > 0 and len(self.heap) == self.n:  # only a score above today's minimum can enter
@@ -167,7 +179,7 @@ class TopN:
             changed = True
         return changed
 
-    def prefetch(self, offers) -> None:
+    def prefetch(self, offers: Iterable[tuple[Sequence[Config], Scores]]) -> None:
         """Canonicalise in one batch the configs of `offers` ([(configs, scores)], to be offered in
         this order) that `offer` will look up for certain: those scored above the n-th best of the
         distinct configs' best scores in the heap and `offers`, a floor the heap's minimum cannot end
@@ -184,5 +196,5 @@ class TopN:
         floor = heapq.nlargest(self.n, scored.values())[-1]
         self.space.canonical_many([config for config, score in scored.items() if score > floor])
 
-    def sorted_configs(self) -> list:
+    def sorted_configs(self) -> list[Config]:
         return [config for _, config in sorted(self.heap, reverse=True)]

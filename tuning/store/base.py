@@ -36,6 +36,24 @@ from typing import TYPE_CHECKING, Any
 
 from tuning.core import plausible
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from contextlib import AbstractContextManager
+    from typing import Protocol
+
+    from tuning.core.measure import MeasureSpec
+    from tuning.core.records import MeasureResult
+    from tuning.core.space import Config, Space
+    from tuning.core.task import Task
+
+    class Fingerprinted(Protocol):
+        """What the store reads of a hardware backend (tuning/hardware/base.py's `Hardware`, a layer
+        above the store, which does not import it)."""
+
+        def fingerprint(self) -> dict[str, Any]: ...
+
+    Statement = tuple[str, Sequence[Any]]  # (query with `?` placeholders, its arguments)
+
 FORMAT = 1
 SOURCES = ("run", "remeasure", "dataset", "import", "value", "reread")  # value: the value function's improvement loop
 
@@ -56,24 +74,24 @@ class StoreError(ValueError):
     """The file is not a measurement store this version can read, or it cannot be written."""
 
 
-def digest(value) -> str:
+def digest(value: Any) -> str:
     return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def reading_settings(spec) -> dict:
+def reading_settings(spec: MeasureSpec) -> dict[str, Any]:
     """The MeasureSpec fields that change what one reading means (not how many are taken)."""
     cv = spec.cv_stop
     return {"number": cv.micro_batch if cv else spec.number, "min_repeat_ms": 0 if cv else spec.min_repeat_ms,
             "cache_flush": bool(spec.cache_flush)}
 
 
-def fingerprint(hardware, spec) -> tuple[str, dict]:
+def fingerprint(hardware: Fingerprinted, spec: MeasureSpec) -> tuple[str, dict[str, Any]]:
     """(hash, description) of a backend's readings under a MeasureSpec: the store's hardware key."""
     description = {**hardware.fingerprint(), **reading_settings(spec)}
     return digest(description), description
 
 
-def space_signature(space) -> str:
+def space_signature(space: Space) -> str:
     """A hash of the knob space (a restricted space's is its full space's)."""
     space = getattr(space, "base", space)
     return digest([[k.name, k.kind, [list(c) if isinstance(c, tuple) else c for c in k.choices]]
@@ -84,8 +102,8 @@ def space_signature(space) -> str:
 class Row:
     """One stored measurement."""
 
-    config: tuple
-    costs: list
+    config: Config
+    costs: list[float]
     error: str | None
     message: str
     build_s: float
@@ -127,7 +145,7 @@ class MeasurementStore(ABC):
         def _format(self, conn: Any) -> str | None: ...
 
     @classmethod
-    def display(cls, location) -> str:
+    def display(cls, location: Any) -> str:
         return str(location)
 
     def _start(self, busy_timeout_s: float, read_only: bool) -> None:
@@ -138,10 +156,10 @@ class MeasurementStore(ABC):
         self._pid: int | None = None
         self._bounds: dict = {}  # (hardware, task) -> plausible.Bounds
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_conn": None, "_pid": None}
 
-    def _check_format(self, conn) -> None:
+    def _check_format(self, conn: Any) -> None:
         """No trigger (or rule), and this version's format row: the first checks of an untrusted store."""
         self._refuse_triggers(conn)
         found = self._format(conn)
@@ -165,38 +183,39 @@ class MeasurementStore(ABC):
 
     @property
     @abstractmethod
-    def conn(self):
+    def conn(self) -> Any:
         """This process's connection, opened (the store checked or created) on first use; a store
         that cannot be opened is a StoreError naming `location`."""
         raise NotImplementedError
 
     @abstractmethod
-    def _fetch(self, query: str, args=()) -> list:
+    def _fetch(self, query: str, args: Sequence[Any] = ()) -> list[Any]:
         """Every row of a query; a damaged store is a StoreError in words."""
         raise NotImplementedError
 
     @abstractmethod
-    def _stream(self, query: str, args=(), size: int = 5000):
+    def _stream(self, query: str, args: Sequence[Any] = (), size: int = 5000) -> Iterator[list[Any]]:
         """A query's rows in lists of at most `size`, read as they are consumed."""
         raise NotImplementedError
 
     @abstractmethod
-    def _write(self, statements: list, done=None) -> None:
+    def _write(self, statements: list[Statement], done: Statement | None = None) -> None:
         """(query, args) statements in one transaction. `done`, a (query, args) that finds the
         write's row, tells a backend that retries a write after a lost connection whether the
         lost attempt committed."""
         raise NotImplementedError
 
     @abstractmethod
-    def _insert_many(self, table: str, columns: tuple, rows: list, ignore: bool = False) -> None:
+    def _insert_many(self, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]],
+                     ignore: bool = False) -> None:
         """Rows into a table in one transaction (`ignore`: rows whose key is held are left out)."""
         raise NotImplementedError
 
     @abstractmethod
-    def _insert_ignore(self, table: str, columns: tuple) -> str:
+    def _insert_ignore(self, table: str, columns: tuple[str, ...]) -> str:
         raise NotImplementedError
 
-    def _stored(self, value):
+    def _stored(self, value: Any) -> Any:
         """A text value as this backend can store it."""
         return value
 
@@ -205,7 +224,7 @@ class MeasurementStore(ABC):
         raise NotImplementedError
 
     @abstractmethod
-    def builder_lock(self, key: str = "--store"):
+    def builder_lock(self, key: str = "--store") -> AbstractContextManager[object]:
         """A context holding the store's one-builder lock (`dataset build`, `import`, `copy`): refused
         at once, naming the holder, while another builder holds it; freed however the builder ends."""
         raise NotImplementedError
@@ -215,9 +234,9 @@ class MeasurementStore(ABC):
         raise NotImplementedError
 
     # ---- writing ------------------------------------------------------------------------------
-    def register(self, hardware: str, description: dict, task_key: str, task, space: str | None = None,
+    def register(self, hardware: str, description: dict[str, Any], task_key: str, task: Task, space: str | None = None,
                  space_size: float | None = None) -> None:
-        statements: list[tuple[str, tuple]] = []
+        statements: list[Statement] = []
         if space is not None and space_size is not None:
             statements.append((self._insert_ignore("spaces", ("key", "size")), (space, float(space_size))))
         statements.append((self._insert_ignore("hardware", ("hash", "description")),
@@ -230,8 +249,8 @@ class MeasurementStore(ABC):
                                (workload, task_key)))
         self._write(statements)
 
-    def add(self, hardware: str, task_key: str, space: str, config, decisions: dict, result,
-            source: str = "run", measured_at: float | None = None) -> None:
+    def add(self, hardware: str, task_key: str, space: str, config: Sequence[int], decisions: dict[str, Any],
+            result: MeasureResult, source: str = "run", measured_at: float | None = None) -> None:
         """One MeasureResult as one row, in its own transaction."""
         assert source in SOURCES, source
         row = (hardware, task_key, space, _config_text(config), json.dumps(decisions, default=list),
@@ -245,11 +264,11 @@ class MeasurementStore(ABC):
                       row)], done=written)
 
     # ---- reading ------------------------------------------------------------------------------
-    def rows(self, hardware: str, task_key: str, space: str, config=None) -> list[Row]:
+    def rows(self, hardware: str, task_key: str, space: str, config: Sequence[int] | None = None) -> list[Row]:
         """Rows in the order they were written (one config's, or the whole task's)."""
         query = ("SELECT config, costs, error, message, build_s, run_s, gauge_s, measured_at, source FROM readings "
                  "WHERE hardware = ? AND task = ? AND space = ?")
-        args = [hardware, task_key, space]
+        args: list[Any] = [hardware, task_key, space]
         if config is not None:
             query += " AND config = ?"
             args.append(_config_text(config))
@@ -267,14 +286,14 @@ class MeasurementStore(ABC):
             self._bounds[hardware, task_key] = plausible.bounds(flops[0], self.hardware_info(hardware))
         return self._bounds[hardware, task_key]
 
-    def first(self, hardware: str, task_key: str, space: str, config) -> Row | None:
+    def first(self, hardware: str, task_key: str, space: str, config: Sequence[int]) -> Row | None:
         """The earliest row of a config: what a replay answers, whatever was added since."""
         rows = self.rows(hardware, task_key, space, config)
         return rows[0] if rows else None
 
-    def configs(self, hardware: str, task_key: str, space: str) -> list[tuple]:
+    def configs(self, hardware: str, task_key: str, space: str) -> list[Config]:
         """Every config with a row, in first-measured order."""
-        seen: dict = {}
+        seen: dict[Config, None] = {}
         for (text,) in self._fetch("SELECT config FROM readings WHERE hardware = ? AND task = ? AND space = ? "
                                    "ORDER BY id", (hardware, task_key, space)):
             config = _parse_config(text)
@@ -282,28 +301,29 @@ class MeasurementStore(ABC):
                 seen.setdefault(config, None)
         return list(seen)
 
-    def truth(self, hardware: str, task_key: str, space: str, config, min_readings: int = 3) -> float | None:
+    def truth(self, hardware: str, task_key: str, space: str, config: Sequence[int],
+              min_readings: int = 3) -> float | None:
         """The median of every reading of a config (seconds), or None with fewer than `min_readings`."""
         readings = [c for row in self.rows(hardware, task_key, space, config) if row.ok for c in row.costs]
         return statistics.median(readings) if len(readings) >= min_readings else None
 
-    def truths(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, float]:
+    def truths(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[Config, float]:
         """`truth` of every config of a task at once (configs with fewer readings are left out)."""
         return {c: statistics.median(r) for c, r in self.readings(hardware, task_key, space, min_readings).items()}
 
-    def readings(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[tuple, list[float]]:
+    def readings(self, hardware: str, task_key: str, space: str, min_readings: int = 3) -> dict[Config, list[float]]:
         """Every valid reading of each config of a task (configs with fewer are left out): what a
         truth is the median of, for intervals that count the store's own noise."""
-        readings: dict = {}
+        readings: dict[Config, list[float]] = {}
         for row in self.rows(hardware, task_key, space):
             if row.ok:
                 readings.setdefault(row.config, []).extend(row.costs)
         return {c: r for c, r in readings.items() if len(r) >= min_readings}
 
-    def decisions(self, hardware: str, task_key: str, space: str) -> dict[tuple, dict]:
+    def decisions(self, hardware: str, task_key: str, space: str) -> dict[Config, dict[str, Any]]:
         """Each config's stored decisions, from its earliest row whose decisions parse (rows whose
         config or decisions do not parse are left out)."""
-        found: dict = {}
+        found: dict[Config, dict[str, Any]] = {}
         for config_text, decisions_text in self._fetch(
                 "SELECT config, decisions FROM readings WHERE hardware = ? AND task = ? AND space = ? ORDER BY id",
                 (hardware, task_key, space)):
@@ -325,7 +345,7 @@ class MeasurementStore(ABC):
         found = self._fetch("SELECT DISTINCT hardware, task, space FROM readings")
         return [(str(hardware), str(task), str(space)) for hardware, task, space in found]
 
-    def task_info(self, task_key: str) -> dict | None:
+    def task_info(self, task_key: str) -> dict[str, Any] | None:
         found = self._fetch("SELECT name, flops, workload FROM tasks WHERE key = ?", (task_key,))
         if not found:
             return None
@@ -346,7 +366,7 @@ class MeasurementStore(ABC):
         return [v for (v,) in self._fetch("SELECT gauge_s FROM readings WHERE hardware = ? AND gauge_s > 0",
                                           (hardware,)) if isinstance(v, float) and math.isfinite(v)]
 
-    def hardware_info(self, hardware: str) -> dict:
+    def hardware_info(self, hardware: str) -> dict[str, Any]:
         """The hardware's stored description ({} when absent or not a JSON object)."""
         row = self._fetch("SELECT description FROM hardware WHERE hash = ?", (hardware,))
         try:
@@ -364,14 +384,14 @@ class MeasurementStore(ABC):
             "SELECT hardware, task, config, costs, error, message, build_s, run_s, gauge_s, measured_at, source "
             "FROM readings"))
 
-    def measurement_seconds(self, hardware: str, limit: int = 500) -> list:
+    def measurement_seconds(self, hardware: str, limit: int = 500) -> list[float]:
         """build_s + run_s of the hardware's latest `limit` rows (what a build estimates its time from)."""
         return [seconds for (seconds,) in self._fetch(
             "SELECT build_s + run_s FROM readings WHERE hardware = ? ORDER BY id DESC LIMIT ?", (hardware, limit))]
 
 
 
-def jsonable(value):
+def jsonable(value: Any) -> Any:
     """Decisions (tuples inside dicts) as JSON-ready lists."""
     if isinstance(value, dict):
         return {k: jsonable(v) for k, v in value.items()}
@@ -380,11 +400,11 @@ def jsonable(value):
     return value
 
 
-def _config_text(config) -> str:
+def _config_text(config: Sequence[int]) -> str:
     return json.dumps([int(c) for c in config])
 
 
-def _parse_config(text) -> tuple | None:
+def _parse_config(text: Any) -> Config | None:
     try:
         value = json.loads(text)
     except (TypeError, ValueError, RecursionError):  # RecursionError: a nesting bomb
@@ -395,7 +415,7 @@ def _parse_config(text) -> tuple | None:
     return tuple(value)
 
 
-def _parse_row(raw, limits: plausible.Bounds = plausible.ABSOLUTE) -> Row | None:
+def _parse_row(raw: Sequence[Any], limits: plausible.Bounds = plausible.ABSOLUTE) -> Row | None:
     """The row, or None when a value is not valid or a cost is outside `limits`."""
     config_text, costs_text, error, message, build_s, run_s, gauge_s, measured_at, source = raw
     config = _parse_config(config_text)

@@ -141,10 +141,10 @@ class Runner(Component):
     def unusable(self) -> str | None:
         return None
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         return {}
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {}
 
     def prepare(self, task: Task) -> None:
@@ -198,7 +198,7 @@ class Runner(Component):
     def _serve_in_parallel(self, devices: list[str], task: Task, built: Sequence[Any], spec: MeasureSpec,
                            batch: _Batch) -> None:
         """One thread per device; results come back to this thread, which hands them on."""
-        done: queue.SimpleQueue = queue.SimpleQueue()
+        done: queue.SimpleQueue[tuple[int | None, Any]] = queue.SimpleQueue()
 
         def serve(device: str) -> None:
             try:
@@ -234,12 +234,12 @@ class Exports(Capability):
     """Exported best schedules checked and libraries built, on the runner's device."""
 
     @abstractmethod
-    def check_export(self, task: Task, script_text: str) -> dict:
+    def check_export(self, task: Task, script_text: str) -> dict[str, Any]:
         """Compile an exported TVMScript schedule, check its answer and time it on the device:
         {"correct", "max_abs_error", "reference_max", "seconds"}."""
 
     @abstractmethod
-    def export_library(self, task: Task, scheduled_mod: Any, library_path: Path) -> dict:
+    def export_library(self, task: Task, scheduled_mod: Any, library_path: Path) -> dict[str, Any]:
         """The scheduled module built into library_path, checked and timed beside the untuned
         kernel and torch (tuning/hardware/tvm_export.py's dict, with the call's "args")."""
 
@@ -248,7 +248,8 @@ class RunsWholeModels(Capability):
     """Whole models compiled with a tuned database and timed on the runner's device."""
 
     @abstractmethod
-    def evaluate_model(self, model_cfg: Any, seed: int, database_dir: Path, out_dir: Path, timing: dict) -> dict:
+    def evaluate_model(self, model_cfg: Any, seed: int, database_dir: Path, out_dir: Path,
+                       timing: dict[str, Any]) -> dict[str, Any]:
         """The whole model compiled with the tuned database, checked against torch and both timed
         (tuning/hardware/e2e.py's dict: latency_ms, match, ...)."""
 
@@ -257,8 +258,8 @@ class TimesInModel(Capability):
     """Candidate kernels timed inside the whole model (tuning/hardware/in_context.py)."""
 
     @abstractmethod
-    def time_in_model(self, model_cfg: Any, seed: int, database_dir: Path, candidates: dict,
-                      timing: dict) -> list[dict]:
+    def time_in_model(self, model_cfg: Any, seed: int, database_dir: Path, candidates: dict[str, list[list[int]]],
+                      timing: dict[str, Any]) -> list[dict[str, list[list[float]]]]:
         """Each candidate config of each named task timed inside the model compiled with the
         database: one {task: [[seconds] per config]} per reading process."""
 
@@ -289,7 +290,7 @@ def capabilities_of(runner: Runner | type[Runner]) -> list[type[Capability]]:
 class _Batch:
     """A batch being timed: hands out its indices and passes results on in index order."""
 
-    def __init__(self, configs: Sequence[Config], on_result: OnResult | None):
+    def __init__(self, configs: Sequence[Config], on_result: OnResult | None) -> None:
         self.configs: list[Config] = [tuple(c) for c in configs]
         self.results: list[MeasureResult | None] = [None] * len(self.configs)
         self.on_result = on_result
@@ -330,7 +331,7 @@ def device_lost(config: Config, device: str | None, why: str) -> MeasureResult:
                                 device=device)
 
 
-def check_node(node, key: str) -> list[str]:
+def check_node(node: object, key: str) -> list[str]:
     """Problems with a hardware's `runner` config node, each naming its key (`key.device_index`);
     None is the default runner."""
     if node is None or isinstance(node, Runner):
