@@ -365,10 +365,10 @@ def test_a_dead_mlflow_server_loses_no_metric_after_sync(tmp_path):
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
     _, err = done(proc)
-    assert "tunelab sync" in err and len(rows(run_dir)) == 256
+    assert f"tunelab sync {run_dir} --tracking-uri {uri}" in err and len(rows(run_dir)) == 256
     server = mlflow_server(tmp_path, port)
-    try:
-        module(tmp_path, "tuning.tools.sync", str(run_dir))
+    try:  # as the run's last line says: sync names the server (a folder alone never sends to one)
+        module(tmp_path, "tuning.tools.sync", str(run_dir), "--tracking-uri", uri)
         assert mlflow_run(run_dir, uri)[1].info.status == "FINISHED"
         assert_curve_complete(run_dir, uri)
         assert_round_metrics_complete(run_dir, uri)

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from tuning.core.records import RecordError, RecordLog
 from tuning.engine.trial import trial_tags
+from tuning.config.untrusted import is_server, without_secrets
 from tuning.engine.run_files import backfill, history
 from tuning.tracking.base import run_params
 from tuning.tracking.tags import job_run_name, method_label, run_tags
@@ -62,7 +63,15 @@ def end_job_run(tracker, status: str, out_dir: Path, tasks, prior, pruned: bool 
     tracker.end(status, parent_status="KILLED" if interrupted else "FINISHED")
     if tracker.offline:
         print(f"tunelab: MLflow is missing part of this run ({tracker.offline}); once the store is "
-              f"back: tunelab sync {out_dir}", file=sys.stderr)
+              f"back: {sync_command(tracker, out_dir)}", file=sys.stderr)
+
+
+def sync_command(tracker, out_dir: Path) -> str:
+    """The command that fills the run's MLflow run from its folder; a server store is named on it,
+    since sync sends nothing to a server that only the folder names."""
+    uri = getattr(tracker, "uri", None)
+    named = f" --tracking-uri {without_secrets(uri)}" if isinstance(uri, str) and is_server(uri) else ""
+    return f"tunelab sync {out_dir}{named}"
 
 
 def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:
