@@ -1,106 +1,99 @@
-"""Contract of every cost model in conf/cost_model/: shapes, tiny fits, ranking where it can."""
+"""Every cost model in conf/cost_model/ (and in the directories of TUNELAB_CONF_DIRS) passes the shipped
+contract suite (tuning.testing.cost_model_contract): shapes, tiny fits, the same predictions from the same
+seed, ranking where it can, a predictive distribution where it declares one, per-store rows. The suite can
+fail: a model that predicts NaN after a fit on no rows fails it, run by pytest from another folder."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
-import numpy as np
 import pytest
-from scipy.stats import spearmanr
 
-from tuning.core.measure import MeasureSpec
-from tuning.hardware.synthetic import SyntheticHardware
-from tuning.core.task import gemm_task
+from tuning.testing.cost_model_contract import CostModelContract
 
 from configs import group_yamls, instantiate_option
 
+REPO = Path(__file__).resolve().parents[1]
 COST_MODEL_YAMLS = group_yamls("cost_model")
-HARDWARE = SyntheticHardware()
-TASK = gemm_task("g", 256, 256, 256)
 
 
-def measured(count, seed):
-    """Features and measured GFLOP/s (0 for invalid configs) of random configs."""
-    space = HARDWARE.space(TASK)
-    rng = np.random.default_rng(seed)
-    configs = [space.sample(rng) for _ in range(count)]
-    y = np.array([r.gflops(TASK.flops) for r in HARDWARE.measure(TASK, configs, MeasureSpec())])
-    return space.features(configs), y
+@pytest.fixture(params=COST_MODEL_YAMLS, ids=lambda p: p.stem)
+def cost_model_yaml(request):
+    return request.param
 
 
-@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
-def test_fit_predict_shapes(path):
-    X, y = measured(50, seed=0)
-    model = instantiate_option(path)
-    assert isinstance(model.can_rank, bool)
-    assert model.fit(X, y) is model
-    X_new, _ = measured(17, seed=1)
-    scores = model.predict(X_new)
-    assert np.shape(scores) == (17,) and np.all(np.isfinite(scores))
-    assert np.shape(model.predict(X_new[:0])) == (0,)
+class TestCostModelOption(CostModelContract):
+    """The shipped suite, once per conf/cost_model YAML (the test ids name the option)."""
+
+    @pytest.fixture(autouse=True)
+    def _option(self, cost_model_yaml):
+        self.path = cost_model_yaml
+
+    def make_cost_model(self):
+        return instantiate_option(self.path)
 
 
-@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
-def test_tiny_and_degenerate_fits(path):
-    X, y = measured(5, seed=0)
-    model = instantiate_option(path)
-    assert np.shape(model.predict(X)) == (5,)  # before any fit
-    for count in (0, 1):
-        model.fit(X[:count], y[:count])
-        assert np.shape(model.predict(X)) == (5,) and np.all(np.isfinite(model.predict(X)))
-    model.fit(X, np.zeros(5))  # every candidate failed
-    assert np.all(np.isfinite(model.predict(X)))
+# ---- the suite can fail -------------------------------------------------------------------------------
+BROKEN_SUITE = '''
+import warnings
+
+import numpy as np
+
+from tuning.cost_model.base import CostModel
+from tuning.testing.cost_model_contract import CostModelContract
 
 
-@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
-def test_same_seed_same_predictions(path):
-    X, y = measured(100, seed=0)
-    X_new, _ = measured(50, seed=1)
-    first = instantiate_option(path, seed=3).fit(X, y).predict(X_new)
-    second = instantiate_option(path, seed=3).fit(X, y).predict(X_new)
-    assert np.array_equal(first, second)
+class Fine(CostModel):
+    """The mean throughput it was fit on, for every config (0 before a fit with a row)."""
+    can_rank = False
+
+    def __init__(self):
+        self.mean = 0.0
+
+    def fit(self, X, y):
+        self.mean = float(np.mean(y)) if len(y) else 0.0
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.mean)
 
 
-@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
-def test_ranks_held_out_configs(path):
-    model = instantiate_option(path)
-    if not model.can_rank:
-        pytest.skip("declares can_rank = False")
-    X, y = measured(200, seed=0)
-    X_test, y_test = measured(500, seed=1)
-    model.fit(X, y)
-    # a model with an uncertainty ranks by its mean; its `predict` is an acquisition (EI), which
-    # ranks uncertain configs high on purpose
-    predicted = model.predict_dist(X_test)[0] if model.has_uncertainty else model.predict(X_test)
-    correlation = spearmanr(predicted, y_test).correlation
-    assert correlation > 0.3, correlation
+class NoRows(Fine):
+    """The mean of no rows is NaN."""
+
+    def fit(self, X, y):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.mean = float(np.mean(y))
+        return self
 
 
-@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
-def test_predictive_distribution_where_declared(path):
-    model = instantiate_option(path)
-    X, y = measured(100, seed=0)
-    if not model.has_uncertainty:
-        with pytest.raises(NotImplementedError):
-            model.predict_dist(X)
-        return
-    mean, std = model.predict_dist(X)  # before a fit: zeros
-    assert not mean.any() and not std.any()
-    mean, std = model.fit(X, y).predict_dist(X)
-    assert mean.shape == std.shape == (100,) and np.all(std >= 0) and std.any()
-    best = np.argmax(y)  # fractions of the best measured: the incumbent is near 1
-    assert 0.5 < mean[best] <= 1.0 + 1e-9, mean[best]
+class TestFine(CostModelContract):
+    def make_cost_model(self):
+        return Fine()
 
 
-@pytest.mark.parametrize("path", COST_MODEL_YAMLS, ids=lambda p: p.stem)
-def test_reads_per_store_rows(path):
-    """cost_model.features=per_store|both gives (n, stores, width): every model takes it."""
-    def rows(X):  # one store row and one padding row per program
-        return np.stack([X, np.zeros_like(X)], axis=1)
+class TestNoRows(CostModelContract):
+    def make_cost_model(self):
+        return NoRows()
+'''
 
-    X, y = measured(200, seed=0)
-    X_test, y_test = measured(500, seed=1)
-    model = instantiate_option(path).fit(rows(X), y)
-    scores = model.predict(rows(X_test))
-    assert np.shape(scores) == (500,) and np.all(np.isfinite(scores))
-    if model.can_rank:
-        predicted = model.predict_dist(rows(X_test))[0] if model.has_uncertainty else scores
-        assert spearmanr(predicted, y_test).correlation > 0.3
+
+def test_the_suite_fails_a_model_that_predicts_nan_after_an_empty_fit(tmp_path):
+    """Run by pytest from another folder against the package: the model that follows the contract passes
+    every test it does not skip, the one that predicts NaN after a fit on no rows fails the test that asks."""
+    (tmp_path / "test_broken_cost_model.py").write_text(textwrap.dedent(BROKEN_SUITE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "test_broken_cost_model.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    output = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 1, output
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("TestNoRows" in line for line in failed), output
+    assert any("test_tiny_and_degenerate_fits" in line for line in failed), output
+    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
+    assert len(fine) >= 5, output

@@ -1,55 +1,93 @@
-"""Contract of every evaluator in conf/evaluator/ on the synthetic hardware (with a noise model)."""
+"""Every evaluator in conf/evaluator/ (and in the directories of TUNELAB_CONF_DIRS) passes the shipped
+contract suite (tuning.testing.evaluator_contract) on the synthetic hardware (with a noise model): one
+result per config in order, each handed on, errors as results, remeasure, the same costs. The suite can
+fail: an evaluator that hands its results on out of order fails it, run by pytest from another folder."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tuning.hardware.synthetic import SyntheticHardware
-from tuning.core.task import gemm_task
+from tuning.testing.evaluator_contract import EvaluatorContract
 
 from configs import group_yamls, instantiate_option
 
+REPO = Path(__file__).resolve().parents[1]
 EVALUATOR_YAMLS = group_yamls("evaluator")
-TASK = gemm_task("g", 128, 128, 128)
 
 
-def configs(hardware, count=12, seed=0):
-    space = hardware.space(TASK)
-    rng = np.random.default_rng(seed)
-    return list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(count)))
+@pytest.fixture(params=EVALUATOR_YAMLS, ids=lambda p: p.stem)
+def evaluator_yaml(request):
+    return request.param
 
 
-@pytest.mark.parametrize("noise", [0.0, 0.3])
-@pytest.mark.parametrize("path", EVALUATOR_YAMLS, ids=lambda p: p.stem)
-def test_one_result_per_config_in_order_each_handed_out(path, noise):
-    hardware, evaluator = SyntheticHardware(noise=noise), instantiate_option(path)
-    batch = configs(hardware)
-    seen = []
-    results = evaluator.measure(hardware, TASK, batch, on_result=lambda i, r: seen.append((i, r)))
-    assert len(results) == len(batch) and seen == list(enumerate(results))
-    for config, result in zip(batch, results):
-        assert result.config == config
-        if result.ok:
-            assert result.costs and all(c > 0 for c in result.costs) and result.run_s > 0
-    assert any(r.ok for r in results) and any(not r.ok for r in results)  # errors are results too
-    assert all(isinstance(v, float) for v in evaluator.metrics().values())
+class TestEvaluatorOption(EvaluatorContract):
+    """The shipped suite, once per conf/evaluator YAML (the test ids name the option)."""
+
+    @pytest.fixture(autouse=True)
+    def _option(self, evaluator_yaml):
+        self.path = evaluator_yaml
+
+    def make_evaluator(self):
+        return instantiate_option(self.path)
 
 
-@pytest.mark.parametrize("path", EVALUATOR_YAMLS, ids=lambda p: p.stem)
-def test_remeasure_gives_at_least_as_many_costs(path):
-    hardware, evaluator = SyntheticHardware(noise=0.3), instantiate_option(path)
-    batch = [c for c, r in zip(configs(hardware), evaluator.measure(hardware, TASK, configs(hardware))) if r.ok][:3]
-    first = evaluator.measure(hardware, TASK, batch)
-    again = evaluator.remeasure(hardware, TASK, batch)
-    assert len(again) == len(batch) and all(r.ok for r in again)
-    assert all(len(a.costs) >= len(f.costs) for a, f in zip(again, first))
-    assert 1 <= evaluator.final_candidates
+# ---- the suite can fail -------------------------------------------------------------------------------
+BROKEN_SUITE = '''
+from tuning.core.measure import MeasureSpec
+from tuning.evaluator.base import Evaluator
+from tuning.testing.evaluator_contract import EvaluatorContract
 
 
-@pytest.mark.parametrize("path", EVALUATOR_YAMLS, ids=lambda p: p.stem)
-def test_same_config_same_costs(path):
-    hardware = SyntheticHardware(noise=0.3)
-    batch = configs(hardware)
-    first = [r.costs for r in instantiate_option(path).measure(hardware, TASK, batch)]
-    assert first == [r.costs for r in instantiate_option(path).measure(hardware, TASK, batch)]
+class Fine(Evaluator):
+    spec = MeasureSpec(repeat=3, min_repeat_ms=0)
+
+    def measure(self, hardware, task, configs, on_result=None):
+        return hardware.measure(task, configs, self.spec, on_result=on_result)
+
+    def remeasure(self, hardware, task, configs):
+        return hardware.measure(task, configs, MeasureSpec(repeat=10, min_repeat_ms=0))
+
+
+class Backwards(Fine):
+    """Hands the results on once the batch is measured, last first."""
+
+    def measure(self, hardware, task, configs, on_result=None):
+        results = hardware.measure(task, configs, self.spec)
+        for i in reversed(range(len(results))):
+            if on_result is not None:
+                on_result(i, results[i])
+        return results
+
+
+class TestFine(EvaluatorContract):
+    def make_evaluator(self):
+        return Fine()
+
+
+class TestBackwards(EvaluatorContract):
+    def make_evaluator(self):
+        return Backwards()
+'''
+
+
+def test_the_suite_fails_an_evaluator_that_hands_results_on_out_of_order(tmp_path):
+    """Run by pytest from another folder against the package: the evaluator that follows the contract
+    passes every test, the one that hands its results on last first fails the tests that ask."""
+    (tmp_path / "test_broken_evaluator.py").write_text(textwrap.dedent(BROKEN_SUITE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "test_broken_evaluator.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    output = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 1, output
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("TestBackwards" in line for line in failed), output
+    assert any("test_one_result_per_config_in_order_each_handed_out" in line for line in failed), output
+    assert "not handed on, each with its index, in order" in done.stdout, output
+    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
+    assert len(fine) == 4, output

@@ -1,106 +1,87 @@
-"""Contract of every sampler in conf/sampler/: at most b distinct, canonical, unvisited configs."""
+"""Every sampler in conf/sampler/ (and in the directories of TUNELAB_CONF_DIRS) passes the shipped contract
+suite (tuning.testing.sampler_contract): at most b distinct, canonical, unvisited configs, exactly b
+when the candidates allow, reproducible. The suite can fail: a sampler that hands back configs measured
+already fails it, run by pytest from another folder."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tuning.hardware.synthetic import synthetic_space
-from tuning.core.space import Space
-from tuning.core.task import conv2d_task, gemm_task
+from tuning.testing.sampler_contract import SamplerContract
 
 from configs import group_yamls, instantiate_option
 
+REPO = Path(__file__).resolve().parents[1]
 SAMPLER_YAMLS = group_yamls("sampler")
 
 
-def repairing_space(workload):
-    """Like a TVM backend that repairs decisions: unroll choice 3 replays as choice 2."""
-    base = synthetic_space(workload)
-    unroll = len(base.knobs) - 1
-
-    def canonicalize(config):
-        return tuple(2 if i == unroll and c == 3 else c for i, c in enumerate(config))
-
-    return Space(base.knobs, base.active, canonicalize)
+@pytest.fixture(params=SAMPLER_YAMLS, ids=lambda p: p.stem)
+def sampler_yaml(request):
+    return request.param
 
 
-SPACES = {
-    "gemm64": lambda: synthetic_space(gemm_task("g", 64, 64, 64).workload),
-    "conv": lambda: synthetic_space(conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1).workload),
-    "repairing": lambda: repairing_space(gemm_task("g", 64, 64, 64).workload),
-}
+class TestSamplerOption(SamplerContract):
+    """The shipped suite, once per conf/sampler YAML (the test ids name the option)."""
+
+    @pytest.fixture(autouse=True)
+    def _option(self, sampler_yaml):
+        self.path = sampler_yaml
+
+    def make_sampler(self):
+        return instantiate_option(self.path)
 
 
-def setting(space, seed=0, candidates=60, visited=30):
-    """Raw candidates (some duplicates after canonicalisation) and a visited set overlapping them."""
-    rng = np.random.default_rng(seed)
-    cands = [space.sample(rng) for _ in range(candidates)]
-    cands += cands[:5]  # repeated proposals
-    last = len(space.knobs) - 1  # unroll: choices 2 and 3 are one schedule in the repairing space
-    cands += [c[:last] + (unroll,) for c in cands[:10] for unroll in (2, 3)]
-    seen = {space.canonical(c) for c in cands[:visited:2]}
-    seen |= {space.canonical(space.sample(rng)) for _ in range(visited)}
-    return cands, seen
+# ---- the suite can fail -------------------------------------------------------------------------------
+BROKEN_SUITE = '''
+from tuning.sampler.base import Sampler, take_unvisited
+from tuning.testing.sampler_contract import SamplerContract
 
 
-def check(selected, space, visited, b):
-    assert len(selected) <= b
-    assert all(isinstance(c, tuple) and space.canonical(c) == c for c in selected)
-    assert all(space.is_valid(c) for c in selected)
-    assert len(set(selected)) == len(selected)
-    assert not set(selected) & visited
+class Fine(Sampler):
+    def select(self, candidates, space, visited, b, rng, exploration=None):
+        return take_unvisited(candidates, space, visited, [], b)
 
 
-@pytest.mark.parametrize("space_name", SPACES)
-@pytest.mark.parametrize("path", SAMPLER_YAMLS, ids=lambda p: p.stem)
-def test_distinct_canonical_unvisited_at_most_b(path, space_name):
-    space = SPACES[space_name]()
-    candidates, visited = setting(space)
-    for b in (1, 8, 32, 200):
-        selected = instantiate_option(path).select(candidates, space, visited, b, np.random.default_rng(0))
-        check(selected, space, visited, b)
+class Revisits(Fine):
+    """Takes the candidates' canonical forms as they come, measured already or not."""
+
+    def select(self, candidates, space, visited, b, rng, exploration=None):
+        return take_unvisited(candidates, space, set(), [], b)
 
 
-@pytest.mark.parametrize("space_name", SPACES)
-@pytest.mark.parametrize("path", SAMPLER_YAMLS, ids=lambda p: p.stem)
-def test_exactly_b_when_candidates_allow(path, space_name):
-    space = SPACES[space_name]()
-    candidates, visited = setting(space, candidates=200)
-    new = {space.canonical(c) for c in candidates} - visited
-    b = 32
-    assert len(new) >= b
-    sampler = instantiate_option(path)
-    selected = sampler.select(candidates, space, visited, b, np.random.default_rng(0))
-    check(selected, space, visited, b)
-    if sampler.adaptive:
-        assert 1 <= len(selected)
-    else:
-        assert len(selected) == b
+class TestFine(SamplerContract):
+    def make_sampler(self):
+        return Fine()
 
 
-@pytest.mark.parametrize("path", SAMPLER_YAMLS, ids=lambda p: p.stem)
-def test_same_seed_same_selection(path):
-    space = SPACES["repairing"]()
-    candidates, visited = setting(space)
-    first, second = (instantiate_option(path).select(candidates, space, visited, 32, np.random.default_rng(3))
-                     for _ in range(2))
-    assert first == second
+class TestRevisits(SamplerContract):
+    def make_sampler(self):
+        return Revisits()
+'''
 
 
-@pytest.mark.parametrize("space_name", SPACES)
-@pytest.mark.parametrize("path", SAMPLER_YAMLS, ids=lambda p: p.stem)
-def test_never_returns_visited_even_if_all_candidates_are(path, space_name):
-    space = SPACES[space_name]()
-    candidates, _ = setting(space)
-    visited = {space.canonical(c) for c in candidates}
-    selected = instantiate_option(path).select(candidates, space, visited, 16, np.random.default_rng(0))
-    check(selected, space, visited, 16)
+def run_broken_suite(tmp_path, source: str, name: str) -> subprocess.CompletedProcess:
+    """pytest, from another folder against the package, over the module `source`."""
+    (tmp_path / name).write_text(textwrap.dedent(source))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("path", SAMPLER_YAMLS, ids=lambda p: p.stem)
-def test_empty_candidates_and_zero_b(path):
-    space = SPACES["gemm64"]()
-    sampler = instantiate_option(path)
-    assert sampler.select([], space, set(), 0, np.random.default_rng(0)) == []
-    check(sampler.select([], space, set(), 4, np.random.default_rng(0)), space, set(), 4)
+def test_the_suite_fails_a_sampler_that_selects_visited_configs(tmp_path):
+    """The sampler that follows the contract passes every test, the one that selects measured configs
+    fails the tests that ask."""
+    done = run_broken_suite(tmp_path, BROKEN_SUITE, "test_broken_sampler.py")
+    output = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 1, output
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("TestRevisits" in line for line in failed), output
+    assert any("test_never_returns_visited_even_if_all_candidates_are" in line for line in failed), output
+    assert "measured already" in done.stdout, output
+    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
+    assert len(fine) >= 11, output
