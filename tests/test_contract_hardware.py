@@ -1,14 +1,20 @@
 """Contract of every hardware in conf/hardware/ and of the runner seam (tuning/hardware/runners/).
 
-Every hardware YAML (and every one in TUNELAB_CONF_DIRS) composes, validates, gives a small task's
+Every hardware YAML (and every one in TUNELAB_CONF_DIRS) composes, validates, and passes the shipped
+suite (tuning.testing.hardware_contract): it describes itself, may be closed twice, gives a small task's
 space and measures a couple of configs: one result per config, in order, handed on in order. The
-real-TVM ones (their spaces come from TVM) are marked `tvm`. The seam is proven with a stand-in
-remote runner with two devices (tests/fake_runner.py) behind TVMHardware's own measuring path.
+real-TVM ones (their spaces come from TVM) are marked `tvm`. The suite can fail: a hardware that
+returns its results last first fails it, run by pytest from another folder. The seam is proven with a
+stand-in remote runner with two devices (tests/fake_runner.py) behind TVMHardware's own measuring path.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +31,10 @@ from tuning.hardware.base import Hardware
 from tuning.hardware.runners.base import Runner, Setup
 from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.core.measure import MeasureSpec
-from tuning.core.records import ERROR_KINDS, MeasureResult, Record, RecordLog
+from tuning.core.records import MeasureResult, Record, RecordLog
 from tuning.engine.run_folder import load_config
 from tuning.core.task import gemm_task
+from tuning.testing.hardware_contract import HardwareContract
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = gemm_task("gemm_64", 64, 64, 64)  # the smallest model (conf/model/gemm_64.yaml)
@@ -50,21 +57,72 @@ def needed_overrides(option: str, tmp_path: Path) -> list[str]:
     return [f"hardware.store={tmp_path / 'store.sqlite'}", "hardware.create=true"] if option == "replay" else []
 
 
-@pytest.mark.parametrize("path", HARDWARE)
-def test_every_hardware_validates_and_measures_a_batch_in_order(compose_cfg, tmp_path, path):
-    cfg = compose_cfg(f"hardware={path.stem}", "model=gemm_64", "tracking=none", *needed_overrides(path.stem, tmp_path))
-    validate(cfg, dict(cfg.hydra.runtime.choices))
-    with instantiate(cfg.hardware) as hardware:
-        assert isinstance(hardware, Hardware)
-        space = hardware.space(TASK)
-        rng = np.random.default_rng(0)
-        configs = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(2)))
-        handed = []
-        results = hardware.measure(TASK, configs, SPEC, on_result=lambda i, r: handed.append((i, r)))
-    assert all(isinstance(r, MeasureResult) for r in results) and len(results) == len(configs)
-    assert [tuple(r.config) for r in results] == configs
-    assert [i for i, _ in handed] == list(range(len(configs))) and [r for _, r in handed] == results
-    assert all(r.ok or r.error in ERROR_KINDS for r in results)
+@pytest.fixture(params=HARDWARE)
+def hardware_yaml(request):
+    return request.param
+
+
+class TestHardwareOption(HardwareContract):
+    """The shipped suite, once per conf/hardware YAML (the test ids name the option), its job config
+    composed with what the option cannot run without and validated first."""
+
+    spec = SPEC
+
+    @pytest.fixture(autouse=True)
+    def _option(self, compose_cfg, tmp_path, hardware_yaml):
+        cfg = compose_cfg(f"hardware={hardware_yaml.stem}", "model=gemm_64", "tracking=none",
+                          *needed_overrides(hardware_yaml.stem, tmp_path))
+        validate(cfg, dict(cfg.hydra.runtime.choices))
+        self.cfg = cfg
+
+    def make_hardware(self):
+        return instantiate(self.cfg.hardware)
+
+    def make_task(self):
+        return TASK
+
+
+BROKEN_SUITE = '''
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.testing.hardware_contract import HardwareContract
+
+
+class Backwards(SyntheticHardware):
+    """Measures the batch and returns its results last first."""
+
+    def measure(self, task, configs, spec, on_result=None):
+        return super().measure(task, configs, spec, on_result)[::-1]
+
+
+class TestFine(HardwareContract):
+    def make_hardware(self):
+        return SyntheticHardware()
+
+
+class TestBackwards(HardwareContract):
+    batch = 6
+
+    def make_hardware(self):
+        return Backwards()
+'''
+
+
+def test_the_suite_fails_a_hardware_that_returns_results_out_of_order(tmp_path):
+    """Run by pytest from another folder against the package: the synthetic hardware passes every test,
+    the one that returns its results last first fails the test that asks."""
+    (tmp_path / "test_broken_hardware.py").write_text(textwrap.dedent(BROKEN_SUITE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "test_broken_hardware.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    output = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 1, output
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("TestBackwards" in line for line in failed), output
+    assert any("test_measures_a_batch_in_order_handing_each_on" in line for line in failed), output
+    assert "results not in the order of their configs" in done.stdout, output
+    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
+    assert len(fine) == 2, output
 
 
 # ---- the runner as a config group ----------------------------------------------------------------

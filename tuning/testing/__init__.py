@@ -11,4 +11,6 @@
                                         on synthetic measurements
     tuning.testing.evaluator_contract   EvaluatorContract: an evaluator (tuning/evaluator/base.py), on
                                         the synthetic hardware
+    tuning.testing.hardware_contract    HardwareContract: a hardware, a device measured on
+                                        (tuning/hardware/base.py); the synthetic one passes it
 """
