@@ -62,8 +62,8 @@ def measure(args) -> dict:
     """{evaluator: {config: [(run_s, cost, batches) per pass]}}."""
     from hydra.utils import instantiate
 
-    from tuning.tools.dataset import compose
     from tuning.core.task import build_tasks
+    from tuning.tools.dataset import compose
 
     cfg = compose([f"model={args.model}", *args.hardware])
     [task] = build_tasks(cfg.model)

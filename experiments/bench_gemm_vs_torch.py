@@ -26,8 +26,8 @@ def best_of_run(run_dir: Path):
     """(label, task, best config) of a finished single-operator run."""
     from tuning.core.outcome import TaskOutcome, best_from_records
     from tuning.core.records import RecordLog
-    from tuning.engine.run_folder import load_config
     from tuning.core.task import build_tasks
+    from tuning.engine.run_folder import load_config
 
     cfg = load_config(run_dir / "config.yaml", "run")
     [task] = build_tasks(cfg.model)
@@ -68,8 +68,8 @@ def main(argv=None) -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from tuning.tools.dataset import compose
     from tuning.hardware.tvm_export import call_seconds, rotated_passes
+    from tuning.tools.dataset import compose
 
     kernels = [best_of_run(run.expanduser().resolve()) for run in args.runs]
     shapes = {(t.workload["M"], t.workload["N"], t.workload["K"]) for _, t, _ in kernels}

@@ -18,9 +18,9 @@ import time
 import numpy as np
 from hydra.utils import instantiate
 
-from tuning.tools.dataset import compose
 from tuning.core.measure import MeasureSpec
 from tuning.core.task import build_tasks
+from tuning.tools.dataset import compose
 
 
 def tunelab_round(hardware, task, configs, spec) -> float:

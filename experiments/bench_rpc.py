@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from hydra.utils import instantiate
 
 from tuning.core.task import build_tasks

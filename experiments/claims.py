@@ -59,13 +59,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.tools.compare.cli import default_out_dir, main as compare_main
+from tuning.config.cli import add_tracking_uri
+from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
+from tuning.tools.campaign_archive import add_archive_option, archived, is_archive_file, view_for_tables
+from tuning.tools.compare.cli import default_out_dir
+from tuning.tools.compare.cli import main as compare_main
 from tuning.tools.compare.load import find_runs
 from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
-from tuning.tools.campaign import Job, is_finished, progress, run_campaign, run_in_group
-from tuning.tools.campaign_archive import add_archive_option, archived, is_archive_file, view_for_tables
-from tuning.config.cli import add_tracking_uri
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 

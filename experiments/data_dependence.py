@@ -61,10 +61,9 @@ def task_summary(name: str, rows: list[tuple]) -> dict:
 
 
 def main(argv=None) -> list[dict]:
-    from tuning.core.task import build_tasks
+    from tuning.core.task import build_tasks, is_whole_model
     from tuning.hardware.kernel_context import zeros_and_uniform_seconds
     from tuning.tools.export import open_tvm_run
-    from tuning.core.task import is_whole_model
 
     args = parse_args(argv)
     try:

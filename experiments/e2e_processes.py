@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as scipy_stats
 
-from tuning.tools.compare.stats import holm, paired_ratio
 from tuning.engine.whole_model import KERNEL_MARGIN
+from tuning.tools.compare.stats import holm, paired_ratio
 
 NOT_COPIED = {"mlflow_run_id"}  # the copy's apply logs nowhere: the run's MLflow history stays as it is
 

@@ -43,10 +43,11 @@ import os
 import time
 from pathlib import Path
 
+from tuning.config.cli import add_tracking_uri
 from tuning.tools.campaign import Job, finished_folders, progress, run_campaign
 from tuning.tools.campaign_archive import add_archive_option, archived, view_for_tables
-from tuning.config.cli import add_tracking_uri
-from tuning.tools.compare.cli import default_out_dir, main as compare_main
+from tuning.tools.compare.cli import default_out_dir
+from tuning.tools.compare.cli import main as compare_main
 from tuning.tools.compare.report import claims_markdown, seed_label
 from tuning.tools.compare.statistics import Claim, claim_rows
 from tuning.tools.dataset import main as dataset_main

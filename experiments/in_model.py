@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.hardware.kernel_context import PREPACKED
 from tuning.config.cli import child_json
+from tuning.hardware.kernel_context import PREPACKED
 from tuning.tools.sync import final_metrics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,9 +38,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     from omegaconf import OmegaConf
 
-    from tuning.engine.validate import validate
-    from tuning.engine.run_folder import load_config
     from tuning.core.task import is_whole_model
+    from tuning.engine.run_folder import load_config
+    from tuning.engine.validate import validate
 
     cfg = load_config(args.run / "config.yaml", "run")
     validate(cfg)

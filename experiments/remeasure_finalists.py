@@ -28,11 +28,11 @@ from omegaconf import OmegaConf
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from tuning.tools.compare.ablation import latest_sweep, newest_per, print_table, run_records  # noqa: E402
-from tuning.tools.dataset import compose  # noqa: E402
-from tuning.evaluator.fixed import FixedEvaluator  # noqa: E402
 from tuning.config.cli import add_tracking_uri  # noqa: E402
 from tuning.core.task import build_tasks  # noqa: E402
+from tuning.evaluator.fixed import FixedEvaluator  # noqa: E402
+from tuning.tools.compare.ablation import latest_sweep, newest_per, print_table, run_records  # noqa: E402
+from tuning.tools.dataset import compose  # noqa: E402
 
 GROUPS = ("cost_model", "search", "sampler", "evaluator")
 

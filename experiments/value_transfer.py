@@ -43,11 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tuning.config.cli import add_tracking_uri
 from tuning.config.conf_dir import CONF_DIR
 from tuning.core.plausible import positive_number
 from tuning.tools.campaign import Job, finished_folders, is_finished, progress, run_campaign
 from tuning.tools.campaign_archive import add_archive_option, archived, view_for_tables
-from tuning.config.cli import add_tracking_uri
 from tuning.tools.compare.cli import default_out_dir
 from tuning.tools.compare.report import claim_cell
 from tuning.tools.compare.statistics import claim_verdict, magnitude

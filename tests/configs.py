@@ -72,8 +72,8 @@ def as_job(cfg, monkeypatch):
     (matplotlib: 0.3 s a run)."""
     from omegaconf import open_dict, read_write
 
-    from tuning.engine import run
     from tuning.engine import artifacts as export
+    from tuning.engine import run
 
     info = {"choices": dict(cfg.hydra.runtime.choices), "overrides": list(cfg.hydra.overrides.task),
             "output_dir": cfg.output_dir}

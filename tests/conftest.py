@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from hydra.core.hydra_config import HydraConfig
 
-
 # `make test` runs two workers on two cores: a second OpenMP thread in each (torch, XGBoost, BLAS) has no
 # core of its own and spins, which cost the value-function tests up to 20x their CPU time. Set before any
 # test imports torch; the runs' subprocesses inherit it. TVM's threads are set apart (TVM_NUM_THREADS).

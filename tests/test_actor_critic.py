@@ -12,8 +12,16 @@ import pytest
 import torch
 from torch import nn
 
-from tuning.search.actor_critic import (LAYERS, ActorCritic, build_agent, choice_one_hot, entropy, policy_gradient,
-                                        save_agent, taken_log_prob)
+from tuning.search.actor_critic import (
+    LAYERS,
+    ActorCritic,
+    build_agent,
+    choice_one_hot,
+    entropy,
+    policy_gradient,
+    save_agent,
+    taken_log_prob,
+)
 
 
 class TorchActorCritic(nn.Module):

@@ -9,17 +9,16 @@ import pytest
 from scipy.stats import norm
 from sklearn.ensemble import RandomForestRegressor
 
+from tuning.core.measure import CVStop, MeasureSpec
+from tuning.core.task import gemm_task
 from tuning.cost_model.rf import RandomForestCostModel, expected_improvement
+from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.evaluator.adaptive import AdaptiveEvaluator
-from tuning.core.measure import CVStop
-from tuning.core.measure import MeasureSpec
 from tuning.evaluator.fixed import FixedEvaluator
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.sampler.base import random_unvisited
 from tuning.sampler.greedy import GreedySampler
 from tuning.search.csa import ContextualSimulatedAnnealing
-from tuning.core.task import gemm_task
 from tuning.tracking.base import NoTracker
 
 TASK = gemm_task("g", 128, 128, 128)

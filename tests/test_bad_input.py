@@ -19,10 +19,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
-
-from tuning.engine.validate import validate
 from tuning.core.records import MeasureResult, Record, RecordError, RecordLog
 from tuning.engine.resume import prior_records
+from tuning.engine.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from test_store import filled
 from tuning.store import connect_store
 from tuning.tools.campaign import DONE, Job
-from tuning.tools.campaign_archive import (NEUTRAL_FLAGS, ArchiveError, archive_path, archived, equivalent_identities,
-                                           host_identity, host_key, open_view, pack, restore, view_for_tables)
-
-from test_store import filled
+from tuning.tools.campaign_archive import (
+    NEUTRAL_FLAGS,
+    ArchiveError,
+    archive_path,
+    archived,
+    equivalent_identities,
+    host_identity,
+    host_key,
+    open_view,
+    pack,
+    restore,
+    view_for_tables,
+)
 
 HOST = {"cpu_model": "Test CPU @ 1 GHz", "cores": 2, "flags": "abc"}
 OTHER = {**HOST, "flags": "abd"}
@@ -365,8 +375,9 @@ def test_a_store_in_the_archive_that_is_not_one_is_named(tmp_path, monkeypatch):
 
 
 def test_forgotten_runs_leave_the_archive_and_this_machine_and_the_readings_stay(tmp_path, monkeypatch, capsys):
-    import tuning.tools.campaign_archive as module
     from mlflow.tracking import MlflowClient
+
+    import tuning.tools.campaign_archive as module
 
     monkeypatch.setattr(module, "equivalent_identities", lambda: [HOST])
     root, archives, stores = tmp_path / "campaign", tmp_path / "archives", tmp_path / "stores"

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from tuning.core.measure import MeasureSpec
+from tuning.core.space import Knob, Space
+from tuning.core.task import conv2d_task
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.kmeans import KMeansSampler, per_knob_mode, snap
 from tuning.search.actor_critic import generalized_advantages
 from tuning.search.ppo import PPO
-from tuning.core.space import Knob, Space
-from tuning.core.task import conv2d_task
 
 
 def grid_space(*sizes: int, sketches: int = 1) -> Space:
@@ -212,7 +212,6 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
 # ---- the ablation table (a preset of tuning.tools.compare) -----------------------------------------
 def test_table_names_the_papers_columns_and_compares_with_sa(experiment_script):
     from tuning.tools.compare import Curve, TaskTruth, compare
-
     from tuning.tools.compare.ablation import preset_argv
 
     table = experiment_script("chameleon_table")

@@ -10,17 +10,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuning.tools.compare import (Claim, Curve, TaskTruth, claim_cell, claim_rows, claim_verdict, claims_markdown,
-                                  compare, error_counts, final_quality, magnitude, time_ratio)
-from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
-from tuning.tools.dataset import full_readings
-from tuning.tools.campaign import job_command
-from tuning.core.records import MeasureResult, Record
-from tuning.sampler.kmeans import KMeansSampler
-
 from test_chameleon import grid_space
 from test_loop import component, finish, run_py
 from test_store import SYNTHETIC_BACKEND, filled
+from tuning.core.records import MeasureResult, Record
+from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
+from tuning.sampler.kmeans import KMeansSampler
+from tuning.tools.campaign import job_command
+from tuning.tools.compare import (
+    Claim,
+    Curve,
+    TaskTruth,
+    claim_cell,
+    claim_rows,
+    claim_verdict,
+    claims_markdown,
+    compare,
+    error_counts,
+    final_quality,
+    magnitude,
+    time_ratio,
+)
+from tuning.tools.dataset import full_readings
 
 
 # ---- cost_model=xgb_rank ---------------------------------------------------------------------------
@@ -392,9 +403,8 @@ def test_every_compare_table_counts_invalid_and_timeout_per_row():
 def test_a_replay_keeps_the_slow_kernel_note(tmp_path):
     """A store row timed with fewer runs answers a replay with its note, so the replayed runs'
     compare tables count it."""
-    from tuning.store import TaskRows, connect_store
-
     from test_store import SPEC, TASK, replay
+    from tuning.store import TaskRows, connect_store
 
     backend = replay(tmp_path / "s.sqlite").backend
     table = TaskRows(connect_store(tmp_path / "s.sqlite"), backend, SPEC, TASK, backend.space(TASK))

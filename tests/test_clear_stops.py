@@ -18,11 +18,10 @@ import pytest
 
 from configs import as_job
 from test_store_access import fill_up, mount, unmount
-from tuning.engine import run as tunelab_run
-from tuning.config import files
-from tuning.engine import run_folder
-from tuning.config import ConfigError
+from tuning.config import ConfigError, files
 from tuning.core.records import RecordWriter
+from tuning.engine import run as tunelab_run
+from tuning.engine import run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ("hardware=synthetic", "model=gemm_64", "search=random", "cost_model=none", "tracking=none",

@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from tuning.cluster import cpu_slots
-from tuning.config.conf_dir import CONF_DIR
 from tuning.config import register
+from tuning.config.conf_dir import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 

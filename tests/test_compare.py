@@ -10,13 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuning.tools.compare import stats
-from tuning.tools.compare import (Curve, TaskTruth, compare, incumbent_curve, main, time_to_target, value_at_seconds,
-                            verdict_lines)
-from tuning.core.records import MeasureResult, Record
-
 from test_loop import finish, run_py
 from test_store import SYNTHETIC_BACKEND, filled
+from tuning.core.records import MeasureResult, Record
+from tuning.tools.compare import (
+    Curve,
+    TaskTruth,
+    compare,
+    incumbent_curve,
+    main,
+    stats,
+    time_to_target,
+    value_at_seconds,
+    verdict_lines,
+)
 
 
 def curve(method: str, seed: int, values, task: str = "t") -> Curve:

@@ -120,9 +120,9 @@ def test_finalists_are_remeasured_on_the_hardware_named(experiment_script, monke
     """remeasure_finalists on hardware=synthetic: the same loop as on cpu, no TVM."""
     from hydra.utils import instantiate
 
-    from tuning.tools.dataset import compose
-    from tuning.evaluator.fixed import FixedEvaluator
     from tuning.core.task import build_tasks
+    from tuning.evaluator.fixed import FixedEvaluator
+    from tuning.tools.dataset import compose
 
     monkeypatch.chdir(REPO)
     script = experiment_script("remeasure_finalists")

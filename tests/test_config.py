@@ -20,21 +20,19 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from configs import options, searchpath_overrides
 from tuning.config import ConfigError
-
-from tuning.engine.validate import validate
+from tuning.core.task import build_tasks
 from tuning.cost_model.base import CostModel
+from tuning.engine.validate import validate
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.base import Sampler
 from tuning.scheduler.base import Scheduler
-from tuning.store import connect_store
 from tuning.search.base import Search
-from tuning.core.task import build_tasks
+from tuning.store import connect_store
 from tuning.tracking.base import Tracker
-
-from configs import options, searchpath_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tuning.testing.cost_model_contract import CostModelContract
-
 from configs import group_yamls, instantiate_option
+from tuning.testing.cost_model_contract import CostModelContract
 
 REPO = Path(__file__).resolve().parents[1]
 COST_MODEL_YAMLS = group_yamls("cost_model")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tuning.testing.evaluator_contract import EvaluatorContract
-
 from configs import group_yamls, instantiate_option
+from tuning.testing.evaluator_contract import EvaluatorContract
 
 REPO = Path(__file__).resolve().parents[1]
 EVALUATOR_YAMLS = group_yamls("evaluator")

@@ -26,14 +26,15 @@ from omegaconf import OmegaConf
 from configs import group_yamls, load_option
 from fake_runner import RemoteSynthetic, TwoDevices
 from tuning.config import ConfigError
-from tuning.engine.validate import import_class as _import, validate
-from tuning.hardware.base import Hardware
-from tuning.hardware.runners.base import Runner, Setup
-from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult, Record, RecordLog
-from tuning.engine.run_folder import load_config
 from tuning.core.task import gemm_task
+from tuning.engine.loop import Components, RunInfo, tune_task
+from tuning.engine.run_folder import load_config
+from tuning.engine.validate import import_class as _import
+from tuning.engine.validate import validate
+from tuning.hardware.base import Hardware
+from tuning.hardware.runners.base import Runner, Setup
 from tuning.testing.hardware_contract import HardwareContract
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,16 @@ import pytest
 
 from fake_runner import RemoteSynthetic, TwoDevices
 from tuning.core.task import gemm_task
-from tuning.hardware.runners.base import (CAPABILITIES, Exports, Runner, RunsWholeModels, TimesInModel,
-                                          capabilities_of, require, runner_can)
+from tuning.hardware.runners.base import (
+    CAPABILITIES,
+    Exports,
+    Runner,
+    RunsWholeModels,
+    TimesInModel,
+    capabilities_of,
+    require,
+    runner_can,
+)
 from tuning.hardware.runners.local import LocalRunner
 from tuning.hardware.runners.rpc import RPCRunner
 from tuning.testing.runner_contract import RunnerContract

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tuning.testing.sampler_contract import SamplerContract
-
 from configs import group_yamls, instantiate_option
+from tuning.testing.sampler_contract import SamplerContract
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLER_YAMLS = group_yamls("sampler")

@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from configs import group_yamls, load_option
 from tuning.core.task import conv2d_task, gemm_task
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.testing.search_contract import SearchContract
-
-from configs import group_yamls, load_option
 from value_models import shared_value_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,10 +12,9 @@ import textwrap
 
 import pytest
 
+from test_store_postgres import SKIP_REASON, pg  # noqa: F401 - pg: its throwaway server, a fixture
 from tuning.store import SqliteStore, StoreError, backend_for, connect_store, register_backend
 from tuning.testing.store_contract import StoreContract
-
-from test_store_postgres import SKIP_REASON, pg  # noqa: F401 - pg: its throwaway server, a fixture
 
 
 class TestSqliteStore(StoreContract):

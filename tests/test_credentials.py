@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tuning.config import ConfigError
-
-from tuning.engine.validate import validate
-from tuning.config.untrusted import override_problems, unnamed_servers, user_named_servers, without_secrets
-
 from helpers import run_py_completed, tune_run
+from tuning.config import ConfigError
+from tuning.config.untrusted import override_problems, unnamed_servers, user_named_servers, without_secrets
+from tuning.engine.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-pw"
@@ -221,7 +219,6 @@ def test_a_server_the_user_names_is_the_same_location_without_its_password(monke
 
 def test_resume_sends_no_password_to_a_server_a_shared_folder_names(trap, tmp_path, monkeypatch, compose_cfg):
     from configs import as_job
-
     from tuning.engine import run
 
     run_dir = tune_run(tmp_path, monkeypatch, *QUICK)

@@ -221,7 +221,8 @@ def test_a_manifest_that_is_not_a_packs_is_refused_naming_what(stand_in, tmp_pat
 
 
 def test_an_archive_reaching_outside_its_folder_is_refused(tmp_path):
-    from tuning.hardware.gpu_pack import PackError, unpack as unpack_pack
+    from tuning.hardware.gpu_pack import PackError
+    from tuning.hardware.gpu_pack import unpack as unpack_pack
 
     archive = tmp_path / "evil.tar.gz"
     (tmp_path / "x").write_text("x")

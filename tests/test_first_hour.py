@@ -14,15 +14,15 @@ from omegaconf import OmegaConf
 
 from tests.test_loop import component, components
 from tuning.config import ConfigError
-from tuning.engine.validate import validate
-from tuning.engine.loop import RunInfo, tune_tasks
 from tuning.config.naming import run_name, sweep_name, workload_label
 from tuning.core.outcome import TaskOutcome, task_table
-from tuning.engine.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
-from tuning.engine.spec import BudgetSpec, ModelSpec
-from tuning.engine.final import headline_metrics
-from tuning.scheduler.gradient import Gradient
 from tuning.core.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
+from tuning.engine.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
+from tuning.engine.final import headline_metrics
+from tuning.engine.loop import RunInfo, tune_tasks
+from tuning.engine.spec import BudgetSpec, ModelSpec
+from tuning.engine.validate import validate
+from tuning.scheduler.gradient import Gradient
 from tuning.tracking.base import run_params
 
 REPO = Path(__file__).resolve().parents[1]

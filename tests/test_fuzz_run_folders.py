@@ -43,9 +43,30 @@ import numpy as np
 import pytest
 import yaml
 
-from fuzzing import (SECRET, TEXT_MUTATIONS, TREE_MUTATIONS, BadValue, Finding, Refused, Step, Tally, Tree,
-                     canary_files, canary_resolver_registered, dicts, dump, leaves, pick, raise_if, run_steps,
-                     sandboxed, short, show, snapshot, t_flip)
+from fuzzing import (
+    SECRET,
+    TEXT_MUTATIONS,
+    TREE_MUTATIONS,
+    BadValue,
+    Finding,
+    Refused,
+    Step,
+    Tally,
+    Tree,
+    canary_files,
+    canary_resolver_registered,
+    dicts,
+    dump,
+    leaves,
+    pick,
+    raise_if,
+    run_steps,
+    sandboxed,
+    short,
+    show,
+    snapshot,
+    t_flip,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -510,13 +531,12 @@ def mlflow_run() -> SimpleNamespace:
 
 
 def loaders(item: Input, orig: Original, clean) -> list[Step]:
-    from tuning.engine import resume
-    from tuning.tools import compare
-    from tuning.tools import sync
-    from tuning.engine.validate import validate
-    from tuning.tools.dataset import saved_config
     from tuning.core.records import RecordLog
+    from tuning.engine import resume
     from tuning.engine.run_folder import load_config
+    from tuning.engine.validate import validate
+    from tuning.tools import compare, sync
+    from tuning.tools.dataset import saved_config
 
     run = item.run
 

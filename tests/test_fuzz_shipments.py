@@ -24,10 +24,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fuzzing import (TEXT_MUTATIONS, TREE_MUTATIONS, BadValue, Finding, Step, Tally, Tree, canary_files,
-                     canary_resolver_registered, dump, pick, raise_if, run_steps, sandboxed, short, snapshot, t_flip,
-                     t_truncate)
-
+from fuzzing import (
+    TEXT_MUTATIONS,
+    TREE_MUTATIONS,
+    BadValue,
+    Finding,
+    Step,
+    Tally,
+    Tree,
+    canary_files,
+    canary_resolver_registered,
+    dump,
+    pick,
+    raise_if,
+    run_steps,
+    sandboxed,
+    short,
+    snapshot,
+    t_flip,
+    t_truncate,
+)
 
 PACK_INPUTS = 32
 
@@ -85,7 +101,7 @@ def _campaign_archive(root: Path) -> Path:
     from tuning.core.measure import MeasureSpec
     from tuning.core.task import gemm_task
     from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.store import connect_store, TaskRows
+    from tuning.store import TaskRows, connect_store
     from tuning.tools.campaign import Job
     from tuning.tools.campaign_archive import pack
 

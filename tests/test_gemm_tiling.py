@@ -10,14 +10,13 @@ import math
 import numpy as np
 import pytest
 
-from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
+from test_loop import outcome_keys, tune
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
+from tuning.core.task import gemm_task
+from tuning.hardware.synthetic import SyntheticHardware, synthetic_space
 from tuning.search.a2c import NeighbourhoodA2C, applicable
 from tuning.search.gbfs import GreedyBestFirst
-from tuning.core.task import gemm_task
-
-from test_loop import outcome_keys, tune
 
 HARDWARE = SyntheticHardware()
 TILING_64 = gemm_task("gemm_64", 64, 64, 64, space="tiling")
@@ -184,9 +183,8 @@ def test_gbfs_plan_larger_than_rho_pops_several_states():
 def test_gbfs_after_shared_random_configs_starts_from_them_not_from_s0(tmp_path):
     """budget.init_random: the run's first 16 measurements are the seed's shared random configs; G-BFS
     then pops the best of them and never measures the untiled s0."""
-    from tuning.engine.loop import RunInfo, tune_task
-
     from test_loop import components
+    from tuning.engine.loop import RunInfo, tune_task
 
     parts = components(search="gbfs", sampler="all", cost_model="none")
     run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=26, plan_size=5, init_random=16)

@@ -7,11 +7,10 @@ import sqlite3
 import pytest
 from omegaconf import OmegaConf
 
+from test_store import SYNTHETIC_BACKEND
+from tuning.core.records import MeasureResult, Record, RecordLog
 from tuning.store import connect_store
 from tuning.tools.dataset import best_configs
-from tuning.core.records import MeasureResult, Record, RecordLog
-
-from test_store import SYNTHETIC_BACKEND
 
 # what each sensitivity row may change from its default row, nothing else
 CHANGES = {"gbfs_random_start": {"search.start"}, "gbfs_shared_start": {"budget.init_random"},

@@ -293,9 +293,9 @@ def test_the_lock_file_of_a_run_folder_is_not_written_through_a_link(tmp_path, c
 
 
 def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
-    from tuning.tracking.base import NoTracker
     from tuning.engine.spec import E2ESpec, ModelSpec
     from tuning.engine.whole_model import evaluate_end_to_end
+    from tuning.tracking.base import NoTracker
 
     class Hardware:
         def evaluate_model(self, *args):
@@ -314,8 +314,8 @@ def test_end_to_end_files_are_checked_before_the_model_is_compiled(tmp_path):
 
 @pytest.mark.tvm
 def test_tvm_exports_refuse_a_symlink_in_the_run_folder(tmp_path):
-    from tuning.hardware.cpu import CPUHardware
     from tuning.core.task import gemm_task
+    from tuning.hardware.cpu import CPUHardware
 
     task, hardware = gemm_task("g", 32, 32, 32), CPUHardware(num_threads=1)
     run, target = tmp_path / "run", tmp_path / "bashrc"

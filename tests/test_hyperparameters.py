@@ -9,9 +9,8 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.core.component import Component, Hyper, declaration_problems, hyper_table, import_class, same_value
-
 from configs import CONF, group_yamls
+from tuning.core.component import Component, Hyper, declaration_problems, hyper_table, import_class, same_value
 
 SEARCH_YAMLS = group_yamls("search")
 

@@ -14,12 +14,17 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from helpers import complete_lines, components, run_py, tune_job, wait_for_records
-from helpers import component  # noqa: F401 - test_claims.py imports it from here
-
-from tuning.engine.loop import Components, RunInfo, tune_task
+from helpers import (
+    complete_lines,
+    component,  # noqa: F401 - test_claims.py imports it from here
+    components,
+    run_py,
+    tune_job,
+    wait_for_records,
+)
 from tuning.core.records import RecordLog
 from tuning.core.task import build_tasks, gemm_task
+from tuning.engine.loop import Components, RunInfo, tune_task
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

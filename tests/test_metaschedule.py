@@ -11,17 +11,16 @@ import pytest
 from scipy.stats import spearmanr
 
 from tuning.config import ConfigError
-
-from tuning.engine.validate import validate
-from tuning.cost_model.xgb import XGBoostCostModel
-from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack, warmup_scores
-from tuning.hardware.synthetic import SyntheticHardware
+from tuning.core.features import model_features, store_rows
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
-from tuning.search.evolutionary import EvolutionarySearch, _move_tile_factor
-from tuning.core.features import model_features, store_rows
 from tuning.core.space import Space
 from tuning.core.task import gemm_task
+from tuning.cost_model.xgb import XGBoostCostModel
+from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack, warmup_scores
+from tuning.engine.validate import validate
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.search.evolutionary import EvolutionarySearch, _move_tile_factor
 
 HARDWARE = SyntheticHardware()
 TASK = gemm_task("g", 256, 256, 256)

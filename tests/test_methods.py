@@ -5,15 +5,15 @@ import json
 
 import numpy as np
 
+from tuning.core.measure import MeasureSpec
+from tuning.core.task import gemm_task
 from tuning.cost_model.none import NoCostModel
 from tuning.cost_model.xgb import XGBoostCostModel
-from tuning.core.measure import MeasureSpec
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.sampler.all import AllSampler
 from tuning.sampler.greedy import GreedySampler
 from tuning.search.random import RandomSearch
 from tuning.search.sa import SimulatedAnnealing
-from tuning.core.task import gemm_task
 
 HARDWARE = SyntheticHardware()
 TASK = gemm_task("g", 1024, 1024, 1024)

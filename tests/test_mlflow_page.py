@@ -10,15 +10,23 @@ from urllib.parse import unquote
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.engine.callbacks import curve_metrics
+from tuning.config.naming import (
+    BEST_SO_FAR,
+    FINAL_GFLOPS,
+    FINAL_LATENCY_MS,
+    FINAL_LATENCY_US,
+    figure_title,
+    method_label,
+    run_name,
+    with_current_names,
+)
 from tuning.core.outcome import TaskOutcome
 from tuning.core.task import gemm_task
+from tuning.engine.callbacks import curve_metrics
 from tuning.engine.final import log_final_metrics
-from tuning.config.naming import (BEST_SO_FAR, FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US, figure_title, method_label,
-                           run_name, with_current_names)
 from tuning.sweep.multirun import best_line
-from tuning.tools.compare.report import compare_runs_page, mlflow_links
 from tuning.tools import sync
+from tuning.tools.compare.report import compare_runs_page, mlflow_links
 from tuning.tracking.mlflow_tracker import MlflowTracker
 from tuning.tracking.plot import convergence_png
 

@@ -10,13 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
-
-from tuning.engine.validate import validate
 from tuning.core.outcome import TaskOutcome
 from tuning.core.records import MeasureResult, Record
 from tuning.core.task import Task
 from tuning.engine.model_choice import REPORT_FILE, choose_in_model, finalists, heaviest_outcomes, take_in_model
 from tuning.engine.spec import E2ESpec, ModelSpec
+from tuning.engine.validate import validate
 from tuning.tools.sync import CHOSEN_FILE, load_chosen, save_chosen
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tuning.hardware import e2e, e2e_worker
 from tuning.core.networks import build_network
 from tuning.engine.whole_model import e2e_line, e2e_metrics
+from tuning.hardware import e2e, e2e_worker
 
 pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")
 pytest.importorskip("onnxruntime", reason="onnxruntime is the optional extra tunelab[onnxruntime] (in .[test])")

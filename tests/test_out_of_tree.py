@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from test_extending import REPO, toy_env
 from helpers import complete_lines, run_py
+from test_extending import REPO, toy_env
 from test_loop import check_resumed
 
 TRIALS = 160

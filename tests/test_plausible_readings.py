@@ -10,11 +10,10 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from tuning.hardware.synthetic import SyntheticHardware
+from test_store import SPEC, TASK, filled, replay, sample, tune
 from tuning.core.plausible import bounds_of
 from tuning.core.records import MeasureResult, Record, RecordError, RecordLog
-
-from test_store import SPEC, TASK, filled, replay, sample, tune
+from tuning.hardware.synthetic import SyntheticHardware
 
 # gemm_64 (524,288 FLOPs) on synthetic hardware at 100 GFLOP/s with noise 0.2: the floor is
 # 524288 / (4 x 125e9) = 1.05 us; 2e-7 s is over 1 ns yet faster than the device can compute it

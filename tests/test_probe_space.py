@@ -88,8 +88,9 @@ def refusal(probe, *argv) -> str:
 
 
 def test_runs_without_kernels_to_build_are_refused_naming_the_key(experiment_script, synthetic_run, tmp_path):
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     probe = experiment_script("probe_space")
     assert "hardware" in refusal(probe, synthetic_run, "--list")

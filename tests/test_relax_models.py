@@ -9,9 +9,15 @@ import torch
 import tvm
 import tvm_ffi
 
-from tuning.hardware.relax_models import (
-    design_spaces, extract_tasks, import_network, tasks_as_json, tasks_from_json, workload_key)
 from tuning.core.networks import build_network
+from tuning.hardware.relax_models import (
+    design_spaces,
+    extract_tasks,
+    import_network,
+    tasks_as_json,
+    tasks_from_json,
+    workload_key,
+)
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")]

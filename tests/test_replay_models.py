@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from configs import as_job
+from tuning.core.task import gemm_task
+from tuning.engine.whole_model import e2e_line
 from tuning.hardware.base import Hardware
 from tuning.hardware.replay import ReplayHardware, with_store
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.core.task import gemm_task
-from tuning.engine.whole_model import e2e_line
-
-from configs import as_job
 
 REPO = Path(__file__).resolve().parents[1]
 REPLAYED = {"measure", "simulated_clock"}  # a replay's own answers, not its backend's

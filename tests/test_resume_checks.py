@@ -18,7 +18,6 @@ import yaml
 from configs import as_job
 from tuning.engine import run as tunelab_run
 
-
 NEW = ("hardware=synthetic", "model=gemm_64", "tracking=none", "search=random", "cost_model=none",
        "budget.plan_size=8")
 
@@ -32,9 +31,9 @@ def job(compose_cfg, monkeypatch, *overrides: str):
 def finished_run(tmp_path_factory) -> Path:
     """A finished run: 32 records of gemm_64 in rounds 0-3, its state saved after round 3 (made as the
     compose_cfg fixture's jobs are, for the whole module)."""
-    from configs import compose_job
     from hydra.core.hydra_config import HydraConfig
 
+    from configs import compose_job
     from tuning.config import register
 
     tmp = tmp_path_factory.mktemp("finished")

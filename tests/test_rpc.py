@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 import tunelab
-from tuning.hardware.rpc_hosts import Cluster
 from tuning.config import ConfigError
-from tuning.hardware.runners.rpc import (RPCRunner, free_servers, missing_extensions, registered_keys,
-                                         same_device_kind)
+from tuning.hardware.rpc_hosts import Cluster
+from tuning.hardware.runners.rpc import RPCRunner, free_servers, missing_extensions, registered_keys, same_device_kind
 
 pytestmark = pytest.mark.tvm
 KEY = "loopback"

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tuning.hardware.rpc_hosts import Cluster
-
 from helpers import wait_for_records
+from tuning.hardware.rpc_hosts import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.tvm]
 REPO = Path(__file__).resolve().parents[1]

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 import pytest
 
 from tests.test_loop import component, components
-from tuning.engine.loop import RunInfo, tune_tasks
 from tuning.core.records import RecordLog
+from tuning.core.task import gemm_task
+from tuning.engine.loop import RunInfo, tune_tasks
 from tuning.scheduler.gradient import Gradient
 from tuning.scheduler.round_robin import RoundRobin
-from tuning.core.task import gemm_task
 
 
 # ---- the rules on hand-made histories ----------------------------------------------------

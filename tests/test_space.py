@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.space import Knob, Space
 from tuning.core.task import gemm_task
+from tuning.hardware.synthetic import SyntheticHardware
 
 SPLITS_OF_8 = ((1, 8), (2, 4), (4, 2), (8, 1))
 

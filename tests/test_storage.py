@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tuning.config import storage
-from tuning.config import ConfigError
+from tuning.config import ConfigError, storage
 from tuning.engine.validate import validate
 from tuning.tracking import mlflow_tracker
 from tuning.tracking.mlflow_tracker import MlflowTracker

@@ -17,18 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuning.hardware.replay import ReplayHardware
-from tuning.hardware.synthetic import SyntheticHardware
-from tuning.engine.loop import RunInfo, tune_task
-from tuning.core.measure import CVStop, MeasureSpec
-from tuning.core.records import MeasureResult
-from tuning.store import MeasurementStore, StoreError, TaskRows, connect_store, fingerprint
-from tuning.core.task import gemm_task
-
 from configs import options
-from value_models import shared_value_model
 from helpers import components, run_py, tune_job
 from test_loop import finish
+from tuning.core.measure import CVStop, MeasureSpec
+from tuning.core.records import MeasureResult
+from tuning.core.task import gemm_task
+from tuning.engine.loop import RunInfo, tune_task
+from tuning.hardware.replay import ReplayHardware
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.store import MeasurementStore, StoreError, TaskRows, connect_store, fingerprint
+from value_models import shared_value_model
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = gemm_task("gemm_64", 64, 64, 64)
@@ -261,8 +260,8 @@ def test_memoised_real_run_measures_each_config_once(tmp_path):
     store = connect_store(tmp_path / "store.sqlite")
     store.count()
     backend = SyntheticHardware(noise=0.2, store=str(store.path), reuse=True)
-    from tuning.hardware.replay import with_store
     from tuning.engine.callbacks import StoreWriter, default_callbacks
+    from tuning.hardware.replay import with_store
 
     def run(out, seed):
         hardware = with_store(backend)
@@ -379,8 +378,8 @@ def test_a_run_whose_store_stayed_on_its_machine_is_still_re_logged(compose_cfg,
     """`tuning.tools.sync` validates under local_checks_only and opens no store: a restored run (an
     archive viewed on another machine) whose store path does not exist here still validates."""
     from tuning.config import ConfigError
-    from tuning.engine.validate import validate
     from tuning.core.component import local_checks_only
+    from tuning.engine.validate import validate
 
     cfg = compose_cfg("model=gemm_64", "tracking=none", "hardware=replay", f"hardware.store={tmp_path}/gone.sqlite")
     with pytest.raises(ConfigError, match="no such file"):

@@ -20,11 +20,11 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from tuning.core.measure import MeasureSpec
+from tuning.core.task import gemm_task
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.core.measure import MeasureSpec
 from tuning.store import StoreError, TaskRows, connect_store
-from tuning.core.task import gemm_task
 
 TASK = gemm_task("gemm_64", 64, 64, 64)
 SPEC = MeasureSpec(repeat=3)

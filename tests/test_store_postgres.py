@@ -26,8 +26,17 @@ from tuning.core.records import MeasureResult
 from tuning.core.task import gemm_task
 from tuning.hardware.replay import ReplayHardware
 from tuning.hardware.synthetic import SyntheticHardware
-from tuning.store import (READING_COLUMNS, MeasurementStore, SqliteStore, StoreError, TaskRows, connect_store,
-                          copy_store, is_store_url, open_store)
+from tuning.store import (
+    READING_COLUMNS,
+    MeasurementStore,
+    SqliteStore,
+    StoreError,
+    TaskRows,
+    connect_store,
+    copy_store,
+    is_store_url,
+    open_store,
+)
 from tuning.tools import dataset
 
 TASK = gemm_task("gemm_64", 64, 64, 64)

@@ -22,13 +22,14 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from hydra_plugins.tunelab_optuna_sweeper import _search_space as search_space
-from hydra_plugins.tunelab_optuna_sweeper._sweeper import OptunaSweeperImpl as OptunaSweeper, _tell, write_results
+from hydra_plugins.tunelab_optuna_sweeper._sweeper import OptunaSweeperImpl as OptunaSweeper
+from hydra_plugins.tunelab_optuna_sweeper._sweeper import _tell, write_results
 from tuning.config import ConfigError
-from tuning.engine.validate import validate
+from tuning.config.objective import objective_values
 from tuning.core.records import MeasureResult, Record
 from tuning.engine.callbacks import RoundReport
-from tuning.config.objective import objective_values
 from tuning.engine.trial import Pruning
+from tuning.engine.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -70,10 +70,10 @@ def test_the_applied_copy_holds_the_numbers_used(compose_cfg):
 
 # ---- the store wiring -----------------------------------------------------------------------------
 def test_store_wiring_returns_new_hardware_and_leaves_the_given_one_as_it_was(tmp_path):
-    from tuning.hardware.replay import ReplayHardware
-    from tuning.hardware.synthetic import SyntheticHardware
     from tuning.core.measure import MeasureSpec
     from tuning.engine.store_wiring import wire_store
+    from tuning.hardware.replay import ReplayHardware
+    from tuning.hardware.synthetic import SyntheticHardware
 
     given = SyntheticHardware(store=str(tmp_path / "store.sqlite"))
     hardware, writer = wire_store("store", given, MeasureSpec(repeat=3))

@@ -7,13 +7,13 @@ import pytest
 import xgboost as xgb
 
 from configs import QUICK_TIMING
-from tuning.hardware.corpus import load_corpus
-from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
-from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
-from tuning.store import TaskRows, connect_store
 from tuning.core.task import gemm_task
+from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
+from tuning.hardware.corpus import load_corpus
+from tuning.hardware.synthetic import SyntheticHardware
+from tuning.store import TaskRows, connect_store
 from tuning.tracking.registry import RegistryError, load_booster, parse_reference, register_booster, resolve
 
 

@@ -7,9 +7,9 @@ import pytest
 from configs import QUICK_TIMING
 from tuning.core.features import StoreRows, model_features
 from tuning.core.measure import MeasureSpec
-from tuning.hardware.cpu import CPUHardware
 from tuning.core.records import Record
 from tuning.core.task import batch_matmul_task, conv2d_task, gemm_task
+from tuning.hardware.cpu import CPUHardware
 
 pytestmark = pytest.mark.tvm
 
@@ -266,8 +266,8 @@ def test_new_shapes_compute_what_torch_computes(hardware, task):
     gives torch's / numpy's answer; its output shape is the one the FLOPs were counted on."""
     import tvm
 
-    from tuning.hardware.tvm_space import arg_shapes, make_target, prim_func
     from tuning.core.task import conv2d_output_shape, reference_output
+    from tuning.hardware.tvm_space import arg_shapes, make_target, prim_func
 
     func = prim_func(task.workload)
     shapes = arg_shapes(func)

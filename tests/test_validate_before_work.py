@@ -13,7 +13,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
-
 from tuning.engine.validate import validate
 from tuning.tracking.mlflow_tracker import MlflowTracker
 
@@ -155,8 +154,8 @@ def test_a_store_given_up_on_leaves_every_call_a_no_op(tmp_path):
 
 # ---- budget.plan_size larger than the space ----------------------------------------------------
 def test_a_plan_size_larger_than_the_space_is_cut_to_it(compose_cfg, monkeypatch, tmp_path, caplog):
-    from tuning.hardware.synthetic import SyntheticHardware
     from tuning.core.task import build_tasks
+    from tuning.hardware.synthetic import SyntheticHardware
 
     [task] = build_tasks(compose_cfg("model=gemm_64", "model.space=tiling").model)
     space = SyntheticHardware().space(task)

@@ -4,15 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuning.hardware.synthetic import synthetic_space
+from configs import QUICK_TIMING
+from helpers import run_py_completed, tune_run
 from tuning.core.space import Knob, Space
 from tuning.core.task import conv2d_task, gemm_task
+from tuning.hardware.synthetic import synthetic_space
 from tuning.value.beam import beam_search
 from tuning.value.encoding import WIDTH, children, config_of, decode, encode, is_complete, order, prefix_of, work
 from tuning.value.net import KernelData, complete_errors, fit, group_of, prefix_targets, split
-
-from configs import QUICK_TIMING
-from helpers import run_py_completed, tune_run
 from value_models import synthetic_kernels
 
 
@@ -237,8 +236,8 @@ def test_bad_value_search_configs_are_rejected_before_any_work(compose_cfg, over
 def test_a_registered_model_is_not_needed_to_re_log_a_run(compose_cfg, overrides, tmp_path):
     """`tuning.tools.sync` re-logs a restored run whose model is not in this machine's registry."""
     from tuning.config import ConfigError
-    from tuning.engine.validate import validate
     from tuning.core.component import local_checks_only
+    from tuning.engine.validate import validate
 
     group = overrides[0].split("=")[0]
     cfg = compose_cfg("model=gemm_64", "hardware=synthetic", "tracking=none", *overrides,
@@ -285,10 +284,9 @@ def scheduled_network(tmp_path_factory):
     inner tile of i), then `run.py model=tiny_cnn search=value budget.trials=0`, both in this process:
     (run folder, outputs)."""
     import tunelab
+    from test_transfer import fill_store
     from tuning.hardware.cpu import CPUHardware
     from tuning.tools.value import main as value_main
-
-    from test_transfer import fill_store
 
     tmp_path = tmp_path_factory.mktemp("value_network")
     store, other, hardware = tmp_path / "store.sqlite", tmp_path / "other.sqlite", CPUHardware(num_threads=2)
@@ -366,9 +364,8 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
     import json
 
     from tuning.store import connect_store
-    from tuning.tracking.registry import resolve
     from tuning.tools.value import main
-
+    from tuning.tracking.registry import resolve
     from value_models import shared_value_model
 
     main(improve(tmp_path, "--rounds", "1"))
@@ -397,10 +394,9 @@ def test_the_improvement_loop_measures_into_the_store_registers_each_round_and_r
 def test_the_improvement_loop_never_trains_on_what_any_round_holds_out(tmp_path, monkeypatch):
     """Each round refits V from the last round's weights on a grown store: the configs and kernels held
     out are the same in every round and never trained on in any."""
-    from tuning.value import net as value_net
     from tuning.tools.value import parse_args
     from tuning.tools.value_improve import improve as improve_loop
-
+    from tuning.value import net as value_net
     from value_models import shared_value_model
 
     trained, held = [], []
@@ -451,9 +447,9 @@ def test_a_choice_that_fails_is_not_applied():
     """budget.trials=0: a kernel whose chosen schedule does not run stays untuned and says why."""
     from types import SimpleNamespace
 
+    from tuning.engine.loop import schedule_without_measuring
     from tuning.evaluator.fixed import FixedEvaluator
     from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.engine.loop import schedule_without_measuring
 
     class Chooses:
         def __init__(self, config):

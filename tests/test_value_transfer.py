@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuning.hardware.corpus import at_most, load_corpus
+from test_transfer import fill_store, made_up_seconds
 from tuning.core.task import gemm_task
+from tuning.hardware.corpus import at_most, load_corpus
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.search.random import RandomSearch
 from tuning.tools.campaign import Job, is_finished, run_campaign
 from tuning.tools.compare.stats import paired_ratio_with_readings
-
-from test_transfer import fill_store, made_up_seconds
 
 
 # ---- search=random with no measurement ------------------------------------------------------------
@@ -301,10 +300,9 @@ def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_me
     run.py model=conv_tiny search=random search.best_of=16 cost_model=xgb_ms budget.trials=0: a kernel the
     model never saw (a network's kernels go the same way: tests/test_value.py's scheduled_network)."""
     import tunelab
+    from configs import QUICK_TIMING
     from tuning.hardware.cpu import CPUHardware
     from tuning.tools import pretrain
-
-    from configs import QUICK_TIMING
 
     hardware, store = CPUHardware(num_threads=2), tmp_path / "store.sqlite"
     fill_store(store, hardware, [(gemm_task(f"gemm_{n}", n, n, n), 30) for n in (32, 64)], made_up_seconds)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.hardware.synthetic import SyntheticHardware
 from tuning.core.measure import MeasureSpec
+from tuning.hardware.synthetic import SyntheticHardware
 from tuning.value.net import KernelData, fit, log_value, shape_tag
 
 

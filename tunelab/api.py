@@ -53,11 +53,12 @@ class Outcome:
 
 def compose(overrides: Sequence[str] | Mapping | None = ()) -> DictConfig:
     """The job config `tunelab run OVERRIDES` would run (with its `hydra` node), for inspection or edits."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from tunelab.run import job_overrides
-    from tuning.config.conf_dir import CONF_DIR
     from tuning.config import register
+    from tuning.config.conf_dir import CONF_DIR
 
     argv = job_overrides(_as_overrides(overrides))
     register()

@@ -10,8 +10,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from tuning.config.conf_dir import CONF_DIR
 from tuning.config import ConfigError, register
+from tuning.config.conf_dir import CONF_DIR
 from tuning.engine.validate import moved_overrides
 
 register()

@@ -42,13 +42,13 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
+from tuning.config.storage import database_scheme
 from tuning.engine import trial as trial_side
 from tuning.engine.run_folder import terminated_by_signals
-from tuning.config.storage import database_scheme
 from tuning.tracking.mlflow_tracker import sqlite_path
 
-from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
 from . import _search_space as search_space
+from . import config as _config  # also registers hydra/sweeper=optuna and its sampler/pruner groups
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = trial_side.RESULTS_FILE

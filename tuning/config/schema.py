@@ -20,13 +20,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from tuning.core.component import MAX_SEED, check_range
 from tuning.config.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.config.storage import StorageSchema, register_resolver
-from tuning.config.storage import problems as storage_problems, unresolved as unresolved_storage
+from tuning.config.storage import problems as storage_problems
+from tuning.config.storage import unresolved as unresolved_storage
+from tuning.core.component import MAX_SEED, check_range
 from tuning.core.task import conv2d_output_shape
-
-
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
 

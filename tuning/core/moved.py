@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
-import importlib.util
 import importlib.machinery
+import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence

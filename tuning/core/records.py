@@ -20,8 +20,8 @@ import json
 import math
 import os
 import statistics
-from dataclasses import MISSING, dataclass, field, fields, replace
 from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any
 

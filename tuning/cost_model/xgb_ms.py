@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tuning.core.component import MAX_SEED, external_checks
 from tuning.config import ConfigError
+from tuning.core.component import MAX_SEED, external_checks
 from tuning.cost_model.base import CostModel
 
 # xgboost is imported on first fit: it imports scikit-learn and SciPy (2 s of every start), which a run

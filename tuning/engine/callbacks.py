@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from tuning.cost_model.base import model_input
 from tuning.config.naming import BEST_SO_FAR
-from tuning.store import TaskRows
+from tuning.cost_model.base import model_input
 from tuning.engine.spec import JobSpec
+from tuning.store import TaskRows
 
 ROUND_TIMES_FILE = "round_times.jsonl"  # each round's time/* points, {key, value, step} a line
 

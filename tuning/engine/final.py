@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
+from tuning.config.naming import FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US
 from tuning.core.outcome import summary, weighted_latency_ms
 from tuning.engine.loop import ROUND_TIMES
-from tuning.config.naming import FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US
-from tuning.engine.whole_model import e2e_line
 from tuning.engine.run_files import final_metrics, save_final_metrics
+from tuning.engine.whole_model import e2e_line
 
 TIME_KEYS = ROUND_TIMES
 

@@ -10,8 +10,8 @@ import shutil
 from contextlib import suppress
 from pathlib import Path
 
-from tuning.engine.run_folder import release
 from tuning.config.untrusted import scrub_file
+from tuning.engine.run_folder import release
 
 HYDRA_COPIES = ("config.yaml", "overrides.yaml", "hydra.yaml")
 FULL = (errno.ENOSPC, errno.EDQUOT)

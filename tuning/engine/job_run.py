@@ -11,10 +11,10 @@ from typing import Any, Mapping
 
 from omegaconf import OmegaConf
 
-from tuning.core.records import RecordError, RecordLog
-from tuning.engine.trial import trial_tags
 from tuning.config.untrusted import is_server, without_secrets
+from tuning.core.records import RecordError, RecordLog
 from tuning.engine.run_files import backfill, history
+from tuning.engine.trial import trial_tags
 from tuning.tracking.base import run_params
 from tuning.tracking.tags import job_run_name, method_label, run_tags
 

@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.engine.callbacks import MeasureCallback, RoundReport, default_callbacks
-from tuning.cost_model.base import CostModel, model_input
-from tuning.evaluator.base import Evaluator
-from tuning.hardware.base import Hardware
 from tuning.core.outcome import TaskOutcome, best_from_records
 from tuning.core.plausible import bounds_of
 from tuning.core.records import Record, RecordLog
+from tuning.cost_model.base import CostModel, model_input
+from tuning.engine.callbacks import MeasureCallback, RoundReport, default_callbacks
 from tuning.engine.resume import restore_state, save_state
+from tuning.evaluator.base import Evaluator
+from tuning.hardware.base import Hardware
 from tuning.sampler.base import Sampler, random_unvisited, take_unvisited
 from tuning.scheduler.round_robin import RoundRobin
 from tuning.search.base import Search

@@ -29,18 +29,18 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
+from tuning.config.tracking_uri import sqlite_path
 from tuning.core.plausible import bounds_of
 from tuning.core.records import RecordError, RecordLog
-from tuning.engine.run_folder import claim, load_config, saved_choices
-from tuning.config.tracking_uri import sqlite_path
 from tuning.engine.budget import BudgetPlan
+from tuning.engine.run_folder import claim, load_config, saved_choices
 from tuning.engine.spec import JobSpec
 
 

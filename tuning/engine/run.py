@@ -20,30 +20,28 @@ from pathlib import Path
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from tuning.config import ConfigError
+from tuning.config.objective import objective_values
+from tuning.core.outcome import summary
+from tuning.engine import job_folder, run_folder
+from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts
 from tuning.engine.budget import BudgetPlan, resolve_budget, with_plan_size
 from tuning.engine.builders import Builders
 from tuning.engine.callbacks import Pace, StoreWriter, default_callbacks
-from tuning.config import ConfigError
-from tuning.engine.validate import validate
-from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts
 from tuning.engine.final import log_final_metrics, print_result
-from tuning.engine.job_folder import (continue_log_in, discard_refused, discard_untouched, hydra_info as _hydra_info,
-                               scrub_hydra_copies, stop_reason)
-from tuning.engine.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
-from tuning.config.objective import objective_values
-from tuning.core.outcome import summary
-from tuning.engine.resume import check_records, check_resume, resolve_resume, reused_records
-from tuning.hardware.runners.base import NoDeviceLeft
-from tuning.engine.run_folder import (mark_status, release, save_hardware, save_identity, terminated_by_signals,
-                               write_private)
-from tuning.store import StoreError
-from tuning.engine.store_wiring import check_store_space, wire_store
-from tuning.engine.run_files import SPOOL_FILE, save_tasks
+from tuning.engine.job_folder import hydra_info as _hydra_info
 from tuning.engine.job_run import RunIdentity, end_job_run, start_job_run
-from tuning.tracking.tags import figure_title, git_commit, method_name
-from tuning.engine.trial import Pruning, current_trial
+from tuning.engine.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
+from tuning.engine.resume import check_records, check_resume, resolve_resume, reused_records
+from tuning.engine.run_files import SPOOL_FILE, save_tasks
 from tuning.engine.spec import JobSpec
+from tuning.engine.store_wiring import check_store_space, wire_store
+from tuning.engine.trial import Pruning, current_trial
+from tuning.engine.validate import validate
 from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, job_tasks
+from tuning.hardware.runners.base import NoDeviceLeft
+from tuning.store import StoreError
+from tuning.tracking.tags import figure_title, git_commit, method_name
 
 log = logging.getLogger("tunelab")
 
@@ -88,25 +86,25 @@ def main(cfg: DictConfig) -> float | list[float]:
 def run_job(cfg: DictConfig) -> JobResult:
     """The job on a composed config (its Hydra context set); ConfigError/StoreError: bad input, nothing done."""
     hydra = _hydra_info()
-    scrub_hydra_copies(hydra)
+    job_folder.scrub_hydra_copies(hydra)
     try:
         cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
         validate(cfg, hydra.get("choices"))
         if cfg.resume:
-            continue_log_in(out_dir, hydra.get("output_dir"))
+            job_folder.continue_log_in(out_dir, hydra.get("output_dir"))
     except ConfigError:
-        discard_refused(cfg.get("resume"), hydra.get("output_dir"))
+        job_folder.discard_refused(cfg.get("resume"), hydra.get("output_dir"))
         raise
     try:
         spec = JobSpec.from_cfg(cfg, out_dir, hydra.get("choices", {}))  # what the steps below read
-        with terminated_by_signals():
+        with run_folder.terminated_by_signals():
             return _run(cfg, spec, hydra)
     except (ConfigError, StoreError):
         if not cfg.resume:  # refused before any work (a store or device that cannot be reached): no folder left
-            discard_untouched(str(out_dir))
+            job_folder.discard_untouched(str(out_dir))
         raise
     finally:
-        release(out_dir)
+        run_folder.release(out_dir)
 
 
 def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
@@ -169,12 +167,12 @@ def _prepare(spec, build, parts):
 
 def _write_run_files(job: Job) -> None:
     out_dir, hardware, writer = job.spec.out_dir, job.parts.hardware, job.store_writer
-    write_private(out_dir / "config.yaml", job.build.config_yaml())
+    run_folder.write_private(out_dir / "config.yaml", job.build.config_yaml())
     (out_dir / "records.jsonl").touch()  # exists even when reused records leave nothing to measure
-    save_identity(out_dir, dict(job.spec.choices), git_commit())
+    run_folder.save_identity(out_dir, dict(job.spec.choices), git_commit())
     rows = (lambda task: writer.table(task, hardware.space(task))) if writer else None
     save_tasks(out_dir, job.tasks, store_rows=rows)
-    mark_status(out_dir, "RUNNING")
+    run_folder.mark_status(out_dir, "RUNNING")
 
 
 def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
@@ -184,7 +182,7 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
     status, e2e, pruned, outcomes = "FAILED", None, False, []
     try:
         with parts.hardware:
-            parts.tracker.set_tags(save_hardware(out_dir, parts.hardware.describe()))
+            parts.tracker.set_tags(run_folder.save_hardware(out_dir, parts.hardware.describe()))
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
                 # plan.plan_size: an int since with_plan_size
                 run = RunInfo(job.spec.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
@@ -202,14 +200,14 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
     except (StoreError, ConfigError, NoDeviceLeft, OSError) as error:  # a full disk, a link where it writes, no device
-        reason = stop_reason(error, out_dir)
+        reason = job_folder.stop_reason(error, out_dir)
         if reason is None:
             raise
         print(f"\ntunelab: {reason}; every measurement written before it is in {out_dir / 'records.jsonl'}; "
               f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
         raise JobFailed(reason) from None
     finally:
-        mark_status(out_dir, status)
+        run_folder.mark_status(out_dir, status)
         end_job_run(parts.tracker, status, out_dir, job.tasks, job.prior, pruned, trial)
     return outcomes, e2e, clock
 

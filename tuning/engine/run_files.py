@@ -132,8 +132,7 @@ class SavedTask:
 
 
 def load_tasks(out_dir: Path, cfg) -> list:
-    from tuning.core.task import build_tasks
-    from tuning.core.task import is_whole_model
+    from tuning.core.task import build_tasks, is_whole_model
 
     path = out_dir / TASKS_FILE
     if not path.exists():

@@ -41,10 +41,18 @@ import yaml
 from omegaconf import DictConfig
 
 from tuning.config import ConfigError
-from tuning.config.files import (inside, take_lock, write_holder, write_inside,  # noqa: F401 - also its own names
-                                 write_private)
-from tuning.config.untrusted import (CONF_DIRS_VARIABLE, conf_targets, declared_conf_dirs, env_conf_dirs,  # noqa: F401
-                              is_registered_target, refusal, unnamed_servers, unregistered, user_named_servers)
+from tuning.config.files import inside, take_lock, write_holder, write_inside, write_private  # noqa: F401 - also its own names
+from tuning.config.untrusted import (  # noqa: F401
+    CONF_DIRS_VARIABLE,
+    conf_targets,
+    declared_conf_dirs,
+    env_conf_dirs,
+    is_registered_target,
+    refusal,
+    unnamed_servers,
+    unregistered,
+    user_named_servers,
+)
 
 LOCK_FILE = ".tunelab.lock"
 IDENTITY_FILE = "run.yaml"

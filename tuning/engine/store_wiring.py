@@ -7,8 +7,8 @@ store (tuning/hardware/replay.py); with model.space=store its spaces are the con
 """
 from __future__ import annotations
 
-from tuning.engine.callbacks import StoreWriter
 from tuning.config import ConfigError
+from tuning.engine.callbacks import StoreWriter
 from tuning.hardware.replay import store_path, with_store, writes_store
 from tuning.store import display_location, open_store
 

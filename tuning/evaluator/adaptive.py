@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from tuning.evaluator.base import Evaluator
 from tuning.core.measure import SLOW_KERNELS, STATISTICS, CVStop, MeasureSpec
+from tuning.evaluator.base import Evaluator
 
 
 class AdaptiveEvaluator(Evaluator):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuning.evaluator.base import Evaluator
 from tuning.core.measure import SLOW_KERNELS, MeasureSpec
+from tuning.evaluator.base import Evaluator
 
 
 class FixedEvaluator(Evaluator):

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.store import connect_store, display_location, space_signature, store_argument
 from tuning.core.features import model_features
 from tuning.core.task import Task
+from tuning.store import connect_store, display_location, space_signature, store_argument
 
 
 @dataclass

@@ -32,8 +32,7 @@ from tuning.hardware.kernel_context import PREPACKED, capture_calls, input_write
 
 def time_candidates(model_cfg: dict, seed: int, target: dict, device: str, database_dir: str, weight_prepack: bool,
                     candidates: dict, rounds: int, runs: int) -> dict:
-    from tuning.hardware.relax_models import (as_tuning_tasks, compiled_model, extract_tasks,
-                                              load_model)
+    from tuning.hardware.relax_models import as_tuning_tasks, compiled_model, extract_tasks, load_model
 
     loaded = load_model(model_cfg, seed, target)
     vm, x, dev = compiled_model(loaded, target, database_dir, weight_prepack, device)

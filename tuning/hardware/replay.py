@@ -33,13 +33,19 @@ from abc import update_abstractmethods
 from dataclasses import replace
 from pathlib import Path
 
-from tuning.hardware.base import Hardware
 from tuning.core.component import external_checks, import_class
 from tuning.core.records import MeasureResult
-from tuning.core.task import WORKLOAD_SPACES
-from tuning.core.task import WHOLE_MODEL_KINDS
-from tuning.store import (MeasurementStore, TaskRows, connect_store, display_location, is_store_url, reading_settings,
-                          unwritable)
+from tuning.core.task import WHOLE_MODEL_KINDS, WORKLOAD_SPACES
+from tuning.hardware.base import Hardware
+from tuning.store import (
+    MeasurementStore,
+    TaskRows,
+    connect_store,
+    display_location,
+    is_store_url,
+    reading_settings,
+    unwritable,
+)
 
 ON_MISS = ("measure", "error")
 

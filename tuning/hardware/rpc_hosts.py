@@ -20,7 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-
 _clusters = itertools.count()
 
 

@@ -19,9 +19,16 @@ import time
 
 from tuning.hardware.rpc_server import IDENTITY_FUNCTION
 from tuning.hardware.tvm_space import HOST_TARGET
-from tuning.hardware.tvm_worker import (_compile, _key, check_and_time, export, gauge_module, gauge_timer,
-                                        reference_arrays, without_torch)
-
+from tuning.hardware.tvm_worker import (
+    _compile,
+    _key,
+    check_and_time,
+    export,
+    gauge_module,
+    gauge_timer,
+    reference_arrays,
+    without_torch,
+)
 
 _session: dict = {}  # "remote", "identity", "opened"
 _references: dict = {}

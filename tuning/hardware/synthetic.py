@@ -17,10 +17,10 @@ import hashlib
 import math
 import time
 
-from tuning.hardware.base import Hardware
 from tuning.core.records import MeasureResult
 from tuning.core.space import Knob, Space, factorizations, merge_sketches
 from tuning.core.task import conv2d_output_shape, pair
+from tuning.hardware.base import Hardware
 
 UNROLL_CANDIDATES = (0, 16, 64, 512)
 

@@ -25,8 +25,16 @@ from pathlib import Path
 from typing import ClassVar
 
 from tuning.hardware.base import Hardware
-from tuning.hardware.runners.base import (Exports, NoDeviceLeft, Runner, RunsWholeModels, Setup, TimesInModel,
-                                          check_node, require)
+from tuning.hardware.runners.base import (
+    Exports,
+    NoDeviceLeft,
+    Runner,
+    RunsWholeModels,
+    Setup,
+    TimesInModel,
+    check_node,
+    require,
+)
 from tuning.hardware.runners.local import this_host
 
 # What every kernel is timed on (tvm_worker.random_arguments). In the store's key: readings taken on
@@ -157,8 +165,8 @@ class TVMHardware(Hardware):
     def export_library(self, task, config, out_dir) -> dict:
         """The best schedule as `<task>.so` plus `run_<task>.py`, which loads and calls it; checked
         and timed beside the untuned kernel and torch (tuning/hardware/tvm_export.py)."""
-        from tuning.hardware.tvm_export import snippet
         from tuning.config.files import inside, write_inside
+        from tuning.hardware.tvm_export import snippet
 
         runner = require(self.runner, Exports, "cannot build a library")
         run_dir, script = Path(out_dir).parent, Path(Path(out_dir).name) / f"run_{task.name}.py"
@@ -171,8 +179,8 @@ class TVMHardware(Hardware):
         return {**result, "snippet": str(written)}
 
     def export_database(self, records_by_task, out_dir, unmeasured=(), chosen=None):
-        from tuning.hardware.tvm_database import DATABASE_FILES, write_database
         from tuning.config.files import inside
+        from tuning.hardware.tvm_database import DATABASE_FILES, write_database
 
         out_dir = Path(out_dir)
         for name in DATABASE_FILES:

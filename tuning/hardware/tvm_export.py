@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuning.core.task import reference_output
 from tuning.hardware.tvm_device import device_kind, parse_device, tvm_device
 from tuning.hardware.tvm_space import HOST_TARGET, arg_shapes, make_target, untuned_runs_on, workload_module
-from tuning.core.task import reference_output
 
 TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.tools.apply's check: median of 10
 

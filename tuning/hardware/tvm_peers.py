@@ -15,8 +15,13 @@ import numpy as np
 
 from tuning.hardware.tvm_device import tvm_device
 from tuning.hardware.tvm_export import _call
-from tuning.hardware.tvm_space import (fast_tensor_intrin_import, make_target, prim_func, register_pool_fallbacks,
-                                       target_key)
+from tuning.hardware.tvm_space import (
+    fast_tensor_intrin_import,
+    make_target,
+    prim_func,
+    register_pool_fallbacks,
+    target_key,
+)
 from tuning.hardware.tvm_worker import reference_arrays
 
 PROFILE_FILE = "profile.json"  # tune_tir's ms.Profiler seconds per scope, beside its database

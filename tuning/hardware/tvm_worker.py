@@ -20,8 +20,16 @@ import numpy as np
 from tuning.core.measure import CVStop
 from tuning.hardware.gpu_pack_runner import ATOL, GAUGE_RUNS, RTOL, gpu_error_kind, runs_within
 from tuning.hardware.tvm_device import device_kind, tvm_device
-from tuning.hardware.tvm_space import (HOST_TARGET, TaskSchedules, arg_shapes, arguments, fast_tensor_intrin_import,
-                                       make_target, untuned_runs_on, workload_module)
+from tuning.hardware.tvm_space import (
+    HOST_TARGET,
+    TaskSchedules,
+    arg_shapes,
+    arguments,
+    fast_tensor_intrin_import,
+    make_target,
+    untuned_runs_on,
+    workload_module,
+)
 
 _schedules: dict = {}
 _references: dict = {}

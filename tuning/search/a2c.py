@@ -33,8 +33,16 @@ from __future__ import annotations
 import numpy as np
 
 from tuning.core.component import Hyper
-from tuning.search.actor_critic import (blas_threads, build_agent, choice_one_hot, entropy, generalized_advantages,
-                                        policy_gradient, save_agent, taken_log_prob)
+from tuning.search.actor_critic import (
+    blas_threads,
+    build_agent,
+    choice_one_hot,
+    entropy,
+    generalized_advantages,
+    policy_gradient,
+    save_agent,
+    taken_log_prob,
+)
 from tuning.search.base import Search, fill_with_random
 
 

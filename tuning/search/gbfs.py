@@ -27,9 +27,9 @@ from __future__ import annotations
 import heapq
 
 from tuning.core.component import Hyper
+from tuning.core.space import MOVES
 from tuning.sampler.base import random_unvisited
 from tuning.search.base import Search
-from tuning.core.space import MOVES
 
 STARTS = ("untiled", "random")
 

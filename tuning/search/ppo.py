@@ -40,8 +40,17 @@ from __future__ import annotations
 import numpy as np
 
 from tuning.core.component import Hyper
-from tuning.search.actor_critic import (blas_threads, build_agent, choice_one_hot, entropy, explained_variance,
-                                        generalized_advantages, policy_gradient, save_agent, taken_log_prob)
+from tuning.search.actor_critic import (
+    blas_threads,
+    build_agent,
+    choice_one_hot,
+    entropy,
+    explained_variance,
+    generalized_advantages,
+    policy_gradient,
+    save_agent,
+    taken_log_prob,
+)
 from tuning.search.base import CachedScores, Search, TopN, fill_with_random
 
 DIRECTIONS = 3  # decrement, stay, increment: action a moves a knob by a - 1

@@ -8,11 +8,31 @@ or one PostgreSQL database (docs/store.md).
 
 `tuning.testing.store_contract` is the suite a backend passes, the lab's and any other.
 """
-from tuning.store.base import (COLUMNS, FORMAT, OWN_TABLES, READING_COLUMNS, SOURCES, MeasurementStore, Row,
-                               StoreError, digest, fingerprint, jsonable, reading_settings, space_signature)
+from tuning.store.base import (
+                               COLUMNS,
+                               FORMAT,
+                               OWN_TABLES,
+                               READING_COLUMNS,
+                               SOURCES,
+                               MeasurementStore,
+                               Row,
+                               StoreError,
+                               digest,
+                               fingerprint,
+                               jsonable,
+                               reading_settings,
+                               space_signature,
+)
 from tuning.store.copy import CopyCounts, copy_store
-from tuning.store.open import (backend_for, connect_store, display_location, is_store_url, open_store,
-                               register_backend, store_argument)
+from tuning.store.open import (
+                               backend_for,
+                               connect_store,
+                               display_location,
+                               is_store_url,
+                               open_store,
+                               register_backend,
+                               store_argument,
+)
 from tuning.store.rows import TaskRows
 from tuning.store.sqlite import SqliteStore, unwritable
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tuning.store.base import READING_COLUMNS, MeasurementStore, _parse_row
 
+
 @dataclass
 class CopyCounts:
     """What `copy_store` did: readings copied, readings the target held already, readings no reader

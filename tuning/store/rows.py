@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tuning.store.base import MeasurementStore, Row, fingerprint, jsonable, space_signature
 
+
 class TaskRows:
     """One task's rows for one backend under one MeasureSpec: the (hardware, task, space) key, read
     and written by config. The task is registered with the first write."""

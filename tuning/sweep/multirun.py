@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hydra import utils as hydra_utils
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from hydra import utils as hydra_utils
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 

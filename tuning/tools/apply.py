@@ -26,18 +26,18 @@ import argparse
 from pathlib import Path
 from types import SimpleNamespace
 
-from tuning.engine.validate import validate
+from tuning.config.cli import new_parser
 from tuning.core.outcome import TaskOutcome, chosen_bests, task_table
 from tuning.core.records import RecordLog
-from tuning.engine.resume import prior_records
-from tuning.engine.run_folder import load_config, on_run_folder
-from tuning.config.cli import new_parser
 from tuning.engine.final import log_choice_metrics
 from tuning.engine.model_choice import choose_in_model
+from tuning.engine.resume import prior_records
+from tuning.engine.run_folder import load_config, on_run_folder
 from tuning.engine.spec import JobSpec
+from tuning.engine.validate import validate
+from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 from tuning.tools.export import export_choice
 from tuning.tools.sync import best_as_reported, load_chosen, tracker_of
-from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, is_whole_model
 
 
 def apply_run(run_dir: Path, stale_input: bool = False, in_model: bool = False) -> dict:

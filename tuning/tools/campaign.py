@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuning.engine.resume import SERVER_OVERRIDES
 from tuning.config.untrusted import is_server
+from tuning.engine.resume import SERVER_OVERRIDES
 from tuning.engine.run_folder import Terminated, holds_run, read_status, signals_handled_by, terminated_by_signals
 
 REPO = Path(__file__).resolve().parents[2]

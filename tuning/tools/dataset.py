@@ -70,11 +70,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tuning.store import MeasurementStore, StoreError, TaskRows, copy_store, is_store_url, open_store
-from tuning.hardware.gpu_pack import PackError
-from tuning.tools.run_config import compose, full_readings, model_tasks
 from tuning.config.cli import add_command, new_parser
-from tuning.tools.gpu_batch import add_gpu_batch, export as gpu_batch_export
+from tuning.hardware.gpu_pack import PackError
+from tuning.store import MeasurementStore, StoreError, TaskRows, copy_store, is_store_url, open_store
+from tuning.tools.gpu_batch import add_gpu_batch
+from tuning.tools.gpu_batch import export as gpu_batch_export
+from tuning.tools.run_config import compose, full_readings, model_tasks
 
 DEFAULT_SECONDS = 0.85  # a real measurement on the 2-core development host (build + check + 5 x 50 ms)
 
@@ -250,9 +251,8 @@ def saved_config(path: Path, overrides: list[str]):
     from omegaconf import OmegaConf
 
     from tuning.config import ConfigError
-
-    from tuning.engine.validate import validate
     from tuning.engine.run_folder import load_config
+    from tuning.engine.validate import validate
 
     given = OmegaConf.from_dotlist(list(overrides))
     saved = load_config(path, "import", named=[given], replaced=tuple(o.split("=", 1)[0] for o in overrides),

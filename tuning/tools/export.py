@@ -27,16 +27,15 @@ import tempfile
 from pathlib import Path
 
 from tuning.config import ConfigError
-
-from tuning.engine.validate import validate
+from tuning.config.cli import new_parser
 from tuning.core.outcome import TaskOutcome
 from tuning.core.records import RecordLog
+from tuning.core.task import is_whole_model
+from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts, export_choice  # noqa: F401
 from tuning.engine.resume import prior_records
 from tuning.engine.run_folder import load_config, on_run_folder
-from tuning.config.cli import new_parser
+from tuning.engine.validate import validate
 from tuning.tools.sync import best_as_reported, load_chosen, tracker_of
-from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts, export_choice  # noqa: F401
-from tuning.core.task import is_whole_model
 
 
 def export_run(run_dir: Path, task_name: str | None = None) -> dict:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tuning.config.untrusted import override_problems, user_named_servers
 from tuning.core.records import ERROR_KINDS, MeasureResult
 from tuning.store import TaskRows
-from tuning.config.untrusted import override_problems, user_named_servers
 
 CLOCK_SLACK_S = 24 * 3600.0  # the exporting host's and the GPU host's clocks may disagree, not by days
 

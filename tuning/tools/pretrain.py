@@ -28,11 +28,10 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
+from tuning.config.cli import add_tracking_uri, new_parser
 from tuning.config.conf_dir import CONF_DIR
 from tuning.hardware.corpus import at_most, features, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
-from tuning.config.cli import add_tracking_uri, new_parser
-
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:

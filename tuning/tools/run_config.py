@@ -8,10 +8,10 @@ from tuning.config.conf_dir import CONF_DIR
 
 def compose(overrides: list[str]):
     """The run config these overrides give (the same defaults and validation as run.py)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from tuning.config import ConfigError, register
-
     from tuning.engine.validate import validate
 
     register()
@@ -26,8 +26,7 @@ def compose(overrides: list[str]):
 
 def model_tasks(cfg, hardware) -> list:
     """A single operator's task, or every distinct kernel of a whole model (the backend extracts them)."""
-    from tuning.core.task import build_tasks
-    from tuning.core.task import is_whole_model
+    from tuning.core.task import build_tasks, is_whole_model
 
     return hardware.model_tasks(cfg.model, cfg.seed) if is_whole_model(cfg.model) else build_tasks(cfg.model)
 

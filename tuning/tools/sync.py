@@ -27,23 +27,46 @@ import re
 from pathlib import Path
 
 from tuning.config import ConfigError
-from tuning.core.component import local_checks_only
-from tuning.config.naming import run_name
-from tuning.core.records import RecordLog
-from tuning.engine.run_folder import claim, load_config, on_run_folder, read_status, release
 from tuning.config.cli import add_tracking_uri, new_parser
+from tuning.config.naming import run_name
+from tuning.core.component import local_checks_only
+from tuning.core.records import RecordLog
 from tuning.engine.run_files import (  # noqa: F401 - also this tool's names from before they moved
-    TASKS_FILE, FINAL_METRICS_FILE, CHOSEN_FILE, SPOOL_FILE, CURVE_KEY, COPY_TAG, history, replay_spool, replay_round_times, backfill, save_tasks, SavedTask, load_tasks, run_files, final_metrics, tracker_of, save_final_metrics, save_chosen, load_chosen, best_as_reported, _ints, _seconds)
+    CHOSEN_FILE,
+    COPY_TAG,
+    CURVE_KEY,
+    FINAL_METRICS_FILE,
+    SPOOL_FILE,
+    TASKS_FILE,
+    SavedTask,
+    _ints,
+    _seconds,
+    backfill,
+    best_as_reported,
+    final_metrics,
+    history,
+    load_chosen,
+    load_tasks,
+    replay_round_times,
+    replay_spool,
+    run_files,
+    save_chosen,
+    save_final_metrics,
+    save_tasks,
+    tracker_of,
+)
+from tuning.engine.run_folder import claim, load_config, on_run_folder, read_status, release
+
 
 def sync(out_dir: Path, tracking_uri: str | None = None) -> str:
     """Rebuild the run's MLflow run; returns a one-line account."""
     from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
-    from tuning.engine.validate import validate
     from tuning.engine.resume import prior_records
     from tuning.engine.run_folder import saved_choices, saved_commit, saved_hardware
+    from tuning.engine.validate import validate
     from tuning.tracking.base import run_params
-    from omegaconf import OmegaConf
 
     cfg = load_config(out_dir / "config.yaml", "run", replaced=("tracking.uri",) if tracking_uri else (),
                       how="name its MLflow store with --tracking-uri")

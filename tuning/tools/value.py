@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from tuning.config.cli import add_command, add_tracking_uri, new_parser
 from tuning.hardware.corpus import at_most, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
-from tuning.config.cli import add_command, add_tracking_uri, new_parser
 from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_tag, split
 
 

@@ -69,8 +69,8 @@ def prediction_errors(predicted: list[np.ndarray], measured: list[np.ndarray]) -
 
 def run_round(round_index: int, args, net, hardware, spec, store, networks) -> dict:
     """Propose, measure into the store; returns the round's metrics (before the refit)."""
-    from tuning.tools.dataset import measure_into
     from tuning.store import TaskRows
+    from tuning.tools.dataset import measure_into
 
     predicted, measured, metrics, new = [], [], {}, 0
     for network, tasks in networks:
@@ -117,8 +117,8 @@ def improve(args) -> None:
     from hydra.utils import instantiate
 
     from tuning.hardware.corpus import load_corpus
-    from tuning.tools.dataset import compose, full_readings, model_tasks
     from tuning.store import connect_store, display_location, fingerprint
+    from tuning.tools.dataset import compose, full_readings, model_tasks
     from tuning.tracking.registry import register, resolve
     from tuning.value.net import complete_errors, fit, kernels_of, load_value, log_value, shape_tag, split
 

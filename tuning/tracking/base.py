@@ -55,8 +55,8 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from tuning.core.component import Component
 from tuning.config.untrusted import without_password_parameters
+from tuning.core.component import Component
 
 
 class Tracker(Component):

@@ -35,10 +35,16 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from tuning.config.naming import sweep_name
-from tuning.config.tracking_uri import (DATABASE_SCHEMES, SERVER_SCHEMES, SQLITE_HINT, SQLITE_MAGIC,  # noqa: F401
-                                        sqlite_path, uri_problems)
-from tuning.tracking.base import Tracker
+from tuning.config.tracking_uri import (  # noqa: F401
+    DATABASE_SCHEMES,
+    SERVER_SCHEMES,
+    SQLITE_HINT,
+    SQLITE_MAGIC,
+    sqlite_path,
+    uri_problems,
+)
 from tuning.config.untrusted import without_secrets
+from tuning.tracking.base import Tracker
 from tuning.tracking.empty_store import seed
 
 # MLflow's limits (mlflow.utils.validation): longer values are rejected, not cut.

@@ -11,8 +11,8 @@ from importlib.metadata import version as _version
 from pathlib import Path
 
 from tuning.config import naming
-from tuning.tracking.base import option_name
 from tuning.core.task import is_whole_model
+from tuning.tracking.base import option_name
 
 NOTE_GROUPS = ("search", "sampler", "cost_model", "evaluator", "hardware")
 

@@ -14,10 +14,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
+from tuning.core.records import MeasureResult
 from tuning.hardware.runners.base import Exports, Runner, RunsWholeModels, TimesInModel
 from tuning.hardware.runners.host_builds import HostBuilds, then_removed
 from tuning.hardware.workers import Worker
-from tuning.core.records import MeasureResult
 
 WORKER = "tuning.hardware.tvm_worker"
 

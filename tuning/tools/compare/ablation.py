@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuning.tools.compare.load import find_runs
 from tuning.core.records import RecordLog
+from tuning.tools.compare.load import find_runs
 
 
 def latest_sweep(client, mlflow_experiment: str, prefix: str, tag: str | None, parent: str | None) -> tuple[str, list]:

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
-from tuning.core.records import RecordError, RecordLog
 from tuning.config.naming import with_current_names
-
+from tuning.core.records import RecordError, RecordLog
+from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
 
 GROUPS = ("search", "sampler", "cost_model", "evaluator")
 

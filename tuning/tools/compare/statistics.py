@@ -15,7 +15,6 @@ import numpy as np
 from tuning.tools.compare import stats
 from tuning.tools.compare.curves import Curve, paired_by_seed, time_to_target, value_at, value_at_seconds
 
-
 DEFAULT_BUDGETS = (64, 256, 1000)
 
 
