@@ -3,7 +3,9 @@
 - the tuning loop's parts from conf/ (`component`, `components`), for tests that call `tune_task` themselves;
 - a whole job in this process, as run.py's (`tune_job`: its Outcome; `tune_run`: into <tmp>/run, its folder);
 - run.py in a fresh process (`run_py`: started, `run_py_completed`: to its end);
-- a run under way (`wait_for_records`: until its records.jsonl holds so many lines).
+- a run under way (`wait_for_records`: until its records.jsonl holds so many lines);
+- pytest over a module in another folder, in a fresh process (`run_pytest_elsewhere`; `write_and_run`
+  writes the module first): its PytestRun, the PASSED/FAILED lines sorted.
 
 Where a helper is given `tmp`, the run's TUNELAB_OUTPUTS is <tmp>/outputs: nothing lands in the
 repository's outputs/ (MLflow's default store, the Optuna database).
@@ -13,7 +15,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,3 +116,61 @@ def _printed(proc: subprocess.Popen):
         return ((out or "") + (err or ""))[-3000:]
 
     return tail
+
+
+# ---- pytest in another folder --------------------------------------------------------------------
+@dataclass(frozen=True)
+class PytestRun:
+    """A finished pytest run (`-rA`): its exit code and what it printed."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def tail(self, stdout_chars: int = 6000, stderr_chars: int = 2000) -> str:
+        """The ends of stdout and stderr, for an assertion's message."""
+        return self.stdout[-stdout_chars:] + self.stderr[-stderr_chars:]
+
+    @property
+    def output(self) -> str:
+        return self.tail()
+
+    def _lines(self, outcome: str) -> list[str]:
+        return [line for line in self.stdout.splitlines() if line.startswith(outcome)]
+
+    @property
+    def failed(self) -> list[str]:
+        """The summary's FAILED lines."""
+        return self._lines("FAILED")
+
+    @property
+    def passed(self) -> list[str]:
+        """The summary's PASSED lines."""
+        return self._lines("PASSED")
+
+    def passed_in(self, cls_name: str) -> list[str]:
+        return [line for line in self.passed if cls_name in line]
+
+    def assert_failed_only_in(self, cls_name: str, test_name: str, says: str | None = None) -> None:
+        """The run failed (exit code 1), every FAILED line in `cls_name` and one of them `test_name`; it
+        printed `says` where given. The message: `output`."""
+        assert self.returncode == 1, self.output
+        assert self.failed and all(cls_name in line for line in self.failed), self.output
+        assert any(test_name in line for line in self.failed), self.output
+        if says is not None:
+            assert says in self.stdout, self.output
+
+
+def run_pytest_elsewhere(folder: Path, test_file: str, pythonpath: list[Path], timeout: float = 300) -> PytestRun:
+    """`pytest -q -rA test_file` run from `folder` in a fresh process, with PYTHONPATH `pythonpath` only
+    (no cache, no xdist). The caller asserts the exit code it expects."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(path) for path in pythonpath)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           test_file], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+    return PytestRun(done.returncode, done.stdout, done.stderr)
+
+
+def write_and_run(tmp: Path, name: str, source: str, pythonpath: list[Path] | None = None) -> PytestRun:
+    """Write `source` (dedented) to <tmp>/<name> and run pytest over it from `tmp`; PYTHONPATH: `tmp` and
+    the repository unless `pythonpath` says otherwise."""
+    (tmp / name).write_text(textwrap.dedent(source))
+    return run_pytest_elsewhere(tmp, name, [tmp, REPO] if pythonpath is None else pythonpath)

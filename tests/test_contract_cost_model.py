@@ -4,18 +4,12 @@ seed, ranking where it can, a predictive distribution where it declares one, per
 fail: a model that predicts NaN after a fit on no rows fails it, run by pytest from another folder."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 
 from configs import group_yamls, instantiate_option
+from helpers import write_and_run
 from tuning.testing.cost_model_contract import CostModelContract
 
-REPO = Path(__file__).resolve().parents[1]
 COST_MODEL_YAMLS = group_yamls("cost_model")
 
 
@@ -84,15 +78,6 @@ class TestNoRows(CostModelContract):
 def test_the_suite_fails_a_model_that_predicts_nan_after_an_empty_fit(tmp_path):
     """Run by pytest from another folder against the package: the model that follows the contract passes
     every test it does not skip, the one that predicts NaN after a fit on no rows fails the test that asks."""
-    (tmp_path / "test_broken_cost_model.py").write_text(textwrap.dedent(BROKEN_SUITE))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "test_broken_cost_model.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    output = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 1, output
-    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-    assert failed and all("TestNoRows" in line for line in failed), output
-    assert any("test_tiny_and_degenerate_fits" in line for line in failed), output
-    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
-    assert len(fine) >= 5, output
+    run = write_and_run(tmp_path, "test_broken_cost_model.py", BROKEN_SUITE)
+    run.assert_failed_only_in("TestNoRows", "test_tiny_and_degenerate_fits")
+    assert len(run.passed_in("TestFine")) >= 5, run.output

@@ -4,18 +4,12 @@ result per config in order, each handed on, errors as results, remeasure, the sa
 fail: an evaluator that hands its results on out of order fails it, run by pytest from another folder."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 
 from configs import group_yamls, instantiate_option
+from helpers import write_and_run
 from tuning.testing.evaluator_contract import EvaluatorContract
 
-REPO = Path(__file__).resolve().parents[1]
 EVALUATOR_YAMLS = group_yamls("evaluator")
 
 
@@ -77,16 +71,7 @@ class TestBackwards(EvaluatorContract):
 def test_the_suite_fails_an_evaluator_that_hands_results_on_out_of_order(tmp_path):
     """Run by pytest from another folder against the package: the evaluator that follows the contract
     passes every test, the one that hands its results on last first fails the tests that ask."""
-    (tmp_path / "test_broken_evaluator.py").write_text(textwrap.dedent(BROKEN_SUITE))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "test_broken_evaluator.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    output = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 1, output
-    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-    assert failed and all("TestBackwards" in line for line in failed), output
-    assert any("test_one_result_per_config_in_order_each_handed_out" in line for line in failed), output
-    assert "not handed on, each with its index, in order" in done.stdout, output
-    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
-    assert len(fine) == 4, output
+    run = write_and_run(tmp_path, "test_broken_evaluator.py", BROKEN_SUITE)
+    run.assert_failed_only_in("TestBackwards", "test_one_result_per_config_in_order_each_handed_out",
+                              says="not handed on, each with its index, in order")
+    assert len(run.passed_in("TestFine")) == 4, run.output

@@ -10,11 +10,7 @@ stand-in remote runner with two devices (tests/fake_runner.py) behind TVMHardwar
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +21,7 @@ from omegaconf import OmegaConf
 
 from configs import group_yamls, load_option
 from fake_runner import RemoteSynthetic, TwoDevices
+from helpers import write_and_run
 from tuning.config import ConfigError
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult, Record, RecordLog
@@ -111,19 +108,10 @@ class TestBackwards(HardwareContract):
 def test_the_suite_fails_a_hardware_that_returns_results_out_of_order(tmp_path):
     """Run by pytest from another folder against the package: the synthetic hardware passes every test,
     the one that returns its results last first fails the test that asks."""
-    (tmp_path / "test_broken_hardware.py").write_text(textwrap.dedent(BROKEN_SUITE))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "test_broken_hardware.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    output = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 1, output
-    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-    assert failed and all("TestBackwards" in line for line in failed), output
-    assert any("test_measures_a_batch_in_order_handing_each_on" in line for line in failed), output
-    assert "results not in the order of their configs" in done.stdout, output
-    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
-    assert len(fine) == 2, output
+    run = write_and_run(tmp_path, "test_broken_hardware.py", BROKEN_SUITE)
+    run.assert_failed_only_in("TestBackwards", "test_measures_a_batch_in_order_handing_each_on",
+                              says="results not in the order of their configs")
+    assert len(run.passed_in("TestFine")) == 2, run.output
 
 
 # ---- the runner as a config group ----------------------------------------------------------------

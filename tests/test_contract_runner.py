@@ -3,15 +3,14 @@ declares, and the suite shipped in tuning.testing.runner_contract, run here over
 runner (tests/fake_runner.py) and shown to fail a runner that breaks the contract."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from fake_runner import RemoteSynthetic, TwoDevices
+from helpers import write_and_run
 from tuning.core.task import gemm_task
 from tuning.hardware.runners.base import (
     CAPABILITIES,
@@ -121,16 +120,12 @@ class TestReversed(RunnerContract):
 
 
 def test_the_suite_fails_a_runner_that_breaks_the_order(tmp_path):
-    (tmp_path / "test_reversed.py").write_text(textwrap.dedent(BROKEN))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-rf", "test_reversed.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    failed = {line.split("::")[-1].split(" ")[0] for line in done.stdout.splitlines() if line.startswith("FAILED")}
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    run = write_and_run(tmp_path, "test_reversed.py", BROKEN, pythonpath=[tmp_path, TESTS])
+    failed = {line.split("::")[-1].split(" ")[0] for line in run.failed}
+    assert run.returncode == 1, run.tail(3000)
     assert failed == {"test_a_batch_is_one_result_per_config_in_order_handed_on_in_order",
                       "test_a_failed_build_is_an_error_record_not_an_exception",
-                      "test_it_may_be_closed_twice_and_measures_again"}, done.stdout[-3000:]
+                      "test_it_may_be_closed_twice_and_measures_again"}, run.stdout[-3000:]
 
 
 def test_the_suite_fails_a_runner_that_hides_a_capability():

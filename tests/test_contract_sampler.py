@@ -4,18 +4,12 @@ when the candidates allow, reproducible. The suite can fail: a sampler that hand
 already fails it, run by pytest from another folder."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 
 from configs import group_yamls, instantiate_option
+from helpers import write_and_run
 from tuning.testing.sampler_contract import SamplerContract
 
-REPO = Path(__file__).resolve().parents[1]
 SAMPLER_YAMLS = group_yamls("sampler")
 
 
@@ -64,23 +58,10 @@ class TestRevisits(SamplerContract):
 '''
 
 
-def run_broken_suite(tmp_path, source: str, name: str) -> subprocess.CompletedProcess:
-    """pytest, from another folder against the package, over the module `source`."""
-    (tmp_path / name).write_text(textwrap.dedent(source))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-
-
 def test_the_suite_fails_a_sampler_that_selects_visited_configs(tmp_path):
     """The sampler that follows the contract passes every test, the one that selects measured configs
     fails the tests that ask."""
-    done = run_broken_suite(tmp_path, BROKEN_SUITE, "test_broken_sampler.py")
-    output = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 1, output
-    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-    assert failed and all("TestRevisits" in line for line in failed), output
-    assert any("test_never_returns_visited_even_if_all_candidates_are" in line for line in failed), output
-    assert "measured already" in done.stdout, output
-    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
-    assert len(fine) >= 11, output
+    run = write_and_run(tmp_path, "test_broken_sampler.py", BROKEN_SUITE)
+    run.assert_failed_only_in("TestRevisits", "test_never_returns_visited_even_if_all_candidates_are",
+                              says="measured already")
+    assert len(run.passed_in("TestFine")) >= 11, run.output

@@ -5,24 +5,18 @@ already fails it, run by pytest from another folder. Then the repository's own t
 the helpers the searches share."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import hydra.utils
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from configs import group_yamls, load_option
+from helpers import write_and_run
 from tuning.core.task import conv2d_task, gemm_task
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.testing.search_contract import SearchContract
 from value_models import shared_value_model
 
-REPO = Path(__file__).resolve().parents[1]
 SEARCH_YAMLS = group_yamls("search")
 TASKS = {"gemm64": gemm_task("g", 64, 64, 64), "conv": conv2d_task("c", 1, 16, 14, 14, 32, 3, 1, 1)}
 HARDWARE = SyntheticHardware()
@@ -90,18 +84,10 @@ class TestRevisits(SearchContract):
 def test_the_suite_fails_a_search_that_proposes_visited_configs(tmp_path):
     """Run by pytest from another folder against the installed package: the search that follows the
     contract passes every test, the one that proposes measured configs fails the tests that ask."""
-    (tmp_path / "test_broken_search.py").write_text(textwrap.dedent(BROKEN_SUITE))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "test_broken_search.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    output = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 1, output
-    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-    assert failed and all("TestRevisits" in line for line in failed), output
-    assert any("test_proposals_are_at_most_n_valid_distinct_and_unvisited" in line for line in failed), output
-    assert "measured already" in done.stdout, output
-    fine = [line for line in done.stdout.splitlines() if line.startswith("PASSED") and "TestFine" in line]
-    assert len(fine) >= 8, output
+    run = write_and_run(tmp_path, "test_broken_search.py", BROKEN_SUITE)
+    run.assert_failed_only_in("TestRevisits", "test_proposals_are_at_most_n_valid_distinct_and_unvisited",
+                              says="measured already")
+    assert len(run.passed_in("TestFine")) >= 8, run.output
 
 
 @pytest.mark.parametrize("task_name", TASKS)

@@ -5,13 +5,11 @@ scheme without an edit to any lab file."""
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from helpers import write_and_run
 from test_store_postgres import SKIP_REASON, pg  # noqa: F401 - pg: its throwaway server, a fixture
 from tuning.store import SqliteStore, StoreError, backend_for, connect_store, register_backend
 from tuning.testing.store_contract import StoreContract
@@ -148,12 +146,9 @@ class TestMemoryStore(StoreContract):
 
 def test_a_backend_written_elsewhere_passes_the_shipped_suite(tmp_path):
     (tmp_path / "memory_store.py").write_text(textwrap.dedent(TOY_BACKEND))
-    (tmp_path / "test_memory_store.py").write_text(textwrap.dedent(TOY_TEST))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "test_memory_store.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert f"{len([n for n in dir(StoreContract) if n.startswith('test_')])} passed" in done.stdout, done.stdout[-500:]
+    run = write_and_run(tmp_path, "test_memory_store.py", TOY_TEST, pythonpath=[tmp_path])
+    assert run.returncode == 0, run.tail(3000)
+    assert f"{len([n for n in dir(StoreContract) if n.startswith('test_')])} passed" in run.stdout, run.stdout[-500:]
 
 
 def test_a_location_names_its_backend_by_scheme_and_an_unknown_one_is_refused(monkeypatch, tmp_path):

@@ -4,7 +4,6 @@ in-memory store backend (found by its entry point, `tunelab.store_backends`), a 
 toy runner (a transport of one board). pytest runs in another folder, the plug-in importable only from where pip put it."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import PytestRun, run_pytest_elsewhere
 from test_contract_store import TOY_BACKEND
 
 PYPROJECT = '''
@@ -149,11 +149,9 @@ def installed(tmp_path_factory) -> Path:
     return root
 
 
-def run_checks(root: Path, name: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(root / "site")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           f"test_{name}.py"], cwd=root / "checks", env=env, capture_output=True, text=True,
-                          timeout=600)
+def run_checks(root: Path, name: str) -> PytestRun:
+    """The plug-in's checks of `name`, run with only the install folder on PYTHONPATH (not the checkout)."""
+    return run_pytest_elsewhere(root / "checks", f"test_{name}.py", [root / "site"], timeout=600)
 
 
 def test_the_wheel_is_installed_outside_the_checkout(installed):
@@ -163,14 +161,14 @@ def test_the_wheel_is_installed_outside_the_checkout(installed):
 
 def test_a_store_backend_from_a_wheel_passes_the_shipped_store_suite(installed):
     done = run_checks(installed, "store")
-    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and " passed" in done.stdout, done.tail(3000)
 
 
 def test_a_runner_from_a_wheel_passes_the_shipped_runner_suite(installed):
     done = run_checks(installed, "runner")
-    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and " passed" in done.stdout, done.tail(3000)
 
 
 def test_a_search_from_a_wheel_passes_the_shipped_search_suite(installed):
     done = run_checks(installed, "search")
-    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and " passed" in done.stdout, done.tail(3000)
