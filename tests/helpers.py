@@ -169,8 +169,8 @@ def run_pytest_elsewhere(folder: Path, test_file: str, pythonpath: list[Path], t
     return PytestRun(done.returncode, done.stdout, done.stderr)
 
 
-def write_and_run(tmp: Path, name: str, source: str, pythonpath: list[Path] | None = None) -> PytestRun:
-    """Write `source` (dedented) to <tmp>/<name> and run pytest over it from `tmp`; PYTHONPATH: `tmp` and
-    the repository unless `pythonpath` says otherwise."""
-    (tmp / name).write_text(textwrap.dedent(source))
-    return run_pytest_elsewhere(tmp, name, [tmp, REPO] if pythonpath is None else pythonpath)
+def write_and_run(folder: Path, name: str, source: str, pythonpath: list[Path] | None = None) -> PytestRun:
+    """Write `source` (dedented) to <folder>/<name> and run pytest over it from `folder`; PYTHONPATH:
+    `folder` and the repository unless `pythonpath` says otherwise."""
+    (folder / name).write_text(textwrap.dedent(source))
+    return run_pytest_elsewhere(folder, name, [folder, REPO] if pythonpath is None else pythonpath)
