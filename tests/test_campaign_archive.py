@@ -74,7 +74,7 @@ def test_hosts_that_differ_only_in_flags_of_control_are_of_one_kind():
 
 
 def on_host(monkeypatch, cpuinfo: str):
-    import tuning.tools.campaign_archive as module
+    import tuning.cluster.host_identity as module
 
     real = module._cpu_fields
     monkeypatch.setattr(module, "_cpu_fields", lambda text=None: real(cpuinfo if text is None else text))

@@ -1,0 +1,71 @@
+"""This machine as its readings depend on it: the CPU model, its flags (hashed) and its core count, and
+a file name for it (`host_key`). Campaign archives and study blocks name their host by it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+# Flags that say how the kernel or the hypervisor controls the CPU, not how fast it runs code: a host
+# whose flags differ from an archive's only in these is of the archive's kind. One joins the list only
+# with a measurement of two such hosts reading alike (docs/claims.md §Carrying a campaign between machines).
+NEUTRAL_FLAGS = frozenset({
+    # CPUID made to fault in user space (arch_prctl). A Zen 4 EPYC with it read its kind's archive at 0.97x, within
+    # its own two-hour drift (0.94-0.98x) though outside the check's 1.05x margin: results/2026-12-04-zen4-host-kind-*
+    "cpuid_fault",
+})
+
+
+def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
+    """This machine as its readings depend on it: CPU model, the first processor's flags, core count."""
+    model, flags = _model_and_flags(cpuinfo)
+    return _identity(model, cores, flags)
+
+
+def packing_host() -> dict:
+    """This machine's identity with its flags named: what a manifest records of the host that packed it."""
+    model, flags = _model_and_flags(None)
+    return {**_identity(model, None, flags), "flag_names": flags}
+
+
+def equivalent_identities(cpuinfo: str | None = None, cores: int | None = None) -> list[dict]:
+    """This machine's identity first, then those of hosts that differ from it only in NEUTRAL_FLAGS."""
+    model, flags = _model_and_flags(cpuinfo)
+    flags = set(flags)
+    essential, neutral = flags - NEUTRAL_FLAGS, sorted(NEUTRAL_FLAGS)
+    variants = [essential | {f for i, f in enumerate(neutral) if mask >> i & 1} for mask in range(1 << len(neutral))]
+    identities = [_identity(model, cores, sorted(variant)) for variant in sorted(variants, key=lambda v: v != flags)]
+    return list({host_key(i): i for i in identities}.values())
+
+
+def _model_and_flags(cpuinfo: str | None) -> tuple[str, list[str]]:
+    """The CPU model and the first processor's flags, sorted."""
+    fields = _cpu_fields(cpuinfo)
+    return fields.get("model name", "unknown"), sorted(set(fields.get("flags", "").split()))
+
+
+def _cpu_fields(cpuinfo: str | None) -> dict:
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _identity(model: str, cores: int | None, flags: list[str]) -> dict:
+    return {"cpu_model": model, "cores": cores or os.cpu_count() or 0,
+            "flags": hashlib.sha1(" ".join(flags).encode()).hexdigest()[:12]}
+
+
+def host_key(identity: dict) -> str:
+    """A file name for the host: readable model, cores and a hash of the whole identity."""
+    slug = re.sub(r"[^a-z0-9]+", "-", identity["cpu_model"].lower()).strip("-")[:40] or "unknown"
+    whole = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{slug}-{identity['cores']}c-{whole}"
