@@ -1,0 +1,386 @@
+"""The pre-registered comparison of a study's arms: pure statistics on per-block results (numpy, scipy).
+
+A block is one (task, seed) run of every arm on one machine; it gives each arm a final latency
+(seconds, > 0) and names its host kind. The unit of analysis is the per-block log ratio
+log(latency_arm / latency_baseline); a ratio < 1 means the arm is faster.
+
+    estimate      the geometric-mean ratio exp(mean log ratio), with a t-interval on the mean at
+                  level 1 - alpha (exp'd); with two or more host kinds the headline is the
+                  stratified estimate (host kind as stratum, weighted by stratum size: the same
+                  point, a t-interval on the pooled within-stratum variance, df = n - strata)
+    tests         difference: two-sided one-sample t-test of the log ratios against 0;
+                  equivalence: TOST against +-log(margin), p = the larger one-sided p
+    families      the confirmatory claims and the controls are two Holm families
+    looks         below min_blocks complete blocks every estimate is withheld; with interim
+                  "obrien_fleming" before planned_blocks, the level of this look is the
+                  Lan-DeMets O'Brien-Fleming spending alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))
+    verdict       difference: "arm faster" / "arm slower" when the interval excludes 1 and the Holm
+                  p < the look's alpha, else "undecided"; equivalence: "equivalent within margin M"
+                  when the Holm TOST p < the look's alpha, else "not shown equivalent"
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+KINDS = ("difference", "equivalence")
+INTERIMS = ("none", "obrien_fleming")
+WITHHELD = "withheld: n < min_blocks"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One pre-registered comparison of `arm` against `baseline`: kind "difference" (two-sided, margin
+    None) or "equivalence" (TOST: the geometric-mean ratio within [1/margin, margin], margin > 1)."""
+
+    arm: str
+    baseline: str
+    kind: str
+    margin: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The analysis fixed before the data: confirmatory claims and controls (two Holm families), the
+    family-wise alpha, the blocks needed before any estimate is shown (min_blocks) or planned in all,
+    and the interim rule ("none" or "obrien_fleming")."""
+
+    claims: tuple[Claim, ...]
+    controls: tuple[Claim, ...]
+    alpha: float
+    min_blocks: int
+    planned_blocks: int
+    interim: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A ratio with its interval and test: exp(log_mean) with exp(log_mean -+ t * se) at level
+    1 - alpha, on df degrees of freedom; p is the claim's p-value (two-sided t or TOST)."""
+
+    ratio: float
+    low: float
+    high: float
+    p: float
+    log_mean: float
+    se: float
+    df: int
+
+
+@dataclass(frozen=True)
+class HostKind:
+    """One host kind's blocks: their count and geometric-mean ratio (None where withheld)."""
+
+    kind: str
+    n: int
+    ratio: float | None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One claim's result. `headline` ("plain" or "stratified") names the estimate that ratio, low,
+    high and p come from; p_adjusted is Holm's within the row's family (None until family_table sets
+    it); every number is None when `withheld` says why."""
+
+    claim: Claim
+    n: int
+    hosts: tuple[HostKind, ...]
+    alpha: float
+    headline: str
+    plain: Estimate | None
+    stratified: Estimate | None
+    heterogeneity_p: float | None
+    p_adjusted: float | None
+    verdict: str
+    withheld: str | None = None
+    family: str = "claims"
+
+    @property
+    def estimate(self) -> Estimate | None:
+        """The headline estimate."""
+        return self.stratified if self.headline == "stratified" else self.plain
+
+
+@dataclass(frozen=True)
+class Table:
+    """A look at the study: the claims' and the controls' rows, the complete blocks used (n_blocks)
+    and the ids of those left out as incomplete, the information fraction t = n / planned_blocks
+    (capped at 1), the look ("final", "interim" or "early": before planned_blocks with no interim
+    rule) and the alpha the verdicts used at this look."""
+
+    plan: Plan
+    claims: tuple[Row, ...]
+    controls: tuple[Row, ...]
+    n_blocks: int
+    incomplete: tuple[str, ...]
+    information: float
+    look: str
+    look_alpha: float
+    withheld: bool
+
+
+# ---- plan -----------------------------------------------------------------------------------------
+def plan_problems(plan: Plan) -> list[str]:
+    """Every problem with `plan`, each naming its key (analysis.alpha, analysis.claims[0].margin, ...);
+    empty when the plan can be analysed."""
+    problems: list[str] = []
+    alpha = plan.alpha
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < 0.5:
+        problems.append(f"analysis.alpha: {alpha!r} is not in (0, 0.5)")
+    if not _is_int(plan.min_blocks) or plan.min_blocks < 2:
+        problems.append(f"analysis.min_blocks: {plan.min_blocks!r} is not an integer >= 2")
+    if not _is_int(plan.planned_blocks) or (_is_int(plan.min_blocks) and plan.planned_blocks < plan.min_blocks):
+        problems.append(f"analysis.planned_blocks: {plan.planned_blocks!r} is not an integer >= min_blocks "
+                        f"({plan.min_blocks!r})")
+    if plan.interim not in INTERIMS:
+        problems.append(f"analysis.interim: {plan.interim!r} is not one of {', '.join(INTERIMS)}")
+    if not plan.claims:
+        problems.append("analysis.claims: no confirmatory claim")
+    for family in ("claims", "controls"):
+        for i, claim in enumerate(getattr(plan, family)):
+            problems.extend(claim_problems(claim, f"analysis.{family}[{i}]"))
+    return problems
+
+
+def claim_problems(claim: Claim, key: str = "claim") -> list[str]:
+    """The problems with one claim, each naming `key`.field."""
+    problems: list[str] = []
+    if not claim.arm or not claim.baseline:
+        problems.append(f"{key}.arm: arm and baseline must both be named")
+    elif claim.arm == claim.baseline:
+        problems.append(f"{key}.arm: arm {claim.arm!r} is its own baseline")
+    if claim.kind not in KINDS:
+        problems.append(f"{key}.kind: {claim.kind!r} is not one of {', '.join(KINDS)}")
+    elif claim.kind == "equivalence":
+        margin = claim.margin
+        if margin is None or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 1:
+            problems.append(f"{key}.margin: an equivalence claim needs a finite margin > 1, not {margin!r}")
+    elif claim.margin is not None:
+        problems.append(f"{key}.margin: a difference claim takes no margin (None), not {claim.margin!r}")
+    return problems
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+# ---- one claim ----------------------------------------------------------------------------------
+def ratio_row(arm_latencies: Sequence[float], baseline_latencies: Sequence[float], hosts: Sequence[str],
+              claim: Claim, alpha: float) -> Row:
+    """The row of `claim` from latencies paired by block (position i of each sequence is block i, run
+    on host kind hosts[i]); intervals at level 1 - alpha, p unadjusted (p_adjusted = p), the verdict at
+    alpha. Raises ValueError on fewer than 2 blocks, unequal lengths or a latency that is not > 0."""
+    problems = claim_problems(claim)
+    if problems:
+        raise ValueError("; ".join(problems))
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha {alpha!r} is not in (0, 1)")
+    arm = np.asarray(arm_latencies, dtype=np.float64)
+    base = np.asarray(baseline_latencies, dtype=np.float64)
+    kinds = [str(h) for h in hosts]
+    if not (arm.ndim == base.ndim == 1 and len(arm) == len(base) == len(kinds)):
+        raise ValueError(f"{len(arm)} arm, {len(base)} baseline latencies and {len(kinds)} host kinds: "
+                         "one of each per block")
+    if len(arm) < 2:
+        raise ValueError(f"{len(arm)} block(s): a ratio's interval needs at least 2")
+    for name, values in (("arm", arm), ("baseline", base)):
+        if not np.all(np.isfinite(values) & (values > 0)):
+            raise ValueError(f"{name} latencies must be finite and > 0")
+    logs = np.log(arm) - np.log(base)
+    n = len(logs)
+    names = sorted(set(kinds))
+    groups = [logs[[k == name for k in kinds]] for name in names]
+    host_rows = tuple(HostKind(name, len(g), float(np.exp(g.mean()))) for name, g in zip(names, groups))
+    plain = _estimate(float(logs.mean()), float(logs.std(ddof=1)) / math.sqrt(n), n - 1, claim, alpha)
+    stratified = heterogeneity = None
+    if len(groups) >= 2 and n - len(groups) >= 1:
+        within = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+        df = n - len(groups)
+        pooled_sd = math.sqrt(within / df)
+        stratified = _estimate(float(sum(len(g) * g.mean() for g in groups) / n), pooled_sd / math.sqrt(n), df,
+                               claim, alpha)
+        between = sum(len(g) * (float(g.mean()) - float(logs.mean())) ** 2 for g in groups)
+        heterogeneity = _anova_p(between, len(groups) - 1, within, df)
+    headline = "stratified" if stratified is not None else "plain"
+    chosen = stratified if stratified is not None else plain
+    return Row(claim=claim, n=n, hosts=host_rows, alpha=alpha, headline=headline, plain=plain,
+               stratified=stratified, heterogeneity_p=heterogeneity, p_adjusted=chosen.p,
+               verdict=_verdict(claim, chosen, chosen.p, alpha))
+
+
+def _estimate(log_mean: float, se: float, df: int, claim: Claim, alpha: float) -> Estimate:
+    """The interval at 1 - alpha and the claim's p; se == 0 (identical log ratios) gives a point interval
+    and p 0 or 1 by where the mean lies."""
+    half = float(stats.t.ppf(1 - alpha / 2, df)) * se
+    if claim.kind == "difference":
+        if se > 0:
+            p = float(2 * stats.t.sf(abs(log_mean) / se, df))
+        else:
+            p = 0.0 if log_mean != 0 else 1.0
+    else:
+        bound = math.log(float(claim.margin))  # type: ignore[arg-type]  # claim_problems: margin > 1
+        if se > 0:
+            p_above_low = float(stats.t.sf((log_mean + bound) / se, df))  # H0: mean <= -log M
+            p_below_high = float(stats.t.cdf((log_mean - bound) / se, df))  # H0: mean >= +log M
+            p = max(p_above_low, p_below_high)
+        else:
+            p = 0.0 if abs(log_mean) < bound else 1.0
+    return Estimate(ratio=math.exp(log_mean), low=math.exp(log_mean - half), high=math.exp(log_mean + half),
+                    p=min(1.0, p), log_mean=log_mean, se=se, df=df)
+
+
+def _anova_p(between: float, df_between: int, within: float, df_within: int) -> float:
+    """The one-way ANOVA F test's p-value of the host kinds' mean log ratios."""
+    if within <= 0:
+        return 0.0 if between > 0 else 1.0
+    f = (between / df_between) / (within / df_within)
+    return float(stats.f.sf(f, df_between, df_within))
+
+
+def _verdict(claim: Claim, estimate: Estimate, p_adjusted: float, alpha: float) -> str:
+    if claim.kind == "equivalence":
+        return f"equivalent within margin {_g(claim.margin)}" if p_adjusted < alpha else "not shown equivalent"
+    if p_adjusted < alpha and estimate.high < 1:
+        return "arm faster"
+    if p_adjusted < alpha and estimate.low > 1:
+        return "arm slower"
+    return "undecided"
+
+
+# ---- the family table ---------------------------------------------------------------------------
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order: the i-th smallest p times (m - i + 1),
+    made non-decreasing, capped at 1."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        adjusted[i] = running
+    return adjusted
+
+
+def obrien_fleming_alpha(alpha: float, information: float) -> float:
+    """The Lan-DeMets O'Brien-Fleming alpha spent by information fraction t: 2 - 2 Phi(z_{1-alpha/2} /
+    sqrt(t)); alpha itself at t >= 1, 0 at t <= 0."""
+    if information <= 0:
+        return 0.0
+    if information >= 1:
+        return alpha
+    return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(information)))
+
+
+def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
+    """The look at `blocks` (each {"block": id, "host_kind": str, "final": {arm: latency}}) under `plan`.
+    A block is complete when every arm the plan names has a finite latency; the others are left out and
+    listed. Raises ValueError on a plan with problems, a repeated block id, a block without a host kind
+    or a latency <= 0."""
+    problems = plan_problems(plan)
+    if problems:
+        raise ValueError("the plan: " + "; ".join(problems))
+    arms = sorted({name for claim in (*plan.claims, *plan.controls) for name in (claim.arm, claim.baseline)})
+    seen: set[str] = set()
+    complete: list[tuple[str, dict[str, float]]] = []
+    incomplete: list[str] = []
+    for position, block in enumerate(blocks):
+        ident = str(block.get("block", position))
+        if ident in seen:
+            raise ValueError(f"block {ident!r} appears twice")
+        seen.add(ident)
+        host = block.get("host_kind")
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"block {ident!r}: host_kind must be a non-empty string, not {host!r}")
+        final = block.get("final") or {}
+        values: dict[str, float] = {}
+        for name in arms:
+            value = final.get(name)
+            latency = math.nan if value is None else float(value)
+            if math.isfinite(latency) and latency <= 0:
+                raise ValueError(f"block {ident!r}: latency of {name!r} is {latency!r}, not > 0")
+            values[name] = latency
+        if all(math.isfinite(v) for v in values.values()):
+            complete.append((host, values))
+        else:
+            incomplete.append(ident)
+    n = len(complete)
+    information = min(1.0, n / plan.planned_blocks)
+    if n >= plan.planned_blocks:
+        look, look_alpha = "final", plan.alpha
+    elif plan.interim == "obrien_fleming":
+        look, look_alpha = "interim", obrien_fleming_alpha(plan.alpha, information)
+    else:
+        look, look_alpha = "early", plan.alpha
+    withheld = n < plan.min_blocks
+    hosts = [host for host, _ in complete]
+    families = []
+    for family, claims in (("claims", plan.claims), ("controls", plan.controls)):
+        if withheld:
+            counts = tuple(HostKind(kind, hosts.count(kind), None) for kind in sorted(set(hosts)))
+            families.append(tuple(Row(claim=c, n=n, hosts=counts, alpha=look_alpha, headline="plain", plain=None,
+                                      stratified=None, heterogeneity_p=None, p_adjusted=None, verdict=WITHHELD,
+                                      withheld=WITHHELD, family=family) for c in claims))
+            continue
+        rows = [ratio_row([v[c.arm] for _, v in complete], [v[c.baseline] for _, v in complete], hosts, c,
+                          look_alpha) for c in claims]
+        adjusted = holm([row.estimate.p for row in rows if row.estimate is not None])
+        families.append(tuple(
+            dataclasses.replace(row, p_adjusted=p, family=family,
+                                verdict=_verdict(row.claim, row.estimate, p, look_alpha))  # type: ignore[arg-type]
+            for row, p in zip(rows, adjusted)))
+    return Table(plan=plan, claims=families[0], controls=families[1], n_blocks=n, incomplete=tuple(incomplete),
+                 information=information, look=look, look_alpha=look_alpha, withheld=withheld)
+
+
+# ---- Markdown -----------------------------------------------------------------------------------
+def markdown(table: Table) -> str:
+    """The table as compact Markdown: a row per claim and control (n blocks, host kinds, the headline
+    ratio with its interval or "withheld", Holm p, verdict), then a line stating alpha, the look and the
+    family sizes."""
+    lines = ["| family | claim | n | host kinds | ratio [CI] | p (Holm) | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for row in (*table.claims, *table.controls):
+        claim = row.claim
+        what = f"{claim.arm} / {claim.baseline}, " + (
+            "difference" if claim.kind == "difference" else f"equivalence ±{_g(claim.margin)}")
+        kinds = ", ".join(f"{h.kind} ×{h.n}" + ("" if h.ratio is None else f" {h.ratio:.3f}") for h in row.hosts)
+        estimate = row.estimate
+        if row.withheld or estimate is None:
+            ratio = p = "withheld"
+        else:
+            ratio = f"{estimate.ratio:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
+            if row.headline == "stratified":
+                ratio += f" stratified (het. p {_p(row.heterogeneity_p)})"
+            p = _p(row.p_adjusted)
+        lines.append(f"| {row.family} | {what} | {row.n} | {kinds or '-'} | {ratio} | {p} | {row.verdict} |")
+    plan = table.plan
+    if table.look == "interim":
+        look = (f"interim look at {table.n_blocks} of {plan.planned_blocks} planned blocks (t = "
+                f"{table.information:.2f}), O'Brien-Fleming alpha at this look {_g(table.look_alpha)}")
+    elif table.look == "early":
+        look = (f"early look at {table.n_blocks} of {plan.planned_blocks} planned blocks with no interim rule "
+                f"(the full alpha {_g(table.look_alpha)}: no interim spending was planned)")
+    else:
+        look = f"final look at {table.n_blocks} blocks (planned {plan.planned_blocks}), alpha {_g(table.look_alpha)}"
+    tail = [f"alpha {_g(plan.alpha)}; {look}; families (Holm within each): {len(table.claims)} claim(s), "
+            f"{len(table.controls)} control(s); intervals at 1 - the look's alpha"]
+    if table.withheld:
+        tail.append(f"every estimate withheld: {table.n_blocks} complete block(s) < min_blocks {plan.min_blocks}")
+    if table.incomplete:
+        tail.append(f"{len(table.incomplete)} incomplete block(s) left out: {', '.join(table.incomplete)}")
+    return "\n".join(lines) + "\n\n" + "\n".join(tail) + "\n"
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "<0.0001" if value < 1e-4 else f"{value:.4f}"
