@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tuning.search", "tuning.sampler", "tuning.cost_model", "tuning.evaluator", "tuning.scheduler",
      "tuning.value", "tuning.hardware", "tuning.tracking"),
     ("tuning.engine",),
-    ("tuning.sweep", "tuning.cluster"),
+    ("tuning.sweep", "tuning.cluster", "tuning.study"),
     ("tuning.testing", "tuning.tools"),
     ("tunelab",),  # and hydra_plugins, which only Hydra imports
 )

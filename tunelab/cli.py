@@ -8,6 +8,7 @@ import sys
 # subcommand -> (module with main(argv, prog), one line of help)
 COMMANDS = {
     "run": ("tunelab.run", "tune: Hydra overrides (group=option key=value), -m for a grid or sweep"),
+    "study": ("tuning.tools.study", "a declared comparison run block by block, and its pre-registered table"),
     "compare": ("tuning.tools.compare.cli", "compare tracked methods: paired CIs, censoring, the methodology score"),
     "export": ("tuning.tools.export", "a run's best kernel as a shared library and a script that calls it"),
     "apply": ("tuning.tools.apply", "apply a (finished or killed) whole-model run's schedules and time the model"),

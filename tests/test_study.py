@@ -1,0 +1,181 @@
+"""Studies (tuning/study/): a study declared in a folder of the user's own (TUNELAB_CONF_DIRS), run
+block by block on synthetic hardware through `tunelab study`; a block SIGKILLed in its middle is run
+again from its start and the finished ones are untouched; the table withholds intervals below the
+plan's block count; every key of a bad study file is named before any work; block files read back
+are untrusted and never rewritten."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tuning.config import ConfigError
+from tuning.study.files import finished_blocks, read_blocks, write_block
+from tuning.study.spec import study_spec
+
+STUDY = """
+description: sa against random search on synthetic hardware
+common: [hardware=synthetic, hardware.noise=0.1, hardware.delay_s={delay}, evaluator=fixed]
+arms:
+  sa: [search=sa, sampler=greedy, cost_model=xgb]
+  random: [search=random, cost_model=none]
+tasks: [gemm_64]
+seeds: 6
+budget: {{trials: 32, plan_size: 8}}
+adjudication: {{top_k: 2, rereads: 2, confirm: 3}}
+panel: {{configs: 2, drift_bound: 1.2}}
+analysis:
+  claims: [{{arm: sa, baseline: random, kind: difference}}]
+  alpha: 0.05
+  min_blocks: 5
+results: {results}
+"""
+
+
+def declare(tmp: Path, delay: float = 0.0) -> dict:
+    conf = tmp / "conf" / "study"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "toy.yaml").write_text(STUDY.format(delay=delay, results=tmp / "results"))
+    env = {**os.environ, "TUNELAB_CONF_DIRS": str(tmp / "conf"), "TUNELAB_OUTPUTS": str(tmp / "outputs")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def tunelab(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tunelab", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.json"))}
+
+
+def test_a_block_killed_in_its_middle_is_run_again_from_its_start(tmp_path):
+    env = declare(tmp_path)
+    done = tunelab(env, "study", "run", "toy", "--blocks", "3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    blocks = tmp_path / "results" / "blocks"
+    first_three = digests(blocks)
+    assert len(first_three) == 3 and finished_blocks(tmp_path / "results") == {f"gemm_64-seed{s}" for s in range(3)}
+
+    declare(tmp_path, delay=0.03)  # the same study, each reading slowed, so the fourth block can be cut in two
+    proc = subprocess.Popen([sys.executable, "-m", "tunelab", "study", "run", "toy", "--blocks", "1"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    work = tmp_path / "outputs" / "studies" / "toy" / "work" / "gemm_64-seed3"
+    deadline = time.monotonic() + 120
+    while not list(work.glob("*/state/*.json")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert work.is_dir() and digests(blocks) == first_three  # nothing written for the cut block
+
+    declare(tmp_path)
+    again = tunelab(env, "study", "run", "toy", "--blocks", "1", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "gemm_64-seed3 was started before and not finished: run again from its start" in again.stderr
+    after = digests(blocks)
+    assert {k: v for k, v in after.items() if k in first_three} == first_three and len(after) == 4
+    assert not work.exists()
+
+    # the redone block holds what an uninterrupted run of it measures: the same records, arm by arm
+    fresh = tmp_path / "fresh"
+    env_fresh = declare(fresh)
+    (fresh / "conf" / "study" / "toy.yaml").write_text(
+        STUDY.format(delay=0.0, results=fresh / "results").replace("seeds: 6", "seeds: [3, 4, 5, 0, 1, 2]"))
+    assert tunelab(env_fresh, "study", "run", "toy", "--blocks", "1", cwd=fresh).returncode == 0
+    [redone] = [json.loads(p.read_text()) for p in blocks.glob("gemm_64-seed3-*.json")]
+    [straight] = [json.loads(p.read_text()) for p in (fresh / "results" / "blocks").glob("gemm_64-seed3-*.json")]
+    assert {a: v["records"] for a, v in redone["arms"].items()} == {a: v["records"] for a, v in straight["arms"].items()}
+
+    table = tunelab(env, "study", "table", "toy", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert "Blocks: 4 of 6 planned" in table.stdout
+    assert "withheld" in table.stdout and "[" not in table.stdout.split("| claims |")[1].split("\n")[0], table.stdout
+
+
+def test_the_table_gives_intervals_once_the_plan_s_blocks_are_in(tmp_path):
+    env = declare(tmp_path)
+    assert tunelab(env, "study", "run", "toy", "--blocks", "5", cwd=tmp_path).returncode == 0
+    table = tunelab(env, "study", "table", "toy", cwd=tmp_path)
+    row = table.stdout.split("| claims |")[1].split("\n")[0]
+    assert "withheld" not in row and "[" in row, table.stdout
+    assert "interim look at 5 of 6" in table.stdout and "Winner's curse" in table.stdout
+
+
+def valid() -> dict:
+    return {"common": ["hardware=synthetic"], "arms": {"a": ["search=sa"], "b": ["search=random"]},
+            "tasks": ["gemm_64"], "seeds": 3, "budget": {"trials": 16, "plan_size": 8},
+            "analysis": {"claims": [{"arm": "a", "baseline": "b", "kind": "difference"}], "min_blocks": 2}}
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"arms": {"a": ["search=sa"]}}, "study.arms"),
+    ({"color": 1}, "study.color"),
+    ({"seeds": 0}, "study.seeds"),
+    ({"seeds": [1, 1]}, "study.seeds"),
+    ({"budget": {"trials": 8, "plan_size": 16}}, "study.budget.plan_size"),
+    ({"budget": {"trials": 0, "plan_size": 1}}, "study.budget.trials"),
+    ({"common": ["seed=3"]}, "study.common"),
+    ({"arms": {"a": ["search=sa", "budget.trials=9"], "b": []}}, "study.arms.a"),
+    ({"analysis": {"claims": []}}, "study.analysis.claims"),
+    ({"analysis": {"claims": [{"arm": "a", "baseline": "c", "kind": "difference"}]}}, "study.analysis.claims[0].baseline"),
+    ({"analysis": {"claims": [{"arm": "a", "baseline": "b", "kind": "equivalence"}]}}, "study.analysis.claims[0].margin"),
+    ({"analysis": {"claims": [{"arm": "a", "baseline": "b", "kind": "difference"}], "alpha": 0.9}}, "study.analysis.alpha"),
+    ({"analysis": {"claims": [{"arm": "a", "baseline": "b", "kind": "difference"}], "interim": "peek"}},
+     "study.analysis.interim"),
+    ({"adjudication": {"top_k": 0}}, "study.adjudication.top_k"),
+    ({"panel": {"drift_bound": 0.9}}, "study.panel.drift_bound"),
+])
+def test_a_bad_study_is_refused_naming_its_key(change, key):
+    with pytest.raises(ConfigError, match=rf"(?m)^\s*{key.replace('[', '.').replace(']', '.')}"):
+        study_spec("bad", OmegaConf.create({**valid(), **change}))
+
+
+def test_an_arm_on_other_hardware_is_refused_before_any_block(tmp_path):
+    from tuning.study.block import check_study
+
+    spec = study_spec("two", OmegaConf.create({**valid(), "common": [],
+                                               "arms": {"a": ["search=sa", "hardware=synthetic"],
+                                                        "b": ["search=random", "hardware=synthetic",
+                                                              "hardware.noise=0.2"]}}))
+    with pytest.raises(ConfigError, match=r"study.arms.b: its hardware differs"):
+        check_study(spec, tmp_path)
+
+
+def test_the_plan_hash_follows_what_decides_a_verdict():
+    base = study_spec("s", OmegaConf.create(valid()))
+    same = study_spec("s", OmegaConf.create({**valid(), "description": "reworded", "results": "elsewhere"}))
+    other = study_spec("s", OmegaConf.create({**valid(), "seeds": 4}))
+    assert base.plan_hash == same.plan_hash != other.plan_hash
+
+
+def block(study: str = "toy", seed: int = 0, final: float | None = 1e-5) -> dict:
+    return {"study": study, "plan_hash": "h", "task": "gemm_64", "seed": seed, "block": f"gemm_64-seed{seed}",
+            "host": {"cpu_model": "x", "cores": 2, "flags": "f"}, "order": ["a", "b"],
+            "arms": {"a": {"final_s": final}, "b": {"final_s": 2e-5}}, "panel": {"drift": 1.0}}
+
+
+def test_a_block_file_is_never_rewritten_and_foreign_files_are_left_out_by_name(tmp_path):
+    write_block(tmp_path, block())
+    with pytest.raises(FileExistsError):
+        write_block(tmp_path, block())
+    folder = tmp_path / "blocks"
+    (folder / "junk-seed9-h.json").write_text("{not json")
+    (folder / "other-seed1-h.json").write_text(json.dumps({**block("elsewhere", 1), "format": 1}))
+    (folder / "nan-seed2-h.json").write_text(json.dumps({**block(seed=2), "format": 1}).replace("1e-05", "NaN"))
+    (folder / "neg-seed3-h.json").write_text(json.dumps({**block(seed=3, final=-1.0), "format": 1}))
+    (folder / "link-seed4-h.json").symlink_to(folder / "junk-seed9-h.json")
+    files, problems = read_blocks(tmp_path, "toy", ("a", "b"))
+    assert [f.block for f in files] == ["gemm_64-seed0"]
+    said = "\n".join(problems)
+    for name in ("junk-seed9", "other-seed1", "nan-seed2", "neg-seed3", "link-seed4"):
+        assert name in said, said

@@ -1,0 +1,249 @@
+"""One block of a study: one (task, seed) with every arm, start to finish in this process, on one
+hardware; what it found and read, as one mapping (tuning/study/files.py writes it).
+
+1. The arms' job configs are composed (the study's `common`, the arm's overrides, then the block's
+   model, seed, budget and output folder) and checked like any job's before anything is measured;
+   every arm must name the same hardware and evaluator (the reading rule is the study's).
+2. A reference panel of fixed configs (drawn from the task alone, the same in every block) is read
+   at the start, after every cycle of rounds and at the end: the host's drift through the block.
+3. The arms' rounds interleave, one round each in turn, so drift falls on every arm alike; the arm
+   that goes first rotates with the block's seed.
+4. Adjudication: each arm's `top_k` configs by their selecting reading are re-read `rereads` times,
+   all arms' re-reads shuffled together; the config of the best median is the arm's finalist; then
+   `confirm` fresh readings of each finalist, shuffled together again, and their median is the arm's
+   final latency. No reading that chose a config is ever part of its final latency.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from tuning.config import ConfigError, register
+from tuning.config.conf_dir import CONF_DIR
+from tuning.core.records import MeasureResult
+from tuning.core.space import Config
+from tuning.core.task import Task, build_tasks, is_whole_model
+from tuning.engine.loop import Components, RunInfo, TaskTuner
+from tuning.engine.validate import validate
+from tuning.study.spec import StudySpec
+from tuning.tracking.base import NoTracker
+
+SHARED = ("hardware", "evaluator")  # one reading rule, one machine: every arm's must be the same
+PANEL_STREAM = 7_091  # the panel's draws depend on the task alone
+ADJUDICATION_STREAM = 991
+
+
+@dataclass
+class Arm:
+    name: str
+    cfg: DictConfig
+    tuner: TaskTuner | None = None
+
+
+def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int, out_dir: Path) -> DictConfig:
+    """An arm's job config in a block, checked as a job's is (ConfigError naming the key)."""
+    from hydra import compose, initialize_config_dir
+
+    register()
+    argv = [*spec.common, *overrides, f"model={task}", f"seed={seed}", f"budget.trials={spec.trials}",
+            f"budget.plan_size={spec.plan_size}", "tracking=none", f"output_dir={out_dir}"]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="study"):
+            cfg = compose("config", overrides=argv)
+    except Exception as error:  # Hydra's own words for an unknown option or key
+        raise ConfigError(f"study: arm overrides {' '.join(overrides)}: {error}") from None
+    validate(cfg)
+    if is_whole_model(cfg.model):
+        raise ConfigError(f"study.tasks: {task} is a whole model; a block tunes one operator")
+    return cfg
+
+
+def arm_configs(spec: StudySpec, task: str, seed: int, work: Path) -> list[Arm]:
+    arms = [Arm(name, arm_config(spec, overrides, task, seed, work / name)) for name, overrides in spec.arms]
+    first = arms[0]
+    for arm in arms[1:]:
+        for group in SHARED:
+            if _plain(arm.cfg[group]) != _plain(first.cfg[group]):
+                raise ConfigError(f"study.arms.{arm.name}: its {group} differs from arm {first.name}'s; a block "
+                                  f"reads every arm on one {group} (set it in study.common)")
+    return arms
+
+
+def check_study(spec: StudySpec, work: Path) -> None:
+    """Every arm of every task composes and passes the job checks: before any block runs."""
+    for task in spec.tasks:
+        arm_configs(spec, task, spec.seeds[0], work)
+
+
+def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict) -> dict[str, Any]:
+    """Tune every arm on (task, seed), adjudicate, and return the block's record."""
+    from hydra.utils import instantiate
+
+    started, wall = time.time(), time.perf_counter()
+    arms = arm_configs(spec, task_name, seed, work)
+    hardware, evaluator = instantiate(arms[0].cfg.hardware), instantiate(arms[0].cfg.evaluator)
+    try:
+        [task] = build_tasks(arms[0].cfg.model)
+        for arm in arms:
+            parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), evaluator,
+                               instantiate(arm.cfg.cost_model), hardware, NoTracker())
+            run = RunInfo(seed=seed, out_dir=work / arm.name, method=arm.name, trials=spec.trials,
+                          plan_size=spec.plan_size, callbacks=[])
+            arm.tuner = TaskTuner(task, 0, parts, run)
+        order = _rotated([a.name for a in arms], seed)
+        panel = Panel.drawn(hardware, evaluator, task, spec.panel_configs)
+        _interleave({a.name: a for a in arms}, order, spec, panel)
+        adjudicated = adjudicate(arms, hardware, evaluator, task, spec, seed)
+        panel.read()
+    finally:
+        hardware.close()
+    finals = [v["final_s"] for v in adjudicated.values() if v["final_s"] is not None]
+    return {"study": spec.name, "plan_hash": spec.plan_hash, "task": task_name, "seed": seed,
+            "block": f"{task_name}-seed{seed}", "host": host, "order": order, "started": started,
+            "wall_s": time.perf_counter() - wall, "arms": adjudicated, "panel": panel.summary(spec.drift_bound),
+            "target_s": spec.target_fraction * min(finals) if finals else None}
+
+
+def _plain(node) -> Any:
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def _rotated(names: list[str], seed: int) -> list[str]:
+    k = seed % len(names)
+    return names[k:] + names[:k]
+
+
+def _interleave(arms: dict[str, Arm], order: list[str], spec: StudySpec, panel: Panel) -> None:
+    """One round of each arm in turn until every arm has its budget or stopped; the panel after each cycle."""
+    while True:
+        moved = False
+        for name in order:
+            tuner = arms[name].tuner
+            assert tuner is not None
+            if not tuner.done and tuner.measured < spec.trials:
+                tuner.tune_round(min(spec.plan_size, spec.trials - tuner.measured))
+                moved = True
+        if not moved:
+            return
+        panel.read()
+
+
+# ---- the reference panel ---------------------------------------------------------------------------
+@dataclass
+class Panel:
+    hardware: Any
+    evaluator: Any
+    task: Task
+    configs: list[Config]
+    reads: list[list[float | None]]
+
+    @classmethod
+    def drawn(cls, hardware, evaluator, task: Task, count: int) -> Panel:
+        """`count` configs that build and run, drawn from the task alone; their first reading taken."""
+        space, rng = hardware.space(task), np.random.default_rng([PANEL_STREAM, _stream(task)])
+        panel = cls(hardware, evaluator, task, [], [])
+        tried: set = set()
+        for _ in range(20 * count):
+            if len(panel.configs) == count:
+                break
+            config = tuple(space.canonical(space.sample(rng)))
+            if config in tried:
+                continue
+            tried.add(config)
+            if evaluator.remeasure(hardware, task, [config])[0].ok:
+                panel.configs.append(config)
+        panel.read()
+        return panel
+
+    def read(self) -> None:
+        if self.configs:
+            results = self.evaluator.remeasure(self.hardware, self.task, self.configs)
+            self.reads.append([r.cost if r.ok else None for r in results])
+
+    def summary(self, bound: float) -> dict[str, Any]:
+        """Each config's readings through the block, and its drift: the largest max/min ratio."""
+        drift = 1.0
+        for i in range(len(self.configs)):
+            seen = [value for row in self.reads if (value := row[i]) is not None]
+            if seen:
+                drift = max(drift, max(seen) / min(seen))
+        return {"configs": [list(c) for c in self.configs], "reads": self.reads, "drift": drift,
+                "flagged": drift > bound}
+
+
+def _stream(task: Task) -> int:
+    return int.from_bytes(task.key.encode()[:8].ljust(8, b"\0"), "little") % (2**32)
+
+
+# ---- adjudication ------------------------------------------------------------------------------------
+def adjudicate(arms: list[Arm], hardware, evaluator, task: Task, spec: StudySpec, seed: int) -> dict[str, dict]:
+    rng = np.random.default_rng([seed, ADJUDICATION_STREAM, _stream(task)])
+    top = {arm.name: _top(arm, spec.adjudication.top_k) for arm in arms}
+    rereads = _read_shuffled([(name, c) for name, configs in top.items() for c in configs
+                              for _ in range(spec.adjudication.rereads)], hardware, evaluator, task, rng)
+    finalists = {name: _best_median(name, configs, rereads) for name, configs in top.items() if configs}
+    confirmed = _read_shuffled([(name, c) for name, c in finalists.items() for _ in range(spec.adjudication.confirm)],
+                               hardware, evaluator, task, rng)
+    out = {}
+    for arm in arms:
+        assert arm.tuner is not None
+        records = arm.tuner.records
+        finalist = finalists.get(arm.name)
+        confirm = confirmed.get((arm.name, finalist), []) if finalist else []
+        final = _median(confirm) if finalist else None
+        selecting = min((r.result.cost for r in records if r.result.ok and tuple(r.config) == finalist),
+                        default=None)
+        final = None if final is None or final == float("inf") else final
+        out[arm.name] = {
+            "records": [[list(r.config), r.result.cost if r.result.ok else None, r.result.error] for r in records],
+            "stopped": arm.tuner.outcome.stopped_because,
+            "top": [list(c) for c in top[arm.name]],
+            "rereads": {_key(c): rereads.get((arm.name, c), []) for c in top[arm.name]},
+            "finalist": list(finalist) if finalist else None, "confirm": confirm,
+            "final_s": final, "selecting_s": selecting,
+            "winners_curse": selecting / final if selecting and final else None,
+        }
+    return out
+
+
+def _best_median(arm: str, configs: list[Config], rereads: dict[tuple[str, Config], list[float]]) -> Config:
+    return min(configs, key=lambda config: _median(rereads.get((arm, config), [])))
+
+
+def _top(arm: Arm, k: int) -> list[Config]:
+    assert arm.tuner is not None
+    best: dict[Config, float] = {}
+    for record in arm.tuner.records:
+        if record.result.ok:
+            config = tuple(record.config)
+            best[config] = min(best.get(config, float("inf")), record.result.cost)
+    return sorted(best, key=lambda c: (best[c], c))[:k]
+
+
+def _read_shuffled(wanted: list[tuple[str, Config]], hardware, evaluator, task: Task,
+                   rng: np.random.Generator) -> dict[tuple[str, Config], list[float]]:
+    """One reading per entry, in a shuffled order, each its own measurement."""
+    readings: dict[tuple[str, Config], list[float]] = {}
+    for index in rng.permutation(len(wanted)):
+        arm, config = wanted[index]
+        [result] = evaluator.remeasure(hardware, task, [config])
+        readings.setdefault((arm, config), []).append(_cost(result))
+    return readings
+
+
+def _cost(result: MeasureResult) -> float:
+    return result.cost if result.ok else float("inf")
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("inf")
+
+
+def _key(config: Config) -> str:
+    return ",".join(map(str, config))

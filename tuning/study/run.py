@@ -1,0 +1,100 @@
+"""A study run block by block, and its table from whatever block files exist.
+
+`run_study` takes the study's blocks in order (seed by seed), skips those some host has finished
+(a file under <results>/blocks/), and runs each other one from its start: a block whose earlier
+attempt was killed has its scratch folder removed first, never continued. Every arm of every task is
+checked before the first block. `--blocks N` and `--hours H` bound one sitting; a block is started only
+where the time left holds one more of the longest this sitting has seen.
+
+`study_table` reads every block file, keeps those made under the study's plan (its hash), and hands
+the pre-registered analysis (tuning/study/analysis.py) the per-block final latencies, the host kind of
+each block as its stratum; intervals are withheld below the plan's block count.
+"""
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tuning.cluster.host_identity import host_identity, host_key
+from tuning.config.storage import outputs_dir
+from tuning.study.analysis import family_table, markdown
+from tuning.study.block import check_study, run_block
+from tuning.study.files import finished_blocks, read_blocks, write_block
+from tuning.study.spec import StudySpec
+
+
+def scratch(spec: StudySpec) -> Path:
+    return Path(outputs_dir()) / "studies" / spec.name / "work"
+
+
+def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = None,
+              say: Callable[[str], None] = print) -> list[Path]:
+    """The files of the blocks this call finished."""
+    work_root = scratch(spec)
+    check_study(spec, work_root / "check")
+    shutil.rmtree(work_root / "check", ignore_errors=True)
+    deadline = None if hours is None else time.monotonic() + hours * 3600
+    host, made, longest = host_identity(), list[Path](), 0.0
+    for task, seed in spec.blocks:
+        block = f"{task}-seed{seed}"
+        if block in finished_blocks(spec.results):
+            continue
+        if blocks is not None and len(made) >= blocks:
+            break
+        if deadline is not None and time.monotonic() + longest > deadline:
+            say(f"study {spec.name}: {block} not started: the {hours} h of this sitting would not hold it")
+            break
+        work = work_root / block
+        if work.exists():
+            say(f"study {spec.name}: {block} was started before and not finished: run again from its start")
+            shutil.rmtree(work)
+        started = time.monotonic()
+        say(f"study {spec.name}: block {block} on {host_key(host)}")
+        data = run_block(spec, task, seed, work, host)
+        made.append(write_block(spec.results, data))
+        shutil.rmtree(work, ignore_errors=True)
+        longest = max(longest, time.monotonic() - started)
+        say(f"study {spec.name}: {block} done in {data['wall_s']:.0f} s: {made[-1]}")
+    return made
+
+
+def study_table(spec: StudySpec) -> str:
+    files, problems = read_blocks(spec.results, spec.name, spec.arm_names)
+    ours = [f for f in files if f.data["plan_hash"] == spec.plan_hash]
+    others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
+    blocks = [{"block": f.block, "host_kind": host_key(f.data["host"]),
+               "final": {arm: f.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names}} for f in ours]
+    table = family_table(spec.analysis_plan(), blocks)
+    lines = [f"# Study {spec.name} (plan {spec.plan_hash})", "", spec.description, "",
+             f"Blocks: {len(ours)} of {len(spec.blocks)} planned ({len(spec.tasks)} task(s) x {len(spec.seeds)} "
+             f"seeds); budget {spec.trials} measurements an arm, plan size {spec.plan_size}; final latency: "
+             f"the median of {spec.adjudication.confirm} fresh readings of each arm's finalist (chosen among its "
+             f"top {spec.adjudication.top_k} by {spec.adjudication.rereads} re-reads each).", "",
+             markdown(table), "", *_noise_lines(spec, ours)]
+    if others:
+        lines.append(f"Left out: {sum(f.data['plan_hash'] != spec.plan_hash for f in files)} block(s) made under "
+                     f"another plan ({', '.join(others)}): not part of this confirmatory table.")
+    lines += problems
+    return "\n".join(lines)
+
+
+def _noise_lines(spec: StudySpec, files) -> list[str]:
+    if not files:
+        return []
+    drift = [f.data["panel"].get("drift", 1.0) for f in files]
+    flagged = [f.block for f in files if f.data["panel"].get("flagged")]
+    curse = {arm: [c for f in files if (c := f.data["arms"].get(arm, {}).get("winners_curse"))]
+             for arm in spec.arm_names}
+    lines = [f"Panel drift through a block (max/min of a reference config's readings): median "
+             f"{statistics.median(drift):.3f}, max {max(drift):.3f}; over the bound {spec.drift_bound}: "
+             f"{', '.join(flagged) or 'none'}."]
+    lines.append("Winner's curse (selecting reading / final latency of the finalist), median per arm: " + ", ".join(
+        f"{arm} {statistics.median(values):.3f}" for arm, values in curse.items() if values) + ".")
+    hosts: dict[str, int] = {}
+    for f in files:
+        hosts[host_key(f.data["host"])] = hosts.get(host_key(f.data["host"]), 0) + 1
+    lines.append("Hosts: " + ", ".join(f"{key} ({n})" for key, n in sorted(hosts.items())) + ".")
+    return lines

@@ -1,0 +1,266 @@
+"""A study's declaration, read once into a frozen spec before any measurement.
+
+    conf/study/<name>.yaml (or <dir>/study/<name>.yaml of a TUNELAB_CONF_DIRS directory)
+
+    description: what it asks, in a sentence
+    common: [hardware=synthetic, evaluator=fixed]      # overrides every arm runs with (one hardware)
+    arms:                                               # name -> its own overrides
+      sa: [search=sa, sampler=greedy, cost_model=xgb]
+      random: [search=random, cost_model=none]
+    tasks: [gemm_64]                                    # model options: a block is one (task, seed)
+    seeds: 10                                           # seeds 0..9, or a list
+    budget: {trials: 64, plan_size: 16}                 # every arm's, per block
+    adjudication: {top_k: 3, rereads: 5, confirm: 5}
+    panel: {configs: 3, drift_bound: 1.10}
+    target: {fraction: 0.95}
+    analysis:
+      claims: [{arm: sa, baseline: random, kind: difference}]
+      controls: []
+      alpha: 0.05
+      min_blocks: 8
+      interim: obrien_fleming
+    results: studies/<name>                             # the block files' folder (relative: to the cwd)
+
+Every key is checked here, each problem naming its key, before any block runs; the arms' composed
+job configs are checked by tuning/study/block.py the same way. The plan's hash covers everything that
+decides a verdict (arms, tasks, seeds, budget, adjudication, panel, target, analysis), so a table made
+under another plan says so.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from tuning.config import ConfigError
+from tuning.config.conf_dir import CONF_DIR
+from tuning.config.untrusted import env_conf_dirs
+from tuning.study.analysis import Claim, Plan
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+KEYS = ("description", "common", "arms", "tasks", "seeds", "budget", "adjudication", "panel", "target",
+        "analysis", "results")
+PLAN_KEYS = ("arms", "tasks", "seeds", "budget", "adjudication", "panel", "target", "analysis")
+RESERVED = ("seed=", "model=", "budget.", "output_dir=", "tracking=", "hydra.")  # the block sets these
+
+
+@dataclass(frozen=True)
+class Adjudication:
+    top_k: int  # each arm's best configs by their selecting reading, re-read
+    rereads: int  # times each of them is re-read, to choose the arm's finalist
+    confirm: int  # fresh readings of the finalist alone: their median is its final latency
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    description: str
+    common: tuple[str, ...]
+    arms: tuple[tuple[str, tuple[str, ...]], ...]  # (name, overrides), in the file's order
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+    trials: int
+    plan_size: int
+    adjudication: Adjudication
+    panel_configs: int
+    drift_bound: float
+    target_fraction: float
+    claims: tuple[Claim, ...]
+    controls: tuple[Claim, ...]
+    alpha: float
+    min_blocks: int
+    interim: str
+    results: Path
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.arms)
+
+    @property
+    def blocks(self) -> list[tuple[str, int]]:
+        """Every (task, seed), in the order a run takes them: seed by seed, so that stopping early
+        leaves whole seeds."""
+        return [(task, seed) for seed in self.seeds for task in self.tasks]
+
+    def plan(self) -> dict[str, Any]:
+        """What decides a verdict, as plain data (the hash's input)."""
+        return {"arms": {name: list(overrides) for name, overrides in self.arms}, "common": list(self.common),
+                "tasks": list(self.tasks), "seeds": list(self.seeds),
+                "budget": {"trials": self.trials, "plan_size": self.plan_size},
+                "adjudication": asdict(self.adjudication),
+                "panel": {"configs": self.panel_configs, "drift_bound": self.drift_bound},
+                "target": {"fraction": self.target_fraction},
+                "analysis": {"claims": [asdict(c) for c in self.claims],
+                             "controls": [asdict(c) for c in self.controls], "alpha": self.alpha,
+                             "min_blocks": self.min_blocks, "interim": self.interim}}
+
+    def analysis_plan(self) -> Plan:
+        return Plan(self.claims, self.controls, self.alpha, self.min_blocks, len(self.blocks), self.interim)
+
+    @property
+    def plan_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.plan(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def study_file(name: str) -> Path:
+    """conf/study/<name>.yaml of the lab, else of the first TUNELAB_CONF_DIRS directory that has it."""
+    if not NAME.fullmatch(name):
+        raise ConfigError(f"study: {name!r} is not a study name (letters, digits, '_', '.', '-')")
+    places = [CONF_DIR, *env_conf_dirs()]
+    for place in places:
+        if (place / "study" / f"{name}.yaml").is_file():
+            return place / "study" / f"{name}.yaml"
+    raise ConfigError(f"study: no study {name!r} in {', '.join(str(p / 'study') for p in places)} "
+                      "(declare your own directory in TUNELAB_CONF_DIRS)")
+
+
+def load_study(name: str) -> StudySpec:
+    path = study_file(name)
+    try:
+        node = OmegaConf.load(path)
+    except Exception as error:  # a YAML error of any kind: said with the file
+        raise ConfigError(f"study: cannot read {path} ({error})") from None
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"study: {path} is not a mapping")
+    return study_spec(name, node)
+
+
+def study_spec(name: str, node: DictConfig) -> StudySpec:
+    """The spec of `node`, or a ConfigError listing every problem, each naming its key."""
+    problems = [f"study.{key}: unknown key (known: {', '.join(KEYS)})" for key in node if key not in KEYS]
+    data = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(data, dict)
+    common = _overrides(data.get("common", []), "study.common", problems)
+    arms = _arms(data.get("arms"), problems)
+    tasks = _strings(data.get("tasks"), "study.tasks", problems)
+    seeds = _seeds(data.get("seeds"), problems)
+    budget = _mapping(data.get("budget"), "study.budget", ("trials", "plan_size"), problems)
+    trials = _int(budget.get("trials"), "study.budget.trials", 1, problems)
+    plan_size = _int(budget.get("plan_size"), "study.budget.plan_size", 1, problems)
+    adj = _mapping(data.get("adjudication", {}), "study.adjudication", ("top_k", "rereads", "confirm"), problems)
+    adjudication = Adjudication(_int(adj.get("top_k", 3), "study.adjudication.top_k", 1, problems),
+                                _int(adj.get("rereads", 5), "study.adjudication.rereads", 1, problems),
+                                _int(adj.get("confirm", 5), "study.adjudication.confirm", 1, problems))
+    panel = _mapping(data.get("panel", {}), "study.panel", ("configs", "drift_bound"), problems)
+    target = _mapping(data.get("target", {}), "study.target", ("fraction",), problems)
+    analysis = _mapping(data.get("analysis"), "study.analysis",
+                        ("claims", "controls", "alpha", "min_blocks", "interim"), problems)
+    names = [a for a, _ in arms]
+    spec = StudySpec(
+        name=name, description=str(data.get("description", "")), common=tuple(common), arms=tuple(arms),
+        tasks=tuple(tasks), seeds=tuple(seeds), trials=trials, plan_size=plan_size, adjudication=adjudication,
+        panel_configs=_int(panel.get("configs", 3), "study.panel.configs", 1, problems),
+        drift_bound=_number(panel.get("drift_bound", 1.10), "study.panel.drift_bound", 1.0, problems),
+        target_fraction=_number(target.get("fraction", 0.95), "study.target.fraction", 0.0, problems, high=1.0),
+        claims=tuple(_claims(analysis.get("claims"), "study.analysis.claims", names, problems, required=True)),
+        controls=tuple(_claims(analysis.get("controls", []), "study.analysis.controls", names, problems)),
+        alpha=_number(analysis.get("alpha", 0.05), "study.analysis.alpha", 0.0, problems, high=0.5),
+        min_blocks=_int(analysis.get("min_blocks", 8), "study.analysis.min_blocks", 2, problems),
+        interim=str(analysis.get("interim", "obrien_fleming")),
+        results=Path(str(data.get("results", f"studies/{name}"))))
+    if spec.interim not in ("none", "obrien_fleming"):
+        problems.append(f"study.analysis.interim: none or obrien_fleming, got {spec.interim!r}")
+    if trials and plan_size and plan_size > trials:
+        problems.append(f"study.budget.plan_size: {plan_size} is more than budget.trials {trials}")
+    if problems:
+        raise ConfigError("invalid study:\n  " + "\n  ".join(dict.fromkeys(problems)))
+    return spec
+
+
+# ---- the checks, each naming its key ----------------------------------------------------------------
+def _mapping(value, key: str, known: tuple[str, ...], problems: list[str]) -> dict:
+    if not isinstance(value, dict):
+        problems.append(f"{key}: expected a mapping of {', '.join(known)}, got {value!r}")
+        return {}
+    problems += [f"{key}.{k}: unknown key (known: {', '.join(known)})" for k in value if k not in known]
+    return value
+
+
+def _int(value, key: str, low: int, problems: list[str]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        problems.append(f"{key}: expected an integer >= {low}, got {value!r}")
+        return 0
+    return value
+
+
+def _number(value, key: str, low: float, problems: list[str], high: float | None = None) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if not ok or value <= low or (high is not None and value > high):
+        bounds = f"in ({low}, {high}]" if high is not None else f"> {low}"
+        problems.append(f"{key}: expected a number {bounds}, got {value!r}")
+        return 0.0
+    return float(value)
+
+
+def _strings(value, key: str, problems: list[str]) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and NAME.fullmatch(v) for v in value):
+        problems.append(f"{key}: expected a non-empty list of names, got {value!r}")
+        return []
+    if len(set(value)) != len(value):
+        problems.append(f"{key}: a name is listed twice")
+    return value
+
+
+def _overrides(value, key: str, problems: list[str]) -> list[str]:
+    if isinstance(value, ListConfig):
+        value = list(value)
+    if not isinstance(value, list) or not all(isinstance(v, str) and "=" in v for v in value):
+        problems.append(f"{key}: expected a list of Hydra overrides (group=option, key=value), got {value!r}")
+        return []
+    for item in value:
+        if item.lstrip("+~").startswith(RESERVED):
+            problems.append(f"{key}: {item!r} sets what each block sets itself (seed, model, budget, output_dir, "
+                            "tracking, hydra); say it in study.seeds, study.tasks or study.budget")
+    return value
+
+
+def _arms(value, problems: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    if not isinstance(value, dict) or len(value) < 2:
+        problems.append(f"study.arms: expected a mapping of two or more arm names to their overrides, got {value!r}")
+        return []
+    arms = []
+    for name, overrides in value.items():
+        if not NAME.fullmatch(str(name)):
+            problems.append(f"study.arms.{name}: not an arm name (letters, digits, '_', '.', '-')")
+        arms.append((str(name), tuple(_overrides(overrides, f"study.arms.{name}", problems))))
+    return arms
+
+
+def _seeds(value, problems: list[str]) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return list(range(value))
+    if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                  for s in value) and len(set(value)) == len(value):
+        return value
+    problems.append(f"study.seeds: expected a count >= 1 or a list of distinct seeds >= 0, got {value!r}")
+    return []
+
+
+def _claims(value, key: str, arms: list[str], problems: list[str], required: bool = False) -> list[Claim]:
+    if not isinstance(value, list) or (required and not value):
+        problems.append(f"{key}: expected a list of {{arm, baseline, kind[, margin]}}" + (", at least one" * required))
+        return []
+    claims = []
+    for i, item in enumerate(value):
+        where = f"{key}[{i}]"
+        item = _mapping(item, where, ("arm", "baseline", "kind", "margin"), problems)
+        arm, baseline, kind, margin = (item.get(k) for k in ("arm", "baseline", "kind", "margin"))
+        for part, name in (("arm", arm), ("baseline", baseline)):
+            if name not in arms:
+                problems.append(f"{where}.{part}: {name!r} is not an arm ({', '.join(arms)})")
+        if arm == baseline and arm is not None:
+            problems.append(f"{where}: an arm against itself")
+        if kind not in ("difference", "equivalence"):
+            problems.append(f"{where}.kind: difference or equivalence, got {kind!r}")
+        elif kind == "equivalence" and not (isinstance(margin, (int, float)) and margin > 1):
+            problems.append(f"{where}.margin: an equivalence claim states its margin, a ratio > 1 (e.g. 1.05)")
+        elif kind == "difference" and margin is not None:
+            problems.append(f"{where}.margin: a difference claim has no margin")
+        if item:
+            claims.append(Claim(str(arm), str(baseline), str(kind), None if margin is None else float(margin)))
+    return claims

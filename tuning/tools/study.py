@@ -1,0 +1,59 @@
+"""Run a study block by block, and print its pre-registered table (docs/studies.md).
+
+    python -m tuning.tools.study plan NAME                 # the study as declared, and its plan's hash
+    python -m tuning.tools.study run NAME [--blocks N] [--hours H]
+    python -m tuning.tools.study table NAME
+
+NAME is conf/study/NAME.yaml, or study/NAME.yaml in a directory of TUNELAB_CONF_DIRS. `run` takes the
+blocks no host has finished, each start to finish on this machine; a killed block is run again from its
+start by the next `run`. `table` reads the block files under the study's `results` folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tuning.config import ConfigError
+from tuning.config.cli import add_command, new_parser
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = new_parser("python -m tuning.tools.study", __doc__.split("\n\n")[0], prog)
+    commands = parser.add_subparsers(dest="command", required=True)
+    plan = add_command(commands, "plan", "the study as declared, and its plan's hash")
+    plan.add_argument("name", help="the study: conf/study/NAME.yaml or a TUNELAB_CONF_DIRS directory's")
+    run = add_command(commands, "run", "run the blocks no host has finished, each from its start")
+    run.add_argument("name", help="the study: conf/study/NAME.yaml or a TUNELAB_CONF_DIRS directory's")
+    run.add_argument("--blocks", type=int, default=None, metavar="N", help="at most N blocks this call; default: all")
+    run.add_argument("--hours", type=float, default=None, metavar="H",
+                     help="start no block the hours left would not hold; default: no limit")
+    table = add_command(commands, "table", "the pre-registered table from the block files made so far")
+    table.add_argument("name", help="the study: conf/study/NAME.yaml or a TUNELAB_CONF_DIRS directory's")
+    return parser
+
+
+def main(argv=None, prog: str | None = None) -> None:
+    from tuning.study.run import run_study, study_table
+    from tuning.study.spec import load_study
+
+    args = build_parser(prog).parse_args(argv)
+    if getattr(args, "blocks", None) is not None and args.blocks < 1:
+        raise SystemExit("tunelab: --blocks: at least 1")
+    if getattr(args, "hours", None) is not None and not args.hours > 0:
+        raise SystemExit("tunelab: --hours: a positive number")
+    try:
+        spec = load_study(args.name)
+        if args.command == "plan":
+            print(json.dumps({"study": spec.name, "plan_hash": spec.plan_hash, **spec.plan()}, indent=2))
+        elif args.command == "run":
+            made = run_study(spec, args.blocks, args.hours, say=lambda line: print(line, file=sys.stderr))
+            print(f"{len(made)} block(s) made; table: tunelab study table {spec.name}")
+        else:
+            print(study_table(spec))
+    except ConfigError as error:
+        raise SystemExit(f"tunelab: {error}") from None
+
+
+if __name__ == "__main__":
+    main()
