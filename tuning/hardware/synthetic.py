@@ -10,6 +10,15 @@ multiplicative jitter, seeded by config) serves measurement-policy tests; an
 early-stop rule in the MeasureSpec (evaluator=adaptive) is applied to those
 costs as the cpu backend's run worker applies it to real timings. run_s is
 the simulated seconds of running: the costs times the runs behind each.
+
+By default the jitter is a function of (config, repeat index) alone: every reading of a config
+gives the same numbers, so re-reading it (adjudication, the evaluator's re-measurement) shows
+nothing new. With fresh_noise=true each reading draws its repeats' jitter from (config, how many
+times this instance measured the config before, repeat index): every reading is a fresh sample
+(the first is the one fresh_noise=false gives), yet the whole sequence is deterministic given the
+order of measurements, so the same seed gives the same records. Studies of the winner's curse
+need it: the reading that selected a config is biased low, a fresh one is not. The fingerprint
+says fresh_noise when it is on, so a store does not mix its readings with the fixed kind.
 """
 from __future__ import annotations
 
@@ -66,21 +75,24 @@ def _unit(*parts) -> float:
 class SyntheticHardware(Hardware):
     """Analytic latency landscape; `noise` is the per-repeat relative jitter; `store` and `reuse` as
     hardware=cpu's (tests of the measurement store); `delay_s` a real pause before each result comes
-    back (fault tests need a run that is still going when they kill it)."""
+    back (fault tests need a run that is still going when they kill it); `fresh_noise` each reading of a
+    config a fresh draw of its jitter (see the module doc)."""
 
     model_kinds = ("gemm", "batch_matmul", "conv2d")
     ranges = {"peak_gflops": (1e-6, None), "noise": (0.0, 0.99), "invalid_register_tile": (1, None),
               "delay_s": (0.0, 10.0)}
 
     def __init__(self, peak_gflops: float = 100.0, noise: float = 0.0, invalid_register_tile: int = 1024,
-                 store: str | None = None, reuse: bool = False, delay_s: float = 0.0):
+                 store: str | None = None, reuse: bool = False, delay_s: float = 0.0, fresh_noise: bool = False):
         self.store = store
         self.reuse = reuse
         self.delay_s = delay_s
         self.peak_gflops = peak_gflops
         self.noise = noise
         self.invalid_register_tile = invalid_register_tile
+        self.fresh_noise = fresh_noise
         self._spaces: dict = {}
+        self._readings: dict = {}  # (task key, config) -> readings taken so far (fresh_noise)
 
     def space(self, task):
         if task.key not in self._spaces:
@@ -117,14 +129,20 @@ class SyntheticHardware(Hardware):
         if efficiency is None:
             return MeasureResult.failed("invalid", "register tile too large", config=config)
         cost = task.flops / (self.peak_gflops * 1e9 * efficiency)
-        costs = []
+        reading = 0
+        if self.fresh_noise:
+            reading = self._readings.get((task.key, config), 0)
+            self._readings[(task.key, config)] = reading + 1
+        costs: list[float] = []
         while len(costs) < spec.repeat and not (spec.cv_stop and spec.cv_stop.finished(costs)):
-            costs.append(cost * (1 + self.noise * (2 * _unit("noise", config, len(costs)) - 1)))
+            draw = _unit("noise", config, len(costs)) if reading == 0 else _unit("noise", config, reading, len(costs))
+            costs.append(cost * (1 + self.noise * (2 * draw - 1)))
         return MeasureResult(costs=costs, config=config, build_s=0.0, run_s=sum(costs) * max(spec.number, 1))
 
     def describe(self) -> dict:
         return {"hardware": "synthetic", "peak_gflops": self.peak_gflops}
 
     def fingerprint(self) -> dict:
-        return {**self.describe(), "noise": self.noise, "invalid_register_tile": self.invalid_register_tile}
+        fresh = {"fresh_noise": True} if self.fresh_noise else {}  # absent when off: older stores stay valid
+        return {**self.describe(), "noise": self.noise, "invalid_register_tile": self.invalid_register_tile, **fresh}
 
