@@ -4,7 +4,7 @@ hardware; what it found and read, as one mapping (tuning/study/files.py writes i
 1. The arms' job configs are composed (the study's `common`, the arm's overrides, then the block's
    model, seed, budget and output folder) and checked like any job's before anything is measured;
    every arm must name the same hardware and evaluator (the reading rule is the study's).
-2. A reference panel of fixed configs (drawn from the task alone, the same in every block) is read
+2. A reference panel of fixed configs (the fastest of a few drawn from the task alone) is read
    at the start, after every cycle of rounds and at the end: the host's drift through the block.
 3. The arms' rounds interleave, one round each in turn, so drift falls on every arm alike; the arm
    that goes first rotates with the block's seed.
@@ -37,6 +37,7 @@ from tuning.tracking.base import NoTracker
 SHARED = ("hardware", "evaluator")  # one reading rule, one machine: every arm's must be the same
 PANEL_STREAM = 7_091  # the panel's draws depend on the task alone
 ADJUDICATION_STREAM = 991
+PANEL_DRAWS = 4  # configs tried for each panel place
 
 
 @dataclass
@@ -145,19 +146,22 @@ class Panel:
 
     @classmethod
     def drawn(cls, hardware, evaluator, task: Task, count: int) -> Panel:
-        """`count` configs that build and run, drawn from the task alone; their first reading taken."""
+        """The `count` fastest of up to 4 x `count` configs that build and run, drawn from the task alone
+        (a random config can be 20x a tuned one's time: the fastest keep each panel reading short);
+        their first reading taken."""
         space, rng = hardware.space(task), np.random.default_rng([PANEL_STREAM, _stream(task)])
-        panel = cls(hardware, evaluator, task, [], [])
         tried: set = set()
-        for _ in range(20 * count):
-            if len(panel.configs) == count:
+        first: dict[Config, float] = {}
+        for _ in range(40 * count):
+            if len(first) == PANEL_DRAWS * count:
                 break
             config = tuple(space.canonical(space.sample(rng)))
-            if config in tried:
-                continue
-            tried.add(config)
-            if evaluator.remeasure(hardware, task, [config])[0].ok:
-                panel.configs.append(config)
+            if config not in tried:
+                tried.add(config)
+                [result] = evaluator.measure(hardware, task, [config])
+                if result.ok:
+                    first[config] = result.cost
+        panel = cls(hardware, evaluator, task, sorted(first, key=lambda c: (first[c], c))[:count], [])
         panel.read()
         return panel
 
