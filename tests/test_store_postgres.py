@@ -37,6 +37,7 @@ from tuning.store import (
     is_store_url,
     open_store,
 )
+from tuning.testing.store_contract import answers
 from tuning.tools import dataset
 
 TASK = gemm_task("gemm_64", 64, 64, 64)
@@ -94,24 +95,6 @@ def write(store, items) -> dict:
             tables[task.key] = TaskRows(store, backend, SPEC, task, backend.space(task))
         tables[task.key].add(config, result, "dataset", measured_at=measured_at)
     return tables
-
-
-def everything(store) -> dict:
-    """What every public reader of the store answers, for every key it holds."""
-    answers = {"keys": sorted(store.keys()), "count": store.count(), "unreadable": store.unreadable()}
-    for hardware, task, space in store.keys():
-        configs = store.configs(hardware, task, space)
-        answers[hardware, task, space] = {
-            "rows": store.rows(hardware, task, space), "configs": configs,
-            "first": [store.first(hardware, task, space, c) for c in configs],
-            "rows(config)": [store.rows(hardware, task, space, c) for c in configs],
-            "truth": [store.truth(hardware, task, space, c, 1) for c in configs],
-            "truths": store.truths(hardware, task, space), "decisions": store.decisions(hardware, task, space),
-            "gauge_median": store.gauge_median(hardware), "gauge_readings": sorted(store.gauge_readings(hardware)),
-            "task_info": store.task_info(task), "space_size": store.space_size(space),
-            "hardware_info": store.hardware_info(hardware), "bounds": store.bounds(hardware, task),
-            "seconds": sorted(store.measurement_seconds(hardware))}
-    return answers
 
 
 def raw_rows(store) -> dict:
@@ -201,7 +184,7 @@ def test_copy_between_two_sqlite_files_skips_garbage_and_what_the_target_holds(t
     assert original.unreadable() == bad and copied.unreadable() == 0
     clean = connect_store(tmp_path / "clean.sqlite")
     write(clean, readings())
-    assert everything(copied) == everything(clean) and raw_rows(copied) == raw_rows(clean)
+    assert answers(copied) == answers(clean) and raw_rows(copied) == raw_rows(clean)
     dataset.main(["copy", "--store", str(source), "--to", str(target)])
     out = capsys.readouterr().out
     assert "copied 0 readings" in out and f"skipped 25 it held already and {bad} unreadable" in out
@@ -246,10 +229,10 @@ def test_the_same_writes_give_the_same_rows_and_keys_as_sqlite(url, tmp_path):
     sqlite_store, pg_store = connect_store(tmp_path / "store.sqlite"), open_store(url, "--store")
     for store in (sqlite_store, pg_store):
         write(store, items)
-    assert everything(pg_store) == everything(sqlite_store)
+    assert answers(pg_store) == answers(sqlite_store)
     assert raw_rows(pg_store) == raw_rows(sqlite_store)
     reader = open_store(url, "--store", read_only=True)
-    assert everything(reader) == everything(pg_store)
+    assert answers(reader) == answers(pg_store)
     # PostgreSQL's text holds no NUL: stored with U+FFFD in its place
     hardware, task, space = sorted(pg_store.keys())[0]
     pg_store.add(hardware, task, space, pg_store.configs(hardware, task, space)[0], {},
@@ -257,9 +240,9 @@ def test_the_same_writes_give_the_same_rows_and_keys_as_sqlite(url, tmp_path):
     assert reader.rows(hardware, task, space)[-1].message == "no\ufffdsuch intrinsic"
     # a replay answers from it as from the sqlite file
     configs = [config for task, config, _, _ in items if task is TASK][:6]
-    answers = [ReplayHardware(SyntheticHardware(noise=0.2), location, on_miss="error").measure(TASK, configs, SPEC)
+    replies = [ReplayHardware(SyntheticHardware(noise=0.2), location, on_miss="error").measure(TASK, configs, SPEC)
                for location in (str(tmp_path / "store.sqlite"), with_password(url))]
-    assert answers[0] == answers[1] and all(a.reused for a in answers[1])
+    assert replies[0] == replies[1] and all(a.reused for a in replies[1])
     assert "s3cr3t" not in str(ReplayHardware(SyntheticHardware(), with_password(url)).describe())
 
 
@@ -335,11 +318,11 @@ def test_a_reader_never_creates_and_refuses_what_is_not_a_store(url, pg):
 def test_implausible_and_garbage_rows_are_skipped_and_counted(url, tmp_path, capsys):
     store = open_store(url, "--store")
     tables = write(store, readings())
-    before = everything(store)
+    before = answers(store)
     bad = add_garbage(store.conn, *tables[TASK.key].key, placeholder="%s")
     reader = open_store(url, "--store", read_only=True)
     assert reader.unreadable() == bad and reader.count() == before["count"] + bad
-    after = everything(reader)
+    after = answers(reader)
     for key in reader.keys():
         for answer in ("rows", "truths", "gauge_readings", "task_info", "bounds"):
             assert after[key][answer] == before[key][answer]
@@ -363,7 +346,7 @@ def test_copy_sqlite_to_postgresql_and_back_gives_identical_rows_and_resumes(url
     dataset.main(["copy", "--store", url, "--to", str(last)])
     assert f"copied {count} readings" in capsys.readouterr().out
     back = connect_store(last, read_only=True)
-    assert raw_rows(back) == raw_rows(original) and everything(back) == everything(original)
+    assert raw_rows(back) == raw_rows(original) and answers(back) == answers(original)
     for source, target in ((first, url), (url, last)):
         dataset.main(["copy", "--store", str(source), "--to", str(target)])
         assert f"copied 0 readings from {source} to {target}; skipped {count} it held already" in \
