@@ -59,14 +59,15 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 def test_a_block_killed_in_its_middle_is_run_again_from_its_start(tmp_path):
-    env = declare(tmp_path)
+    env = declare(tmp_path, delay=0.03)  # each reading slowed, so that a block can be cut in two
     done = tunelab(env, "study", "run", "toy", "--blocks", "3", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     blocks = tmp_path / "results" / "blocks"
     first_three = digests(blocks)
-    assert len(first_three) == 3 and finished_blocks(tmp_path / "results") == {f"gemm_64-seed{s}" for s in range(3)}
+    plan = json.loads(next(blocks.glob("*.json")).read_text())["plan_hash"]
+    assert len(first_three) == 3
+    assert finished_blocks(tmp_path / "results", "toy", ("sa", "random"), plan) == {f"gemm_64-seed{s}" for s in range(3)}
 
-    declare(tmp_path, delay=0.03)  # the same study, each reading slowed, so the fourth block can be cut in two
     proc = subprocess.Popen([sys.executable, "-m", "tunelab", "study", "run", "toy", "--blocks", "1"], cwd=tmp_path,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     work = tmp_path / "outputs" / "studies" / "toy" / "work" / "gemm_64-seed3"
@@ -78,7 +79,6 @@ def test_a_block_killed_in_its_middle_is_run_again_from_its_start(tmp_path):
     proc.wait()
     assert work.is_dir() and digests(blocks) == first_three  # nothing written for the cut block
 
-    declare(tmp_path)
     again = tunelab(env, "study", "run", "toy", "--blocks", "1", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "gemm_64-seed3 was started before and not finished: run again from its start" in again.stderr
@@ -88,9 +88,9 @@ def test_a_block_killed_in_its_middle_is_run_again_from_its_start(tmp_path):
 
     # the redone block holds what an uninterrupted run of it measures: the same records, arm by arm
     fresh = tmp_path / "fresh"
-    env_fresh = declare(fresh)
+    env_fresh = declare(fresh, delay=0.03)
     (fresh / "conf" / "study" / "toy.yaml").write_text(
-        STUDY.format(delay=0.0, results=fresh / "results").replace("seeds: 6", "seeds: [3, 4, 5, 0, 1, 2]"))
+        STUDY.format(delay=0.03, results=fresh / "results").replace("seeds: 6", "seeds: [3, 4, 5, 0, 1, 2]"))
     assert tunelab(env_fresh, "study", "run", "toy", "--blocks", "1", cwd=fresh).returncode == 0
     [redone] = [json.loads(p.read_text()) for p in blocks.glob("gemm_64-seed3-*.json")]
     [straight] = [json.loads(p.read_text()) for p in (fresh / "results" / "blocks").glob("gemm_64-seed3-*.json")]
@@ -109,6 +109,19 @@ def test_the_table_gives_intervals_once_the_plan_s_blocks_are_in(tmp_path):
     row = table.stdout.split("| claims |")[1].split("\n")[0]
     assert "withheld" not in row and "[" in row, table.stdout
     assert "interim look at 5 of 6" in table.stdout and "Winner's curse" in table.stdout
+
+
+def test_a_changed_plan_makes_its_blocks_anew_and_its_table_says_so(tmp_path):
+    env = declare(tmp_path)
+    assert tunelab(env, "study", "run", "toy", "--blocks", "1", cwd=tmp_path).returncode == 0
+    study = tmp_path / "conf" / "study" / "toy.yaml"
+    study.write_text(study.read_text().replace("confirm: 3", "confirm: 4"))  # the plan changed after data
+    again = tunelab(env, "study", "run", "toy", "--blocks", "1", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "1 block(s) under another plan" in again.stderr and "block gemm_64-seed0 on" in again.stderr
+    table = tunelab(env, "study", "table", "toy", cwd=tmp_path)
+    assert "Blocks: 1 of 6 planned" in table.stdout
+    assert "Left out: 1 block(s) made under another plan" in table.stdout, table.stdout
 
 
 def valid() -> dict:

@@ -1,6 +1,6 @@
 """A study's results: one small JSON file per finished block, written once and never rewritten.
 
-    <results>/blocks/<task>-seed<seed>-<host key>.json
+    <results>/blocks/<task>-seed<seed>-<plan hash>-<host key>.json
 
 A block file is made whole in a temporary file and moved into place, so a block killed at any moment
 leaves no file: its (task, seed) is run again, from its start, by the next `study run` on any host.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,6 @@ from tuning.cluster.host_identity import host_key
 FORMAT = 1
 MAX_BYTES = 4 << 20  # a block file holds a few thousand readings: a larger one is not one
 SUFFIX = ".json"
-BLOCK_NAME = re.compile(r"(.+-seed\d+)-")  # <task>-seed<seed>-<host key>.json
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ def write_block(results: Path, data: dict[str, Any]) -> Path:
     """The block's file, made whole and then moved into place (0644); never over an existing one."""
     folder = blocks_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{data['block']}-{host_key(data['host'])}{SUFFIX}"
+    path = folder / f"{data['block']}-{data['plan_hash']}-{host_key(data['host'])}{SUFFIX}"
     text = json.dumps({"format": FORMAT, **data}, sort_keys=True, separators=(",", ":"), allow_nan=False)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
     try:
@@ -57,29 +55,38 @@ def write_block(results: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def finished_blocks(results: Path) -> set[str]:
-    """The blocks (`<task>-seed<seed>`) some host has finished, by their files' names."""
-    folder = blocks_dir(results)
-    if not folder.is_dir():
-        return set()
-    return {match[1] for path in folder.glob(f"*-seed*{SUFFIX}") if (match := BLOCK_NAME.match(path.name))}
+def finished_blocks(results: Path, study: str, arms: tuple[str, ...], plan_hash: str) -> set[str]:
+    """The blocks (`<task>-seed<seed>`) some host has finished under this plan (files of another plan,
+    or that do not read as block files, finish nothing: their blocks are made again)."""
+    files, _ = read_blocks(results, study, arms)
+    return {f.block for f in files if f.data["plan_hash"] == plan_hash}
+
+
+def other_plans(results: Path, study: str, arms: tuple[str, ...], plan_hash: str) -> dict[str, int]:
+    """Plan hash -> how many of the study's block files were made under it, for plans other than this one."""
+    files, _ = read_blocks(results, study, arms)
+    counts: dict[str, int] = {}
+    for f in files:
+        if f.data["plan_hash"] != plan_hash:
+            counts[f.data["plan_hash"]] = counts.get(f.data["plan_hash"], 0) + 1
+    return counts
 
 
 def read_blocks(results: Path, study: str, arms: tuple[str, ...]) -> tuple[list[BlockFile], list[str]]:
-    """The study's block files that read as such (the first of a block's, by name, where two hosts
-    made it), and a line for each file left out and why."""
-    found: dict[str, BlockFile] = {}
+    """The study's block files that read as such (the first of a block's under one plan, by name, where
+    two hosts made it), and a line for each file left out and why."""
+    found: dict[tuple[str, str], BlockFile] = {}
     problems: list[str] = []
     folder = blocks_dir(results)
     for path in sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []:
         data, problem = _read(path, study, arms)
         if problem:
             problems.append(f"{path}: {problem}; left out")
-        elif data["block"] in found:
-            problems.append(f"{path}: block {data['block']} made again (first: {found[data['block']].path.name}); "
-                            "the first is used")
+        elif (data["block"], data["plan_hash"]) in found:
+            first = found[data["block"], data["plan_hash"]].path.name
+            problems.append(f"{path}: block {data['block']} made again (first: {first}); the first is used")
         else:
-            found[data["block"]] = BlockFile(path, data)
+            found[data["block"], data["plan_hash"]] = BlockFile(path, data)
     return list(found.values()), problems
 
 

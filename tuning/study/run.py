@@ -22,7 +22,7 @@ from tuning.cluster.host_identity import host_identity, host_key
 from tuning.config.storage import outputs_dir
 from tuning.study.analysis import family_table, markdown
 from tuning.study.block import check_study, run_block
-from tuning.study.files import finished_blocks, read_blocks, write_block
+from tuning.study.files import finished_blocks, other_plans, read_blocks, write_block
 from tuning.study.spec import StudySpec
 
 
@@ -38,9 +38,13 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
     shutil.rmtree(work_root / "check", ignore_errors=True)
     deadline = None if hours is None else time.monotonic() + hours * 3600
     host, made, longest = host_identity(), list[Path](), 0.0
+    for plan, count in other_plans(spec.results, spec.name, spec.arm_names, spec.plan_hash).items():
+        say(f"study {spec.name}: {count} block(s) under another plan ({plan}) are not this plan's "
+            f"({spec.plan_hash}): its blocks are made anew, and its table is not confirmatory if the plan "
+            "changed after data")
     for task, seed in spec.blocks:
         block = f"{task}-seed{seed}"
-        if block in finished_blocks(spec.results):
+        if block in finished_blocks(spec.results, spec.name, spec.arm_names, spec.plan_hash):
             continue
         if blocks is not None and len(made) >= blocks:
             break
