@@ -21,6 +21,7 @@ TOOLS = {
     "tuning.tools.compare.cli": "python -m tuning.tools.compare",
     "tuning.tools.value": "python -m tuning.tools.value",
     "tuning.tools.campaign_archive": "python -m tuning.tools.campaign_archive",
+    "tuning.tools.study": "python -m tuning.tools.study",
 }
 # the commands that name an MLflow store, each with the least its command line holds
 MLFLOW_COMMANDS = [

@@ -20,7 +20,8 @@ from tuning.config.cli import add_command, new_parser
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = new_parser("python -m tuning.tools.study", __doc__.split("\n\n")[0], prog)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     help="plan, run or table (see each one's --help)")
     plan = add_command(commands, "plan", "the study as declared, and its plan's hash")
     plan.add_argument("name", help="the study: conf/study/NAME.yaml or a TUNELAB_CONF_DIRS directory's")
     run = add_command(commands, "run", "run the blocks no host has finished, each from its start")
