@@ -192,3 +192,13 @@ def test_a_block_file_is_never_rewritten_and_foreign_files_are_left_out_by_name(
     said = "\n".join(problems)
     for name in ("junk-seed9", "other-seed1", "nan-seed2", "neg-seed3", "link-seed4"):
         assert name in said, said
+
+
+def test_measurements_to_target_count_only_fresh_readings():
+    from tuning.study.block import measurements_to_target
+
+    arm = {"records": [[[0, 1], 3.0, None], [[0, 2], 1.0, None], [[0, 3], 0.9, None]],
+           "rereads": {"0,2": [1.04, 1.05, 1.06], "0,3": [1.2, 1.3, 1.25]}}
+    assert measurements_to_target(arm, 1.05) == 2  # [0, 2] re-reads within the target; [0, 3] read 0.9 once only
+    assert measurements_to_target(arm, 1.0) is None  # censored: no re-read config is within it
+    assert measurements_to_target(arm, None) is None

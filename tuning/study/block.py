@@ -105,10 +105,23 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
     finally:
         hardware.close()
     finals = [v["final_s"] for v in adjudicated.values() if v["final_s"] is not None]
+    target = min(finals) / spec.target_fraction if finals else None  # that fraction of the best throughput
+    for record in adjudicated.values():
+        record["to_target"] = measurements_to_target(record, target)
     return {"study": spec.name, "plan_hash": spec.plan_hash, "task": task_name, "seed": seed,
             "block": f"{task_name}-seed{seed}", "host": host, "order": order, "started": started,
             "wall_s": time.perf_counter() - wall, "arms": adjudicated, "panel": panel.summary(spec.drift_bound),
-            "target_s": min(finals) / spec.target_fraction if finals else None}  # that fraction of the best throughput
+            "target_s": target}
+
+
+def measurements_to_target(arm: dict[str, Any], target: float | None) -> int | None:
+    """How many measurements the arm had made when it first measured a config whose re-read median is
+    within the block's target: judged by fresh readings only, so only its re-read (top) configs can
+    count, and None (censored) where none of them is within it."""
+    if target is None:
+        return None
+    within = {key for key, reads in arm["rereads"].items() if reads and statistics.median(reads) <= target}
+    return next((i + 1 for i, (config, _, _) in enumerate(arm["records"]) if _key(tuple(config)) in within), None)
 
 
 def _plain(node) -> Any:

@@ -97,8 +97,17 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
              f"{', '.join(flagged) or 'none'}."]
     lines.append("Winner's curse (selecting reading / final latency of the finalist), median per arm: " + ", ".join(
         f"{arm} {statistics.median(values):.3f}" for arm, values in curse.items() if values) + ".")
+    reached = {arm: [f.data["arms"].get(arm, {}).get("to_target") for f in files] for arm in spec.arm_names}
+    lines.append(f"Measurements to the target ({spec.target_fraction:g} of the block's best throughput, judged by "
+                 "re-read medians; censored where no re-read config reached it), median per arm: " + ", ".join(
+                     f"{arm} {_median_or_dash([n for n in counts if n is not None])} "
+                     f"({sum(n is None for n in counts)} censored)" for arm, counts in reached.items()) + ".")
     hosts: dict[str, int] = {}
     for f in files:
         hosts[host_key(f.data["host"])] = hosts.get(host_key(f.data["host"]), 0) + 1
     lines.append("Hosts: " + ", ".join(f"{key} ({n})" for key, n in sorted(hosts.items())) + ".")
     return lines
+
+
+def _median_or_dash(values: list[int]) -> str:
+    return f"{statistics.median(values):g}" if values else "-"
