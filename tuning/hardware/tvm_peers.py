@@ -8,6 +8,7 @@ baseline.
 from __future__ import annotations
 
 import json
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -16,20 +17,28 @@ import numpy as np
 from tuning.hardware.tvm_device import tvm_device
 from tuning.hardware.tvm_export import _call
 from tuning.hardware.tvm_space import (
+    TaskSchedules,
     fast_tensor_intrin_import,
     make_target,
     prim_func,
     register_pool_fallbacks,
+    space_generator,
     target_key,
 )
 from tuning.hardware.tvm_worker import reference_arrays
 
 PROFILE_FILE = "profile.json"  # tune_tir's ms.Profiler seconds per scope, beside its database
+FAILED_SECONDS = 1e9  # what MetaSchedule's database holds as the run time of a failed build or run
+
+log = logging.getLogger(__name__)
 
 
 def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials: int, seed: int, spec,
                            threads: int, trials_per_round: int = 64) -> None:
-    """MetaSchedule's tune_tir on one operator; its database lands in `work_dir`."""
+    """MetaSchedule's tune_tir on one operator; its database lands in `work_dir`. Its design space
+    is the lab's (`space_generator`: the same generator as the lab's spaces, so that
+    `metaschedule_configs` reads its records as lab configs; tune_tir's own default is the same on
+    llvm, and the "cuda-tensorcore" rules on a cuda sm_80 or later)."""
     from tvm.s_tir import meta_schedule as ms
 
     kind = target.get("kind", "llvm")
@@ -45,7 +54,7 @@ def tune_with_metaschedule(workload: dict, target: dict, work_dir: Path, trials:
     with ms.Profiler() as profiler:
         ms.tune_tir(mod=prim_func(workload), target=make_target(target), work_dir=str(work_dir),
                     max_trials_global=trials, num_trials_per_iter=trials_per_round, builder=builder, runner=runner,
-                    num_tuning_cores=threads, seed=seed)
+                    num_tuning_cores=threads, seed=seed, space=space_generator(target))
     # MetaSchedule's own account of its seconds (scopes such as EvoSearch, SendToBuilder, JoinRunnerFutures)
     (Path(work_dir) / PROFILE_FILE).write_text(json.dumps({str(k): float(v) for k, v in profiler.get().items()}))
 
@@ -58,6 +67,28 @@ def metaschedule_best(workload: dict, target: dict, work_dir: Path):
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     sch = ms.tir_integration.compile_tir(database, prim_func(workload), make_target(target))
     return None if sch is None else sch.mod
+
+
+def metaschedule_configs(workload: dict, target: dict, work_dir: Path) -> list[tuple[tuple, float]]:
+    """Every tuning record of a tune_tir database as (lab config, mean run seconds; inf for a failed
+    build or run), in the database's order. A record whose trace is no config of the lab's space
+    (`TaskSchedules.config_of_trace`: MetaSchedule's MutateParallel changes a parallel extent that
+    the lab's space fixes; model.space=tiling keeps one sketch and one unroll) is left out, and how
+    many were is logged."""
+    from tvm.s_tir import meta_schedule as ms
+
+    schedules = TaskSchedules(workload, target)
+    records = ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
+    out = []
+    for record in records:
+        config = schedules.config_of_trace(record.trace)
+        if config is not None:
+            seconds = float(np.mean([float(s) for s in record.run_secs])) if record.run_secs else FAILED_SECONDS
+            out.append((config, float("inf") if seconds >= FAILED_SECONDS else seconds))
+    if len(out) < len(records):
+        log.info("%d of %d tune_tir records in %s are no config of the lab's space; left out",
+                 len(records) - len(out), len(records), work_dir)
+    return out
 
 
 class KernelTimer:

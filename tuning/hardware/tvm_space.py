@@ -311,6 +311,12 @@ def check_sample_kinds(trace) -> None:
                              f"knob (it reads {', '.join(SAMPLE_KINDS)})")
 
 
+def _structure(simplified) -> str:
+    """A simplified trace's instructions without their decisions (what a sketch and the schedules
+    replayed from it share)."""
+    return str(simplified.as_json(remove_postproc=True)[0])
+
+
 class TaskSchedules:
     """A task's design spaces, its knob Space, and config -> schedule."""
 
@@ -390,14 +396,39 @@ class TaskSchedules:
 
     def effective_config(self, sch, sketch: int) -> tuple:
         """Read the decisions TVM actually used back into choice indices."""
-        trace = sch.trace
+        return self._config_of(sch.trace, sketch)
+
+    def _config_of(self, trace, sketch: int) -> tuple:
+        """`trace`'s sampling decisions as `sketch`'s choice indices (ValueError where one is not a choice)."""
         values = [trace.decisions[inst] for inst in trace.insts if inst.kind.name.startswith("Sample")]
+        if len(values) != len(self.space.active[sketch]):
+            raise ValueError(f"the trace samples {len(values)} times, sketch {sketch} {len(self.space.active[sketch])}")
         config = [0] * len(self.space.knobs)
         config[0] = sketch
         for slot, value in zip(self.space.active[sketch], values):
             value = tuple(int(v) for v in value) if self.space.knobs[slot].kind == "tile" else int(value)
             config[slot] = self.space.knobs[slot].choices.index(value)
         return tuple(config)
+
+    def config_of_trace(self, trace) -> tuple | None:
+        """The config whose replay makes `trace`'s decisions: `trace` is a schedule of this task from
+        MetaSchedule's design space (a tune_tir tuning record's, postprocessing included). Its sketch
+        is the one with the same instructions, dead code and postprocessing left out, and each of its
+        sampling decisions becomes its knob's choice index. Sampling kinds and order alone do not name
+        the sketch: a GEMM's three sketches sample alike and differ only in where the write cache goes.
+        None where no sketch has those instructions, or a decision is not among its knob's choices
+        (model.space=tiling fixes the unroll)."""
+        if "_structures" not in self.__dict__:
+            self._structures = [_structure(sketch.simplified(remove_postproc=True)) for sketch in self.sketches]
+        trace = trace.simplified(remove_postproc=True)
+        structure = _structure(trace)
+        for sketch, known in enumerate(self._structures):
+            if known == structure:
+                try:
+                    return self._config_of(trace, sketch)
+                except ValueError:
+                    return None
+        return None
 
     def canonical(self, config) -> tuple:
         """The config TVM replays `config` as (an illegal compute location repaired), or the config
