@@ -202,3 +202,23 @@ def test_measurements_to_target_count_only_fresh_readings():
     assert measurements_to_target(arm, 1.05) == 2  # [0, 2] re-reads within the target; [0, 3] read 0.9 once only
     assert measurements_to_target(arm, 1.0) is None  # censored: no re-read config is within it
     assert measurements_to_target(arm, None) is None
+
+
+def test_a_peer_arm_is_declared_by_its_kind_and_enters_the_plan():
+    spec = study_spec("p", OmegaConf.create({**valid(), "arms": {"a": ["search=sa"], "tir": {"peer": "metaschedule"}},
+                                             "analysis": {"claims": [{"arm": "tir", "baseline": "a",
+                                                                      "kind": "difference"}], "min_blocks": 2}}))
+    assert spec.peers == (("tir", "metaschedule"),) and spec.plan()["arms"]["tir"] == {"peer": "metaschedule"}
+    with pytest.raises(ConfigError, match=r"study.arms.tir: a list of overrides, or \{peer: metaschedule\}"):
+        study_spec("p", OmegaConf.create({**valid(), "arms": {"a": ["search=sa"], "tir": {"peer": "autotvm"}}}))
+
+
+def test_a_peer_arm_needs_hardware_that_tunes_with_tvm(tmp_path):
+    from tuning.study.block import run_block
+
+    spec = study_spec("p", OmegaConf.create({**valid(), "arms": {"a": ["search=random", "cost_model=none"],
+                                                                  "tir": {"peer": "metaschedule"}},
+                                             "analysis": {"claims": [{"arm": "tir", "baseline": "a",
+                                                                      "kind": "difference"}], "min_blocks": 2}}))
+    with pytest.raises(ConfigError, match=r"study.arms.tir: a metaschedule peer tunes with TVM: hardware=cpu"):
+        run_block(spec, "gemm_64", 0, tmp_path, {"cpu_model": "x", "cores": 2, "flags": "f"})

@@ -45,6 +45,16 @@ class Arm:
     name: str
     cfg: DictConfig
     tuner: TaskTuner | None = None
+    peer: str | None = None  # a tuner run whole (MetaSchedule's tune_tir): its records, not a TaskTuner's
+    peer_records: list[tuple[Config, float | None]] | None = None
+    peer_unmapped: int = 0
+
+    def readings(self) -> list[tuple[Config, float | None, str | None]]:
+        """(config, selecting reading or None, error) of every measurement, in order."""
+        if self.peer_records is not None:
+            return [(c, s, None if s is not None else "failed") for c, s in self.peer_records]
+        assert self.tuner is not None
+        return [(tuple(r.config), r.result.cost if r.result.ok else None, r.result.error) for r in self.tuner.records]
 
 
 def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int, out_dir: Path) -> DictConfig:
@@ -66,7 +76,9 @@ def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int
 
 
 def arm_configs(spec: StudySpec, task: str, seed: int, work: Path) -> list[Arm]:
-    arms = [Arm(name, arm_config(spec, overrides, task, seed, work / name)) for name, overrides in spec.arms]
+    peers = dict(spec.peers)
+    arms = [Arm(name, arm_config(spec, overrides, task, seed, work / name), peer=peers.get(name))
+            for name, overrides in spec.arms]
     first = arms[0]
     for arm in arms[1:]:
         for group in SHARED:
@@ -91,23 +103,30 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
     hardware, evaluator = instantiate(arms[0].cfg.hardware), instantiate(arms[0].cfg.evaluator)
     try:
         [task] = build_tasks(arms[0].cfg.model)
-        for arm in arms:
+        lab, peers = [a for a in arms if not a.peer], [a for a in arms if a.peer]
+        for arm in lab:
             parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), evaluator,
                                instantiate(arm.cfg.cost_model), hardware, NoTracker())
             run = RunInfo(seed=seed, out_dir=work / arm.name, method=arm.name, trials=spec.trials,
                           plan_size=spec.plan_size, callbacks=[])
             arm.tuner = TaskTuner(task, 0, parts, run)
-        order = _rotated([a.name for a in arms], seed)
+        order = _rotated([a.name for a in lab], seed)
+        # a peer runs whole: before the interleaved arms at an even seed, after them at an odd one
+        order = [*(a.name for a in peers), *order] if seed % 2 == 0 else [*order, *(a.name for a in peers)]
         panel = Panel.drawn(hardware, evaluator, task, spec.panel_configs)
-        _interleave({a.name: a for a in arms}, order, spec, panel)
+        if seed % 2 == 0:
+            _run_peers(peers, hardware, evaluator, task, spec, seed, work, panel)
+        _interleave({a.name: a for a in lab}, [n for n in order if n in {a.name for a in lab}], spec, panel)
+        if seed % 2 == 1:
+            _run_peers(peers, hardware, evaluator, task, spec, seed, work, panel)
         adjudicated = adjudicate(arms, hardware, evaluator, task, spec, seed)
         panel.read()
     finally:
         hardware.close()
     finals = [v["final_s"] for v in adjudicated.values() if v["final_s"] is not None]
     target = min(finals) / spec.target_fraction if finals else None  # that fraction of the best throughput
-    for record in adjudicated.values():
-        record["to_target"] = measurements_to_target(record, target)
+    for record in adjudicated.values():  # a peer's records are in its database's order, not measured order
+        record["to_target"] = None if "peer" in record else measurements_to_target(record, target)
     return {"study": spec.name, "plan_hash": spec.plan_hash, "task": task_name, "seed": seed,
             "block": f"{task_name}-seed{seed}", "host": host, "order": order, "started": started,
             "wall_s": time.perf_counter() - wall, "arms": adjudicated, "panel": panel.summary(spec.drift_bound),
@@ -145,6 +164,21 @@ def _interleave(arms: dict[str, Arm], order: list[str], spec: StudySpec, panel: 
                 moved = True
         if not moved:
             return
+        panel.read()
+
+
+def _run_peers(peers: list[Arm], hardware, evaluator, task: Task, spec: StudySpec, seed: int, work: Path,
+               panel: Panel) -> None:
+    """Each peer tuner run whole, in a process of its own (TVM stays out of this one), then the panel."""
+    from tuning.study.peer import run_peer
+
+    for arm in peers:
+        if not getattr(type(hardware), "schedules_programs", False) or not hasattr(hardware, "target"):
+            raise ConfigError(f"study.arms.{arm.name}: a {arm.peer} peer tunes with TVM: hardware=cpu "
+                              f"(not {type(hardware).__name__})")
+        arm.peer_records, arm.peer_unmapped = run_peer(
+            str(arm.peer), task.workload, hardware.target, work / arm.name, spec.trials, seed, evaluator.spec,
+            int(getattr(hardware, "num_threads", 1) or 1), spec.plan_size)
         panel.read()
 
 
@@ -209,17 +243,17 @@ def adjudicate(arms: list[Arm], hardware, evaluator, task: Task, spec: StudySpec
                                hardware, evaluator, task, rng)
     out = {}
     for arm in arms:
-        assert arm.tuner is not None
-        records = arm.tuner.records
+        readings = arm.readings()
         finalist = finalists.get(arm.name)
         confirm = confirmed.get((arm.name, finalist), []) if finalist else []
         final = _median(confirm) if finalist else None
-        selecting = min((r.result.cost for r in records if r.result.ok and tuple(r.config) == finalist),
+        selecting = min((cost for config, cost, _ in readings if cost is not None and config == finalist),
                         default=None)
         final = None if final is None or final == float("inf") else final
         out[arm.name] = {
-            "records": [[list(r.config), r.result.cost if r.result.ok else None, r.result.error] for r in records],
-            "stopped": arm.tuner.outcome.stopped_because,
+            "records": [[list(config), cost, error] for config, cost, error in readings],
+            "stopped": arm.tuner.outcome.stopped_because if arm.tuner else "budget (run whole)",
+            **({"peer": arm.peer, "unmapped": arm.peer_unmapped} if arm.peer else {}),
             "top": [list(c) for c in top[arm.name]],
             "rereads": {_key(c): rereads.get((arm.name, c), []) for c in top[arm.name]},
             "finalist": list(finalist) if finalist else None, "confirm": confirm,
@@ -234,12 +268,10 @@ def _best_median(arm: str, configs: list[Config], rereads: dict[tuple[str, Confi
 
 
 def _top(arm: Arm, k: int) -> list[Config]:
-    assert arm.tuner is not None
     best: dict[Config, float] = {}
-    for record in arm.tuner.records:
-        if record.result.ok:
-            config = tuple(record.config)
-            best[config] = min(best.get(config, float("inf")), record.result.cost)
+    for config, cost, _ in arm.readings():
+        if cost is not None:
+            best[config] = min(best.get(config, float("inf")), cost)
     return sorted(best, key=lambda c: (best[c], c))[:k]
 
 

@@ -7,6 +7,7 @@
     arms:                                               # name -> its own overrides
       sa: [search=sa, sampler=greedy, cost_model=xgb]
       random: [search=random, cost_model=none]
+      tune_tir: {peer: metaschedule}                    # MetaSchedule's own tuner, run whole (hardware=cpu)
     tasks: [gemm_64]                                    # model options: a block is one (task, seed)
     seeds: 10                                           # seeds 0..9, or a list
     budget: {trials: 64, plan_size: 16}                 # every arm's, per block
@@ -46,6 +47,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 KEYS = ("description", "common", "arms", "tasks", "seeds", "budget", "adjudication", "panel", "target",
         "analysis", "results")
 PLAN_KEYS = ("arms", "tasks", "seeds", "budget", "adjudication", "panel", "target", "analysis")
+PEERS = ("metaschedule",)  # tuners run whole in a block: MetaSchedule's own tune_tir
 RESERVED = ("seed=", "model=", "budget.", "output_dir=", "tracking=", "hydra.")  # the block sets these
 
 
@@ -61,7 +63,7 @@ class StudySpec:
     name: str
     description: str
     common: tuple[str, ...]
-    arms: tuple[tuple[str, tuple[str, ...]], ...]  # (name, overrides), in the file's order
+    arms: tuple[tuple[str, tuple[str, ...]], ...]  # (name, overrides), in the file's order (a peer's: none)
     tasks: tuple[str, ...]
     seeds: tuple[int, ...]
     trials: int
@@ -76,6 +78,7 @@ class StudySpec:
     min_blocks: int
     interim: str
     results: Path
+    peers: tuple[tuple[str, str], ...] = ()  # (arm name, peer kind): a tuner run whole (block.py)
 
     @property
     def arm_names(self) -> tuple[str, ...]:
@@ -89,7 +92,9 @@ class StudySpec:
 
     def plan(self) -> dict[str, Any]:
         """What decides a verdict, as plain data (the hash's input)."""
-        return {"arms": {name: list(overrides) for name, overrides in self.arms}, "common": list(self.common),
+        peers = dict(self.peers)
+        return {"arms": {name: {"peer": peers[name]} if name in peers else list(overrides)
+                         for name, overrides in self.arms}, "common": list(self.common),
                 "tasks": list(self.tasks), "seeds": list(self.seeds),
                 "budget": {"trials": self.trials, "plan_size": self.plan_size},
                 "adjudication": asdict(self.adjudication),
@@ -162,7 +167,8 @@ def study_spec(name: str, node: DictConfig) -> StudySpec:
         alpha=_number(analysis.get("alpha", 0.05), "study.analysis.alpha", 0.0, problems, high=0.5),
         min_blocks=_int(analysis.get("min_blocks", 8), "study.analysis.min_blocks", 2, problems),
         interim=str(analysis.get("interim", "obrien_fleming")),
-        results=Path(str(data.get("results", f"studies/{name}"))))
+        results=Path(str(data.get("results", f"studies/{name}"))),
+        peers=_peers(data.get("arms") if isinstance(data.get("arms"), dict) else None))
     if spec.interim not in ("none", "obrien_fleming"):
         problems.append(f"study.analysis.interim: none or obrien_fleming, got {spec.interim!r}")
     if trials and plan_size and plan_size > trials:
@@ -223,12 +229,23 @@ def _arms(value, problems: list[str]) -> list[tuple[str, tuple[str, ...]]]:
     if not isinstance(value, dict) or len(value) < 2:
         problems.append(f"study.arms: expected a mapping of two or more arm names to their overrides, got {value!r}")
         return []
-    arms = []
+    arms: list[tuple[str, tuple[str, ...]]] = []
     for name, overrides in value.items():
         if not NAME.fullmatch(str(name)):
             problems.append(f"study.arms.{name}: not an arm name (letters, digits, '_', '.', '-')")
-        arms.append((str(name), tuple(_overrides(overrides, f"study.arms.{name}", problems))))
+        if isinstance(overrides, dict):  # a peer: {peer: metaschedule}
+            if set(overrides) != {"peer"} or overrides["peer"] not in PEERS:
+                problems.append(f"study.arms.{name}: a list of overrides, or {{peer: {' | '.join(PEERS)}}}, "
+                                f"got {overrides!r}")
+            arms.append((str(name), ()))
+        else:
+            arms.append((str(name), tuple(_overrides(overrides, f"study.arms.{name}", problems))))
     return arms
+
+
+def _peers(value) -> tuple[tuple[str, str], ...]:
+    return tuple((str(name), str(arm["peer"])) for name, arm in (value or {}).items()
+                 if isinstance(arm, dict) and arm.get("peer") in PEERS)
 
 
 def _seeds(value, problems: list[str]) -> list[int]:
