@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _conf_dir() -> Path:
-    beside = Path(__file__).resolve().parents[1] / "conf"
+    beside = Path(__file__).resolve().parents[2] / "conf"
     if (beside / "config.yaml").is_file():  # a checkout: its own conf/, even where another one is installed
         return beside
     from importlib.resources import files
