@@ -99,6 +99,7 @@ def test_a_block_killed_in_its_middle_is_run_again_from_its_start(tmp_path):
     table = tunelab(env, "study", "table", "toy", cwd=tmp_path)
     assert table.returncode == 0, table.stderr[-3000:]
     assert "Blocks: 4 of 6 planned" in table.stdout
+    assert "What the verdicts are about: gemm_64 (full space of" in table.stdout, table.stdout
     assert "withheld" in table.stdout and "[" not in table.stdout.split("| claims |")[1].split("\n")[0], table.stdout
 
 
@@ -222,3 +223,35 @@ def test_a_peer_arm_needs_hardware_that_tunes_with_tvm(tmp_path):
                                                                       "kind": "difference"}], "min_blocks": 2}}))
     with pytest.raises(ConfigError, match=r"study.arms.tir: a metaschedule peer tunes with TVM: hardware=cpu"):
         run_block(spec, "gemm_64", 0, tmp_path, {"cpu_model": "x", "cores": 2, "flags": "f"})
+
+
+def test_the_table_says_what_its_verdicts_are_about_and_shows_avx512_and_avx2_hosts_apart(tmp_path):
+    from tuning.study.run import study_table
+
+    spec = study_spec("toy", OmegaConf.create({**valid(), "seeds": 4, "results": str(tmp_path)}))
+    for seed in range(4):
+        isa, model = ("avx512", "xeon") if seed % 2 else ("avx2", "epyc")
+        write_block(tmp_path, {**block(seed=seed, final=1e-5 * (1 + seed / 10)), "plan_hash": spec.plan_hash,
+                               "host": {"cpu_model": model, "cores": 2, "flags": isa}, "isa": isa,
+                               "space_size": 1234, "format": 1})
+    table = study_table(spec)
+    assert "gemm_64 (full space of 1,234 configs); 16 measurements an arm" in table, table
+    assert "2 kind(s) drawn: 2-core, avx2; 2-core, avx512" in table, table
+    assert "AVX-512 and AVX2 hosts apart" in table and "avx2, 2 block(s)" in table and "avx512, 2 block(s)" in table
+
+
+def test_one_vector_isa_gives_no_second_table(tmp_path):
+    from tuning.study.run import study_table
+
+    spec = study_spec("toy", OmegaConf.create({**valid(), "results": str(tmp_path)}))
+    write_block(tmp_path, {**block(), "plan_hash": spec.plan_hash, "format": 1})  # a block of before the ISA was kept
+    table = study_table(spec)
+    assert "apart" not in table and "space size not recorded" in table and "ISA not recorded" in table, table
+
+
+def test_the_vector_isa_is_the_widest_extension_the_cpu_names():
+    from tuning.cluster.host_identity import vector_isa
+
+    assert vector_isa("model name: x\nflags: sse avx2 avx512f\n") == "avx512"
+    assert vector_isa("model name: x\nflags: sse avx2\n") == "avx2"
+    assert vector_isa("model name: x\nflags: neon\n") == "other"

@@ -24,6 +24,13 @@ def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
     return _identity(model, cores, flags)
 
 
+def vector_isa(cpuinfo: str | None = None) -> str:
+    """The widest x86 vector extension the CPU has ("avx512", "avx2", else "other"): kernels tuned on
+    AVX-512 and AVX2 hosts differ in kind, so a study shows them apart where both appear."""
+    _, flags = _model_and_flags(cpuinfo)
+    return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+
+
 def packing_host() -> dict:
     """This machine's identity with its flags named: what a manifest records of the host that packed it."""
     model, flags = _model_and_flags(None)

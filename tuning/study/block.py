@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from tuning.cluster.host_identity import vector_isa
 from tuning.config import ConfigError, register
 from tuning.config.conf_dir import CONF_DIR
 from tuning.core.records import MeasureResult
@@ -103,6 +104,7 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
     hardware, evaluator = instantiate(arms[0].cfg.hardware), instantiate(arms[0].cfg.evaluator)
     try:
         [task] = build_tasks(arms[0].cfg.model)
+        space_size = getattr(hardware.space(task), "size", None)
         lab, peers = [a for a in arms if not a.peer], [a for a in arms if a.peer]
         for arm in lab:
             parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), evaluator,
@@ -128,7 +130,8 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
     for record in adjudicated.values():  # a peer's records are in its database's order, not measured order
         record["to_target"] = None if "peer" in record else measurements_to_target(record, target)
     return {"study": spec.name, "plan_hash": spec.plan_hash, "task": task_name, "seed": seed,
-            "block": f"{task_name}-seed{seed}", "host": host, "order": order, "started": started,
+            "block": f"{task_name}-seed{seed}", "host": host, "isa": vector_isa(), "space_size": space_size,
+            "order": order, "started": started,
             "wall_s": time.perf_counter() - wall, "arms": adjudicated, "panel": panel.summary(spec.drift_bound),
             "target_s": target}
 

@@ -69,20 +69,50 @@ def study_table(spec: StudySpec) -> str:
     files, problems = read_blocks(spec.results, spec.name, spec.arm_names)
     ours = [f for f in files if f.data["plan_hash"] == spec.plan_hash]
     others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
-    blocks = [{"block": f.block, "host_kind": host_key(f.data["host"]),
-               "final": {arm: f.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names}} for f in ours]
+    blocks = [_analysed(spec, f) for f in ours]
     table = family_table(spec.analysis_plan(), blocks)
     lines = [f"# Study {spec.name} (plan {spec.plan_hash})", "", spec.description, "",
              f"Blocks: {len(ours)} of {len(spec.blocks)} planned ({len(spec.tasks)} task(s) x {len(spec.seeds)} "
              f"seeds); budget {spec.trials} measurements an arm, plan size {spec.plan_size}; final latency: "
              f"the median of {spec.adjudication.confirm} fresh readings of each arm's finalist (chosen among its "
              f"top {spec.adjudication.top_k} by {spec.adjudication.rereads} re-reads each).", "",
-             markdown(table), "", *_noise_lines(spec, ours)]
+             _scope(spec, ours), "", markdown(table), "", *_by_isa(spec, ours), *_noise_lines(spec, ours)]
     if others:
         lines.append(f"Left out: {sum(f.data['plan_hash'] != spec.plan_hash for f in files)} block(s) made under "
                      f"another plan ({', '.join(others)}): not part of this confirmatory table.")
     lines += problems
     return "\n".join(lines)
+
+
+def _analysed(spec: StudySpec, file) -> dict:
+    return {"block": file.block, "host_kind": host_key(file.data["host"]),
+            "final": {arm: file.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names}}
+
+
+def _scope(spec: StudySpec, files) -> str:
+    """What every verdict of the table is about, and so what it is not about."""
+    sizes = {f.data["task"]: f.data.get("space_size") for f in files}
+    tasks = ", ".join(f"{task} (full space of {sizes[task]:,} configs)" if isinstance(sizes.get(task), int)
+                      else f"{task} (space size not recorded)" for task in spec.tasks)
+    kinds = sorted({(f.data["host"].get("cores"), f.data.get("isa", "ISA not recorded")) for f in files},
+                   key=str)
+    hosts = "; ".join(f"{cores}-core, {isa}" for cores, isa in kinds) or "none yet"
+    return (f"What the verdicts are about: {tasks}; {spec.trials} measurements an arm; the hosts that made the "
+            f"blocks ({len({host_key(f.data['host']) for f in files})} kind(s) drawn: {hosts}), not other "
+            "hosts, budgets or tasks.")
+
+
+def _by_isa(spec: StudySpec, files) -> list[str]:
+    """The table again for AVX-512 and AVX2 hosts apart, where blocks of both are in (not a family of
+    its own: the confirmatory table is the one above)."""
+    isas = sorted({f.data.get("isa") for f in files} & {"avx2", "avx512"})
+    if len(isas) < 2:
+        return []
+    lines = ["AVX-512 and AVX2 hosts apart (descriptive; the verdicts are the table above's):", ""]
+    for isa in isas:
+        part = [_analysed(spec, f) for f in files if f.data.get("isa") == isa]
+        lines += [f"{isa}, {len(part)} block(s):", "", markdown(family_table(spec.analysis_plan(), part)), ""]
+    return lines
 
 
 def _noise_lines(spec: StudySpec, files) -> list[str]:
