@@ -237,7 +237,9 @@ def test_the_table_says_what_its_verdicts_are_about_and_shows_avx512_and_avx2_ho
     table = study_table(spec)
     assert "gemm_64 (full space of 1,234 configs); 16 measurements an arm" in table, table
     assert "2 kind(s) drawn: 2-core, avx2; 2-core, avx512" in table, table
-    assert "AVX-512 and AVX2 hosts apart" in table and "avx2, 2 block(s)" in table and "avx512, 2 block(s)" in table
+    assert "AVX-512 and AVX2 hosts apart" in table, table
+    assert "- avx2: a / b: 2 block(s), 0.548 [" in table and "- avx512: a / b: 2 block(s), 0.598 [" in table, table
+    assert "| gemm_64-seed3 | - | xeon-2c-" in table and "| 11.0 | 20.0 |" in table, table  # each block listed
 
 
 def test_one_vector_isa_gives_no_second_table(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tuning.cluster.host_identity import host_identity, host_key
 from tuning.config.storage import outputs_dir
-from tuning.study.analysis import family_table, markdown
+from tuning.study.analysis import family_table, markdown, ratio_row
 from tuning.study.block import check_study, run_block
 from tuning.study.files import finished_blocks, other_plans, read_blocks, write_block
 from tuning.study.spec import StudySpec
@@ -77,6 +77,7 @@ def study_table(spec: StudySpec) -> str:
              f"the median of {spec.adjudication.confirm} fresh readings of each arm's finalist (chosen among its "
              f"top {spec.adjudication.top_k} by {spec.adjudication.rereads} re-reads each).", "",
              _scope(spec, ours), "", markdown(table), "", *_by_isa(spec, ours), *_noise_lines(spec, ours)]
+    lines += ["", *_block_list(spec, ours)]
     if others:
         lines.append(f"Left out: {sum(f.data['plan_hash'] != spec.plan_hash for f in files)} block(s) made under "
                      f"another plan ({', '.join(others)}): not part of this confirmatory table.")
@@ -103,16 +104,27 @@ def _scope(spec: StudySpec, files) -> str:
 
 
 def _by_isa(spec: StudySpec, files) -> list[str]:
-    """The table again for AVX-512 and AVX2 hosts apart, where blocks of both are in (not a family of
-    its own: the confirmatory table is the one above)."""
+    """Each claim's ratio on the AVX-512 and on the AVX2 hosts apart, where blocks of both are in:
+    descriptive (no test, no verdict: the verdicts are the pooled, stratified table's), withheld below
+    the plan's min_blocks."""
     isas = sorted({f.data.get("isa") for f in files} & {"avx2", "avx512"})
     if len(isas) < 2:
         return []
-    lines = ["AVX-512 and AVX2 hosts apart (descriptive; the verdicts are the table above's):", ""]
+    lines = ["AVX-512 and AVX2 hosts apart (descriptive, no verdicts; intervals at 1 - alpha):"]
     for isa in isas:
-        part = [_analysed(spec, f) for f in files if f.data.get("isa") == isa]
-        lines += [f"{isa}, {len(part)} block(s):", "", markdown(family_table(spec.analysis_plan(), part)), ""]
-    return lines
+        part = [_analysed(spec, f)["final"] for f in files if f.data.get("isa") == isa]
+        for claim in (*spec.claims, *spec.controls):
+            pairs = [(b[claim.arm], b[claim.baseline]) for b in part if b[claim.arm] and b[claim.baseline]]
+            if len(pairs) < spec.min_blocks:
+                lines.append(f"- {isa}: {claim.arm} / {claim.baseline}: {len(pairs)} block(s), withheld "
+                             f"(< min_blocks {spec.min_blocks})")
+                continue
+            row = ratio_row([a for a, _ in pairs], [b for _, b in pairs], ["one"] * len(pairs), claim, spec.alpha)
+            estimate = row.plain
+            assert estimate is not None
+            lines.append(f"- {isa}: {claim.arm} / {claim.baseline}: {len(pairs)} block(s), {estimate.ratio:.3f} "
+                         f"[{estimate.low:.3f}, {estimate.high:.3f}]")
+    return [*lines, ""]
 
 
 def _noise_lines(spec: StudySpec, files) -> list[str]:
@@ -125,8 +137,8 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
     lines = [f"Panel drift through a block (max/min of a reference config's readings): median "
              f"{statistics.median(drift):.3f}, max {max(drift):.3f}; over the bound {spec.drift_bound}: "
              f"{', '.join(flagged) or 'none'}."]
-    lines.append("Winner's curse (selecting reading / final latency of the finalist), median per arm: " + ", ".join(
-        f"{arm} {statistics.median(values):.3f}" for arm, values in curse.items() if values) + ".")
+    lines.append("Winner's curse (selecting reading / final latency of the finalist), median per arm: " + (", ".join(
+        f"{arm} {statistics.median(values):.3f}" for arm, values in curse.items() if values) or "none recorded") + ".")
     reached = {arm: [f.data["arms"].get(arm, {}).get("to_target") for f in files] for arm in spec.arm_names}
     lines.append(f"Measurements to the target ({spec.target_fraction:g} of the block's best throughput, judged by "
                  "re-read medians; censored where no re-read config reached it), median per arm: " + ", ".join(
@@ -137,6 +149,34 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
         hosts[host_key(f.data["host"])] = hosts.get(host_key(f.data["host"]), 0) + 1
     lines.append("Hosts: " + ", ".join(f"{key} ({n})" for key, n in sorted(hosts.items())) + ".")
     return lines
+
+
+def _block_list(spec: StudySpec, files) -> list[str]:
+    """Each block: when and on which host kind it was made, its wall time, panel drift and each arm's
+    final latency (µs)."""
+    if not files:
+        return []
+    lines = ["| block | made (UTC) | host kind | minutes | panel drift | "
+             + " | ".join(f"{arm} µs" for arm in spec.arm_names) + " |",
+             "|---" * (5 + len(spec.arm_names)) + "|"]
+    for f in sorted(files, key=lambda f: (_number(f.data.get("started")), f.block)):
+        started, wall = f.data.get("started"), f.data.get("wall_s")
+        made = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) if _is_number(started) else "-"
+        minutes = f"{wall / 60:.1f}" if _is_number(wall) else "-"
+        drift = f.data["panel"].get("drift")
+        finals = [f.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names]
+        cells = [f.block, made, host_key(f.data["host"]), minutes, f"{drift:.3f}" if _is_number(drift) else "-",
+                 *("-" if not _is_number(v) else f"{v * 1e6:.1f}" for v in finals)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(value) -> float:
+    return float(value) if _is_number(value) else 0.0
 
 
 def _median_or_dash(values: list[int]) -> str:
