@@ -1,5 +1,7 @@
 """AdaTune (Li et al. 2020): the CV stop rule, expected improvement, contextual eps, and the three
-pieces together in the loop on the synthetic hardware."""
+pieces together in the loop on the synthetic hardware; AutoTVM's rank loss (cost_model=xgb_rank) and
+its diversity-aware selection, slow kernels under the run worker's rule, and the rows of
+conf/experiment/adatune_row/."""
 from __future__ import annotations
 
 import math
@@ -9,9 +11,12 @@ import pytest
 from scipy.stats import norm
 from sklearn.ensemble import RandomForestRegressor
 
+from test_chameleon import grid_space
+from test_loop import finish, run_py
 from tuning.core.measure import CVStop, MeasureSpec
 from tuning.core.task import gemm_task
 from tuning.cost_model.rf import RandomForestCostModel, expected_improvement
+from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
 from tuning.engine.loop import Components, RunInfo, tune_task
 from tuning.evaluator.adaptive import AdaptiveEvaluator
 from tuning.evaluator.fixed import FixedEvaluator
@@ -197,6 +202,146 @@ def test_adatune_in_the_loop_logs_eps_and_batches(tmp_path):
     rounds = [m for _, m in tracker.logged if "search/eps" in m]
     assert len(rounds) == 3 and rounds[0]["search/eps"] != rounds[-1]["search/eps"]
     assert all(0 < m["search/eps"] <= 1 and 3 <= m["evaluator/batches"] <= 10 for m in rounds)
+
+
+# ---- cost_model=xgb_rank ---------------------------------------------------------------------------
+def test_top_n_recall_by_hand():
+    labels = [5.0, 4.0, 3.0, 2.0, 1.0]
+    assert top_n_recall([9, 8, 7, 0, 0], labels, 3) == 1.0
+    assert top_n_recall([0, 8, 7, 9, 0], labels, 3) == pytest.approx(2 / 3)  # config 3 is not a top-3 one
+    assert top_n_recall([1, 2, 3], [3.0, 2.0, 1.0], 1) == 0.0  # reversed: the best is predicted worst
+    assert top_n_recall([1, 2], [2.0, 1.0], 64) == 1.0  # n above the sample size: all of them
+
+
+def test_xgb_rank_orders_a_hand_made_case():
+    """Throughput falls with the first feature and rises a little with the second; the rank model
+    must order unseen combinations as the formula does (its scores have no scale, only an order)."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 8, size=(120, 2)).astype(float)
+    y = 100.0 / (1 + X[:, 0]) + 0.5 * X[:, 1]
+    model = XGBoostCostModel(objective="rank:pairwise", early_stopping_rounds=20, recall_at=16).fit(X, y)
+    probe = np.array([[0, 0], [1, 7], [3, 3], [7, 0]], dtype=float)  # true order: best first
+    scores = model.predict(probe)
+    assert list(np.argsort(-scores)) == [0, 1, 2, 3], scores
+    assert model.booster.attr("best_iteration") is not None  # early stopping watched the recall
+
+
+def test_xgb_rejects_an_unknown_objective():
+    problems = XGBoostCostModel.check_params({"objective": "binary:logistic"}, "cost_model")
+    assert problems and problems[0].startswith("cost_model.objective")
+
+@pytest.mark.parametrize("objective", ["reg:squarederror", "rank:pairwise"])
+def test_xgb_fits_the_trees_xgb_train_with_early_stopping_would(objective):
+    import xgboost as xgb
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 8, size=(150, 4)).astype(float)
+    y = 100.0 / (1 + X[:, 0]) + X[:, 1] * X[:, 2] + rng.normal(0, 1, 150)
+    model = XGBoostCostModel(objective=objective, early_stopping_rounds=15, recall_at=16, seed=4).fit(X, y)
+    train = xgb.DMatrix(X, label=y / y.max())
+    stop = xgb.callback.EarlyStopping(rounds=15, save_best=True, maximize=model.ranks)
+    reference = xgb.train(model._params(), train, num_boost_round=model.num_boost_round, evals=[(train, "train")],
+                          verbose_eval=False, callbacks=[stop], custom_metric=model._recall if model.ranks else None)
+    assert model.booster.num_boosted_rounds() == reference.num_boosted_rounds() < model.num_boost_round
+    assert model.booster.attr("best_iteration") == reference.attr("best_iteration")
+    probe = rng.integers(0, 8, size=(40, 4)).astype(float)
+    assert np.array_equal(model.predict(probe), reference.inplace_predict(probe).astype(np.float64))
+
+
+# ---- slow kernels: fewer runs, not a timeout (the run worker's rule) -------------------------------
+def worker_spec(**fields) -> dict:
+    from dataclasses import asdict
+
+    rule = fields.pop("rule", None)
+    return asdict(MeasureSpec(**{"number": 50, "repeat": 10, "min_repeat_ms": 0, "timeout_s": 10.0, **fields},
+                              cv_stop=CVStop() if rule else None))
+
+
+def test_a_kernel_that_fits_keeps_its_spec():
+    from tuning.hardware.tvm_worker import fit_to_timeout
+
+    assert fit_to_timeout(worker_spec(), 0.001) == (worker_spec(), "")
+
+
+def test_a_slow_kernel_gets_fewer_runs_then_fewer_costs():
+    from tuning.hardware.tvm_worker import fit_to_timeout
+
+    fitted, note = fit_to_timeout(worker_spec(), 0.05)  # 500 runs x 50 ms = 25 s > 10 s
+    assert (fitted["number"], fitted["repeat"]) == (19, 10) and note.startswith("fewer_runs")
+    fitted, _ = fit_to_timeout(worker_spec(), 2.0)  # not even one run per cost fits ten times
+    assert (fitted["number"], fitted["repeat"]) == (1, 4)
+    assert fit_to_timeout(worker_spec(), 6.0)[0] is None  # one check run + one timed run exceed 10 s
+    assert fit_to_timeout(worker_spec(slow_kernels="timeout"), 0.05)[0] is None
+
+
+def test_a_slow_kernel_under_the_adaptive_rule_gets_shorter_micro_batches():
+    from tuning.hardware.tvm_worker import fit_to_timeout
+
+    fitted, _ = fit_to_timeout(worker_spec(rule=True), 0.05)
+    assert fitted["cv_stop"]["micro_batch"] == 19 and fitted["cv_stop"]["max_batches"] == 10
+    fitted, _ = fit_to_timeout(worker_spec(rule=True), 2.0)
+    assert fitted["cv_stop"]["max_batches"] == 4 and fitted["cv_stop"]["min_batches"] == 3
+    fitted, _ = fit_to_timeout(worker_spec(rule=True), 4.0)
+    assert fitted["cv_stop"]["max_batches"] == fitted["cv_stop"]["min_batches"] == 1
+
+
+# ---- the rows of conf/experiment/adatune_row/ compose, validate and run ------------------------------
+ADATUNE_ROWS = ("xgbrank_sa_de", "rfei_csa_de150")
+
+
+@pytest.mark.parametrize("row", ADATUNE_ROWS)
+def test_each_adatune_row_composes_and_validates(compose_cfg, row):
+    from tuning.engine.validate import validate
+
+    cfg = compose_cfg(f"+experiment/adatune_row={row}")
+    validate(cfg)
+    if row == "xgbrank_sa_de":
+        assert cfg.cost_model.objective == "rank:pairwise" and cfg.cost_model.recall_at == 32
+    if row == "rfei_csa_de150":
+        assert (cfg.evaluator.number, cfg.evaluator.repeat) == (50, 3)
+
+
+def test_the_adatune_rows_run_on_synthetic_hardware(tmp_path):
+    """Both rows, one run each, in one sweep on the synthetic hardware."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    finish(run_py("-m", "model=gemm_64", "hardware=synthetic", "hardware.noise=0.1", f"tracking.uri={uri}",
+                  "budget.trials=40", "budget.plan_size=16", "search.n_iter=40",
+                  f"+experiment/adatune_row={','.join(ADATUNE_ROWS)}", f"hydra.sweep.dir={tmp_path}/a",
+                  tmp=tmp_path), timeout=600)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tunelab").experiment_id],
+                              "attributes.status = 'FINISHED'")
+    assert {r.data.tags.get("choice.experiment/adatune_row") for r in runs
+            if "mlflow.parentRunId" in r.data.tags} == set(ADATUNE_ROWS)
+
+
+# ---- AdaTune's diversity-aware selection (sampler.diversity_ratio) ---------------------------------
+def test_most_diverse_is_autotvms_submodular_pick_by_hand():
+    from tuning.sampler.greedy import most_diverse
+
+    configs = [(0, 1, 1), (0, 1, 2), (0, 2, 2), (1, 3, 3), (0, 1, 1)]
+    # every config covers 3 new values at first: the earliest wins; then (1,3,3) adds 3 more, then
+    # (0,2,2) adds 2 where (0,1,2) adds 1 and the repeat (0,1,1) none
+    assert most_diverse(configs, 3) == [(0, 1, 1), (1, 3, 3), (0, 2, 2)]
+    assert most_diverse(configs, 9) == [(0, 1, 1), (1, 3, 3), (0, 2, 2), (0, 1, 2), (0, 1, 1)]
+    assert most_diverse([], 3) == []
+
+
+def test_the_diversity_filter_asks_the_search_for_more_and_keeps_b():
+    from tuning.sampler.greedy import GreedySampler
+
+    space = grid_space(4, 4, 4)
+    sampler = GreedySampler(eps=0.0, diversity_ratio=2.0)
+    assert sampler.candidates_wanted(32) == 64 and GreedySampler().candidates_wanted(32) == 32
+    rng = np.random.default_rng(0)
+    candidates = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(64)))
+    chosen = sampler.select(candidates, space, set(), 8, rng)
+    plain = GreedySampler(eps=0.0).select(candidates, space, set(), 8, rng)
+    assert len(chosen) == 8 and set(chosen) <= set(candidates)
+    coverage = [sum(len({c[i] for c in picks}) for i in range(1, 4)) for picks in (chosen, plain)]
+    assert coverage[0] >= coverage[1] and coverage[0] == 12  # every value of every knob, with 8 picks of 4-value knobs
 
 
 # ---- the ablation table (a preset of tuning.tools.compare) ----------------------------------------

@@ -52,15 +52,6 @@ def campaign(root: Path) -> list[Job]:
             step(root / "net" / "corpus"), step(root / "net" / "training", archived_step=False)]
 
 
-def test_host_identity_reads_the_cpu_and_its_key_names_it():
-    identity = host_identity("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: sse avx\n"
-                             "processor\t: 1\nmodel name\t: ignored\n", cores=2)
-    assert identity["cpu_model"] == "Intel(R) Xeon(R) Processor" and identity["cores"] == 2
-    assert identity != host_identity("model name\t: Intel(R) Xeon(R) Processor\nflags\t: sse avx avx512f\n", cores=2)
-    assert host_key(identity).startswith("intel-r-xeon-r-processor-2c-")
-    assert host_key(identity) != host_key({**identity, "cores": 4})
-
-
 ZEN = "model name\t: AMD EPYC\nflags\t\t: fpu sse avx2 avx512f{}\n"
 
 

@@ -1,4 +1,5 @@
-"""Chameleon's two pieces on hand-made data: the k-means knee, sample synthesis, the PPO agent."""
+"""Chameleon's two pieces on hand-made data: the k-means knee, sample synthesis, the published code's
+sampler (sampler=kmeans_code), the PPO agent; and the rows of conf/experiment/chameleon_row/."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import argparse
 import numpy as np
 import pytest
 
+from test_loop import finish, run_py
 from tuning.core.measure import MeasureSpec
 from tuning.core.space import Knob, Space
 from tuning.core.task import conv2d_task
@@ -123,6 +125,49 @@ def test_kmeans_measures_fewer_than_greedy_on_search_candidates():
     assert 8 <= len(chosen) == sampler.metrics()["k"] < 64
 
 
+# ---- sampler=kmeans_code ---------------------------------------------------------------------------
+def kmeans_code(**overrides) -> KMeansSampler:
+    return KMeansSampler(**{"k_min": 8, "k_max": 65, "k_step": 8, "cluster_dims": 2, "synthesis_pool": "cluster",
+                            "keep_k_min": True, "random_share": 0.05, **overrides})
+
+
+def few_distinct_candidates():
+    """40 candidates whose two largest knobs take only 3 distinct pairs (the case where k fell to 3)."""
+    space = grid_space(2, 3, 40, 50)
+    pairs = [(5, 7), (20, 30), (39, 49)]
+    rng = np.random.default_rng(1)
+    candidates = [(0, int(rng.integers(2)), int(rng.integers(3)), *pairs[i % 3]) for i in range(40)]
+    return space, candidates
+
+
+def test_kmeans_code_keeps_k_at_least_8_and_adds_its_random_picks():
+    space, candidates = few_distinct_candidates()
+    sampler = kmeans_code()
+    chosen = sampler.select(candidates, space, set(), 64, np.random.default_rng(0))
+    assert sampler.last_k >= 8 and len(chosen) == sampler.last_k
+    assert sampler.metrics()["random"] == int(0.05 * 64) == 3
+    assert len(set(chosen)) == len(chosen)
+    outside = [c for c in chosen[-3:] if (c[3], c[4]) not in {(5, 7), (20, 30), (39, 49)}]
+    assert outside, "the last picks are random configs, not the candidates' clusters"
+    assert sampler.metrics()["synthesised"] >= sampler.last_k - 3 - 3  # duplicate centres are synthesised
+
+
+def test_the_papers_kmeans_still_shrinks_k_and_adds_no_random_picks():
+    space, candidates = few_distinct_candidates()
+    sampler = KMeansSampler(cluster_dims=2)
+    sampler.select(candidates, space, set(), 64, np.random.default_rng(0))
+    assert sampler.last_k == 3 and sampler.metrics()["random"] == 0
+
+
+def test_random_share_is_a_share_of_the_plan_not_of_k():
+    space = grid_space(6, 6, 6)
+    rng = np.random.default_rng(2)
+    candidates = [space.canonical(space.sample(rng)) for _ in range(100)]
+    sampler = kmeans_code(random_share=0.25, keep_k_min=False)
+    chosen = sampler.select(candidates, space, set(), 16, np.random.default_rng(0))
+    assert sampler.metrics()["random"] == 4 and len(chosen) == min(sampler.last_k, 16)
+
+
 # ---- the PPO agent -----------------------------------------------------------------------
 class Landscape:
     """A fixed cost model: the score peaks at one config (features are the knob values)."""
@@ -207,6 +252,41 @@ def test_gae_cuts_at_an_episode_end_and_bootstraps_a_cut_walk():
     advantage = generalized_advantages(reward, value, ends, np.array([10.0, 99.0]), gamma=0.5, lam=1.0)
     assert advantage[:, 0].tolist() == [1 + 0.5 * (1 + 0.5 * 10), 1 + 0.5 * 10]
     assert advantage[0, 1] == 1.0  # nothing after its end leaks back
+
+
+# ---- the rows of conf/experiment/chameleon_row/ compose, validate and run ---------------------------
+CHAMELEON_ROWS = ("ae_cold", "ae_as_cold", "sa_plan_k", "sa_as_code", "ae_as_code")
+
+
+@pytest.mark.parametrize("row", CHAMELEON_ROWS)
+def test_each_chameleon_row_composes_and_validates(compose_cfg, row):
+    from tuning.engine.validate import validate
+
+    cfg = compose_cfg(f"+experiment/chameleon_row={row}")
+    validate(cfg)
+    if row.endswith("_cold"):
+        assert cfg.search.best_starts == 0
+    if row.endswith("_code"):
+        assert cfg.sampler.keep_k_min and cfg.sampler.random_share == 0.05
+
+
+def test_the_chameleon_rows_run_on_synthetic_hardware(tmp_path):
+    """Every control and fidelity row, one run each, in one sweep on the synthetic hardware."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    finish(run_py("-m", "model=gemm_64", "hardware=synthetic", "hardware.noise=0.1", f"tracking.uri={uri}",
+                  "budget.trials=16", "budget.plan_size=8", f"+experiment/chameleon_row={','.join(CHAMELEON_ROWS)}",
+                  f"hydra.sweep.dir={tmp_path}/c", tmp=tmp_path), timeout=600)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tunelab").experiment_id],
+                              "attributes.status = 'FINISHED'")
+    rows = {r.data.tags.get("choice.experiment/chameleon_row") for r in runs if "mlflow.parentRunId" in r.data.tags}
+    assert rows == set(CHAMELEON_ROWS)
+    code_runs = [r for r in runs if r.data.tags.get("choice.experiment/chameleon_row", "").endswith("_code")]
+    for run in code_runs:
+        ks = [m.value for m in client.get_metric_history(run.info.run_id, "sampler/k")]
+        assert ks and min(ks) >= 8, ks
 
 
 # ---- the ablation table (a preset of tuning.tools.compare) -----------------------------------------

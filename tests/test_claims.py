@@ -1,6 +1,5 @@
-"""The seed papers' claims re-tested (experiments/claims.py): the controls and fidelity options on
-hand-made data and on the synthetic hardware, and the claims' statistics (tuning/tools/compare/statistics.py)
-on hand-made curves."""
+"""The seed papers' claims re-tested (experiments/claims.py): the command, its campaigns, and the claims'
+statistics (tuning/tools/compare/statistics.py) on hand-made curves."""
 from __future__ import annotations
 
 import math
@@ -10,12 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_chameleon import grid_space
-from test_loop import component, finish, run_py
+from test_loop import component
 from test_store import SYNTHETIC_BACKEND, filled
-from tuning.core.records import MeasureResult, Record
-from tuning.cost_model.xgb import XGBoostCostModel, top_n_recall
-from tuning.sampler.kmeans import KMeansSampler
 from tuning.tools.campaign import job_command
 from tuning.tools.compare import (
     Claim,
@@ -26,177 +21,11 @@ from tuning.tools.compare import (
     claim_verdict,
     claims_markdown,
     compare,
-    error_counts,
     final_quality,
     magnitude,
     time_ratio,
 )
 from tuning.tools.dataset import full_readings
-
-
-# ---- cost_model=xgb_rank ---------------------------------------------------------------------------
-def test_top_n_recall_by_hand():
-    labels = [5.0, 4.0, 3.0, 2.0, 1.0]
-    assert top_n_recall([9, 8, 7, 0, 0], labels, 3) == 1.0
-    assert top_n_recall([0, 8, 7, 9, 0], labels, 3) == pytest.approx(2 / 3)  # config 3 is not a top-3 one
-    assert top_n_recall([1, 2, 3], [3.0, 2.0, 1.0], 1) == 0.0  # reversed: the best is predicted worst
-    assert top_n_recall([1, 2], [2.0, 1.0], 64) == 1.0  # n above the sample size: all of them
-
-
-def test_xgb_rank_orders_a_hand_made_case():
-    """Throughput falls with the first feature and rises a little with the second; the rank model
-    must order unseen combinations as the formula does (its scores have no scale, only an order)."""
-    rng = np.random.default_rng(0)
-    X = rng.integers(0, 8, size=(120, 2)).astype(float)
-    y = 100.0 / (1 + X[:, 0]) + 0.5 * X[:, 1]
-    model = XGBoostCostModel(objective="rank:pairwise", early_stopping_rounds=20, recall_at=16).fit(X, y)
-    probe = np.array([[0, 0], [1, 7], [3, 3], [7, 0]], dtype=float)  # true order: best first
-    scores = model.predict(probe)
-    assert list(np.argsort(-scores)) == [0, 1, 2, 3], scores
-    assert model.booster.attr("best_iteration") is not None  # early stopping watched the recall
-
-
-def test_xgb_rejects_an_unknown_objective():
-    problems = XGBoostCostModel.check_params({"objective": "binary:logistic"}, "cost_model")
-    assert problems and problems[0].startswith("cost_model.objective")
-
-
-# ---- sampler=kmeans_code ---------------------------------------------------------------------------
-def kmeans_code(**overrides) -> KMeansSampler:
-    return KMeansSampler(**{"k_min": 8, "k_max": 65, "k_step": 8, "cluster_dims": 2, "synthesis_pool": "cluster",
-                            "keep_k_min": True, "random_share": 0.05, **overrides})
-
-
-def few_distinct_candidates():
-    """40 candidates whose two largest knobs take only 3 distinct pairs (the case where k fell to 3)."""
-    space = grid_space(2, 3, 40, 50)
-    pairs = [(5, 7), (20, 30), (39, 49)]
-    rng = np.random.default_rng(1)
-    candidates = [(0, int(rng.integers(2)), int(rng.integers(3)), *pairs[i % 3]) for i in range(40)]
-    return space, candidates
-
-
-def test_kmeans_code_keeps_k_at_least_8_and_adds_its_random_picks():
-    space, candidates = few_distinct_candidates()
-    sampler = kmeans_code()
-    chosen = sampler.select(candidates, space, set(), 64, np.random.default_rng(0))
-    assert sampler.last_k >= 8 and len(chosen) == sampler.last_k
-    assert sampler.metrics()["random"] == int(0.05 * 64) == 3
-    assert len(set(chosen)) == len(chosen)
-    outside = [c for c in chosen[-3:] if (c[3], c[4]) not in {(5, 7), (20, 30), (39, 49)}]
-    assert outside, "the last picks are random configs, not the candidates' clusters"
-    assert sampler.metrics()["synthesised"] >= sampler.last_k - 3 - 3  # duplicate centres are synthesised
-
-
-def test_the_papers_kmeans_still_shrinks_k_and_adds_no_random_picks():
-    space, candidates = few_distinct_candidates()
-    sampler = KMeansSampler(cluster_dims=2)
-    sampler.select(candidates, space, set(), 64, np.random.default_rng(0))
-    assert sampler.last_k == 3 and sampler.metrics()["random"] == 0
-
-
-def test_random_share_is_a_share_of_the_plan_not_of_k():
-    space = grid_space(6, 6, 6)
-    rng = np.random.default_rng(2)
-    candidates = [space.canonical(space.sample(rng)) for _ in range(100)]
-    sampler = kmeans_code(random_share=0.25, keep_k_min=False)
-    chosen = sampler.select(candidates, space, set(), 16, np.random.default_rng(0))
-    assert sampler.metrics()["random"] == 4 and len(chosen) == min(sampler.last_k, 16)
-
-
-# ---- slow kernels: fewer runs, not a timeout (the run worker's rule) -------------------------------
-def spec(**fields) -> dict:
-    from dataclasses import asdict
-
-    from tuning.core.measure import CVStop, MeasureSpec
-
-    rule = fields.pop("rule", None)
-    return asdict(MeasureSpec(**{"number": 50, "repeat": 10, "min_repeat_ms": 0, "timeout_s": 10.0, **fields},
-                              cv_stop=CVStop() if rule else None))
-
-
-def test_a_kernel_that_fits_keeps_its_spec():
-    from tuning.hardware.tvm_worker import fit_to_timeout
-
-    assert fit_to_timeout(spec(), 0.001) == (spec(), "")
-
-
-def test_a_slow_kernel_gets_fewer_runs_then_fewer_costs():
-    from tuning.hardware.tvm_worker import fit_to_timeout
-
-    fitted, note = fit_to_timeout(spec(), 0.05)  # 500 runs x 50 ms = 25 s > 10 s
-    assert (fitted["number"], fitted["repeat"]) == (19, 10) and note.startswith("fewer_runs")
-    fitted, _ = fit_to_timeout(spec(), 2.0)  # not even one run per cost fits ten times
-    assert (fitted["number"], fitted["repeat"]) == (1, 4)
-    assert fit_to_timeout(spec(), 6.0)[0] is None  # one check run + one timed run exceed 10 s
-    assert fit_to_timeout(spec(slow_kernels="timeout"), 0.05)[0] is None
-
-
-def test_a_slow_kernel_under_the_adaptive_rule_gets_shorter_micro_batches():
-    from tuning.hardware.tvm_worker import fit_to_timeout
-
-    fitted, _ = fit_to_timeout(spec(rule=True), 0.05)
-    assert fitted["cv_stop"]["micro_batch"] == 19 and fitted["cv_stop"]["max_batches"] == 10
-    fitted, _ = fit_to_timeout(spec(rule=True), 2.0)
-    assert fitted["cv_stop"]["max_batches"] == 4 and fitted["cv_stop"]["min_batches"] == 3
-    fitted, _ = fit_to_timeout(spec(rule=True), 4.0)
-    assert fitted["cv_stop"]["max_batches"] == fitted["cv_stop"]["min_batches"] == 1
-
-
-def test_error_counts_name_failures_and_slow_kernels():
-    def record(error=None, message=""):
-        result = MeasureResult.failed(error, "x") if error else MeasureResult(costs=[1.0], message=message)
-        return Record("t", "k", [0], {}, result, 0, "m", 0, 0, 0.0)
-
-    records = [record(), record("timeout"), record("invalid"), record("invalid"),
-               record(message="fewer_runs: 3 run(s) x 10 cost(s)")]
-    assert error_counts(records) == {"timeout": 1, "invalid": 2, "fewer_runs": 1}
-
-
-# ---- the controls and fidelity options compose, validate and run -----------------------------------
-CHAMELEON_ROWS = ("ae_cold", "ae_as_cold", "sa_plan_k", "sa_as_code", "ae_as_code")
-ADATUNE_ROWS = ("xgbrank_sa_de", "rfei_csa_de150")
-
-
-@pytest.mark.parametrize("row", CHAMELEON_ROWS + ADATUNE_ROWS)
-def test_each_row_composes_and_validates(compose_cfg, row):
-    from tuning.engine.validate import validate
-
-    group = "chameleon_row" if row in CHAMELEON_ROWS else "adatune_row"
-    cfg = compose_cfg(f"+experiment/{group}={row}")
-    validate(cfg)
-    if row.endswith("_cold"):
-        assert cfg.search.best_starts == 0
-    if row == "xgbrank_sa_de":
-        assert cfg.cost_model.objective == "rank:pairwise" and cfg.cost_model.recall_at == 32
-    if row == "rfei_csa_de150":
-        assert (cfg.evaluator.number, cfg.evaluator.repeat) == (50, 3)
-    if row.endswith("_code"):
-        assert cfg.sampler.keep_k_min and cfg.sampler.random_share == 0.05
-
-
-def test_the_rows_run_on_synthetic_hardware(tmp_path):
-    """Every new row of both papers, one run each, in two sweeps on the synthetic hardware."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    common = ("model=gemm_64", "hardware=synthetic", "hardware.noise=0.1", f"tracking.uri={uri}")
-    finish(run_py("-m", *common, "budget.trials=16", "budget.plan_size=8",
-                  f"+experiment/chameleon_row={','.join(CHAMELEON_ROWS)}", f"hydra.sweep.dir={tmp_path}/c",
-                  tmp=tmp_path), timeout=600)
-    finish(run_py("-m", *common, "budget.trials=40", "budget.plan_size=16", "search.n_iter=40",
-                  f"+experiment/adatune_row={','.join(ADATUNE_ROWS)}", f"hydra.sweep.dir={tmp_path}/a",
-                  tmp=tmp_path), timeout=600)
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("tunelab").experiment_id],
-                              "attributes.status = 'FINISHED'")
-    rows = {r.data.tags.get("choice.experiment/chameleon_row") or r.data.tags.get("choice.experiment/adatune_row")
-            for r in runs if "mlflow.parentRunId" in r.data.tags}
-    assert rows == set(CHAMELEON_ROWS + ADATUNE_ROWS)
-    code_runs = [r for r in runs if r.data.tags.get("choice.experiment/chameleon_row", "").endswith("_code")]
-    for run in code_runs:
-        ks = [m.value for m in client.get_metric_history(run.info.run_id, "sampler/k")]
-        assert ks and min(ks) >= 8, ks
 
 
 # ---- the claims' statistics -------------------------------------------------------------------------
@@ -361,75 +190,6 @@ def test_the_chameleon_command_replays_its_grid_and_prints_verdicts(tmp_path, ex
     text = (tmp_path / "out" / "claims.md").read_text()
     assert "SA plan=k: greedy SA at plan size gemm_64" in text and "1.98x" in text
 
-
-# ---- AdaTune's diversity-aware selection (sampler.diversity_ratio) ---------------------------------
-def test_most_diverse_is_autotvms_submodular_pick_by_hand():
-    from tuning.sampler.greedy import most_diverse
-
-    configs = [(0, 1, 1), (0, 1, 2), (0, 2, 2), (1, 3, 3), (0, 1, 1)]
-    # every config covers 3 new values at first: the earliest wins; then (1,3,3) adds 3 more, then
-    # (0,2,2) adds 2 where (0,1,2) adds 1 and the repeat (0,1,1) none
-    assert most_diverse(configs, 3) == [(0, 1, 1), (1, 3, 3), (0, 2, 2)]
-    assert most_diverse(configs, 9) == [(0, 1, 1), (1, 3, 3), (0, 2, 2), (0, 1, 2), (0, 1, 1)]
-    assert most_diverse([], 3) == []
-
-
-def test_the_diversity_filter_asks_the_search_for_more_and_keeps_b():
-    from tuning.sampler.greedy import GreedySampler
-
-    space = grid_space(4, 4, 4)
-    sampler = GreedySampler(eps=0.0, diversity_ratio=2.0)
-    assert sampler.candidates_wanted(32) == 64 and GreedySampler().candidates_wanted(32) == 32
-    rng = np.random.default_rng(0)
-    candidates = list(dict.fromkeys(space.canonical(space.sample(rng)) for _ in range(64)))
-    chosen = sampler.select(candidates, space, set(), 8, rng)
-    plain = GreedySampler(eps=0.0).select(candidates, space, set(), 8, rng)
-    assert len(chosen) == 8 and set(chosen) <= set(candidates)
-    coverage = [sum(len({c[i] for c in picks}) for i in range(1, 4)) for picks in (chosen, plain)]
-    assert coverage[0] >= coverage[1] and coverage[0] == 12  # every value of every knob, with 8 picks of 4-value knobs
-
-
-def test_every_compare_table_counts_invalid_and_timeout_per_row():
-    from tuning.tools.compare import markdown
-
-    result = claims_result(2.0, seeds=3)
-    result.curves[0].errors = {"timeout": 3, "fewer_runs": 2}
-    text = markdown(result, "test")
-    assert "| method | measurements per run (median) | fewer_runs per run (mean) | invalid per run (mean) | " \
-           "timeout per run (mean) |" in text
-    assert "| SA | 200 | 0.7 | 0.0 | 1.0 |" in text
-
-
-def test_a_replay_keeps_the_slow_kernel_note(tmp_path):
-    """A store row timed with fewer runs answers a replay with its note, so the replayed runs'
-    compare tables count it."""
-    from test_store import SPEC, TASK, replay
-    from tuning.store import TaskRows, connect_store
-
-    backend = replay(tmp_path / "s.sqlite").backend
-    table = TaskRows(connect_store(tmp_path / "s.sqlite"), backend, SPEC, TASK, backend.space(TASK))
-    config = table.space.canonical(table.space.sample(np.random.default_rng(0)))
-    table.add(config, MeasureResult(costs=[1e-3] * 5, message="fewer_runs: 2 run(s) x 5 cost(s)"), "dataset")
-    [answer] = replay(tmp_path / "s.sqlite", backend, on_miss="error").measure(TASK, [config], SPEC)
-    assert answer.ok and answer.reused and answer.message.startswith("fewer_runs")
-
-
-@pytest.mark.parametrize("objective", ["reg:squarederror", "rank:pairwise"])
-def test_xgb_fits_the_trees_xgb_train_with_early_stopping_would(objective):
-    import xgboost as xgb
-
-    rng = np.random.default_rng(3)
-    X = rng.integers(0, 8, size=(150, 4)).astype(float)
-    y = 100.0 / (1 + X[:, 0]) + X[:, 1] * X[:, 2] + rng.normal(0, 1, 150)
-    model = XGBoostCostModel(objective=objective, early_stopping_rounds=15, recall_at=16, seed=4).fit(X, y)
-    train = xgb.DMatrix(X, label=y / y.max())
-    stop = xgb.callback.EarlyStopping(rounds=15, save_best=True, maximize=model.ranks)
-    reference = xgb.train(model._params(), train, num_boost_round=model.num_boost_round, evals=[(train, "train")],
-                          verbose_eval=False, callbacks=[stop], custom_metric=model._recall if model.ranks else None)
-    assert model.booster.num_boosted_rounds() == reference.num_boosted_rounds() < model.num_boost_round
-    assert model.booster.attr("best_iteration") == reference.attr("best_iteration")
-    probe = rng.integers(0, 8, size=(40, 4)).astype(float)
-    assert np.array_equal(model.predict(probe), reference.inplace_predict(probe).astype(np.float64))
 
 
 def test_a_full_space_campaign_stops_at_its_hours_and_the_same_command_continues_it(tmp_path, experiment_script, capsys,

@@ -17,8 +17,10 @@ from tuning.tools.compare import (
     Curve,
     TaskTruth,
     compare,
+    error_counts,
     incumbent_curve,
     main,
+    markdown,
     stats,
     time_to_target,
     value_at_seconds,
@@ -59,6 +61,24 @@ def test_the_incumbent_at_a_time_budget():
     run = curve("a", 0, [9, 7, 7, 5])  # measurements end at 0.5, 1.0, 1.5, 2.0 s
     assert value_at_seconds(run, 0.4) == math.inf  # nothing finished yet
     assert [value_at_seconds(run, t) for t in (0.5, 1.2, 2.0, 60.0)] == [9, 7, 5, 5]  # ended: keeps its last
+
+
+def test_error_counts_name_failures_and_slow_kernels():
+    records = [record((0,), 1.0), record((1,), 1.0, "timeout"), record((2,), 1.0, "invalid"),
+               record((3,), 1.0, "invalid"),
+               Record("t", "k", [4], {}, MeasureResult(costs=[1.0], message="fewer_runs: 3 run(s) x 10 cost(s)"),
+                      0, "m", 0, 0, 0.0)]
+    assert error_counts(records) == {"timeout": 1, "invalid": 2, "fewer_runs": 1}
+
+
+def test_every_compare_table_counts_invalid_and_timeout_per_row():
+    curves = [curve(method, seed, np.full(200, 1e-4)) for seed in range(3) for method in ("SA", "SA+AS")]
+    result = compare(curves, {"t": TaskTruth({}, 1e-4, "store x")}, "SA", budgets=(64,))
+    result.curves[0].errors = {"timeout": 3, "fewer_runs": 2}
+    text = markdown(result, "test")
+    assert "| method | measurements per run (median) | fewer_runs per run (mean) | invalid per run (mean) | " \
+           "timeout per run (mean) |" in text
+    assert "| SA | 200 | 0.7 | 0.0 | 1.0 |" in text
 
 
 # ---- the comparison -------------------------------------------------------------------------------

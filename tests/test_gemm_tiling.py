@@ -1,4 +1,5 @@
-"""The GEMM-tiling paper's methods (Zhang et al. 2019): its space, its moves, G-BFS and N-A2C.
+"""The GEMM-tiling paper's methods (Zhang et al. 2019): its space, its moves, G-BFS and N-A2C, and the
+rows of conf/experiment/gemm_tiling_row/ that each change one of its settings.
 
 On hardware=synthetic (the tiling space built as hardware=cpu builds it); the real space and a real
 tiled kernel are in the `tvm`-marked tests at the end."""
@@ -9,8 +10,10 @@ import math
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from test_loop import outcome_keys, tune
+from tuning.config.conf_dir import CONF_DIR
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
 from tuning.core.task import gemm_task
@@ -257,6 +260,52 @@ def test_a2c_memory_is_bounded():
         visited |= set(proposals)
     assert len(search.memory) == 10
     json.dumps(search.state_dict())
+
+
+# ---- the rows of conf/experiment/gemm_tiling_row/: one factor each -----------------------------
+# what each sensitivity row may change from its default row (gbfs or a2c), nothing else
+CHANGES = {"gbfs_random_start": {"search.start"}, "gbfs_shared_start": {"budget.init_random"},
+           "a2c_shared_start": {"budget.init_random"}, "a2c_epsilon_printed": {"search.epsilon"},
+           "gbfs_rho2": {"search.rho", "search.default_plan_size"},
+           "gbfs_rho10": {"search.rho", "search.default_plan_size"},
+           "a2c_t1": {"search.walk_steps"}, "a2c_t6": {"search.walk_steps"}}
+
+
+def flat(cfg) -> dict:
+    """A job config as {dotted key: value}, Hydra's own node left out."""
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container.pop("hydra", None)
+    found = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            found[prefix[:-1]] = node
+
+    walk(container, "")
+    return found
+
+
+def test_the_sensitivity_rows_are_every_row_but_the_papers_four():
+    rows = {path.stem for path in (CONF_DIR / "experiment" / "gemm_tiling_row").glob("*.yaml")}
+    assert rows == set(CHANGES) | {"gbfs", "a2c", "xgb", "random"}
+
+
+@pytest.mark.parametrize("model", ["gemm_1024", "gemm_512"])
+@pytest.mark.parametrize("row", sorted(CHANGES))
+def test_every_sensitivity_row_changes_one_factor_from_the_papers_settings(compose_cfg, tmp_path, row, model):
+    from tuning.engine.validate import validate
+
+    def job(name):
+        return compose_cfg("+experiment=gemm_tiling", f"+experiment/gemm_tiling_row={name}", f"model={model}",
+                           "seed=0", f"hardware.store={tmp_path / 's.sqlite'}")
+
+    variant, default = job(row), job(row.split("_")[0])
+    validate(variant)
+    a, b = flat(variant), flat(default)
+    assert {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)} == CHANGES[row]
 
 
 # ---- through the loop: determinism and resume ------------------------------------------------

@@ -108,6 +108,19 @@ def test_only_an_equivalence_test_says_the_same():
     assert stats.verdict(0.93, 1.02, 0.9, equivalence_p=0.01, margin=1.05) == "undecided"  # CI leaves the margin
 
 
+def test_a_drift_that_slows_the_run_and_its_yardstick_alike_cancels():
+    rng = np.random.default_rng(0)
+    torch = [rng.normal(10, 0.1, 20) for _ in range(6)]
+    drift = [1.0, 1.3, 0.8, 1.2, 1.1, 0.9]  # the host's speed when each baseline run was made
+    baseline = [t * 0.5 * d for t, d in zip(torch, drift)]
+    baseline_torch = [t * d for t, d in zip(torch, drift)]
+    method = [t * 0.25 for t in torch]  # twice as fast as the baseline, timed at speed 1
+    found = stats.paired_ratio_with_readings(baseline, method, rng, method_scale=baseline_torch, baseline_scale=torch)
+    assert found["ratio"] == pytest.approx(2.0, rel=0.02) and found["low"] > 1.9 and found["high"] < 2.1
+    raw = stats.paired_ratio_with_readings(baseline, method, np.random.default_rng(0))
+    assert raw["high"] - raw["low"] > 5 * (found["high"] - found["low"])
+
+
 # ---- censoring -------------------------------------------------------------------------------------
 def test_kaplan_meier_median_counts_censored_runs():
     # reached at 3, 5 and 8 measurements; two runs stopped at 10 without reaching. Survival:

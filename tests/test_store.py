@@ -292,6 +292,17 @@ def test_the_simulated_clock_adds_up_to_the_stored_seconds(tmp_path):
     assert run.progress.simulated_s == pytest.approx(spent)
 
 
+def test_a_replay_keeps_the_slow_kernel_note(tmp_path):
+    """A store row timed with fewer runs answers a replay with its note, so the replayed runs'
+    compare tables count it."""
+    backend = replay(tmp_path / "s.sqlite").backend
+    table = TaskRows(connect_store(tmp_path / "s.sqlite"), backend, SPEC, TASK, backend.space(TASK))
+    config = table.space.canonical(table.space.sample(np.random.default_rng(0)))
+    table.add(config, MeasureResult(costs=[1e-3] * 5, message="fewer_runs: 2 run(s) x 5 cost(s)"), "dataset")
+    [answer] = replay(tmp_path / "s.sqlite", backend, on_miss="error").measure(TASK, [config], SPEC)
+    assert answer.ok and answer.reused and answer.message.startswith("fewer_runs")
+
+
 # ---- store-restricted spaces -----------------------------------------------------------------
 SEARCH_COMBOS = {"csa": ("csa", "greedy", "rf"), "ppo": ("ppo", "kmeans", "xgb"), "random": ("random", "greedy", "none"),
                  "sa": ("sa", "greedy", "xgb")}
@@ -489,3 +500,17 @@ def test_dataset_agree_sets_a_second_build_beside_the_first(tmp_path, capsys, mo
     with pytest.raises(SystemExit):
         dataset.main(["agree", "--store", first, "--against", str(tmp_path / "absent.sqlite")])
     assert "--against: no such file" in capsys.readouterr().err
+
+
+def test_best_configs_are_each_tasks_lowest_distinct_readings():
+    """What `dataset reread` measures again: each task's best distinct configs by their readings, failures left out."""
+    from tuning.core.records import Record
+    from tuning.tools.dataset import best_configs
+
+    def record(task, config, cost, error=None):
+        result = MeasureResult.failed(error, "x") if error else MeasureResult(costs=[cost])
+        return Record(task, task, list(config), {}, result, 0, "m", 0, 0, 0.0)
+
+    records = [record("a", (1,), 3.0), record("a", (2,), 1.0), record("a", (2,), 1.5), record("a", (3,), 0.5, "timeout"),
+               record("a", (4,), 2.0), record("b", (9,), 7.0)]
+    assert best_configs(records, 2) == {"a": [(2,), (4,)], "b": [(9,)]}

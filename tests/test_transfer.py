@@ -1,6 +1,10 @@
-"""Transfer: the store as a corpus (tuning/hardware/corpus.py), the model registry (tuning/tracking/registry.py),
-cost_model.pretrained, and `python -m tuning.tools.pretrain` on real TVM spaces."""
+"""Transfer: the store as a corpus (tuning/hardware/corpus.py) and corpora cut to one size (at_most), the
+model registry (tuning/tracking/registry.py), cost_model.pretrained, `python -m tuning.tools.pretrain` on
+real TVM spaces, and schedules chosen with no measurement (search=random with budget.trials=0, a
+pre-trained model's pick of random schedules)."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -11,8 +15,9 @@ from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
 from tuning.core.task import gemm_task
 from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
-from tuning.hardware.corpus import load_corpus
+from tuning.hardware.corpus import at_most, load_corpus
 from tuning.hardware.synthetic import SyntheticHardware
+from tuning.search.random import RandomSearch
 from tuning.store import TaskRows, connect_store
 from tuning.tracking.registry import RegistryError, load_booster, parse_reference, register_booster, resolve
 
@@ -58,6 +63,41 @@ def test_corpus_skips_a_kernel_without_a_workload(tmp_path):
     store.close()
     corpus = load_corpus([path])
     assert not corpus.tasks and "no workload" in corpus.skipped[0]
+
+
+# ---- corpora of one size -------------------------------------------------------------------------
+def test_a_corpus_cut_to_one_size_is_a_seeded_draw_wherever_the_store_lies(tmp_path):
+    path = tmp_path / "a.sqlite"
+    fill_store(path, SyntheticHardware(), [(gemm_task("a", 64, 64, 64), 40), (gemm_task("b", 32, 32, 32), 6)],
+               made_up_seconds)
+    whole = {t.task.name: t for t in load_corpus([path], min_configs=2).tasks}
+    cut = {t.task.name: t for t in at_most(load_corpus([path], min_configs=2), 10, seed=1).tasks}
+    assert len(cut["a"].configs) == 10 and len(cut["b"].configs) == len(whole["b"].configs) == 6
+    assert set(cut["a"].configs) < set(whole["a"].configs)
+    seconds = dict(zip(whole["a"].configs, whole["a"].seconds))
+    assert all(seconds[c] == s for c, s in zip(cut["a"].configs, cut["a"].seconds))
+    shutil.copy(path, tmp_path / "elsewhere.sqlite")
+    moved = at_most(load_corpus([tmp_path / "elsewhere.sqlite"], min_configs=2), 10, seed=1).tasks
+    assert {t.task.name: t.configs for t in moved}["a"] == cut["a"].configs
+    reseeded = at_most(load_corpus([path], min_configs=2), 10, seed=2).tasks
+    assert {t.task.name: t.configs for t in reseeded}["a"] != cut["a"].configs
+    assert at_most(load_corpus([path], min_configs=2), None, seed=1).configs == 46
+
+
+def test_the_cut_and_the_skipped_correlations_are_checked_options(tmp_path, capsys):
+    store = tmp_path / "s.sqlite"
+    fill_store(store, SyntheticHardware(), [(gemm_task("a", 64, 64, 64), 4)], made_up_seconds)
+    from tuning.tools import pretrain
+    from tuning.tools.pretrain import parse_args
+    from tuning.tools.value import main as value_main
+
+    for main, command in ((pretrain.main, []), (value_main, ["train"])):  # each command's main, in this process
+        with pytest.raises(SystemExit) as done:
+            main([*command, "--store", str(store), "--configs-per-kernel", "1"])
+        assert done.value.code == 2 and "--configs-per-kernel" in capsys.readouterr().err
+
+    args = parse_args(["--store", str(store), "--configs-per-kernel", "24", "--no-heldout"])
+    assert args.configs_per_kernel == 24 and args.no_heldout
 
 
 # ---- the registry ------------------------------------------------------------------------------------
@@ -119,6 +159,57 @@ def test_a_missing_or_mismatched_pretrained_model_is_rejected(tmp_path):
     assert problem.startswith("cost_model.pretrained:")
 
 
+# ---- search=random with no measurement ------------------------------------------------------------
+class PrefersLargeUnroll:
+    """A cost model that ranks: the higher the last knob's index, the better."""
+    features = "knobs"
+    can_rank = True
+
+    def predict(self, X):
+        return np.asarray(X, dtype=np.float64)[:, -1]
+
+
+def test_a_random_schedule_is_legitimate_and_drawn_from_the_seed():
+    hardware = SyntheticHardware(invalid_register_tile=2)
+    space = hardware.space(gemm_task("g", 64, 64, 64))
+    search = RandomSearch()
+    first = search.best(space, None, np.random.default_rng([3, 1]))
+    again = search.best(space, None, np.random.default_rng([3, 1]))
+    other = {search.best(space, None, np.random.default_rng([s, 1]))[0] for s in range(8)}
+    assert first == again and first[1] is None and space.is_legitimate(first[0])
+    assert len(other) > 1  # another seed, another schedule
+
+
+def test_best_of_many_is_the_cost_models_first_legitimate_pick():
+    space = SyntheticHardware().space(gemm_task("g", 64, 64, 64))
+    search = RandomSearch(best_of=64)
+    chosen, predicted = search.best(space, PrefersLargeUnroll(), np.random.default_rng(0))
+    drawn = RandomSearch().propose(space, None, 64, set(), np.random.default_rng(0))  # the same 64 draws
+    assert predicted is None and chosen in drawn
+    assert chosen[-1] == max(c[-1] for c in drawn)
+
+
+def test_a_run_with_no_measurement_applies_a_random_legitimate_schedule(tmp_path, capsys):
+    import tunelab
+
+    tunelab.tune(["hardware=synthetic", "tracking=none", "model=gemm_64", "search=random", "budget.trials=0",
+                  f"output_dir={tmp_path / 'run'}"])
+    done = capsys.readouterr().out
+    assert "(timed once; chosen without measuring)" in done and "measurements 0" in done
+    assert (tmp_path / "run" / "records.jsonl").read_text() == ""
+
+
+def test_random_schedules_without_measuring_and_best_of_needs_a_ranking_model(compose_cfg):
+    from tuning.config import ConfigError
+    from tuning.engine.validate import validate
+
+    validate(compose_cfg("search=random", "budget.trials=0"))
+    with pytest.raises(ConfigError, match="search.best_of: 8 random configs ranked by a cost model that ranks nothing"):
+        validate(compose_cfg("search=random", "search.best_of=8", "cost_model=none", "budget.trials=0"))
+    with pytest.raises(ConfigError, match="search.best_of"):
+        validate(compose_cfg("search=random", "search.best_of=0", "budget.trials=0"))
+
+
 # ---- real TVM spaces ---------------------------------------------------------------------------------
 @pytest.mark.tvm
 def test_pretrain_registers_a_model_a_run_starts_from(tmp_path, capsys):
@@ -152,3 +243,29 @@ def test_pretrain_registers_a_model_a_run_starts_from(tmp_path, capsys):
                   "cost_model.pretrained=models:/pre/1", f"cost_model.registry={registry}", "search.population_size=32",
                   "budget.trials=8", "budget.plan_size=4", "tracking=none", f"output_dir={tmp_path / 'run'}"])
     assert "GFLOP/s" in capsys.readouterr().out  # an absent model is refused by validation: tests/test_value.py
+
+
+# ---- real TVM: a pre-trained cost model's pick with no measurement ---------------------------------
+@pytest.mark.tvm
+def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_measurement(tmp_path, capsys):
+    """`tunelab pretrain --configs-per-kernel --no-heldout` on a store of real TVM spaces, then
+    run.py model=conv_tiny search=random search.best_of=16 cost_model=xgb_ms budget.trials=0: a kernel the
+    model never saw (a network's kernels go the same way: tests/test_value.py's scheduled_network)."""
+    import tunelab
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.tools import pretrain
+
+    hardware, store = CPUHardware(num_threads=2), tmp_path / "store.sqlite"
+    fill_store(store, hardware, [(gemm_task(f"gemm_{n}", n, n, n), 30) for n in (32, 64)], made_up_seconds)
+    registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    pretrain.main(["--store", str(store), "--no-heldout", "--configs-per-kernel", "24", "--name", "x",
+                   "--tracking-uri", registry])  # in this process: its command line is tests/test_tool_flags.py's
+    trained = capsys.readouterr().out
+    assert "trained on 2 kernels, 48 measured configs" in trained and "held out" not in trained
+    tunelab.tune(["model=conv_tiny", "search=random", "search.best_of=16", "cost_model=xgb_ms",  # run.py's job
+                  "cost_model.pretrained=x", f"cost_model.registry={registry}", "budget.trials=0", "tracking=none",
+                  "e2e.enabled=false", *QUICK_TIMING, f"output_dir={tmp_path / 'run'}"])
+    run = capsys.readouterr()
+    assert "scheduled 1 kernel without measuring" in run.err + run.out
+    assert (tmp_path / "run" / "records.jsonl").read_text() == ""
+    assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") == 1
