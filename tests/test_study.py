@@ -257,3 +257,27 @@ def test_the_vector_isa_is_the_widest_extension_the_cpu_names():
     assert vector_isa("model name: x\nflags: sse avx2 avx512f\n") == "avx512"
     assert vector_isa("model name: x\nflags: sse avx2\n") == "avx2"
     assert vector_isa("model name: x\nflags: neon\n") == "other"
+
+
+def test_each_block_is_a_run_in_mlflow_once_and_blocks_from_elsewhere_are_logged_later(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    env = declare(tmp_path)
+    uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
+    made = tunelab(env, "study", "run", "toy", "--blocks", "1", "--tracking-uri", uri, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-3000:]
+    [path] = (tmp_path / "results" / "blocks").glob("*.json")
+    client = MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("study-toy").experiment_id])
+    assert run.info.run_name == path.stem and run.data.tags["tunelab.block_file"] == path.stem
+    assert run.data.params["arm.sa"] == "search=sa sampler=greedy cost_model=xgb" and run.data.params["seed"] == "0"
+    block = json.loads(path.read_text())
+    assert run.data.metrics["final_us.sa"] == pytest.approx(block["arms"]["sa"]["final_s"] * 1e6)
+    assert "panel_drift" in run.data.metrics and "wall_min" in run.data.metrics
+
+    other = f"sqlite:///{tmp_path}/other/mlflow.db"  # a store that has none of them: the blocks are logged once
+    for expected in ("1 block(s) logged", "0 block(s) logged"):
+        logged = tunelab(env, "study", "log", "toy", "--tracking-uri", other, cwd=tmp_path)
+        assert logged.returncode == 0 and expected in logged.stdout, logged.stdout + logged.stderr[-2000:]
+    assert len(MlflowClient(tracking_uri=other).search_runs(
+        [MlflowClient(tracking_uri=other).get_experiment_by_name("study-toy").experiment_id])) == 1

@@ -31,8 +31,8 @@ def scratch(spec: StudySpec) -> Path:
 
 
 def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = None,
-              say: Callable[[str], None] = print) -> list[Path]:
-    """The files of the blocks this call finished."""
+              say: Callable[[str], None] = print, on_block: Callable[[Path], None] | None = None) -> list[Path]:
+    """The files of the blocks this call finished; `on_block` is called with each as it is written."""
     work_root = scratch(spec)
     check_study(spec, work_root / "check")
     shutil.rmtree(work_root / "check", ignore_errors=True)
@@ -62,6 +62,8 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
         shutil.rmtree(work, ignore_errors=True)
         longest = max(longest, time.monotonic() - started)
         say(f"study {spec.name}: {block} done in {data['wall_s']:.0f} s: {made[-1]}")
+        if on_block is not None:
+            on_block(made[-1])
     return made
 
 

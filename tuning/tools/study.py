@@ -1,12 +1,15 @@
 """Run a study block by block, and print its pre-registered table (docs/studies.md).
 
     python -m tuning.tools.study plan NAME                 # the study as declared, and its plan's hash
-    python -m tuning.tools.study run NAME [--blocks N] [--hours H]
+    python -m tuning.tools.study run NAME [--blocks N] [--hours H] [--tracking-uri URI | --no-tracking]
     python -m tuning.tools.study table NAME
+    python -m tuning.tools.study log NAME [--tracking-uri URI]   # block files not yet in MLflow
 
 NAME is conf/study/NAME.yaml, or study/NAME.yaml in a directory of TUNELAB_CONF_DIRS. `run` takes the
 blocks no host has finished, each start to finish on this machine; a killed block is run again from its
-start by the next `run`. `table` reads the block files under the study's `results` folder.
+start by the next `run`. `table` reads the block files under the study's `results` folder. Each block
+is logged to MLflow as it is made (experiment `study-NAME`, a run per block file); `log` logs the block
+files other hosts made.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import json
 import sys
 
 from tuning.config import ConfigError
-from tuning.config.cli import add_command, new_parser
+from tuning.config.cli import add_command, add_tracking_uri, new_parser
+from tuning.config.untrusted import without_secrets
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -29,14 +33,20 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--blocks", type=int, default=None, metavar="N", help="at most N blocks this call; default: all")
     run.add_argument("--hours", type=float, default=None, metavar="H",
                      help="start no block the hours left would not hold; default: no limit")
+    add_tracking_uri(run, help="the MLflow store each finished block is logged to")
+    run.add_argument("--no-tracking", action="store_true", help="log nothing to MLflow (the block files stand alone)")
     table = add_command(commands, "table", "the pre-registered table from the block files made so far")
     table.add_argument("name", help="the study: conf/study/NAME.yaml or a TUNELAB_CONF_DIRS directory's")
+    log = add_command(commands, "log", "log the block files not yet in MLflow (those other hosts made)")
+    log.add_argument("name", help="the study: conf/study/NAME.yaml or a TUNELAB_CONF_DIRS directory's")
+    add_tracking_uri(log, help="the MLflow store the blocks are logged to")
     return parser
 
 
 def main(argv=None, prog: str | None = None) -> None:
     from tuning.study.run import run_study, study_table
     from tuning.study.spec import load_study
+    from tuning.study.tracking import experiment_name, log_blocks
 
     args = build_parser(prog).parse_args(argv)
     if getattr(args, "blocks", None) is not None and args.blocks < 1:
@@ -48,8 +58,14 @@ def main(argv=None, prog: str | None = None) -> None:
         if args.command == "plan":
             print(json.dumps({"study": spec.name, "plan_hash": spec.plan_hash, **spec.plan()}, indent=2))
         elif args.command == "run":
-            made = run_study(spec, args.blocks, args.hours, say=lambda line: print(line, file=sys.stderr))
+            say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+            log = None if args.no_tracking else lambda _: log_blocks(spec, args.tracking_uri, say)
+            made = run_study(spec, args.blocks, args.hours, say=say, on_block=log)
             print(f"{len(made)} block(s) made; table: tunelab study table {spec.name}")
+        elif args.command == "log":
+            count = log_blocks(spec, args.tracking_uri, say=lambda line: print(line, file=sys.stderr))
+            print(f"{count} block(s) logged to {without_secrets(args.tracking_uri)} (experiment "
+                  f"{experiment_name(spec)})")
         else:
             print(study_table(spec))
     except ConfigError as error:
