@@ -24,6 +24,16 @@ class Comparison:
     def notes(self) -> list[str]:
         return list(self.result.notes)
 
+    def plot(self, task: str | None = None):
+        """A task's curves (the first task when none is named) as a matplotlib Figure: a notebook shows it as
+        the cell's value. Drawn without pyplot, so the notebook's own backend and figures stay as they were."""
+        from tuning.tools.compare.report import curves_figure
+
+        tasks = self.result.tasks()
+        if task is not None and task not in tasks:
+            raise ValueError(f"task: no task {task!r} in the comparison (tasks: {', '.join(tasks)})")
+        return curves_figure(self.result, task or tasks[0])
+
     def _repr_markdown_(self) -> str:  # a notebook shows the report
         return self.report
 

@@ -177,12 +177,21 @@ GRID_POINTS = 200
 
 
 def curves_png(result: Comparison, task: str, path: Path, rng) -> Path:
-    import matplotlib
+    curves_figure(result, task, rng).savefig(path, dpi=110)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+def curves_figure(result: Comparison, task: str, rng=None):
+    """A task's curves: the median per method with its bootstrap band, against measurements and seconds.
+    A `matplotlib.figure.Figure` with an Agg canvas of its own, never through pyplot, so the caller's
+    backend (a notebook's inline figures) stays as it was; a notebook shows it as the cell's value."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rng = np.random.default_rng(0) if rng is None else rng
+    fig = Figure(figsize=(12, 4.5))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, sharey=True)
     truth = result.truths[task]
     for method, curves in result.by_method(task).items():
         for ax, axis in zip(axes, ("measurements", "seconds")):
@@ -203,9 +212,7 @@ def curves_png(result: Comparison, task: str, path: Path, rng) -> Path:
     fig.suptitle(f"{task}: {len(methods)} methods (baseline {result.baseline}), median over seeds {_ranges(seeds)}, "
                  "bootstrap 95% band")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _on_grid(curves: list[Curve], axis: str) -> tuple[np.ndarray, np.ndarray]:
