@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tuning.cluster.host_identity import host_key
+from tuning.config.untrusted import without_secrets
 from tuning.study.files import BlockFile, read_blocks
 from tuning.study.spec import StudySpec
 
@@ -46,7 +47,7 @@ def log_blocks(spec: StudySpec, uri: str, say: Callable[[str], None] = print) ->
         tracker.log_artifact(str(block.path), "block")
         tracker.end()
         if tracker.offline:
-            say(f"study {spec.name}: MLflow at {tracker.location()} is not reachable ({tracker.offline}); the "
+            say(f"study {spec.name}: MLflow at {without_secrets(uri)} is not reachable ({tracker.offline}); the "
                 f"block files stand: log them later with `tunelab study log {spec.name}`")
             break
         count += 1
@@ -83,13 +84,16 @@ def _metrics(spec: StudySpec, block: BlockFile) -> dict[str, float]:
             continue
         for key, name, scale in (("final_s", "final_us", 1e6), ("selecting_s", "selecting_us", 1e6),
                                  ("winners_curse", "winners_curse", 1.0), ("to_target", "to_target", 1.0)):
-            value = record.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                metrics[f"{name}.{arm}"] = float(value) * scale
-    for key, name, scale in ((("panel", "drift"), "panel_drift", 1.0), (("wall_s",), "wall_min", 1 / 60)):
-        value: Any = data
-        for part in key:
-            value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            metrics[name] = float(value) * scale
+            value = _number(record.get(key))
+            if value is not None:
+                metrics[f"{name}.{arm}"] = value * scale
+    drift, wall = _number(data["panel"].get("drift")), _number(data.get("wall_s"))
+    if drift is not None:
+        metrics["panel_drift"] = drift
+    if wall is not None:
+        metrics["wall_min"] = wall / 60
     return metrics
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
