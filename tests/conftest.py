@@ -19,9 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # --no-loadscope-reorder): the longest modules go first, so that neither worker is left with one of
 # them while the other has finished. Ordered by the seconds each took in a full run on a 2-core host;
 # the rest follow in their usual order.
-LONGEST_MODULES_FIRST = ("test_value", "test_tvm_cpu", "test_gemm_tiling_grid", "test_sweep", "test_claims",
-                         "test_store", "test_cuda_pack", "test_smoke", "test_plan_size", "test_config",
-                         "test_loop", "test_value_transfer", "test_faults", "test_rpc", "test_cuda",
+LONGEST_MODULES_FIRST = ("test_value", "test_tvm_cpu", "test_sweep", "test_store", "test_cuda_pack", "test_smoke",
+                         "test_plan_size", "test_config", "test_loop", "test_faults", "test_rpc", "test_cuda",
                          "test_sweep_faults")
 
 

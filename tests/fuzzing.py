@@ -1,5 +1,5 @@
 """The machinery the loader fuzz tests share (tests/test_fuzz_run_folders.py: a run folder's files and
-its store; tests/test_fuzz_shipments.py: GPU packs and campaign archives).
+its store; tests/test_fuzz_shipments.py: GPU packs).
 
 - Documents to mutate: `Tree` (a parsed JSON/YAML document with its nodes addressed by paths), the
   seeded structural mutations of any tree (TREE_MUTATIONS: keys deleted, duplicated, swapped, types
@@ -402,11 +402,10 @@ def lab_refusal(error: BaseException) -> bool:
     from tuning.core.records import RecordError
     from tuning.hardware.gpu_pack import PackError
     from tuning.store import StoreError
-    from tuning.tools.campaign_archive import ArchiveError
 
     if isinstance(error, SystemExit):
         return str(error.code).startswith(("tunelab: ", "tuning.tools.compare: "))
-    return isinstance(error, (ConfigError, RecordError, StoreError, Refused, PackError, ArchiveError))
+    return isinstance(error, (ConfigError, RecordError, StoreError, Refused, PackError))
 
 
 def run_steps(steps: list[Step], item, path: Path, tally: Tally) -> None:

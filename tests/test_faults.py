@@ -173,7 +173,7 @@ def test_resume_into_its_own_folder_keeps_the_runs_methods(tmp_path, small_run):
 
 
 def test_a_run_folder_names_the_commit_it_started_at_and_a_forged_one_is_ignored(tmp_path, small_run):
-    """run.yaml keeps the commit, so a copy of the run on another machine (a restored campaign,
+    """run.yaml keeps the commit, so a copy of the run on another machine (a run folder carried over,
     `tuning.tools.sync`) still names the code that made it; the file is untrusted."""
     from tuning.engine.run_folder import saved_commit
 

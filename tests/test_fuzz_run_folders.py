@@ -21,7 +21,7 @@ and mutation that reproduces it).
 the counts.
 
 The fuzz machinery itself (mutations of any document, sandbox, outcomes) is tests/fuzzing.py's;
-what other machines hand over (GPU packs, campaign archives) is fuzzed in tests/test_fuzz_shipments.py.
+what other machines hand over (GPU packs) is fuzzed in tests/test_fuzz_shipments.py.
 """
 from __future__ import annotations
 

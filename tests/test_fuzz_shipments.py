@@ -1,10 +1,9 @@
-"""Fuzzing what other machines hand over, with seeded mutations of a GPU pack and a campaign archive.
+"""Fuzzing what other machines hand over, with seeded mutations of a GPU pack.
 
-A GPU pack's manifest.json and readings.jsonl (read_manifest, valid_reading, import_pack), a pack
-archive (gpu_pack.unpack) and a campaign's archive (campaign_archive.open_view, the `--table-only
---archive` reading), each mutated in its content and, for the archives, in their tar members (names
+A GPU pack's manifest.json and readings.jsonl (read_manifest, valid_reading, import_pack) and a pack
+archive (gpu_pack.unpack), each mutated in its content and, for the archive, in its tar members (names
 leaving the folder, links and devices, headers declaring huge sizes, duplicates, modes, the
-compressed bytes). The outcome is accepted or refused with PackError / ArchiveError naming the file;
+compressed bytes). The outcome is accepted or refused with PackError naming the file;
 an import stores no reading its store's readers would skip nor one measured outside the pack's window;
 a refused extraction leaves its scratch folder empty, an accepted one writes only under the folder it
 returns (PACK_INPUTS inputs). The fuzz machinery is tests/fuzzing.py's; a run folder's own files are
@@ -48,10 +47,7 @@ from fuzzing import (
 PACK_INPUTS = 32
 
 
-SHIPPED_KINDS = ("manifest", "readings", "pack archive", "campaign archive")
-
-
-ARCHIVE_HOST = {"cpu_model": "Fuzz CPU @ 1 GHz", "cores": 2, "flags": "abc"}
+SHIPPED_KINDS = ("manifest", "readings", "pack archive")
 
 
 FUZZ_GPU = "Fuzz GPU"
@@ -60,12 +56,10 @@ FUZZ_GPU = "Fuzz GPU"
 # ---- the shipped files the inputs come from -------------------------------------------------------------
 @dataclass
 class Shipped:
-    """A GPU pack folder of the synthetic backend's gemm_64 as a GPU host's run leaves it, that pack as
-    an archive, and a small campaign's archive (two runs and a store)."""
+    """A GPU pack folder of the synthetic backend's gemm_64 as a GPU host's run leaves it, and that pack
+    as an archive."""
     pack: Path
     pack_archive: bytes
-    campaign_archive: bytes
-    campaign_name: str
 
 
 def _synthetic_pack(folder: Path) -> Path:
@@ -97,33 +91,6 @@ def _synthetic_pack(folder: Path) -> Path:
     return folder
 
 
-def _campaign_archive(root: Path) -> Path:
-    from tuning.core.measure import MeasureSpec
-    from tuning.core.task import gemm_task
-    from tuning.hardware.synthetic import SyntheticHardware
-    from tuning.store import TaskRows, connect_store
-    from tuning.tools.campaign import Job
-    from tuning.tools.campaign_archive import pack
-
-    jobs = []
-    for seed in range(2):
-        folder = root / "campaign" / "gemm_64" / f"seed{seed}"
-        folder.mkdir(parents=True)
-        (folder / "status").write_text("FINISHED")
-        (folder / "records.jsonl").write_text('{"x": 1}\n' * (seed + 1))
-        (folder / "e2e.json").write_text("{}")  # one content in both folders: one blob
-        jobs.append(Job(folder, (f"seed={seed}",)))
-    store = connect_store(root / "stores" / "lab.sqlite")
-    backend, task, spec = SyntheticHardware(), gemm_task("gemm_64", 64, 64, 64), MeasureSpec(repeat=3)
-    table = TaskRows(store, backend, spec, task, backend.space(task))
-    rng = np.random.default_rng(0)
-    configs = list(dict.fromkeys(table.space.canonical(table.space.sample(rng)) for _ in range(8)))
-    for config, result in zip(configs, backend.measure(task, configs, spec)):
-        table.add(config, result, "dataset")
-    store.close()
-    return pack(jobs, root / "campaign", [root / "stores" / "lab.sqlite"], root / "campaigns" / "grid", ARCHIVE_HOST)
-
-
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory) -> Shipped:
     root = tmp_path_factory.mktemp("shipped")
@@ -131,8 +98,7 @@ def shipped(tmp_path_factory) -> Shipped:
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w:gz") as tar:
         tar.add(folder, arcname=folder.name)
-    campaign = _campaign_archive(root)
-    return Shipped(folder, archive.getvalue(), campaign.read_bytes(), campaign.name)
+    return Shipped(folder, archive.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +114,6 @@ class Shipment:
     seed: int
     kind: str
     work: Path
-    campaign_name: str
     mutation: str = ""
 
     @property
@@ -164,26 +129,21 @@ class Shipment:
         return self.work / "packs" / "gemm_64.tar.gz"
 
     @property
-    def campaign_archive(self) -> Path:
-        return self.work / "campaigns" / "grid" / self.campaign_name
-
-    @property
     def scratch(self) -> Path:
-        return self.work / "scratch"  # where the loaders may write: extractions, views, the import's store
+        return self.work / "scratch"  # where the loaders may write: extractions, the import's store
 
     @property
     def target(self) -> Path:
         return {"manifest": self.pack / "manifest.json", "readings": self.pack / "readings.jsonl",
-                "pack archive": self.pack_archive, "campaign archive": self.campaign_archive}[self.kind]
+                "pack archive": self.pack_archive}[self.kind]
 
 
 def lay_out_shipment(shipped: Shipped, work: Path, seed: int, kind: str) -> Shipment:
-    item = Shipment(seed, kind, work, shipped.campaign_name)
-    for folder in ("home", "cwd", "tmp", "scratch", "canaries/dir", "outside", "packs", "campaigns/grid"):
+    item = Shipment(seed, kind, work)
+    for folder in ("home", "cwd", "tmp", "scratch", "canaries/dir", "outside", "packs"):
         (work / folder).mkdir(parents=True, exist_ok=True)
     shutil.copytree(shipped.pack, item.pack)
     item.pack_archive.write_bytes(shipped.pack_archive)
-    item.campaign_archive.write_bytes(shipped.campaign_archive)
     return item
 
 
@@ -281,13 +241,11 @@ def a_special(rng, entries, item):
 
 
 def a_huge(rng, entries, item):
-    """A member's header declaring just over a cap, or 8 GiB (a size under the caps is extracted: seconds)."""
+    """A member's header declaring just over the cap, or 8 GiB (a size under the cap is extracted: seconds)."""
     from tuning.hardware.gpu_pack import PACK_MAX_BYTES
-    from tuning.tools.campaign_archive import MAX_ARCHIVE_BYTES, MAX_FILE_BYTES
 
     i = pick(rng, _files(entries))
-    caps = [PACK_MAX_BYTES] if item.kind == "pack archive" else [MAX_FILE_BYTES, MAX_ARCHIVE_BYTES]
-    size = pick(rng, [cap + 1 for cap in caps] + [1 << 33])
+    size = pick(rng, [PACK_MAX_BYTES + 1, 1 << 33])
     entries[i][1] = size
     return f"{entries[i][0].name} declares {size:,} bytes"
 
@@ -320,45 +278,20 @@ def a_content(rng, entries, item):
     return f"{entries[i][0].name} {what}"
 
 
-def a_manifest(rng, entries, item):
-    """The campaign manifest's tree mutated, or one of its hostile edges."""
-    i = next(i for i, (info, _) in enumerate(entries) if info.name == "manifest.json")
-    tree = Tree(json.loads(entries[i][1]))
-    root, folders = tree.root, tree.root["folders"]
-    first_blob = next(iter(root["files"][folders[0]].values()))
-    edges = [("a folder outside", lambda: root.__setitem__("folders", ["../../outside/x"])),
-             ("a store outside", lambda: root.__setitem__("stores", ["../../outside/x.sqlite"])),
-             ("a store twice", lambda: root.__setitem__("stores", root["stores"] * 2)),
-             ("one blob named 50 times", lambda: root["files"][folders[0]].update(
-                 {f"copy{n}": first_blob for n in range(50)})),
-             ("nested folders", lambda: (folders.append(folders[0] + "/inner"),
-                                         root["files"].__setitem__(folders[0] + "/inner", {"x": first_blob}))),
-             ("format 1", lambda: root.__setitem__("format", 1)),
-             ("another host", lambda: root.__setitem__("host", {**ARCHIVE_HOST, "cores": 3}))]
-    if rng.random() < 0.5:
-        what, change = pick(rng, edges)
-        change()
-    else:
-        what = pick(rng, TREE_MUTATIONS)(rng, tree, item)
-    entries[i][1] = dump("manifest", tree)
-    return f"manifest.json: {what}"
-
-
 ARCHIVE_MUTATIONS = [a_rename, a_special, a_huge, a_duplicate, a_nested, a_mode, a_content]
 
 
 def mutate_shipment(rng, item: Shipment) -> None:
     path = item.target
-    if item.kind in ("pack archive", "campaign archive"):
-        mutation = pick(rng, ARCHIVE_MUTATIONS + [t_flip, t_truncate]
-                        + ([a_manifest] * 3 if item.kind == "campaign archive" else []))
+    if item.kind == "pack archive":
+        mutation = pick(rng, ARCHIVE_MUTATIONS + [t_flip, t_truncate])
         if mutation.__name__.startswith("t_"):
             data, what = mutation(rng, path.read_bytes())
             path.write_bytes(data)
         else:
             entries = tar_entries(path.read_bytes())
             what = mutation(rng, entries, item)
-            write_tar(path, entries, "w:gz" if item.kind == "pack archive" else "w:xz")
+            write_tar(path, entries, "w:gz")
     elif item.kind == "manifest":
         mutation = pick(rng, TREE_MUTATIONS + [m_manifest_edge] * 6 + TEXT_MUTATIONS)
         if mutation.__name__.startswith("t_"):
@@ -432,7 +365,6 @@ def _stored_as_read(item: Shipment, made: float):
 
 def shipment_steps(item: Shipment, shipped: Shipped) -> list[Step]:
     from tuning.hardware.gpu_pack import unpack
-    from tuning.tools.campaign_archive import open_view
     from tuning.tools.gpu_batch import measuring_window, read_manifest, valid_reading
 
     made = json.loads((shipped.pack / "manifest.json").read_text())["made_on"]["time"]
@@ -451,14 +383,10 @@ def shipment_steps(item: Shipment, shipped: Shipped) -> list[Step]:
         return [Step("gpu_batch.valid_reading (each line)",
                      lambda: [valid_reading(line, kernels, measuring_window(manifest)) for line in lines]),
                 Step("gpu_batch.import_pack", lambda: _imported(item), import_then)]
-    if item.kind == "pack archive":
-        into = item.scratch / "into"
-        return [Step("gpu_pack.unpack", lambda: _only_under(_leaving_nothing(lambda: unpack(item.target, into), into),
-                                                            into),
-                     lambda folder: [Step("gpu_batch.read_manifest (unpacked)", lambda: read_manifest(folder),
-                                          names=folder / "manifest.json")])]
-    views = item.scratch / "views"
-    return [Step("campaign_archive.open_view", lambda: _leaving_nothing(lambda: open_view(item.target, views), views))]
+    into = item.scratch / "into"
+    return [Step("gpu_pack.unpack", lambda: _only_under(_leaving_nothing(lambda: unpack(item.target, into), into), into),
+                 lambda folder: [Step("gpu_batch.read_manifest (unpacked)", lambda: read_manifest(folder),
+                                      names=folder / "manifest.json")])]
 
 
 def fuzz_shipment(shipped: Shipped, root: Path, seed: int, kind: str, tally: Tally, mutate: bool = True) -> str:
@@ -483,7 +411,7 @@ def fuzz_shipment(shipped: Shipped, root: Path, seed: int, kind: str, tally: Tal
 
 # ---- the tests -----------------------------------------------------------------------------------------
 def test_unmutated_shipments_are_accepted_and_write_only_scratch(shipped, tmp_path):
-    """The harness's own check: the pack, its archive and the campaign's archive pass every loader."""
+    """The harness's own check: the pack and its archive pass every loader."""
     tally = Tally()
     for seed, kind in enumerate(SHIPPED_KINDS):
         fuzz_shipment(shipped, tmp_path, seed, kind, tally, mutate=False)

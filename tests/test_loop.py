@@ -16,7 +16,6 @@ from omegaconf import OmegaConf
 
 from helpers import (
     complete_lines,
-    component,  # noqa: F401 - test_claims.py imports it from here
     components,
     run_py,
     tune_job,

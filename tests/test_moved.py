@@ -2,8 +2,6 @@
 - a run folder written by the flat layout (tests/data/run_before_move, made by commit 9483630 with
   `run.py hardware=synthetic model=gemm_64 tracking=none search=sa cost_model=xgb budget.plan_size=8
   budget.trials=16 seed=3`) resumes to a larger budget;
-- a campaign archive committed before the move (campaigns/gemm-tiling/amd-epyc-2c-ed7352a5.tar.xz)
-  prints its tables;
 - the old module names import their new homes (tuning/core/moved.py), `python -m` included, and a
   saved Hydra callback's `tuning.sweep.SweepParent` is still the class.
 """
@@ -23,7 +21,6 @@ from tuning.core.moved import MOVED, new_name
 
 REPO = Path(__file__).resolve().parents[1]
 BEFORE = REPO / "tests" / "data" / "run_before_move"
-ARCHIVE = REPO / "campaigns" / "gemm-tiling" / "amd-epyc-2c-ed7352a5.tar.xz"
 
 
 def lab(*args: str, cwd: Path, env_extra: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -43,14 +40,6 @@ def test_a_run_folder_from_before_the_move_resumes_to_its_new_budget(tmp_path):
     assert len(records) == 24
     assert len({json.dumps(r["config"]) for r in records}) == 24  # nothing measured twice
     assert (run / "status").read_text().strip() == "FINISHED"
-
-
-@pytest.mark.skipif(not ARCHIVE.is_file(), reason=f"{ARCHIVE} is not in this checkout")
-def test_a_campaign_archive_from_before_the_move_prints_its_tables(tmp_path):
-    done = lab(str(REPO / "experiments" / "gemm_tiling_grid.py"), "--table-only", "--archive", str(ARCHIVE),
-               cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "G-BFS vs random" in done.stdout and "27 of the grid's 280 runs finished" in done.stdout, done.stdout[-2000:]
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -1,13 +1,12 @@
-"""Hostile GPU packs and campaign archives: what their manifests, readings and tar headers may say.
+"""Hostile GPU packs: what their manifests, readings and tar headers may say.
 
 A pack's manifest lists each kernel and each config of a task once; a reading is measured between
-the pack's making and now and holds plausible costs, else it is skipped and counted; a pack or a
-campaign archive over its caps on members and unpacked bytes is refused from its tar headers before
-anything is written, and a refusal leaves no scratch behind. The packs here are made by hand for
+the pack's making and now and holds plausible costs, else it is skipped and counted; a pack over its
+caps on members and unpacked bytes is refused from its tar headers before anything is written, and a
+refusal leaves no scratch behind. The packs here are made by hand for
 the synthetic backend: no TVM build."""
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
@@ -20,11 +19,9 @@ import pytest
 
 from tuning.hardware.gpu_pack import PACK_FORMAT, PackError
 from tuning.store import MeasurementStore, connect_store
-from tuning.tools.campaign_archive import ArchiveError, archive_path, open_view
 from tuning.tools.gpu_batch import import_pack, read_manifest
 
 GPU = "Test GPU (readings written by this test)"
-HOST = {"cpu_model": "Test CPU @ 1 GHz", "cores": 2, "flags": "abc"}
 DAY = 24 * 3600.0
 
 
@@ -146,88 +143,8 @@ def header_only_tar(path: Path, members: list) -> Path:
     return path
 
 
-def campaign_manifest(files: dict) -> bytes:
-    return json.dumps({"format": 2, "host": HOST, "folders": sorted(files), "files": files, "stores": []}).encode()
-
-
-@pytest.fixture
-def no_blob_read(monkeypatch):
-    """Fails a test that reads any member's data but the manifest's."""
-    real = tarfile.TarFile.extractfile
-
-    def extractfile(self, member):
-        name = member if isinstance(member, str) else member.name
-        assert name == "manifest.json", f"{name} read before the archive's caps were checked"
-        return real(self, member)
-
-    monkeypatch.setattr(tarfile.TarFile, "extractfile", extractfile)
-
-
 def nothing_left(*folders: Path) -> bool:
     return all(not folder.exists() or not any(folder.iterdir()) for folder in folders)
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch) -> Path:
-    """The temporary folder every tempfile call of the test uses."""
-    import tempfile
-
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
-def test_a_campaign_archive_whose_headers_declare_more_than_its_cap_is_refused_before_any_write(
-        tmp_path, scratch, no_blob_read):
-    """Ten distinct 60 MiB blobs, each under the per-file cap: 600 MiB from a file of a few KiB."""
-    digests = [hashlib.sha256(bytes([i])).hexdigest() for i in range(10)]
-    path = header_only_tar(archive_path(tmp_path / "campaigns" / "grid", HOST), [
-        ("manifest.json", campaign_manifest({"run": {f"part{i}": d for i, d in enumerate(digests)}})),
-        *((f"blobs/{d}", 60 << 20) for d in digests)])
-    views = tmp_path / "views"
-    with pytest.raises(ArchiveError, match=rf"^{path}: .*MiB"):
-        open_view(path, views)
-    assert nothing_left(views, scratch)
-
-
-def test_a_campaign_archive_of_too_many_members_is_refused_before_any_write(tmp_path, scratch, no_blob_read):
-    from tuning.tools.campaign_archive import MAX_FILES
-
-    path = header_only_tar(archive_path(tmp_path / "campaigns" / "grid", HOST), [
-        ("manifest.json", campaign_manifest({"run": {"status": "0" * 64}})),
-        *((f"blobs/{i:064x}", b"") for i in range(MAX_FILES + 1))])
-    views = tmp_path / "views"
-    with pytest.raises(ArchiveError, match=rf"^{path}: more than {MAX_FILES:,} members"):
-        open_view(path, views)
-    assert nothing_left(views, scratch)
-
-
-def test_one_blob_named_by_many_files_is_refused_before_any_write(tmp_path, scratch, no_blob_read):
-    """Packed once, placed once per file that names it: a 60 MiB blob named 18 times places 1080 MiB."""
-    from tuning.tools.campaign_archive import MAX_RESTORED_BYTES
-
-    blob = 60 << 20
-    digest = hashlib.sha256(bytes(blob)).hexdigest()
-    names = MAX_RESTORED_BYTES // blob + 1
-    path = header_only_tar(archive_path(tmp_path / "campaigns" / "grid", HOST), [
-        ("manifest.json", campaign_manifest({"run": {f"copy{i}": digest for i in range(names)}})),
-        (f"blobs/{digest}", blob)])
-    views = tmp_path / "views"
-    with pytest.raises(ArchiveError, match=rf"^{path}: its folders would hold over {MAX_RESTORED_BYTES >> 20} MiB"):
-        open_view(path, views)
-    assert nothing_left(views, scratch)
-
-
-def test_a_view_that_fails_half_way_leaves_nothing_in_the_views_folder(tmp_path, scratch):
-    good, bad = hashlib.sha256(b"FINISHED").hexdigest(), hashlib.sha256(b"KILLED").hexdigest()
-    path = header_only_tar(archive_path(tmp_path / "campaigns" / "grid", HOST), [
-        ("manifest.json", campaign_manifest({"a": {"status": good}, "b": {"status": bad}})),
-        (f"blobs/{good}", b"FINISHED"), (f"blobs/{bad}", b"tampered")])
-    views = tmp_path / "views"
-    with pytest.raises(ArchiveError, match="does not match its hash"):
-        open_view(path, views)
-    assert nothing_left(views, scratch)
 
 
 # ---- gpu_pack.unpack ----------------------------------------------------------------------------------------

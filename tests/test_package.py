@@ -31,7 +31,7 @@ def test_tunelab_help_lists_every_subcommand():
         assert re.search(rf"^  {name}\s+\S", done.stdout, re.M), name
 
 
-@pytest.mark.parametrize("name", ["compare", "export", "apply", "sync", "dataset", "campaign", "pretrain", "value", "ui"])
+@pytest.mark.parametrize("name", ["compare", "export", "apply", "sync", "dataset", "pretrain", "value", "ui"])
 def test_each_tool_answers_help_as_a_tunelab_subcommand(name, capsys):
     from tunelab.cli import main
 

@@ -20,7 +20,6 @@ TOOLS = {
     "tuning.tools.pretrain": "python -m tuning.tools.pretrain",
     "tuning.tools.compare.cli": "python -m tuning.tools.compare",
     "tuning.tools.value": "python -m tuning.tools.value",
-    "tuning.tools.campaign_archive": "python -m tuning.tools.campaign_archive",
     "tuning.tools.study": "python -m tuning.tools.study",
 }
 # the commands that name an MLflow store, each with the least its command line holds
@@ -29,7 +28,6 @@ MLFLOW_COMMANDS = [
     ("tuning.tools.pretrain", ["--store", "lab.sqlite"]),
     ("tuning.tools.value", ["train", "--store", "lab.sqlite"]),
     ("tuning.tools.value", ["improve", "--model", "models:/v/1", "--store", "lab.sqlite", "--network", "gemm_64"]),
-    ("tuning.tools.campaign_archive", ["forget", "campaigns/grid", "a/seed0", "--campaign", "outputs/campaigns/grid"]),
     ("tuning.tools.sync", ["outputs/runs/day/time"]),
 ]
 LOCATION_WORDS = ("uri", "registry")  # --no-mlflow-run, --mlflow-experiment name no location

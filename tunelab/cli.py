@@ -14,7 +14,6 @@ COMMANDS = {
     "apply": ("tuning.tools.apply", "apply a (finished or killed) whole-model run's schedules and time the model"),
     "sync": ("tuning.tools.sync", "rebuild or repair a run's MLflow run from its folder"),
     "dataset": ("tuning.tools.dataset", "build, inspect or copy a measurement store (a dataset of timed configs)"),
-    "campaign": ("tuning.tools.campaign_archive", "a campaign's archive: forget finished runs, so its next call makes them again"),
     "pretrain": ("tuning.tools.pretrain", "train a cost model on measurement stores and register it in MLflow"),
     "value": ("tuning.tools.value", "value-function search: train, improve, schedule without measuring"),
     "rpc-server": ("tuning.hardware.rpc_server", "serve this machine's device to a TVM RPC tracker (hardware/runner=rpc)"),

@@ -1,5 +1,5 @@
 """This machine as its readings depend on it: the CPU model, its flags (hashed) and its core count, and
-a file name for it (`host_key`). Campaign archives and study blocks name their host by it."""
+a file name for it (`host_key`). Study blocks name their host by it."""
 from __future__ import annotations
 
 import hashlib
@@ -7,15 +7,6 @@ import json
 import os
 import re
 from pathlib import Path
-
-# Flags that say how the kernel or the hypervisor controls the CPU, not how fast it runs code: a host
-# whose flags differ from an archive's only in these is of the archive's kind. One joins the list only
-# with a measurement of two such hosts reading alike (docs/claims.md §Carrying a campaign between machines).
-NEUTRAL_FLAGS = frozenset({
-    # CPUID made to fault in user space (arch_prctl). A Zen 4 EPYC with it read its kind's archive at 0.97x, within
-    # its own two-hour drift (0.94-0.98x) though outside the check's 1.05x margin: results/2026-12-04-zen4-host-kind-*
-    "cpuid_fault",
-})
 
 
 def host_identity(cpuinfo: str | None = None, cores: int | None = None) -> dict:
@@ -29,22 +20,6 @@ def vector_isa(cpuinfo: str | None = None) -> str:
     AVX-512 and AVX2 hosts differ in kind, so a study shows them apart where both appear."""
     _, flags = _model_and_flags(cpuinfo)
     return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
-
-
-def packing_host() -> dict:
-    """This machine's identity with its flags named: what a manifest records of the host that packed it."""
-    model, flags = _model_and_flags(None)
-    return {**_identity(model, None, flags), "flag_names": flags}
-
-
-def equivalent_identities(cpuinfo: str | None = None, cores: int | None = None) -> list[dict]:
-    """This machine's identity first, then those of hosts that differ from it only in NEUTRAL_FLAGS."""
-    model, flags = _model_and_flags(cpuinfo)
-    flags = set(flags)
-    essential, neutral = flags - NEUTRAL_FLAGS, sorted(NEUTRAL_FLAGS)
-    variants = [essential | {f for i, f in enumerate(neutral) if mask >> i & 1} for mask in range(1 << len(neutral))]
-    identities = [_identity(model, cores, sorted(variant)) for variant in sorted(variants, key=lambda v: v != flags)]
-    return list({host_key(i): i for i in identities}.values())
 
 
 def _model_and_flags(cpuinfo: str | None) -> tuple[str, list[str]]:

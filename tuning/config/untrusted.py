@@ -1,5 +1,5 @@
 """One rule for what the lab reads from files it did not write: run folders, GPU pack manifests,
-campaign archives, MLflow artifacts, registry entries (docs/runs.md §Trust).
+MLflow artifacts, registry entries (docs/runs.md §Trust).
 
     override_problems(overrides, where, groups)   overrides a file carries: each a `key=value` of the
                                                   groups that kind of file may set; no hydra.*, no

@@ -169,8 +169,8 @@ def signals_handled_by(handler, signals: tuple):
 
 # ---- what the run is --------------------------------------------------------------------------
 def save_identity(out_dir: Path, choices: dict, commit: str | None = None) -> None:
-    """The run's choices and the commit it started at: a copy of the run on another machine (a
-    restored campaign, `tuning.tools.sync`) still names the code that made it."""
+    """The run's choices and the commit it started at: a copy of the run on another machine (a run
+    folder carried over, `tuning.tools.sync`) still names the code that made it."""
     path = out_dir / IDENTITY_FILE
     if not path.exists():
         identity = {"choices": {k: v for k, v in choices.items() if not k.startswith("hydra/") and isinstance(v, str)}}

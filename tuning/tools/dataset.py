@@ -3,7 +3,7 @@
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model conv_l8 gemm_512 --configs 2000
     python -m tuning.tools.dataset build  --store stores/host.sqlite --model squeezenet1_0 --configs 32   # each kernel
     python -m tuning.tools.dataset import --store stores/host.sqlite outputs/runs/*/records.jsonl
-    python -m tuning.tools.dataset reread --store stores/host.sqlite outputs/campaigns/x/*/*/seed* --top 1 --measurements 5
+    python -m tuning.tools.dataset reread --store stores/host.sqlite outputs/runs/*/* --top 1 --measurements 5
     python -m tuning.tools.dataset stats  --store stores/host.sqlite
     python -m tuning.tools.dataset agree  --store stores/host.sqlite --against stores/host-again.sqlite
     python -m tuning.tools.dataset export --store stores/host.sqlite --task conv_l8 --out conv_l8_cache.json

@@ -17,7 +17,7 @@ curve points and final metrics already there are not logged again.
 
 The saved config is checked as a run's is, except for what it names outside itself: a registered
 model the run's search or cost model read (`local_checks_only`) is not needed to re-log its records,
-and on a machine where a campaign's runs were restored it may not exist.
+and on a machine where the run folder was copied to it may not exist.
 """
 from __future__ import annotations
 

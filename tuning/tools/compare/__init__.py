@@ -3,9 +3,9 @@
     curves.py      what one run contributes: per task the incumbent's true latency after each
                    measurement and at each second; what a curve says at a budget or about a target
     statistics.py  the comparison's statistics (budgets, times to the target, final metrics, the
-                   methodology score) and a paper's claims against them (experiments/claims.py)
+                   methodology score)
     load.py        finished runs from MLflow: find_runs, the one run lookup; records, tasks, truths
-    report.py      compare.md, compare.csv, the curves' PNGs, the comparison's MLflow run; the claims table
+    report.py      compare.md, compare.csv, the curves' PNGs, the comparison's MLflow run
     cli.py         the command (python -m tuning.tools.compare --help)
     ablation.py    an `+experiment=` sweep's runs and the presets of experiments/*_table.py
 
@@ -21,12 +21,10 @@ HOMES = {
     "curves": ("Curve", "TaskTruth", "incumbent_curve", "run_curves", "error_counts", "value_at", "value_at_seconds",
                "time_to_target", "paired_by_seed"),
     "statistics": ("DEFAULT_BUDGETS", "Comparison", "compare", "budget_rows", "target_rows", "holm_within",
-                   "metric_rows", "methodology_scores", "Claim", "claim_rows", "time_ratio", "metric_ratio",
-                   "metric_value", "final_quality", "final_speed", "claim_verdict", "magnitude", "km_median"),
+                   "metric_rows", "methodology_scores"),
     "load": ("GROUPS", "find_runs", "job_runs", "LoadedRun", "load_run", "method_labels",
              "task_truths", "Gathered", "gather"),
-    "report": ("verdict_lines", "markdown", "write_csv", "curves_png", "write_outputs", "log_to_mlflow",
-               "claim_cell", "summary_markdown", "claims_markdown", "QUANTITY_NAMES"),
+    "report": ("verdict_lines", "markdown", "write_csv", "curves_png", "write_outputs", "log_to_mlflow"),
     "cli": ("default_out_dir", "parse_args", "main"),
 }
 _HOME_OF = {name: module for module, names in HOMES.items() for name in names}

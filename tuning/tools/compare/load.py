@@ -1,6 +1,6 @@
 """Finished runs read from MLflow: `find_runs`, the one run lookup every reader of runs uses (the
-comparison, the ablation presets, experiments/claims.py), then each run's records, tasks and
-identity, the method it belongs to, and its tasks' truths from the measurement store it recorded.
+comparison and the ablation presets), then each run's records, tasks and identity, the method it
+belongs to, and its tasks' truths from the measurement store it recorded.
 The artifacts are untrusted input: what does not parse is a reason to leave a run out, not a crash.
 Imports mlflow only through the client handed in."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A comparison rendered: compare.md (per task the budget and target tables, failures, the curves;
 the aggregate score, final metrics, verdicts and notes), compare.csv, one PNG of curves per task and
-the comparison's own MLflow run; and the claims table of experiments/claims.py."""
+the comparison's own MLflow run."""
 from __future__ import annotations
 
 import csv
@@ -133,16 +133,6 @@ def _score_cell(score: dict) -> str:
 def _table(header: list, rows: list[list]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
-
-
-def seed_label(seeds: list[int]) -> str:
-    """A results header's seeds: "seed 0", "seeds 0-4 (5)", or each one where some are missing."""
-    seeds = sorted(seeds)
-    if len(seeds) == 1:
-        return f"seed {seeds[0]}"
-    contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
-    return f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)})" if contiguous else \
-        f"seeds {', '.join(map(str, seeds))} ({len(seeds)})"
 
 
 def _ranges(values: list[int]) -> str:
@@ -291,73 +281,3 @@ def compare_runs_page(runs) -> str:
     ids = json.dumps([r.info.run_id for r in runs])
     experiments = json.dumps(sorted({r.info.experiment_id for r in runs}))
     return f"/#/compare-runs?runs={quote(ids)}&experiments={quote(experiments)}&{MODEL_TRAINING_VIEW}"
-
-
-# ---- the claims table (experiments/claims.py) ----------------------------------------------------
-QUANTITY_NAMES = {"measurements": "measurements to target", "seconds": "simulated s to target",
-                  "made": "measurements made", "final": "final kernel's latency",
-                  "run/run_s": "measurement s (run/run_s)", "opt_s": "optimisation s (16 iterations)"}
-
-
-SHORT = {"holds": "holds", "does not hold": "does not hold",
-         "does not hold: slower output": "does not hold (slower output)", "undecided at this power": "undecided",
-         "the method needs less": "less", "the method needs more": "more",
-         "an accounting identity: not tested": "identity"}
-
-
-def claim_cell(value: float, low: float, high: float) -> str:
-    if not math.isfinite(value):
-        return "n/a" if math.isnan(value) else "inf"
-    if math.isnan(low) or math.isnan(high):
-        return f"{value:.3f}x"
-    return f"{value:.3f}x [{low:.3f}, {high:.3f}]"  # an end reads inf where resamples never reached the target
-
-
-def speed_cell(row: dict) -> str:
-    """A claim row's speed-up. Where a Kaplan-Meier median is not reached (fewer than half the runs
-    reached the target) the ratio is 0 or undefined: the cell says so and how many runs reached it."""
-    reached, ratio = row.get("speed_reached"), row["speed_ratio"]
-    if reached and (ratio == 0 or math.isnan(ratio)):
-        which = "the method's median not reached" if ratio == 0 else "neither median reached"
-        return f"{which} (method {reached[0]}/{row['speed_n']} runs, baseline {reached[1]}/{row['speed_n']})"
-    return claim_cell(ratio, row["speed_low"], row["speed_high"])
-
-
-def summary_markdown(rows: list[dict]) -> list[str]:
-    """One row per claim, one column per task: the speed-up, its CI and the verdict."""
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    claims = list(dict.fromkeys((r["claim"], r["method"], r["baseline"], r["quantity"], r["paper"]) for r in rows))
-    cells = {(r["claim"], r["method"], r["task"]): r for r in rows}
-    out = ["| claim | method vs baseline | on | paper | " + " | ".join(tasks) + " |", "|---" * (4 + len(tasks)) + "|"]
-    for claim, method, baseline, quantity, paper in claims:
-        found = [cells.get((claim, method, task)) for task in tasks]
-        out.append(f"| {claim} | {method} vs {baseline} | {QUANTITY_NAMES[quantity]} | {paper} | " + " | ".join(
-            f"{speed_cell(r)} {SHORT[r['verdict']]}" if r else "-"
-            for r in found) + " |")
-    return out
-
-
-def claims_markdown(rows: list[dict], notes: list[str]) -> str:
-    """A claims table (claim_rows) as markdown: the summary, the detail with each final latency, the notes."""
-    out = ["Speed-up = baseline / method (above 1: the method needs less), 95% CI over seeds; verdict: holds / does "
-           "not hold / undecided for a paper's claim, less / more / undecided for a control or fidelity row, each "
-           "only when the CI excludes 1 and the row's test (log-rank on the times to the target, Wilcoxon on "
-           "the per-seed log ratios of a metric or of the final kernel's latency) is below 0.05 after Holm's "
-           "correction across every row of this table; a ratio every seed shares (a count the budget fixes) is an "
-           "accounting identity, not tested.",
-           "", *summary_markdown(rows), "", "In detail, with each method's final latency against its baseline's:", "",
-           "| claim | task | speed-up (baseline / method) [95% CI] | on | paper | final latency method / baseline "
-           "[95% CI] | p (Holm) | verdict |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['claim']}: {r['method']} vs {r['baseline']} | {r['task']} | "
-                   f"{speed_cell(r)} | {QUANTITY_NAMES[r['quantity']]} | "
-                   f"{r['paper']} | {claim_cell(r['quality_ratio'], r['quality_low'], r['quality_high'])} | "
-                   f"{_p_cell(r)} | {r['verdict']}{'; ' + r['magnitude'] if r['magnitude'] else ''} |")
-    out += ["", *notes]
-    return "\n".join(out) + "\n"
-
-
-def _p_cell(row: dict) -> str:
-    if row.get("speed_identity"):
-        return "-"
-    return f"{row['speed_p']:.3g} ({row['speed_p_holm']:.3g})"
