@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -313,8 +314,7 @@ def test_compare_rejects_bad_arguments(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main(argv)
         assert message in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="no MLflow experiment 'none'"):
-        main(["--baseline", "x", "--experiment", "none", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+
 
 
 # ---- a grid over several models ----------------------------------------------------------------------
@@ -381,3 +381,133 @@ def test_a_store_key_sqlite_cannot_take_falls_back_to_the_runs_readings():
 
     assert _store_entry({"store": "s.sqlite", "store_key": ["hw", "task", "\udc80"]}) == (None, ())
     assert _store_entry({"store": "s.sqlite", "store_key": ["hw", "task", "space"]}) == ("s.sqlite", ("hw", "task", "space"))
+
+
+# ---- which runs are one method: everything but the seed --------------------------------------------
+def tracked(client, experiment_id: str, search: str, seed: int, trials: int = 32, parallel_size: int = 128,
+            hardware: str = "synthetic", parent: str | None = None, tags: dict | None = None, cost: float = 1e-4) -> str:
+    """A finished job run as tunelab logs one (params, choice tags, records.jsonl, tasks.json), without tuning."""
+    import tempfile
+
+    from mlflow.entities import Param
+
+    run = client.create_run(experiment_id, run_name=f"gemm_64-{search}-b{trials}-{seed}", tags={
+        "choice.search": search, "choice.sampler": "greedy", "choice.cost_model": "xgb", "choice.evaluator": "fixed",
+        "choice.hardware": hardware, "seed": str(seed), **({"mlflow.parentRunId": parent} if parent else {}),
+        **(tags or {})})
+    params = {"seed": seed, "cost_model.seed": seed, "model.name": "gemm_64", "model.M": 64, "model.space": "full",
+              "budget.trials": trials, "budget.plan_size": 16, "search._target_": f"tuning.search.{search}.S",
+              "search.parallel_size": parallel_size, "hardware._target_": f"tuning.hardware.{hardware}.H",
+              "output_dir": f"/runs/{search}-{seed}-{trials}", "tracking.experiment": "x"}
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    rows = [Record("gemm_64", "key-gemm_64", [i], {}, MeasureResult(costs=[cost * (1 + 0.1 * ((i * 7 + seed) % 5))] * 3),
+                   i // 16, search, seed, i, time.time() + i) for i in range(trials)]
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in rows))
+        (Path(folder) / "tasks.json").write_text(json.dumps([{"name": "gemm_64", "key": "key-gemm_64"}]))
+        client.log_artifact(run.info.run_id, f"{folder}/records.jsonl")
+        client.log_artifact(run.info.run_id, f"{folder}/tasks.json")
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+@pytest.fixture
+def tracking(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    return uri, client, client.create_experiment("lab", artifact_location=(tmp_path / "artifacts").as_uri())
+
+
+def compare_cli(uri: str, *argv: str, tmp: Path) -> tuple[object, str]:
+    out = tmp / f"cmp{len(list(tmp.glob('cmp*')))}"
+    result = main(["--experiment", "lab", "--tracking-uri", uri, "--no-mlflow-run", "--out", str(out),
+                   "--budgets", "16", "32", *argv])
+    return result, (out / "compare.md").read_text()
+
+
+def test_runs_of_one_method_with_different_budgets_are_rows_of_their_own_and_an_unlike_baseline_is_refused(
+        tmp_path, tracking, capsys):
+    """sa at 32 and at 64 measurements is two rows, never one method with four runs; --baseline sa is refused
+    naming the key they differ in (on the old behaviour both pooled under "sa", the newer run of a seed kept)."""
+    from tuning.tools.compare.selection import Refused
+
+    uri, client, experiment = tracking
+    for seed in (0, 1):
+        tracked(client, experiment, "random", seed)
+        tracked(client, experiment, "sa", seed, trials=32)
+        tracked(client, experiment, "sa", seed, trials=64)
+    with pytest.raises(Refused, match=r"--baseline sa: .*differ in budget.trials.*sa\[budget.trials=32\]; "
+                                      r"sa\[budget.trials=64\]") as refused:
+        compare_cli(uri, "--baseline", "sa", tmp=tmp_path)
+    assert refused.value.code == 2 and "--baseline sa" in capsys.readouterr().err
+    result, report = compare_cli(uri, "--baseline", "random", tmp=tmp_path)
+    assert {c.method for c in result.curves} == {"random", "sa[budget.trials=32]", "sa[budget.trials=64]"}
+    assert len([c for c in result.curves if c.method.startswith("sa")]) == 4  # no run left out as "a newer run"
+    assert "sa: its runs did not all run alike, so they are rows of their own, told apart by budget.trials" in report
+    assert report.index("told apart by budget.trials") < report.index("## gemm_64")  # at the top, not in the notes
+    assert "warning: the compared rows did not run alike: budget.trials 32 (random, sa[budget.trials=32]), " \
+           "64 (sa[budget.trials=64])" in report
+    compare_cli(uri, "--baseline", "sa[budget.trials=32]", tmp=tmp_path)  # a row named as printed is a baseline
+    pooled, report = compare_cli(uri, "--baseline", "sa", "--group-by", "name", tmp=tmp_path)
+    assert {c.method for c in pooled.curves} == {"random", "sa"}
+    assert "warning: sa pools runs that did not run alike: budget.trials 32 / 64" in report
+
+
+def test_runs_of_one_method_with_different_hyperparameters_or_hardware_are_rows_of_their_own(tmp_path, tracking):
+    uri, client, experiment = tracking
+    for seed in (0, 1):
+        tracked(client, experiment, "sa", seed, parallel_size=128)
+        tracked(client, experiment, "sa", seed, parallel_size=256)
+        tracked(client, experiment, "random", seed)
+        tracked(client, experiment, "random", seed, hardware="cpu")
+    result, report = compare_cli(uri, "--baseline", "sa[search.parallel_size=128]", tmp=tmp_path)
+    assert {c.method for c in result.curves} == {
+        "sa[search.parallel_size=128]", "sa[search.parallel_size=256]",
+        "random[hardware._target_=tuning.hardware.cpu.H]", "random[hardware._target_=tuning.hardware.synthetic.H]"}
+    assert "told apart by search.parallel_size" in report and "told apart by hardware._target_" in report
+
+
+def test_compare_reads_the_latest_grid_by_default_and_says_what_it_picked(tmp_path, tracking):
+    """A grid, then an Optuna sweep in the same experiment: the sweep's trials (other hyperparameters, other
+    budgets) are not taken for the grid's seeds; the report's first line says which runs it compared."""
+    uri, client, experiment = tracking
+    grid = client.create_run(experiment, run_name="sweep search x seed", tags={"tunelab.multirun": "/m/1"}).info.run_id
+    for search in ("random", "sa"):
+        for seed in (0, 1):
+            tracked(client, experiment, search, seed, parent=grid)
+    sweep = client.create_run(experiment, run_name="sa_temperature", tags={"tunelab.multirun": "/m/2"}).info.run_id
+    for trial, size in enumerate((256, 32)):
+        tracked(client, experiment, "sa", 0, trials=64, parallel_size=size, parent=sweep,
+                tags={"optuna.trial": str(trial), "optuna.study": "sa_temperature-gemm_64"})
+    tracked(client, experiment, "sa", 0, trials=256, hardware="cpu")  # a single run, the newest
+    result, report = compare_cli(uri, "--baseline", "sa", tmp=tmp_path)
+    assert {r.info.run_id for r in client.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{grid}'")} == {
+        c.run_id for c in result.curves}
+    assert report.splitlines()[2].startswith(f"Selected: the latest grid of experiment 'lab', parent run "
+                                             f"'sweep search x seed' ({grid}): its 4 finished runs; 3 other")
+    everything, report = compare_cli(uri, "--baseline", "random", "--all-runs", tmp=tmp_path)
+    assert len(everything.curves) == 7 and "Selected: every finished run of experiment 'lab' (--all-runs): 7 runs" \
+        in report
+    with pytest.raises(SystemExit, match="--baseline sa: its runs did not all run alike"):
+        compare_cli(uri, "--baseline", "sa", "--all-runs", tmp=tmp_path)
+
+
+def test_compare_where_there_are_no_runs_creates_nothing_and_names_where_it_looked(tmp_path, monkeypatch, capsys):
+    from tuning.tools.compare.selection import Refused
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(Refused) as refused:
+        main(["--baseline", "sa"])
+    assert refused.value.code == 2
+    assert f"no runs in sqlite:///{tmp_path}/outputs/mlflow.db (it does not exist)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no outputs/mlflow.db, no folder
+    uri = f"sqlite:///{tmp_path}/m.db"
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(uri).create_experiment("other")
+    with pytest.raises(SystemExit, match=f"no MLflow experiment 'none' in {uri} \\(it holds 'Default', 'other'\\)"):
+        main(["--baseline", "x", "--experiment", "none", "--tracking-uri", uri])

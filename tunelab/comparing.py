@@ -42,14 +42,17 @@ def compare(baseline: str, experiment: str = "tunelab", *, tracking_uri: str | N
             budgets: Sequence[int] | None = None, parents: Sequence[str] = (), tags: Mapping[str, str] | None = None,
             model: str | None = None, metrics: Sequence[str] = (), seconds: Sequence[float] = (),
             fraction: float = 1.0, method_by: Sequence[str] | None = None, store: str | None = None,
-            out: str | Path | None = None, log_run: bool = False, seed: int = 0) -> Comparison:
+            out: str | Path | None = None, log_run: bool = False, seed: int = 0, all_runs: bool = False,
+            group_by: str = "identity") -> Comparison:
     """Compare the runs of `experiment` (narrowed by parent runs, tags, model) against `baseline`;
     every argument is the command's flag of the same name (`tunelab compare --help`). The
-    comparison's own MLflow run is logged only with log_run=True."""
+    comparison's own MLflow run is logged only with log_run=True. Input that compares nothing (no
+    runs there, a baseline whose runs did not run alike) raises ValueError with the command's message."""
     import pandas as pd
 
     from tuning.config.storage import mlflow_uri
     from tuning.tools.compare.cli import default_out_dir, main
+    from tuning.tools.compare.selection import Refused
 
     folder = Path(out) if out else default_out_dir(mlflow_uri(tracking_uri))
     argv = ["--baseline", baseline, "--experiment", experiment, "--out", str(folder), "--seed", str(seed),
@@ -61,12 +64,13 @@ def compare(baseline: str, experiment: str = "tunelab", *, tracking_uri: str | N
     argv += [f"--metric={m}" for m in metrics] + (["--seconds", *map(str, seconds)] if seconds else [])
     argv += ["--method-by", ",".join(method_by)] if method_by else []
     argv += ["--store", str(store)] if store else []
+    argv += ["--group-by", group_by] + (["--all-runs"] if all_runs else [])
     argv += [] if log_run else ["--no-mlflow-run"]
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the report is returned, not printed
             result = main(argv)
-    except SystemExit as stop:  # the command's refusal: its message is the code, or went to stderr
-        raise ValueError(stop.code if isinstance(stop.code, str) else "tunelab.compare: invalid arguments") from None
+    except SystemExit as stop:  # the command's refusal (Refused: its message), or argparse's (on stderr)
+        raise ValueError(str(stop) if isinstance(stop, Refused) else "tunelab.compare: invalid arguments") from None
     tables = {"budgets": pd.DataFrame(result.budget_table), "targets": pd.DataFrame(result.target_table),
               "metrics": pd.DataFrame(result.metric_table),
               "scores": pd.DataFrame([{"method": m, **row} for m, row in result.scores.items()])}

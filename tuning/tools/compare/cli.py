@@ -34,13 +34,22 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from tuning.config.cli import add_tracking_uri, new_parser
-from tuning.tools.compare.load import GROUPS, gather, job_runs
+from tuning.config.untrusted import without_secrets
+from tuning.tools.compare.load import GROUP_BY, GROUPS, gather, job_runs
 from tuning.tools.compare.report import log_to_mlflow, mlflow_links, write_outputs
+from tuning.tools.compare.selection import (
+    Refused,
+    experiment_or_refuse,
+    refuse_missing_store,
+    refuse_unlike_baseline,
+    selected,
+)
 from tuning.tools.compare.statistics import DEFAULT_BUDGETS, Comparison, compare
 
 
@@ -60,6 +69,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--parent", action="append", default=[], help="only children of this multirun parent run id")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag")
     parser.add_argument("--model", help="only runs of this model.name; default: every model")
+    parser.add_argument("--all-runs", action="store_true",
+                        help="every finished run of the experiment; default (without --parent or --tag): the latest "
+                             "grid, or every run where the experiment holds no grid (the report says which)")
+    parser.add_argument("--group-by", choices=GROUP_BY, default="identity",
+                        help="identity (default): runs of one method that did not run alike (budget, hardware, space, "
+                             "store, a hyperparameter; only the seed may differ) are rows of their own, e.g. "
+                             "sa[budget.trials=32]; name: pooled under the method's name, the report warning so")
     parser.add_argument("--baseline", required=True, help="the method every other is compared to (a name printed "
                                                           "in the table, e.g. sa or sa+greedy)")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(DEFAULT_BUDGETS), metavar="N",
@@ -118,22 +134,44 @@ def parse_args(argv=None, prog: str | None = None) -> argparse.Namespace:
 
 def main(argv=None, rename: dict | None = None, prog: str | None = None) -> Comparison:
     """The command; `rename` (method name -> name shown) is for presets (experiments/*_table.py), `prog`
-    the name usage shows."""
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from mlflow.tracking import MlflowClient
+    the name usage shows. Input that compares nothing exits with status 2, its message on stderr."""
+    try:
+        return _main(argv, rename, prog)
+    except Refused as refused:
+        print(f"tuning.tools.compare: {refused}", file=sys.stderr)
+        raise
+    except SystemExit as stop:
+        if not isinstance(stop.code, str):  # argparse's own exit (--help, a bad flag)
+            raise
+        message = stop.code.removeprefix("tuning.tools.compare: ")
+        print(f"tuning.tools.compare: {message}", file=sys.stderr)
+        raise Refused(message) from None
 
+
+def _main(argv, rename: dict | None, prog: str | None) -> Comparison:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     args = parse_args(argv, prog)
     uri = args.tracking_uri
+    refuse_missing_store(uri)  # before the client, which would create the database
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(uri)
-    runs = job_runs(client, args.experiment, args.parent, args.tag, args.model)
+    experiment_or_refuse(client, args.experiment, uri)
+    runs, picked = selected(client, job_runs(client, args.experiment, args.parent, args.tag, args.model), args)
+    if not runs:
+        raise Refused(f"no finished tunelab run in experiment {args.experiment!r} at {without_secrets(uri)} matches "
+                      "the selection")
     with tempfile.TemporaryDirectory() as scratch:
-        found = gather(client, runs, Path(scratch), args.method_by, args.store, rename, args.with_overhead)
+        found = gather(client, runs, Path(scratch), args.method_by, args.store, rename, args.with_overhead,
+                       args.group_by)
+    refuse_unlike_baseline(args.baseline, {c.method for c in found.curves}, found.unlike)
     try:
         result = compare(found.curves, found.truths, args.baseline, args.budgets, args.fraction, args.seed,
                          found.metrics, args.metric, args.seconds, args.margin)
     except ValueError as error:
-        raise SystemExit(f"tuning.tools.compare: {error}") from None
+        raise Refused(str(error)) from None
     result.notes = found.notes + result.notes
+    result.preface = [picked, *found.preface]
     selection = {"experiment": args.experiment, "parents": args.parent, "tags": [f"{k}={v}" for k, v in args.tag],
                  "model": args.model or "", "uri": uri}
     described = " ".join(f"{k}={v}" for k, v in selection.items() if v and k != "uri")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tuning.config.identity import method_rows, method_value, run_settings, shared_differences
 from tuning.config.naming import with_current_names
 from tuning.core.records import RecordError, RecordLog
 from tuning.tools.compare.curves import Curve, TaskTruth, run_curves
@@ -61,6 +62,7 @@ class LoadedRun:
     tasks: list[dict]
     metrics: dict = field(default_factory=dict)  # the run's final MLflow metrics (an older run's under today's names too)
     host: str = ""  # the hardware that measured it: option, CPU model, target (its describe() tags)
+    settings: dict = field(default_factory=dict)  # what it ran under but its seed (tuning/config/identity.py)
 
 
 def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
@@ -88,7 +90,7 @@ def load_run(client, run, scratch: Path, method_by) -> LoadedRun | str:
     return LoadedRun(run.info.run_id, run.info.run_name or run.info.run_id,
                      {key: _method_part(run, key) for key in method_by}, seed, params.get("model.name", ""),
                      0.0 if simulated else run.info.start_time / 1000, init_random, records, tasks,
-                     with_current_names(run.data.metrics), _host(tags))
+                     with_current_names(run.data.metrics), _host(tags), run_settings(params, tags))
 
 
 def measured_rounds(records) -> int:
@@ -119,18 +121,49 @@ def _saved_tasks(client, run, folder: Path) -> list[dict] | str:
 
 
 def _method_part(run, key: str) -> str:
-    from tuning.tracking.base import option_name
-
-    if key in GROUPS or key == "hardware":
-        return option_name(run.data.tags.get(f"choice.{key}"), run.data.params.get(f"{key}._target_", "?"))
-    return run.data.params.get(key, run.data.tags.get(key, "?"))
+    return method_value(run.data.params, run.data.tags, key)
 
 
 def method_labels(runs: list[LoadedRun], method_by) -> dict[str, str]:
     """run id -> method name: the --method-by values that differ between the runs, joined by '+'
     (every value when none differ)."""
-    varying = [k for k in method_by if len({r.keys[k] for r in runs}) > 1] or list(method_by)
-    return {r.run_id: "+".join(r.keys[k] for k in varying) for r in runs}
+    names, _ = method_rows([r.keys for r in runs], [r.settings for r in runs], by_settings=False)
+    return {r.run_id: name for r, name in zip(runs, names)}
+
+
+GROUP_BY = ("identity", "name")
+
+
+def row_labels(runs: list[LoadedRun], group_by: str = "identity", rename: dict | None = None
+               ) -> tuple[dict[str, str], dict, list[str]]:
+    """(run id -> its row, method name -> the settings its runs differ in, the lines the report opens
+    with). `group_by` identity: runs of one method name that did not run alike (budget, hardware, space,
+    store, a hyperparameter: tuning/config/identity.py) are rows of their own, named by what tells them
+    apart; name: they share the name's row, and the report warns so."""
+    rows, unlike = method_rows([r.keys for r in runs], [r.settings for r in runs], group_by == "identity", rename)
+    lines = []
+    for name, differ in unlike.items():
+        if not differ:
+            continue
+        if group_by == "identity":
+            lines.append(f"{name}: its runs did not all run alike, so they are rows of their own, told apart by "
+                         f"{', '.join(differ)} (--group-by name pools them)")
+        else:
+            lines.append(f"warning: {name} pools runs that did not run alike: " + "; ".join(
+                f"{key} {' / '.join(values)}" for key, values in differ.items())
+                         + " (--group-by identity makes them rows of their own)")
+    return {r.run_id: row for r, row in zip(runs, rows)}, unlike, lines
+
+
+def unlike_rows(runs: list[LoadedRun], labels: dict[str, str]) -> list[str]:
+    """A warning for the report's top when the compared rows did not share the settings every method
+    should (tuning/config/identity.py SHARED_SETTINGS: the hardware, the space, the budget, the store)."""
+    found = shared_differences([labels[r.run_id] for r in runs], [r.settings for r in runs])
+    if not found:
+        return []
+    return ["warning: the compared rows did not run alike: " + "; ".join(
+        f"{key} " + ", ".join(f"{value} ({', '.join(rows)})" for value, rows in values.items())
+        for key, values in found.items())]
 
 
 def task_truths(runs: list[LoadedRun], store_override: str | None) -> tuple[dict, list[str]]:
@@ -213,13 +246,16 @@ class Gathered:
     truths: dict
     notes: list[str]
     metrics: dict  # (method, seed, model) -> the run's final MLflow metrics
+    preface: list[str] = field(default_factory=list)  # how the runs became rows, said first in the report
+    unlike: dict = field(default_factory=dict)  # method name -> the settings its runs differ in
 
 
 def gather(client, runs, scratch: Path, method_by, store_override: str | None = None,
-           rename: dict | None = None, with_overhead: bool = False) -> Gathered:
-    """The curves, truths and notes of the selected MLflow runs (newest run per method, seed and model);
+           rename: dict | None = None, with_overhead: bool = False, group_by: str = "identity") -> Gathered:
+    """The curves, truths and notes of the selected MLflow runs (newest run per row, seed and model);
     `rename` maps method names to the names to show (e.g. sa+greedy -> SA). `with_overhead`: each
-    curve's seconds also count its run's own search and model-fitting seconds (add_overhead)."""
+    curve's seconds also count its run's own search and model-fitting seconds (add_overhead).
+    `group_by`: row_labels'."""
     notes, loaded = [], []
     for run in runs:
         found = load_run(client, run, scratch, method_by)
@@ -233,7 +269,7 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
         if not run.tasks:  # a run from before tasks.json: its records name its one task
             keys = sorted({r.workload_key for r in run.records})
             run.tasks = [{"name": run.records[0].task if run.records else "?", "key": k} for k in keys[:1]]
-    labels = {run_id: (rename or {}).get(label, label) for run_id, label in method_labels(loaded, method_by).items()}
+    labels, unlike, preface = row_labels(loaded, group_by, rename)
     newest: dict = {}
     for run in loaded:  # newest first
         slot = (labels[run.run_id], run.seed, run.model)  # a grid over models has one run per model at a seed
@@ -242,6 +278,7 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
                          "is compared")
         newest.setdefault(slot, run)
     kept = list(newest.values())
+    preface += unlike_rows(kept, labels)
     hosts = sorted({run.host for run in kept if run.host})
     if len(hosts) > 1:  # readings from different machines do not compare: say so before any table
         notes.append("the runs were measured on different hardware: " + "; ".join(hosts))
@@ -256,7 +293,8 @@ def gather(client, runs, scratch: Path, method_by, store_override: str | None = 
                                                      run.run_id, run.start_s, run.init_random)]
     if with_overhead:
         notes += add_overhead(client, kept, curves)
-    return Gathered(curves, truths, notes + truth_notes, {slot: run.metrics for slot, run in newest.items()})
+    return Gathered(curves, truths, notes + truth_notes, {slot: run.metrics for slot, run in newest.items()},
+                    preface, unlike)
 
 
 # per round, cumulative, at step = measurements so far; the search proposes a round before it is

@@ -69,7 +69,8 @@ def _km_cell(row: dict, axis: str) -> str:
 def markdown(result: Comparison, selection: str) -> str:
     seeds = sorted({c.seed for c in result.curves})
     crn = sorted({c.init_random for c in result.curves})
-    out = [f"# Comparison: {selection}", "",
+    out = [f"# Comparison: {selection}", "", *[f"{line}  " for line in result.preface],
+           *([""] if result.preface else []),
            f"Baseline **{result.baseline}**; {len(seeds)} seeds ({_ranges(seeds)}); common random numbers: "
            + (f"first {crn[0]} measurements shared per seed" if crn != [0] and len(crn) == 1 else
               "none (pairs share only the seed)" if crn == [0] else f"mixed budget.init_random {crn}")

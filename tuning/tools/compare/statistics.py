@@ -81,6 +81,7 @@ class Comparison:
     run_metrics: dict = field(default_factory=dict)  # (method, seed, model) -> final metrics (presets' sub-comparisons)
     scores: dict = field(default_factory=dict)  # method -> score row
     notes: list[str] = field(default_factory=list)
+    preface: list[str] = field(default_factory=list)  # what was selected, how runs became rows: the report's top
 
     def tasks(self) -> list[str]:
         return sorted({c.task for c in self.curves})
