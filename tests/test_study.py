@@ -281,3 +281,15 @@ def test_each_block_is_a_run_in_mlflow_once_and_blocks_from_elsewhere_are_logged
         assert logged.returncode == 0 and expected in logged.stdout, logged.stdout + logged.stderr[-2000:]
     assert len(MlflowClient(tracking_uri=other).search_runs(
         [MlflowClient(tracking_uri=other).get_experiment_by_name("study-toy").experiment_id])) == 1
+
+
+def test_a_look_schedule_is_part_of_the_plan_only_where_declared():
+    base = study_spec("s", OmegaConf.create(valid()))
+    analysis = {**valid()["analysis"], "interim": "obrien_fleming", "looks": [2, 3]}
+    scheduled = study_spec("s", OmegaConf.create({**valid(), "analysis": analysis}))
+    assert "looks" not in base.plan()["analysis"] and scheduled.plan()["analysis"]["looks"] == [2, 3]
+    assert scheduled.plan_hash != base.plan_hash and scheduled.analysis_plan().looks == (2, 3)
+    with pytest.raises(ConfigError, match=r"study.analysis.looks: the last look is at the planned 3"):
+        study_spec("s", OmegaConf.create({**valid(), "analysis": {**analysis, "looks": [2]}}))
+    with pytest.raises(ConfigError, match=r"study.analysis.looks: a list of block counts"):
+        study_spec("s", OmegaConf.create({**valid(), "analysis": {**analysis, "looks": "often"}}))

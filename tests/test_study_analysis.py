@@ -2,6 +2,7 @@
 TOST, Holm, O'Brien-Fleming spending, withholding, stratification, plan checks and the false-positive rate."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -214,3 +215,48 @@ def test_false_positive_rate_at_a_true_ratio_of_one(hosts):
                   for i, (h, b, a) in enumerate(zip(hosts, base, arm))]
         positives += family_table(study, blocks).claims[0].verdict != "undecided"
     assert 0.03 <= positives / 2000 <= 0.07
+
+
+def test_group_sequential_levels_spend_alpha_over_the_looks_together():
+    from tuning.study.analysis import group_sequential_levels
+
+    assert group_sequential_levels(0.05, [1.0]) == pytest.approx([0.05])
+    levels = group_sequential_levels(0.05, [0.5, 1.0])
+    assert levels[0] == pytest.approx(obrien_fleming_alpha(0.05, 0.5), rel=1e-9)  # the first look: what it spends
+    assert 0.046 < levels[1] < 0.05  # the last look gives back what the first one spent, not all of alpha
+    for fractions in ([0.5, 1.0], [1 / 3, 2 / 3, 1.0], [0.2, 0.4, 0.6, 0.8, 1.0]):
+        bounds = stats.norm.isf(np.asarray(group_sequential_levels(0.05, fractions)) / 2)
+        rng = np.random.default_rng(7)
+        steps = rng.standard_normal((200_000, len(fractions))) * np.sqrt(np.diff([0.0, *fractions]))
+        z = steps.cumsum(axis=1) / np.sqrt(fractions)  # the score process's Z at each look, under no difference
+        crossed = np.abs(z) >= bounds
+        first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+        assert crossed.any(axis=1).mean() == pytest.approx(0.05, abs=0.0025), fractions  # 5 SE of 200,000 draws
+        spent = [obrien_fleming_alpha(0.05, t) for t in fractions]
+        for k, increment in enumerate(np.diff([0.0, *spent])):
+            assert (first == k).mean() == pytest.approx(increment, abs=0.0025), (fractions, k)
+
+
+def test_a_declared_look_schedule_analyses_the_latest_look_s_blocks_at_its_exact_level():
+    from tuning.study.analysis import group_sequential_levels
+
+    scheduled = dataclasses.replace(plan(min_blocks=4, planned_blocks=10, interim="obrien_fleming"), looks=(5, 10))
+    ratios = [-0.1, -0.12, -0.08, -0.11, -0.09, -0.1, -0.13]
+    early = family_table(scheduled, blocks_from(ratios[:4]))
+    assert early.withheld and early.look == "none yet" and "until the first planned look (5" in markdown(early)
+    first = family_table(scheduled, blocks_from(ratios))  # 7 blocks: the look at 5 uses the first 5
+    assert first.n_blocks == 5 and first.look == "interim"
+    assert first.look_alpha == pytest.approx(group_sequential_levels(0.05, [0.5, 1.0])[0])
+    assert "look 1 of the 2 planned" in markdown(first)
+    last = family_table(scheduled, blocks_from(ratios + [-0.1, -0.1, -0.1]))
+    assert last.look == "final" and last.look_alpha == pytest.approx(group_sequential_levels(0.05, [0.5, 1.0])[1])
+    assert last.look_alpha < 0.05
+
+
+@pytest.mark.parametrize("looks, says", [((5, 4, 10), "increasing"), ((2, 10), "before min_blocks"),
+                                         ((5, 8), "the last look is at the planned 10")])
+def test_a_bad_look_schedule_is_named(looks, says):
+    bad = dataclasses.replace(plan(min_blocks=3, planned_blocks=10, interim="obrien_fleming"), looks=looks)
+    assert any(p.startswith("analysis.looks") and says in p for p in plan_problems(bad)), plan_problems(bad)
+    assert any("interim obrien_fleming" in p for p in plan_problems(dataclasses.replace(bad, interim="none",
+                                                                                      looks=(5, 10))))

@@ -14,6 +14,12 @@ log(latency_arm / latency_baseline); a ratio < 1 means the arm is faster.
     looks         below min_blocks complete blocks every estimate is withheld; with interim
                   "obrien_fleming" before planned_blocks, the level of this look is the
                   Lan-DeMets O'Brien-Fleming spending alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))
+                  (exact for one interim look). With a declared schedule `looks` (block counts,
+                  the last = planned_blocks) a table is the latest scheduled look, over the first
+                  n_k complete blocks in the order given, at the exact group-sequential level of
+                  that look: the boundaries c_1..c_k with P(|Z_1| < c_1, ..., |Z_k| >= c_k) =
+                  alpha(t_k) - alpha(t_{k-1}), corr(Z_i, Z_j) = sqrt(t_i / t_j), so that every look
+                  together spends alpha
     verdict       difference: "arm faster" / "arm slower" when the interval excludes 1 and the Holm
                   p < the look's alpha, else "undecided"; equivalence: "equivalent within margin M"
                   when the Holm TOST p < the look's alpha, else "not shown equivalent"
@@ -56,6 +62,7 @@ class Plan:
     min_blocks: int
     planned_blocks: int
     interim: str
+    looks: tuple[int, ...] = ()  # a declared look schedule (block counts); () : a look whenever printed
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,26 @@ def plan_problems(plan: Plan) -> list[str]:
         problems.append(f"analysis.interim: {plan.interim!r} is not one of {', '.join(INTERIMS)}")
     if not plan.claims:
         problems.append("analysis.claims: no confirmatory claim")
+    problems.extend(_look_problems(plan))
     for family in ("claims", "controls"):
         for i, claim in enumerate(getattr(plan, family)):
             problems.extend(claim_problems(claim, f"analysis.{family}[{i}]"))
+    return problems
+
+
+def _look_problems(plan: Plan) -> list[str]:
+    looks = plan.looks
+    if not looks:
+        return []
+    if not all(_is_int(n) for n in looks) or list(looks) != sorted(set(looks)):
+        return [f"analysis.looks: block counts in increasing order, got {list(looks)!r}"]
+    problems = []
+    if plan.interim != "obrien_fleming":
+        problems.append(f"analysis.looks: a look schedule spends alpha by interim obrien_fleming, not {plan.interim!r}")
+    if _is_int(plan.min_blocks) and looks[0] < plan.min_blocks:
+        problems.append(f"analysis.looks: the first look ({looks[0]} blocks) is before min_blocks ({plan.min_blocks})")
+    if looks[-1] != plan.planned_blocks:
+        problems.append(f"analysis.looks: the last look is at the planned {plan.planned_blocks} blocks, not {looks[-1]}")
     return problems
 
 
@@ -276,6 +300,69 @@ def obrien_fleming_alpha(alpha: float, information: float) -> float:
     return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(information)))
 
 
+def group_sequential_levels(alpha: float, fractions: Sequence[float]) -> list[float]:
+    """The nominal two-sided level of each look at information fractions t_1 < ... < t_K (t_K = 1 at the
+    last planned look) under Lan-DeMets O'Brien-Fleming spending: look k rejects when |Z_k| >= c_k, with
+    c_k solving P(|Z_1| < c_1, ..., |Z_{k-1}| < c_{k-1}, |Z_k| >= c_k) = alpha(t_k) - alpha(t_{k-1}).
+    Computed by numerical integration of the score process B(t) = Z(t) sqrt(t), a Brownian motion,
+    over the region still open after each look (deterministic; the level is 2 (1 - Phi(c_k)))."""
+    levels: list[float] = []
+    spent, last = 0.0, None
+    for t in fractions:
+        target = obrien_fleming_alpha(alpha, t) - spent
+        spent += target
+        bound = float(stats.norm.isf(target / 2)) if last is None else _next_bound(last, t, target)
+        last = _still_open(last, t, bound)
+        levels.append(float(2 * stats.norm.sf(bound)))
+    return levels
+
+
+@dataclass(frozen=True)
+class _OpenRegion:
+    """The score process B at a look's time t, on a grid over the region no look has crossed yet, with
+    its (sub-probability) density there."""
+
+    t: float
+    grid: np.ndarray
+    density: np.ndarray
+
+
+def _next_bound(last: _OpenRegion, t: float, target: float) -> float:
+    """The |Z| bound at time t that a path still open at `last` crosses with probability `target`."""
+    from scipy.optimize import brentq
+
+    step = math.sqrt(t - last.t)
+    weighted = last.density * _simpson_weights(last.grid)
+
+    def crossing(c: float) -> float:
+        edge = c * math.sqrt(t)
+        beyond = stats.norm.cdf((-edge - last.grid) / step) + stats.norm.sf((edge - last.grid) / step)
+        return float(np.dot(weighted, beyond)) - target
+
+    return float(brentq(crossing, 0.01, 12.0, xtol=1e-12))
+
+
+def _still_open(last: _OpenRegion | None, t: float, bound: float) -> _OpenRegion:
+    edge = bound * math.sqrt(t)
+    grid = np.linspace(-edge, edge, GRID_POINTS)
+    if last is None:
+        return _OpenRegion(t, grid, stats.norm.pdf(grid / math.sqrt(t)) / math.sqrt(t))
+    step = math.sqrt(t - last.t)
+    kernel = stats.norm.pdf((grid[:, None] - last.grid[None, :]) / step) / step
+    return _OpenRegion(t, grid, kernel @ (last.density * _simpson_weights(last.grid)))
+
+
+GRID_POINTS = 801  # odd, for Simpson's rule: the levels agree with 2001 points to ~1e-7
+
+
+def _simpson_weights(grid: np.ndarray) -> np.ndarray:
+    """Simpson's rule on an evenly spaced grid of an odd number of points: the integral is the dot
+    product of these weights with the values."""
+    weights = np.ones(len(grid))
+    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
+    return weights * (grid[1] - grid[0]) / 3
+
+
 def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
     """The look at `blocks` (each {"block": id, "host_kind": str, "final": {arm: latency}}) under `plan`.
     A block is complete when every arm the plan names has a finite latency; the others are left out and
@@ -308,14 +395,12 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
             complete.append((host, values))
         else:
             incomplete.append(ident)
+    if plan.looks:
+        complete, look, look_alpha = _scheduled_look(plan, complete)
+    else:
+        look, look_alpha = _look_now(plan, len(complete))
     n = len(complete)
     information = min(1.0, n / plan.planned_blocks)
-    if n >= plan.planned_blocks:
-        look, look_alpha = "final", plan.alpha
-    elif plan.interim == "obrien_fleming":
-        look, look_alpha = "interim", obrien_fleming_alpha(plan.alpha, information)
-    else:
-        look, look_alpha = "early", plan.alpha
     withheld = n < plan.min_blocks
     hosts = [host for host, _ in complete]
     families = []
@@ -335,6 +420,27 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
             for row, p in zip(rows, adjusted)))
     return Table(plan=plan, claims=families[0], controls=families[1], n_blocks=n, incomplete=tuple(incomplete),
                  information=information, look=look, look_alpha=look_alpha, withheld=withheld)
+
+
+def _look_now(plan: Plan, n: int) -> tuple[str, float]:
+    """With no schedule, every table is a look: final at the planned blocks, else interim at the
+    O'Brien-Fleming spending of its information fraction (or "early" at the full alpha without a rule)."""
+    if n >= plan.planned_blocks:
+        return "final", plan.alpha
+    if plan.interim == "obrien_fleming":
+        return "interim", obrien_fleming_alpha(plan.alpha, n / plan.planned_blocks)
+    return "early", plan.alpha
+
+
+def _scheduled_look(plan: Plan, complete: list) -> tuple[list, str, float]:
+    """The latest look of the declared schedule that the complete blocks reach: its blocks (the first
+    n_k, in the order given), its kind ("final", "interim", or "none yet" with no block) and level."""
+    reached = [count for count in plan.looks if count <= len(complete)]
+    if not reached:
+        return [], "none yet", 0.0
+    levels = group_sequential_levels(plan.alpha, [count / plan.planned_blocks for count in plan.looks])
+    kind = "final" if reached[-1] >= plan.planned_blocks else "interim"
+    return complete[: reached[-1]], kind, levels[len(reached) - 1]
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
@@ -359,7 +465,12 @@ def markdown(table: Table) -> str:
             p = _p(row.p_adjusted)
         lines.append(f"| {row.family} | {what} | {row.n} | {kinds or '-'} | {ratio} | {p} | {row.verdict} |")
     plan = table.plan
-    if table.look == "interim":
+    if plan.looks:
+        done = sum(count <= table.n_blocks for count in plan.looks) if table.n_blocks else 0
+        look = (f"look {done} of the {len(plan.looks)} planned (at {', '.join(map(str, plan.looks))} blocks), "
+                f"over the first {table.n_blocks} complete blocks, exact group-sequential level {_g(table.look_alpha)}"
+                if done else f"no planned look yet (the first is at {plan.looks[0]} complete blocks)")
+    elif table.look == "interim":
         look = (f"interim look at {table.n_blocks} of {plan.planned_blocks} planned blocks (t = "
                 f"{table.information:.2f}), O'Brien-Fleming alpha at this look {_g(table.look_alpha)}")
     elif table.look == "early":
@@ -369,7 +480,9 @@ def markdown(table: Table) -> str:
         look = f"final look at {table.n_blocks} blocks (planned {plan.planned_blocks}), alpha {_g(table.look_alpha)}"
     tail = [f"alpha {_g(plan.alpha)}; {look}; families (Holm within each): {len(table.claims)} claim(s), "
             f"{len(table.controls)} control(s); intervals at 1 - the look's alpha"]
-    if table.withheld:
+    if table.withheld and table.look == "none yet":
+        tail.append(f"every estimate withheld until the first planned look ({plan.looks[0]} complete blocks)")
+    elif table.withheld:
         tail.append(f"every estimate withheld: {table.n_blocks} complete block(s) < min_blocks {plan.min_blocks}")
     if table.incomplete:
         tail.append(f"{len(table.incomplete)} incomplete block(s) left out: {', '.join(table.incomplete)}")

@@ -69,7 +69,8 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
 
 def study_table(spec: StudySpec) -> str:
     files, problems = read_blocks(spec.results, spec.name, spec.arm_names)
-    ours = [f for f in files if f.data["plan_hash"] == spec.plan_hash]
+    ours = sorted((f for f in files if f.data["plan_hash"] == spec.plan_hash),  # a look takes the first made
+                  key=lambda f: (_number(f.data.get("started")), f.block))
     others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
     blocks = [_analysed(spec, f) for f in ours]
     table = family_table(spec.analysis_plan(), blocks)

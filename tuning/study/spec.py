@@ -20,6 +20,7 @@
       alpha: 0.05
       min_blocks: 8
       interim: obrien_fleming
+      looks: [5, 10]                                    # optional: the looks (complete blocks), the last = all
     results: studies/<name>                             # the block files' folder (relative: to the cwd)
 
 Every key is checked here, each problem naming its key, before any block runs; the arms' composed
@@ -41,7 +42,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from tuning.config import ConfigError
 from tuning.config.conf_dir import CONF_DIR
 from tuning.config.untrusted import env_conf_dirs
-from tuning.study.analysis import Claim, Plan
+from tuning.study.analysis import Claim, Plan, plan_problems
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 KEYS = ("description", "common", "arms", "tasks", "seeds", "budget", "adjudication", "panel", "target",
@@ -79,6 +80,7 @@ class StudySpec:
     interim: str
     results: Path
     peers: tuple[tuple[str, str], ...] = ()  # (arm name, peer kind): a tuner run whole (block.py)
+    looks: tuple[int, ...] = ()  # a declared look schedule (complete blocks at each look); (): any table is a look
 
     @property
     def arm_names(self) -> tuple[str, ...]:
@@ -102,10 +104,12 @@ class StudySpec:
                 "target": {"fraction": self.target_fraction},
                 "analysis": {"claims": [asdict(c) for c in self.claims],
                              "controls": [asdict(c) for c in self.controls], "alpha": self.alpha,
-                             "min_blocks": self.min_blocks, "interim": self.interim}}
+                             "min_blocks": self.min_blocks, "interim": self.interim,
+                             **({"looks": list(self.looks)} if self.looks else {})}}
 
     def analysis_plan(self) -> Plan:
-        return Plan(self.claims, self.controls, self.alpha, self.min_blocks, len(self.blocks), self.interim)
+        return Plan(self.claims, self.controls, self.alpha, self.min_blocks, len(self.blocks), self.interim,
+                    self.looks)
 
     @property
     def plan_hash(self) -> str:
@@ -154,7 +158,7 @@ def study_spec(name: str, node: DictConfig) -> StudySpec:
     panel = _mapping(data.get("panel", {}), "study.panel", ("configs", "drift_bound"), problems)
     target = _mapping(data.get("target", {}), "study.target", ("fraction",), problems)
     analysis = _mapping(data.get("analysis"), "study.analysis",
-                        ("claims", "controls", "alpha", "min_blocks", "interim"), problems)
+                        ("claims", "controls", "alpha", "min_blocks", "interim", "looks"), problems)
     names = [a for a, _ in arms]
     spec = StudySpec(
         name=name, description=str(data.get("description", "")), common=tuple(common), arms=tuple(arms),
@@ -167,10 +171,13 @@ def study_spec(name: str, node: DictConfig) -> StudySpec:
         alpha=_number(analysis.get("alpha", 0.05), "study.analysis.alpha", 0.0, problems, high=0.5),
         min_blocks=_int(analysis.get("min_blocks", 8), "study.analysis.min_blocks", 2, problems),
         interim=str(analysis.get("interim", "obrien_fleming")),
+        looks=_looks(analysis.get("looks"), problems),
         results=Path(str(data.get("results", f"studies/{name}"))),
         peers=_peers(data.get("arms") if isinstance(data.get("arms"), dict) else None))
     if spec.interim not in ("none", "obrien_fleming"):
         problems.append(f"study.analysis.interim: none or obrien_fleming, got {spec.interim!r}")
+    elif spec.looks and spec.claims and spec.min_blocks:
+        problems += ["study." + p for p in plan_problems(spec.analysis_plan()) if p.startswith("analysis.looks")]
     if trials and plan_size and plan_size > trials:
         problems.append(f"study.budget.plan_size: {plan_size} is more than budget.trials {trials}")
     if problems:
@@ -246,6 +253,16 @@ def _arms(value, problems: list[str]) -> list[tuple[str, tuple[str, ...]]]:
 def _peers(value) -> tuple[tuple[str, str], ...]:
     return tuple((str(name), str(arm["peer"])) for name, arm in (value or {}).items()
                  if isinstance(arm, dict) and arm.get("peer") in PEERS)
+
+
+def _looks(value, problems: list[str]) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value):
+        problems.append(f"study.analysis.looks: a list of block counts (e.g. [5, 10]), got {value!r}")
+        return ()
+    return tuple(value)
 
 
 def _seeds(value, problems: list[str]) -> list[int]:
