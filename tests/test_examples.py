@@ -4,7 +4,6 @@ inline backend, and the plot cells show their figures (the lab never changes the
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
