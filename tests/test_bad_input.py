@@ -116,10 +116,10 @@ def test_unknown_key_lists_the_allowed_ones(compose_cfg):
         validate(compose_cfg("model=gemm", "+model.groups=4", "+budget.trails=100"))
     message = str(error.value)
     assert "model.groups: not a key of a gemm model (allowed: name, kind, description, space, dtype, M, N, K)" in message
-    assert "budget.trails: not a key of budget (allowed: trials, trials_per_task" in message
+    assert "budget.trails: not a key of budget; did you mean budget.trials? (allowed: trials, trials_per_task" in message
 
 
-# Hydra itself rejects these while composing (the CLI exits 1 with its message, no traceback)
+# Hydra itself rejects these while composing (the CLI says so first, exit status 2: tests/test_command_line_errors.py)
 HYDRA_REJECTED = {
     "top-level typo without +": ("trails=3", "trails"),
     "budget typo without +": ("budget.trails=3", "budget.trails"),
@@ -143,11 +143,11 @@ def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
-CLI_REJECTED = {  # overrides, exit code (2: tunelab's check, 1: Hydra's), text of the message
+CLI_REJECTED = {  # overrides, exit code (2: every input error, Hydra's included), text of the message
     "budget typo": (["+budget.trails=100"], 2, "budget.trails: not a key of budget"),
     "nan": (["sampler.eps=nan"], 2, "sampler.eps: expected a finite number, got nan"),
     "traversal name": (["model.name=../../x"], 2, "model.name:"),
-    "nan for an int (Hydra)": (["budget.trials=nan"], 1, "budget.trials"),
+    "nan for an int (Hydra's composition)": (["budget.trials=nan"], 2, "budget.trials"),
 }
 
 

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from tuning.config import ConfigError, register
 from tuning.config.conf_dir import CONF_DIR
+from tuning.config.overrides import override_problems
 from tuning.engine.validate import moved_overrides
 
 register()
@@ -39,10 +40,20 @@ def job_overrides(argv: list[str]) -> list[str]:
     return argv
 
 
+def checked_command_line(argv: list[str]) -> list[str]:
+    """job_overrides, then what Hydra would refuse as the lab's ConfigError (tuning/config/overrides.py):
+    an unknown key or option, with the nearest known name, before Hydra's advice."""
+    argv = job_overrides(argv)
+    problems = override_problems(argv)
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return argv
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """Run Hydra on `argv` (default: the command line) as the program `prog`; exits like a command."""
     try:
-        argv = job_overrides(sys.argv[1:] if argv is None else list(argv))
+        argv = checked_command_line(sys.argv[1:] if argv is None else list(argv))
     except ConfigError as error:
         print(f"tunelab: {error}", file=sys.stderr)
         sys.exit(2)

@@ -24,7 +24,7 @@ from tuning.config.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.config.storage import StorageSchema, register_resolver
 from tuning.config.storage import problems as storage_problems
 from tuning.config.storage import unresolved as unresolved_storage
-from tuning.core.component import MAX_SEED, check_range
+from tuning.core.component import MAX_SEED, check_range, did_you_mean
 from tuning.core.task import conv2d_output_shape
 
 COMPONENT_GROUPS = ("search", "sampler", "evaluator", "cost_model", "hardware", "tracking", "scheduler")
@@ -169,7 +169,8 @@ def _unknown_keys(cfg) -> list[str]:
 
 
 def _extra_keys(prefix: str, node, allowed: list[str], what: str) -> list[str]:
-    return [f"{prefix}{key}: not {what} (allowed: {', '.join(allowed)})" for key in node if key not in allowed]
+    return [f"{prefix}{key}: not {what}{did_you_mean(key, allowed, prefix)} (allowed: {', '.join(allowed)})"
+            for key in node if key not in allowed]
 
 
 def _non_finite_floats(node, path: str = "") -> list[str]:
@@ -248,13 +249,19 @@ def _check_model(model) -> list[str]:
         if model.network not in NETWORKS:
             problems.append(f"model.network: unknown network {model.network!r} (allowed: {', '.join(NETWORKS)})")
     if kind == "onnx":
-        if not Path(model.path).expanduser().is_file():
-            problems.append(f"model.path: no such file {model.path!r}")
         if not model.input_shape or not all(isinstance(d, int) and d >= 1 for d in model.input_shape):
             problems.append(f"model.input_shape: expected a list of positive ints, got {list(model.input_shape)}")
     if kind == "conv2d":
         problems += _check_conv2d(model)
     return problems
+
+
+def missing_model_file(model) -> list[str]:
+    """An ONNX model whose file is not there: the fact that stops it, said before its other keys."""
+    path = model.get("path") if model.get("kind") == "onnx" else None
+    if isinstance(path, str) and not Path(path).expanduser().is_file():
+        return [f"model.path: no such file {path!r}"]
+    return []
 
 
 def _check_size(key: str, value, low: int) -> list[str]:
@@ -292,7 +299,7 @@ def schema_problems(cfg: DictConfig) -> list[str]:
     problems = _shape_problems(cfg)
     if problems:  # the checks below read these keys as the schema types them
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
-    problems = _unknown_keys(cfg) + _non_finite_floats(cfg)
+    problems = missing_model_file(cfg.model) + _unknown_keys(cfg) + _non_finite_floats(cfg)
     problems += check_range("seed", cfg.seed, 0, MAX_SEED)
     if cfg.budget.trials is not None:
         problems += check_range("budget.trials", cfg.budget.trials, 0, None)

@@ -38,11 +38,12 @@ signature is the list of hyperparameters: an unknown key or a value of the wrong
 from __future__ import annotations
 
 import contextvars
+import difflib
 import importlib
 import inspect
 import math
 from abc import ABC
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -181,6 +182,12 @@ class Component(ABC):
         return []
 
     @classmethod
+    def missing_here(cls, params: dict, group: str) -> list[str]:
+        """What this host lacks to run the component whatever its keys say (no device of its kind),
+        each naming its key: asked only of a job about to run here, and said before the keys' problems."""
+        return []
+
+    @classmethod
     def needs(cls, group: str, capability: str) -> bool:
         return capability in cls.requires.get(group, ())
 
@@ -195,8 +202,8 @@ class Component(ABC):
             elif key not in parameters:
                 # a key that is not a name (a stray quote from a hand edit) is shown quoted, under its group
                 where = f"{group}.{key}:" if str(key).isidentifier() else f"{group}: {str(key)!r} is"
-                problems.append(f"{where} not a hyperparameter of {cls.__name__} "
-                                f"(allowed: {', '.join(parameters)})")
+                problems.append(f"{where} not a hyperparameter of {cls.__name__}"
+                                f"{did_you_mean(key, parameters, f'{group}.')} (allowed: {', '.join(parameters)})")
             else:
                 problems += check_type(f"{group}.{key}", value, _expected_type(parameters[key]))
         for key, (low, high) in cls.ranges.items():
@@ -229,6 +236,18 @@ def check_requirements(classes: Mapping[str, type[Component]], names: Mapping[st
 # the largest seed every consumer takes: sklearn's random_state (32 bits, the narrowest), xgboost's
 # seed (63), torch.manual_seed and xgb_ms's hashed warm-up (64), numpy (any)
 MAX_SEED = 2**32 - 1
+
+
+def nearest(name: object, known: Iterable[object]) -> str | None:
+    """The known name nearest `name` (a typo of it: difflib's close match), or None when none is near."""
+    found = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(name: object, known: Iterable[object], prefix: str = "") -> str:
+    """"; did you mean PREFIX<nearest>?" for a typo of a known name, else ""."""
+    near = nearest(name, known)
+    return f"; did you mean {prefix}{near}?" if near else ""
 
 
 def check_range(key: str, value: object, low: float | None, high: float | None,

@@ -89,7 +89,7 @@ def run_job(cfg: DictConfig) -> JobResult:
     job_folder.scrub_hydra_copies(hydra)
     try:
         cfg, out_dir = resolve_resume(cfg, hydra)  # the folder is this process's from here on
-        validate(cfg, hydra.get("choices"))
+        validate(cfg, hydra.get("choices"), runs_here=True)
         if cfg.resume:
             job_folder.continue_log_in(out_dir, hydra.get("output_dir"))
     except ConfigError:

@@ -34,10 +34,12 @@ def moved_overrides(overrides) -> list[str]:
     return problems
 
 
-def validate(cfg: DictConfig, choices: dict | None = None) -> None:
+def validate(cfg: DictConfig, choices: dict | None = None, runs_here: bool = False) -> None:
     """Raise ConfigError listing every problem (each naming its key) before any work.
 
-    `choices` maps group -> chosen option name (Hydra's runtime choices), for messages."""
+    `choices` maps group -> chosen option name (Hydra's runtime choices), for messages. `runs_here`:
+    the job runs on this host, so what the host lacks for it (no GPU) is said first, before the keys'
+    problems (a missing arch cannot help); tools that only read a run (sync, import) leave it off."""
     problems = schema_problems(cfg)
     classes: dict[str, Any] = {}  # group -> its component class
     for group in COMPONENT_GROUPS:
@@ -62,8 +64,23 @@ def validate(cfg: DictConfig, choices: dict | None = None) -> None:
         if space not in ("full", "store") and space not in classes["hardware"].model_spaces:
             problems.append(f"model.space: hardware={names['hardware']} builds no `{space}` space (it builds "
                             f"{', '.join(classes['hardware'].model_spaces)})")
+    if runs_here:
+        problems = _missing_here(cfg, classes) + problems
     if problems:  # a NaN in a ranged key is found by the walk and by its range check: say it once
         raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(problems)))
+
+
+def _missing_here(cfg, classes) -> list[str]:
+    """What this host lacks for each chosen component (Component.missing_here), in group order."""
+    facts = []
+    for group, cls in classes.items():
+        if cls is not None:
+            facts += cls.missing_here(_params(cfg[group]), group)
+    return facts
+
+
+def _params(node) -> dict:
+    return {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
 
 
 def _check_features(cfg, classes, names) -> list[str]:
@@ -100,5 +117,4 @@ def _check_component(group: str, node) -> tuple[type | None, list[str]]:
         return None, [f"{group}._target_: cannot import {target!r} ({error})"]
     if not (isinstance(cls, type) and issubclass(cls, Component)):
         return None, [f"{group}._target_: {target} is not a tunelab component (tuning/core/component.py)"]
-    params = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
-    return cls, cls.check_params(params, group)
+    return cls, cls.check_params(_params(node), group)

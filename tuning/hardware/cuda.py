@@ -10,7 +10,7 @@ the runner's: hardware/runner=local on a workstation with the GPU and TVM, or th
 """
 from __future__ import annotations
 
-from tuning.hardware.cuda_compile import MIN_ARCH, arch_number, uncompilable
+from tuning.hardware.cuda_compile import MIN_ARCH, arch_number, no_nvcc, uncompilable
 from tuning.hardware.runners.base import Runner
 from tuning.hardware.tvm_backend import TVMHardware
 
@@ -61,6 +61,12 @@ class CUDAHardware(TVMHardware):
         if not str(params.get("gpu") or "").strip():
             problems.append(f"{group}.gpu: the GPU's name, or {AUTO!r} to read it from the device")
         return problems
+
+    @classmethod
+    def missing_here(cls, params, group):
+        """No GPU here (the runner's), then no nvcc: said before a missing arch, which cannot help."""
+        compiler = no_nvcc(f"{group}.arch")
+        return super().missing_here(params, group) + ([compiler] if compiler else [])
 
     @property
     def target(self) -> dict:

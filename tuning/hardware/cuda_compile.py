@@ -64,6 +64,14 @@ def nvcc_archs() -> tuple[int, ...]:
     return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", listed)}))
 
 
+def no_nvcc(key: str = "hardware.arch") -> str | None:
+    """Why no CUDA kernel can be compiled on this host, whatever the arch (no nvcc); None when nvcc is here."""
+    if nvcc_path() is not None:
+        return None
+    return (f"{key}: compiling CUDA kernels needs nvcc: install the CUDA toolkit (nvcc on PATH, or "
+            f"$CUDA_HOME) or pip install 'tunelab[cuda]'")
+
+
 def uncompilable(arch: str, key: str = "hardware.arch") -> str | None:
     """Why kernels for `arch` cannot be compiled on this host (no nvcc, or an arch it does not
     know), naming the key; None when they can."""
@@ -71,8 +79,7 @@ def uncompilable(arch: str, key: str = "hardware.arch") -> str | None:
     if number is None or number < MIN_ARCH:
         return f"{key}: {arch!r} is not an sm_XX arch of {MIN_ARCH} or later (e.g. sm_80, sm_90)"
     if nvcc_path() is None:
-        return (f"{key}: compiling CUDA kernels needs nvcc: install the CUDA toolkit (nvcc on PATH, or "
-                f"$CUDA_HOME) or pip install 'tunelab[cuda]'")
+        return no_nvcc(key)
     if number not in nvcc_archs():
         known = ", ".join(f"sm_{a}" for a in nvcc_archs())
         return f"{key}: this host's nvcc does not compile for {arch} (it knows {known})"

@@ -34,6 +34,7 @@ from tuning.hardware.runners.base import (
     TimesInModel,
     check_node,
     require,
+    runner_from_node,
 )
 from tuning.hardware.runners.local import this_host
 
@@ -60,6 +61,14 @@ class TVMHardware(Hardware):
     @classmethod
     def check(cls, params, group):
         return super().check(params, group) + check_node(params.get("runner"), f"{group}.runner")
+
+    @classmethod
+    def missing_here(cls, params, group):
+        """The runner's device of this hardware's kind (a GPU), when its config says where to look."""
+        node, key = params.get("runner"), f"{group}.runner"
+        runner = this_host() if node is None else runner_from_node(node, key)
+        missing = runner.missing_device(cls.device, key) if runner is not None else None
+        return super().missing_here(params, group) + ([missing] if missing else [])
 
     # ---- what a device supplies ---------------------------------------------------------------
     @property

@@ -63,6 +63,9 @@ class Runner(Component):
                                  before attach and any work: why its devices cannot be reached at all
                                  (a remote runner: no tracker, no server of the key), naming the key
         unusable() -> str | None after attach: why its devices cannot run what the Setup builds
+        missing_device(kind) -> str | None
+                                 before attach, from the config alone: why it has no device of that
+                                 kind at all (this host without a GPU), said before the keys' problems
         identity() -> dict       what its devices say of themselves ({}: this host's CPU, the hardware
                                  knows it; a remote runner: the remote CPU's "cpu_model", "mcpu",
                                  "triple"), read before attach: `mcpu: auto` takes the device's;
@@ -139,6 +142,11 @@ class Runner(Component):
         return None
 
     def unusable(self) -> str | None:
+        return None
+
+    def missing_device(self, kind: str, key: str = "hardware.runner") -> str | None:
+        """Before attach: why this runner has no device of `kind` to time on (a GPU kind on a host
+        without one), naming the key under `key`; None when it may have one or cannot tell here."""
         return None
 
     def identity(self) -> dict[str, Any]:
@@ -336,18 +344,38 @@ def check_node(node: object, key: str) -> list[str]:
     None is the default runner."""
     if node is None or isinstance(node, Runner):
         return []
+    cls, problems = _runner_class(node, key)
+    if cls is None:
+        return problems
+    return cls.check_params(_params(node), key)
+
+
+def runner_from_node(node: object, key: str) -> Runner | None:
+    """The runner a config node check_node accepts, made (a constructor starts nothing); None otherwise."""
+    cls, problems = _runner_class(node, key)
+    if cls is None or cls.check_params(_params(node), key):
+        return None
+    return cls(**_params(node))
+
+
+def _runner_class(node: object, key: str) -> tuple[type[Runner] | None, list[str]]:
+    """The Runner class a config node names, or None and why not (naming `key`)."""
     if not isinstance(node, dict) or not node.get("_target_"):
-        return [f"{key}: expected a runner config node with _target_ (conf/hardware/runner/*.yaml), got {node!r}"]
+        return None, [f"{key}: expected a runner config node with _target_ (conf/hardware/runner/*.yaml), got {node!r}"]
     target = node["_target_"]
     from tuning.config.untrusted import is_registered_target, unregistered
 
     if not is_registered_target(target):  # asked before the import: importing a module runs it
-        return [unregistered(target, f"{key}._target_")]
+        return None, [unregistered(target, f"{key}._target_")]
     try:
         module, _, name = str(target).rpartition(".")
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as error:
-        return [f"{key}._target_: cannot import {target!r} ({error})"]
+        return None, [f"{key}._target_: cannot import {target!r} ({error})"]
     if not (isinstance(cls, type) and issubclass(cls, Runner)):
-        return [f"{key}._target_: {target} is not a runner (tuning/hardware/runners/base.py)"]
-    return cls.check_params({k: v for k, v in node.items() if not str(k).startswith("_")}, key)
+        return None, [f"{key}._target_: {target} is not a runner (tuning/hardware/runners/base.py)"]
+    return cls, []
+
+
+def _params(node: object) -> dict[str, Any]:
+    return {str(k): v for k, v in node.items() if not str(k).startswith("_")} if isinstance(node, dict) else {}

@@ -55,12 +55,16 @@ class LocalRunner(Runner, Exports, RunsWholeModels, TimesInModel):
 
     def unusable(self) -> str | None:
         """A device kind other than this host's CPU must exist here (a GPU and its driver)."""
-        if self.setup.device == "cpu":
+        return self.missing_device(self.setup.device)
+
+    def missing_device(self, kind: str, key: str = "hardware.runner") -> str | None:
+        if kind == "cpu":
             return None
         from tuning.hardware.tvm_device import device_name
 
-        if device_name(self.device) is None:
-            return (f"hardware.runner.device_index: this host has no {self.device} that TVM can use (no such "
+        device = f"{kind}:{self.device_index}"
+        if device_name(device) is None:
+            return (f"{key}.device_index: this host has no {device} that TVM can use (no such "
                     f"device, driver or CUDA runtime); a GPU elsewhere: the offline pack, docs/gpus.md")
         return None
 
