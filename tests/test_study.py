@@ -110,6 +110,7 @@ def test_the_table_gives_intervals_once_the_plan_s_blocks_are_in(tmp_path):
     row = table.stdout.split("| claims |")[1].split("\n")[0]
     assert "withheld" not in row and "[" in row, table.stdout
     assert "interim look at 5 of 6" in table.stdout and "Winner's curse" in table.stdout
+    assert "Measured beside other work" in table.stdout and "not recorded" not in table.stdout, table.stdout
 
 
 def test_a_changed_plan_makes_its_blocks_anew_and_its_table_says_so(tmp_path):
@@ -293,3 +294,16 @@ def test_a_look_schedule_is_part_of_the_plan_only_where_declared():
         study_spec("s", OmegaConf.create({**valid(), "analysis": {**analysis, "looks": [2]}}))
     with pytest.raises(ConfigError, match=r"study.analysis.looks: a list of block counts"):
         study_spec("s", OmegaConf.create({**valid(), "analysis": {**analysis, "looks": "often"}}))
+
+
+def test_others_share_of_the_cpu_is_what_the_machine_did_beyond_the_block_s_own_processes():
+    from tuning.study.bystanders import CpuSample, sample, shares
+
+    start = CpuSample(wall=100.0, busy=1000.0, steal=5.0, own=50.0, load=0.5)
+    end = CpuSample(wall=110.0, busy=1016.0, steal=6.0, own=62.0, load=1.5)  # 2 cores x 10 s: 16 busy, 12 ours
+    assert shares(start, end, cores=2) == {"others_cpu_share": 0.2, "steal_share": 0.05, "load_start": 0.5,
+                                           "load_end": 1.5}
+    quiet = CpuSample(wall=110.0, busy=1012.0, steal=5.0, own=62.0, load=0.4)
+    assert shares(start, quiet, cores=2)["others_cpu_share"] == 0.0
+    now = sample()
+    assert now.busy > 0 and now.own > 0 and now.wall > 0

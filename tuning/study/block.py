@@ -32,6 +32,7 @@ from tuning.core.space import Config
 from tuning.core.task import Task, build_tasks, is_whole_model
 from tuning.engine.loop import Components, RunInfo, TaskTuner
 from tuning.engine.validate import validate
+from tuning.study import bystanders
 from tuning.study.spec import StudySpec
 from tuning.tracking.base import NoTracker
 
@@ -99,7 +100,7 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
     """Tune every arm on (task, seed), adjudicate, and return the block's record."""
     from hydra.utils import instantiate
 
-    started, wall = time.time(), time.perf_counter()
+    started, wall, machine = time.time(), time.perf_counter(), bystanders.sample()
     arms = arm_configs(spec, task_name, seed, work)
     hardware, evaluator = instantiate(arms[0].cfg.hardware), instantiate(arms[0].cfg.evaluator)
     try:
@@ -133,7 +134,7 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
             "block": f"{task_name}-seed{seed}", "host": host, "isa": vector_isa(), "space_size": space_size,
             "order": order, "started": started,
             "wall_s": time.perf_counter() - wall, "arms": adjudicated, "panel": panel.summary(spec.drift_bound),
-            "target_s": target}
+            "target_s": target, "machine": bystanders.shares(machine, bystanders.sample())}
 
 
 def measurements_to_target(arm: dict[str, Any], target: float | None) -> int | None:

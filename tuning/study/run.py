@@ -22,6 +22,7 @@ from tuning.cluster.host_identity import host_identity, host_key
 from tuning.config.storage import outputs_dir
 from tuning.study.analysis import family_table, markdown, ratio_row
 from tuning.study.block import check_study, run_block
+from tuning.study.bystanders import BUSY_SHARE
 from tuning.study.files import finished_blocks, other_plans, read_blocks, write_block
 from tuning.study.spec import StudySpec
 
@@ -137,9 +138,12 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
     flagged = [f.block for f in files if f.data["panel"].get("flagged")]
     curse = {arm: [c for f in files if (c := f.data["arms"].get(arm, {}).get("winners_curse"))]
              for arm in spec.arm_names}
+    busy = [f.block for f in files if _number((f.data.get("machine") or {}).get("others_cpu_share")) > BUSY_SHARE]
     lines = [f"Panel drift through a block (max/min of a reference config's readings): median "
              f"{statistics.median(drift):.3f}, max {max(drift):.3f}; over the bound {spec.drift_bound}: "
-             f"{', '.join(flagged) or 'none'}."]
+             f"{', '.join(flagged) or 'none'}.",
+             f"Measured beside other work (other processes took more than {BUSY_SHARE:.0%} of the machine's CPU "
+             f"during the block): {', '.join(busy) or 'none'}."]
     lines.append("Winner's curse (selecting reading / final latency of the finalist), median per arm: " + (", ".join(
         f"{arm} {statistics.median(values):.3f}" for arm, values in curse.items() if values) or "none recorded") + ".")
     reached = {arm: [f.data["arms"].get(arm, {}).get("to_target") for f in files] for arm in spec.arm_names}
@@ -159,16 +163,18 @@ def _block_list(spec: StudySpec, files) -> list[str]:
     final latency (µs)."""
     if not files:
         return []
-    lines = ["| block | made (UTC) | host kind | minutes | panel drift | "
+    lines = ["| block | made (UTC) | host kind | minutes | panel drift | others' CPU | "
              + " | ".join(f"{arm} µs" for arm in spec.arm_names) + " |",
-             "|---" * (5 + len(spec.arm_names)) + "|"]
+             "|---" * (6 + len(spec.arm_names)) + "|"]
     for f in sorted(files, key=lambda f: (_number(f.data.get("started")), f.block)):
         started, wall = f.data.get("started"), f.data.get("wall_s")
         made = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) if _is_number(started) else "-"
         minutes = f"{wall / 60:.1f}" if _is_number(wall) else "-"
         drift = f.data["panel"].get("drift")
         finals = [f.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names]
+        others = (f.data.get("machine") or {}).get("others_cpu_share")
         cells = [f.block, made, host_key(f.data["host"]), minutes, f"{drift:.3f}" if _is_number(drift) else "-",
+                 f"{others:.1%}" if _is_number(others) else "not recorded",
                  *("-" if not _is_number(v) else f"{v * 1e6:.1f}" for v in finals)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -5,7 +5,7 @@ made on any host (pulled with git) are browsed side by side in the MLflow UI.
     params    study, plan_hash, task, seed, host_key, cpu_model, cores, isa, space_size, arm.<name>
               (the arm's overrides, or its peer kind)
     metrics   final_us.<arm>, selecting_us.<arm>, winners_curse.<arm>, to_target.<arm> (where not
-              censored), panel_drift, wall_min
+              censored), panel_drift, wall_min, others_cpu_share, steal_share
     tags      tunelab.block_file (what makes logging idempotent), tunelab.flagged (panel past its bound)
     artifact  the block file itself, under block/
 
@@ -87,6 +87,11 @@ def _metrics(spec: StudySpec, block: BlockFile) -> dict[str, float]:
             value = _number(record.get(key))
             if value is not None:
                 metrics[f"{name}.{arm}"] = value * scale
+    machine: dict[str, Any] = data["machine"] if isinstance(data.get("machine"), dict) else {}
+    for key in ("others_cpu_share", "steal_share"):
+        value = _number(machine.get(key))
+        if value is not None:
+            metrics[key] = value
     drift, wall = _number(data["panel"].get("drift")), _number(data.get("wall_s"))
     if drift is not None:
         metrics["panel_drift"] = drift
