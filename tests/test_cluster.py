@@ -270,17 +270,17 @@ def test_a_sweep_that_died_with_its_node_is_finished_by_a_sweep_on_another(servi
     store_url = services.pg.create_database("store_dead")
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir(), second.mkdir()
-    common = ("hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5")
-    killed = run_sweep(first, sweep_command(first, optuna_url, services.mlflow.uri, store_url, "hardware.delay_s=0.2",
-                                            "budget.trials=4000", *common), lab_env(first))
+    common = ("hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5",
+              "hardware.delay_s=0.2", "budget.trials=32")  # the study's settings, the rerun's too
+    killed = run_sweep(first, sweep_command(first, optuna_url, services.mlflow.uri, store_url, *common), lab_env(first))
     records = first / "sweep" / "trial_0" / "records.jsonl"
     deadline = time.monotonic() + 180
     while not (records.exists() and records.stat().st_size > 0) and time.monotonic() < deadline:
         time.sleep(0.2)
     killed.kill()
     killed.wait(60)
-    again = run_sweep(second, sweep_command(second, optuna_url, services.mlflow.uri, store_url, "budget.trials=16",
-                                            *common), lab_env(second))
+    again = run_sweep(second, sweep_command(second, optuna_url, services.mlflow.uri, store_url, *common),
+                      lab_env(second))
     finished(again, second / "sweep.log")
     import optuna
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +20,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
 from hydra_plugins.tunelab_optuna_sweeper import _search_space as search_space
@@ -184,6 +186,65 @@ def test_n_trials_is_the_study_total_and_a_resumed_sampler_draws_new_points(tmp_
     assert launched == []  # already complete
 
 
+# ---- a study takes trials of one kind only ------------------------------------------------------
+def settled_sweep(tmp_path, storage: str, n_trials: int, capsys=None, **settings) -> tuple[optuna.Study | None, list]:
+    """A sweep of search.temp.0 on a config with these settings (budget, hardware, seed), in process."""
+    from hydra_plugins.tunelab_optuna_sweeper import config as sweeper_config
+
+    config = {"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}}, "seed": settings.get("seed", 0),
+              "output_dir": "${hydra:runtime.output_dir}",
+              "budget": {"trials": settings.get("trials", 256), "plan_size": None},
+              "hardware": {"_target_": settings.get("hardware", "tuning.hardware.synthetic.SyntheticHardware")},
+              "search": {"_target_": "tuning.search.sa.SimulatedAnnealing", "temp": [1.0, 0.0]},
+              "cost_model": {"seed": "${seed}"}, "tracking": None,
+              "objective": {"metrics": ["final_latency_us"], "directions": ["minimize"]}}
+    sweeper = OptunaSweeper(OmegaConf.structured(sweeper_config.RandomSamplerConf), None, None, storage, "sa-gemm_64",
+                            n_trials, 1, 0.0, True, {"search.temp.0": "interval(0.1, 10.0)"})
+    sweeper.config = OmegaConf.create(config)
+    sweeper.launcher = FakeLauncher(lambda p: float(p["search.temp.0"]))
+    sweeper.validate_batch_is_legal = lambda batch: None
+    return sweeper.sweep([]), sweeper.launcher.launched
+
+
+@pytest.mark.parametrize("changed, key, was, now", [
+    ({"trials": 32}, "budget.trials", "256", "32"),
+    ({"hardware": "tuning.hardware.cpu.CPUHardware"}, "hardware._target_", "tuning.hardware.synthetic.SyntheticHardware",
+     "tuning.hardware.cpu.CPUHardware"),
+])
+def test_a_study_refuses_a_sweep_under_other_settings_before_any_trial(tmp_path, capsys, changed, key, was, now):
+    """A resumed study whose trials ran at 256 measurements on synthetic hardware takes no trial at 32, nor one
+    timed on this CPU (it did, when only the directions were checked); another seed is the same settings."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study, _ = settled_sweep(tmp_path, storage, 2)
+    assert study.user_attrs["tunelab.settings"]["budget.trials"] == "256"
+    assert "search.temp.0" not in study.user_attrs["tunelab.settings"]  # swept: each trial's own
+    assert study.user_attrs["tunelab.settings"]["search.temp.1"] == "0.0"
+    assert not {"seed", "cost_model.seed"} & set(study.user_attrs["tunelab.settings"])
+    assert study.metric_names == ["final_latency_us"]  # optuna-dashboard's name for the value, not "Objective 0"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        settled_sweep(tmp_path, storage, 4, **changed)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"study 'sa-gemm_64' in {storage} ran its 2 trials under other settings: {key}: {was} in the study, " \
+           f"{now} now" in err
+    assert len(optuna.load_study(study_name="sa-gemm_64", storage=storage).trials) == 2  # no trial added
+    study, launched = settled_sweep(tmp_path, storage, 3, seed=7)  # the seed is no setting
+    assert len(launched) == 1 and len(study.trials) == 3
+
+
+def test_a_study_optimising_another_metric_is_refused(tmp_path, capsys):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    settled_sweep(tmp_path, storage, 1)
+    study = optuna.load_study(study_name="sa-gemm_64", storage=storage)
+    with warnings.catch_warnings():  # experimental in Optuna 5
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        study.set_metric_names(["tuning_s"])  # as a sweep of another objective in the same direction leaves it
+    with pytest.raises(SystemExit):
+        settled_sweep(tmp_path, storage, 2)
+    assert "optimises ['tuning_s'], not ['final_latency_us'] (objective.metrics)" in capsys.readouterr().err
+
+
 # ---- the objective and pruning (job side) ------------------------------------------------------
 def _outcome(latencies_us, flops=2e6, started=1000.0, weight=1):
     task = SimpleNamespace(key="t", name="t", flops=flops, weight=weight)
@@ -330,6 +391,16 @@ def test_kmeans_threshold_sweep_writes_a_study_that_a_second_invocation_resumes(
     assert f"best trial {best.number}, final_gflops=" in line and "3 COMPLETE" in line
     assert latest.data.tags["mlflow.note.content"] == line.removeprefix("tunelab: ")  # the parent's description
     assert f"/runs/{latest.info.run_id}?workflowType=machine_learning" in second.stdout
+    assert study.metric_names == ["final_gflops"]
+
+    env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}  # the same study at another budget
+    other = subprocess.run([sys.executable, "run.py", "-m", "hardware=synthetic", "model=gemm_64",
+                            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'sweep3'}",
+                            "hparams_search=kmeans_threshold", "budget.trials=32", "hydra.sweeper.n_trials=4"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    assert other.returncode == 2, (other.stdout + other.stderr)[-3000:]
+    assert "ran its 3 trials under other settings: budget.trials: 16 in the study, 32 now" in other.stderr
+    assert len(study_of(tmp_path, "kmeans_threshold-gemm_64").trials) == 3 and "best" not in other.stdout
 
 
 def test_an_interrupted_trial_is_run_again_on_resume(tmp_path):
@@ -399,10 +470,14 @@ def test_cv_threshold_preset_writes_its_pareto_front(tmp_path):
     assert parents[0].data.tags["optuna.pareto_trials"] == ",".join(r["trial"] for r in rows)
 
 
+# a trial still under way after 20 measurements (12.8 s of pauses), and a rerun of the study's settings
+SLOW_TRIALS = ("budget.trials=32", "hardware.delay_s=0.4")
+
+
 def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
     env = {**os.environ, "TUNELAB_OUTPUTS": str(tmp_path / "outputs")}
     args = [sys.executable, "run.py", "-m", "hardware=synthetic", "model=gemm_64", "hparams_search=kmeans_threshold",
-            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "hydra.sweeper.n_trials=2", "budget.trials=4000"]
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "hydra.sweeper.n_trials=2", *SLOW_TRIALS]
     # Ctrl-C as in a terminal, also where the suite itself runs in the background (SIGINT ignored, inherited)
     proc = subprocess.Popen([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -421,8 +496,8 @@ def test_a_sweep_interrupted_with_ctrl_c_reruns_the_interrupted_trial(tmp_path):
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING], stderr[-3000:]
     assert trials[1].user_attrs["retry_of"] == 0
 
-    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", "budget.trials=16",
-          f"hydra.sweep.dir={tmp_path / 'sweep2'}")
+    sweep(tmp_path, "hparams_search=kmeans_threshold", "hydra.sweeper.n_trials=2", *SLOW_TRIALS,
+          f"hydra.sweep.dir={tmp_path / 'sweep2'}")  # the study's own settings: it takes no other
     trials = study_of(tmp_path, "kmeans_threshold-gemm_64").trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
     assert trials[1].params == trials[0].params  # the interrupted point, measured this time

@@ -246,8 +246,12 @@ def test_two_sweep_processes_share_one_study(tmp_path):
     assert sorted(folders) == [f"trial_{n}" for n in range(6)]  # each trial ran once, in one of them
 
 
+# trials still under way a few seconds in (a pause before each result), rerun under the study's own settings
+SLOW_TRIALS = ("budget.trials=16", "hardware.delay_s=0.3")
+
+
 def test_a_sweep_killed_mid_trial_is_finished_by_a_rerun_into_its_sweep_dir(tmp_path):
-    killed = start(tmp_path, "sweep", "budget.trials=4000", "hydra.sweeper.n_trials=2")
+    killed = start(tmp_path, "sweep", *SLOW_TRIALS, "hydra.sweeper.n_trials=2")
     records = tmp_path / "sweep" / "trial_0" / "records.jsonl"
     wait_for_records(records, 1)
     killed.kill()  # SIGKILL: trial 0 stays RUNNING, its heartbeat stops
@@ -255,7 +259,7 @@ def test_a_sweep_killed_mid_trial_is_finished_by_a_rerun_into_its_sweep_dir(tmp_
     killed.communicate(timeout=60)
     left = records.read_text()
     # a grace period the rerun's start (seconds on a loaded 2-core host) stays well inside
-    finish(start(tmp_path, "sweep", "budget.trials=16", "hydra.sweeper.n_trials=2", "hydra.sweeper.grace_period=15"))
+    finish(start(tmp_path, "sweep", *SLOW_TRIALS, "hydra.sweeper.n_trials=2", "hydra.sweeper.grace_period=15"))
     trials = study_trials(tmp_path)
     assert [t.state for t in trials] == [TrialState.FAIL] + [TrialState.COMPLETE] * 2
     dead = trials[0]
@@ -271,7 +275,7 @@ def test_a_sweep_killed_mid_trial_is_finished_by_a_rerun_into_its_sweep_dir(tmp_
 
 @pytest.mark.slow
 def test_a_sweep_stopped_with_sigterm_ends_its_parent_run_killed_and_a_rerun_finishes_it(tmp_path):
-    proc = start(tmp_path, "sweep", "budget.trials=4000", "hydra.sweeper.n_trials=1")
+    proc = start(tmp_path, "sweep", "budget.trials=32", "hardware.delay_s=0.5", "hydra.sweeper.n_trials=1")
     wait_for_records(tmp_path / "sweep" / "trial_0" / "records.jsonl", 20)
     proc.send_signal(signal.SIGTERM)
     stderr = proc.communicate(timeout=120)[1]
@@ -283,7 +287,7 @@ def test_a_sweep_stopped_with_sigterm_ends_its_parent_run_killed_and_a_rerun_fin
     assert client.get_run(parent_id).info.status == "KILLED", stderr[-3000:]
     assert [t.state for t in study_trials(tmp_path)] == [TrialState.FAIL, TrialState.WAITING]
 
-    finish(start(tmp_path, "sweep", "budget.trials=16", "hydra.sweeper.n_trials=1"))
+    finish(start(tmp_path, "sweep", "budget.trials=32", "hardware.delay_s=0.5", "hydra.sweeper.n_trials=1"))
     trials = study_trials(tmp_path)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params

@@ -1,6 +1,8 @@
 """The sweeper: ask Optuna for a batch of trials, launch them as Hydra jobs, tell the results.
 
-    study  = the named study in `storage` (created, or resumed: n_trials is its total)
+    study  = the named study in `storage` (created, or resumed: n_trials is its total); it records the settings
+             its trials run under (everything but the swept keys and the seed: tuning/config/identity.py) and
+             its metrics' names, and a sweep under other settings or metrics is refused before any trial
     until the study has n_trials trials taken (finished, or running in any sweep process):
         under the study's lock (sqlite: a file beside the database; PostgreSQL: an advisory lock):
             fail the dead trials (heartbeat older than grace_period), enqueue their params again
@@ -22,6 +24,7 @@ import gc
 import hashlib
 import logging
 import math
+import sys
 import threading
 import time
 import traceback
@@ -42,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
+from tuning.config.identity import config_settings, differing
 from tuning.config.storage import database_scheme
 from tuning.engine import trial as trial_side
 from tuning.engine.run_folder import terminated_by_signals
@@ -70,6 +74,11 @@ def pg_connect_args(storage: str) -> dict:
 POLL_S = 1.0  # how often a sweep waiting for another process's trials looks again
 # Optuna 5 warns on every ask() of a heartbeat storage outside study.optimize; this sweeper beats itself.
 _ASK_WARNING = "Heartbeat of storage is supposed to be used with Study.optimize"
+SETTINGS_ATTR = "tunelab.settings"  # the study's user attr: what its trials run under (config_settings)
+
+
+class StudyMismatch(ValueError):
+    """A study that cannot take this sweep's trials (other settings, metrics or directions): refused before any trial."""
 
 
 class OptunaSweeperImpl(Sweeper):
@@ -105,8 +114,13 @@ class OptunaSweeperImpl(Sweeper):
         _check_settings(self.n_trials, self.n_jobs, self.max_failure_rate, self.heartbeat_interval,
                         self.grace_period)
         n_trials = self._total(space)
-        study = self._study(directions)
         sweep_dir, names = Path(self.config.hydra.sweep.dir), self._objective_names(len(directions))
+        try:
+            study = self._study(directions, names, self._settings(space, fixed))
+        except StudyMismatch as refused:
+            print(f"tunelab: {refused}", file=sys.stderr)
+            self._end_parent("FAILED")
+            sys.exit(2)
         try:
             with terminated_by_signals():  # SIGTERM/SIGHUP like Ctrl-C: trials run again, parent KILLED
                 self._optimize(study, space, fixed, n_trials, sweep_dir, names)
@@ -153,16 +167,43 @@ class OptunaSweeperImpl(Sweeper):
         names = OmegaConf.select(self.config, "objective.metrics")
         return [str(n) for n in names] if names and len(names) == count else [f"value_{i}" for i in range(count)]
 
-    def _study(self, directions) -> optuna.Study:
+    def _study(self, directions, names: list[str], settings: dict[str, str]) -> optuna.Study:
+        """The study, created or resumed; one that optimises other directions or metrics, or whose trials ran
+        under other settings, is a StudyMismatch. A new study (or one from before studies kept their settings)
+        records the settings and names its metrics (optuna-dashboard shows them, not "Objective 0")."""
         with _study_lock(self.storage, self.study_name):  # two sweeps creating one sqlite study would race on its tables
             study = optuna.create_study(storage=self._open_storage(), study_name=self.study_name,
                                         directions=directions, load_if_exists=True,
                                         pruner=instantiate(self.pruner_conf) if self.pruner_conf else None)
-        existing = [d.name.lower() for d in study.directions]
-        if existing != directions:
-            raise ValueError(f"hydra.sweeper.study_name: study {study.study_name!r} in {self.storage} optimises "
-                             f"{existing}, not {directions}; pick another study name")
+            where = f"hydra.sweeper.study_name: study {study.study_name!r} in {self.storage or 'memory'}"
+            existing = [d.name.lower() for d in study.directions]
+            if existing != directions:
+                raise StudyMismatch(f"{where} optimises {existing}, not {directions}; pick another study name")
+            _check_metric_names(study, names, where)
+            _check_settings_of(study, settings, where)
         return study
+
+    def _settings(self, space, fixed: dict) -> dict[str, str]:
+        """What this sweep's trials run under: the job config with the preset's fixed params applied, less the
+        swept keys and the seed (tuning/config/identity.py)."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        container = OmegaConf.to_container(self.config, resolve=False)
+        for key in ("hydra", "output_dir"):  # Hydra's own, and a path its resolver fills per job
+            container.pop(key, None)
+        node = OmegaConf.create(container)
+        parser = OverridesParser.create()
+        for key, value in fixed.items():  # the command line's are in the config already; the preset's are not
+            if key.startswith(("+", "~")) or OmegaConf.is_config(OmegaConf.select(node, key, default=None)):
+                continue  # an added or removed key, or a group's choice: not a value of this config
+            OmegaConf.update(node, key, parser.parse_override(f"{key}={value}").value(), merge=False)
+        try:
+            config = OmegaConf.to_container(node, resolve=True)
+        except Exception as error:  # noqa: BLE001 - an interpolation the jobs resolve (they say which)
+            log.warning(f"the sweep's settings could not be resolved ({type(error).__name__}: {error}); "
+                        "they are kept as written")
+            config = OmegaConf.to_container(node, resolve=False)
+        return config_settings(config, space)
 
     def _open_storage(self):
         """The storage URL, or with heartbeats its RDBStorage: stale trials are failed and handed to `_dead`."""
@@ -383,6 +424,36 @@ def _absolute_sqlite(storage):
     path.parent.mkdir(parents=True, exist_ok=True)
     query = storage.partition("?")[1:]
     return f"sqlite:///{path}{''.join(query)}"
+
+
+def _check_metric_names(study, names: list[str], where: str) -> None:
+    """The study's metric names, set if it has none (Optuna 5 marks set_metric_names experimental)."""
+    if study.metric_names is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            study.set_metric_names(names)
+    elif list(study.metric_names) != names:
+        raise StudyMismatch(f"{where} optimises {list(study.metric_names)}, not {names} (objective.metrics); pick "
+                            "another study name")
+
+
+def _check_settings_of(study, settings: dict[str, str], where: str) -> None:
+    """The settings the study's trials ran under are this sweep's (keys only one side holds aside); a study
+    from before studies kept them takes this sweep's, with a warning."""
+    kept = study.user_attrs.get(SETTINGS_ATTR)
+    if not isinstance(kept, dict):
+        if study.trials:
+            log.warning(f"{where} does not say what its {len(study.trials)} trials ran under (made before tunelab "
+                        "recorded it): it is taken to be this sweep's settings from now on")
+        study.set_user_attr(SETTINGS_ATTR, settings)
+        return
+    differ = differing(kept, settings)
+    if differ:
+        shown = "; ".join(f"{key}: {kept[key]} in the study, {settings[key]} now" for key in differ[:8])
+        more = f" (and {len(differ) - 8} more)" if len(differ) > 8 else ""
+        raise StudyMismatch(f"{where} ran its {len(study.trials)} trials under other settings: {shown}{more}. A "
+                            "study never mixes budgets, hardware or spaces: run the sweep with the study's settings, "
+                            "or name another study (hydra.sweeper.study_name=...)")
 
 
 def _check_settings(n_trials, n_jobs, max_failure_rate, heartbeat_interval, grace_period) -> None:

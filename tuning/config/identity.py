@@ -24,6 +24,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tuning.config.untrusted import without_secrets
+
 NOT_SETTINGS = frozenset({"seed", "output_dir", "resume", "reset_state", "method"})  # top-level keys
 NOT_SETTINGS_GROUPS = frozenset({"tracking", "storage", "e2e", "hydra"})
 # settings a run's MLflow run keeps as tags (tunelab.<key>: tuning/tracking/base.py PATH_KEYS), not params
@@ -67,7 +69,7 @@ def _flat(node: Any, prefix: str = "") -> dict[str, str]:
     elif isinstance(node, (list, tuple)):
         items = enumerate(node)
     else:
-        return {prefix[:-1]: "null" if node is None else str(node)}
+        return {prefix[:-1]: "null" if node is None else without_secrets(str(node))}  # a database URL's password
     flat: dict[str, str] = {}
     for key, value in items:
         flat.update(_flat(value, f"{prefix}{key}."))
