@@ -307,3 +307,6 @@ def test_others_share_of_the_cpu_is_what_the_machine_did_beyond_the_block_s_own_
     assert shares(start, quiet, cores=2)["others_cpu_share"] == 0.0
     now = sample()
     assert now.busy > 0 and now.own > 0 and now.wall > 0
+    from tuning.study.bystanders import others_now
+
+    assert 0.0 <= others_now(0.2) <= 1.0

@@ -55,3 +55,10 @@ def shares(start: CpuSample, end: CpuSample, cores: int | None = None) -> dict[s
     return {"others_cpu_share": round(min(1.0, others / capacity), 4),
             "steal_share": round(min(1.0, max(0.0, end.steal - start.steal) / capacity), 4),
             "load_start": round(start.load, 2), "load_end": round(end.load, 2)}
+
+
+def others_now(seconds: float = 1.0) -> float:
+    """Others' share of the CPU over the next `seconds` (this process idle meanwhile)."""
+    start = sample()
+    time.sleep(seconds)
+    return float(shares(start, sample())["others_cpu_share"])

@@ -22,7 +22,7 @@ from tuning.cluster.host_identity import host_identity, host_key
 from tuning.config.storage import outputs_dir
 from tuning.study.analysis import family_table, markdown, ratio_row
 from tuning.study.block import check_study, run_block
-from tuning.study.bystanders import BUSY_SHARE
+from tuning.study.bystanders import BUSY_SHARE, others_now
 from tuning.study.files import finished_blocks, other_plans, read_blocks, write_block
 from tuning.study.spec import StudySpec
 
@@ -58,6 +58,10 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
             shutil.rmtree(work)
         started = time.monotonic()
         say(f"study {spec.name}: block {block} on {host_key(host)}")
+        busy = others_now()
+        if busy > BUSY_SHARE:
+            say(f"study {spec.name}: other processes are taking {busy:.0%} of this machine's CPU; a block timed "
+                "beside other work is named as such in the table (docs/studies.md §A block)")
         data = run_block(spec, task, seed, work, host)
         made.append(write_block(spec.results, data))
         shutil.rmtree(work, ignore_errors=True)
