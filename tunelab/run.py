@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from tuning.config import ConfigError, register
 from tuning.config.conf_dir import CONF_DIR
-from tuning.config.overrides import override_problems
+from tuning.config.overrides import command_line_problems
 from tuning.engine.validate import moved_overrides
 
 register()
@@ -44,7 +44,7 @@ def checked_command_line(argv: list[str]) -> list[str]:
     """job_overrides, then what Hydra would refuse as the lab's ConfigError (tuning/config/overrides.py):
     an unknown key or option, with the nearest known name, before Hydra's advice."""
     argv = job_overrides(argv)
-    problems = override_problems(argv)
+    problems = command_line_problems(argv)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return argv

@@ -30,7 +30,7 @@ CONFIG_NAME = "config"
 NOT_A_JOB = ("help", "hydra_help", "info", "shell_completion", "experimental_rerun", "config_path", "config_dir")
 
 
-def override_problems(argv: Sequence[str]) -> list[str]:
+def command_line_problems(argv: Sequence[str]) -> list[str]:
     """What Hydra would refuse in `argv` (a `tunelab run` command line), one message per override;
     [] when it composes, or when the command line is not a job's (`--help`, `--config-dir`)."""
     from hydra import initialize_config_dir
