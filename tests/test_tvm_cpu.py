@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from configs import QUICK_TIMING
+from tuning.config.cli import tunelab_command
 from tuning.core.features import StoreRows, model_features
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import Record
@@ -320,7 +321,7 @@ def test_ctrl_c_stops_quietly_with_a_resume_hint(tmp_path):
         pytest.fail(f"still running 120 s after Ctrl-C; its last output and stacks:\n{stderr[-12000:]}")
     lines = records.read_text().count("\n") if records.exists() else 0  # once seen: exit 0, no word, under load
     assert proc.returncode == 130, f"{lines} records; stdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-3000:]}"
-    assert f"continue with: tunelab run resume={run_dir}" in stderr
+    assert f"continue with: {tunelab_command('run', f'resume={run_dir}')}" in stderr  # runs as printed
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
 
 

@@ -1,8 +1,10 @@
-"""What the command-line tools share: one help layout, one flag for the MLflow location, and one way
-to read a child process's result (`child_json`: experiments time each setting in a fresh process).
+"""What the command-line tools share: one help layout, one flag for the MLflow location, one way
+to read a child process's result (`child_json`: experiments time each setting in a fresh process), and
+one way to print a next step (`tunelab_command`: a line that runs as printed).
 
     parser = new_parser("python -m tuning.tools.sync", description, prog)  # prog: a dispatcher's name for it
     add_tracking_uri(parser, help="the MLflow store the run is written to")
+    print(f"continue with: {tunelab_command('run', f'resume={out_dir}')}")
 
 Every tool builds its parser with `build_parser(prog=None)` (tests/test_tool_flags.py checks them all).
 """
@@ -11,7 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 from tuning.config import storage
 
@@ -28,6 +34,36 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
                 or "default" in text:
             return text
         return super()._get_help_string(action)
+
+
+def tunelab_command(*args: str) -> str:
+    """`tunelab ARGS` as a line that runs as printed on this host, with this installation: `tunelab`
+    where the one on PATH is this environment's, else this environment's own script by its path (a
+    checkout whose venv is not active), else `PYTHON -m tunelab` with the running interpreter."""
+    return shlex.join([*tunelab_program(), *args])
+
+
+def tunelab_program() -> list[str]:
+    """The words that start the `tunelab` of the running environment (see tunelab_command)."""
+    here = Path(sys.executable).absolute().parent
+    on_path = shutil.which("tunelab")
+    if on_path and _environment_of(Path(on_path)) == here:
+        return ["tunelab"]
+    beside = here / "tunelab"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    return [sys.executable, "-m", "tunelab"]
+
+
+def _environment_of(script: Path) -> Path:
+    """The folder of the interpreter a console script runs (its #! line), else the script's own folder."""
+    try:
+        with script.open("rb") as file:
+            first = file.readline(512).decode(errors="replace")
+    except OSError:
+        return script.absolute().parent
+    words = first[2:].split() if first.startswith("#!") else []
+    return Path(words[0]).absolute().parent if words and words[0].startswith("/") else script.absolute().parent
 
 
 def child_json(command: list[str], failure: str, **run) -> dict:

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from omegaconf import OmegaConf
 
+from tuning.config.cli import tunelab_command
 from tuning.config.untrusted import is_server, without_secrets
 from tuning.core.records import RecordError, RecordLog
 from tuning.engine.run_files import backfill, history
@@ -70,8 +71,8 @@ def sync_command(tracker, out_dir: Path) -> str:
     """The command that fills the run's MLflow run from its folder; a server store is named on it,
     since sync sends nothing to a server that only the folder names."""
     uri = getattr(tracker, "uri", None)
-    named = f" --tracking-uri {without_secrets(uri)}" if isinstance(uri, str) and is_server(uri) else ""
-    return f"tunelab sync {out_dir}{named}"
+    named = ["--tracking-uri", without_secrets(uri)] if isinstance(uri, str) and is_server(uri) else []
+    return tunelab_command("sync", str(out_dir), *named)
 
 
 def _backfill_quietly(tracker, tasks, prior, out_dir: Path) -> None:

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuning.config import ConfigError
+from tuning.config.cli import tunelab_command
 from tuning.config.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.engine import job_folder, run_folder
@@ -158,7 +159,7 @@ def _prepare(spec, build, parts):
         raise
     except KeyboardInterrupt as interrupt:  # e.g. during a whole model's import: nothing measured yet
         parts.hardware.close()
-        again = f"tunelab run resume={spec.out_dir}" if spec.resume else "the same command"
+        again = tunelab_command("run", f"resume={spec.out_dir}") if spec.resume else "the same command"
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}) before the first measurement; nothing was "
               f"measured; run {again} again", file=sys.stderr)
         raise
@@ -195,7 +196,7 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         status = "KILLED"
         again = ("re-running the sweep runs this trial again" if trial is not None
-                 else f"continue with: tunelab run resume={out_dir}")
+                 else f"continue with: {tunelab_command('run', f'resume={out_dir}')}")
         print(f"\ntunelab: interrupted ({str(interrupt) or 'SIGINT'}); every measurement so far is in "
               f"{out_dir / 'records.jsonl'}; {again}", file=sys.stderr)
         raise
@@ -204,7 +205,7 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
         if reason is None:
             raise
         print(f"\ntunelab: {reason}; every measurement written before it is in {out_dir / 'records.jsonl'}; "
-              f"once that is mended continue with: tunelab run resume={out_dir}", file=sys.stderr)
+              f"once that is mended continue with: {tunelab_command('run', f'resume={out_dir}')}", file=sys.stderr)
         raise JobFailed(reason) from None
     finally:
         run_folder.mark_status(out_dir, status)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tuning.config.cli import tunelab_command
 from tuning.config.untrusted import override_problems, user_named_servers
 from tuning.core.records import ERROR_KINDS, MeasureResult
 from tuning.store import TaskRows
@@ -103,8 +104,8 @@ def export(args) -> None:
     failed = len(manifest["build_errors"])
     print(f"{kernel_count(manifest):,} kernels in {len(archives)} pack(s){f' ({failed} did not build)' if failed else ''}"
           f"; on the GPU host: tar xzf PACK.tar.gz && "
-          f"python PACK/run_pack.py; then: tunelab dataset import --store STORE PACK (the folder, with its "
-          f"readings.jsonl)")
+          f"python PACK/run_pack.py; then here: {tunelab_command('dataset', 'import', '--store', 'STORE', 'PACK')} "
+          f"(the folder, with its readings.jsonl)")
 
 
 # ---- import ------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from tuning.config.cli import add_tracking_uri, new_parser
+from tuning.config.cli import add_tracking_uri, new_parser, tunelab_command
 from tuning.config.conf_dir import CONF_DIR
 from tuning.hardware.corpus import at_most, features, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
@@ -131,8 +131,8 @@ def main(argv=None, prog: str | None = None) -> None:
         print(f"  held out {name}: Spearman {score:.3f}")
     if scores:
         print(f"  mean held-out Spearman {mean:.3f}")
-    print(f"registered {reference} in {registry}\nuse it: tunelab run search=evolutionary cost_model=xgb_ms "
-          f"cost_model.pretrained={reference}")
+    use = tunelab_command("run", "search=evolutionary", "cost_model=xgb_ms", f"cost_model.pretrained={reference}")
+    print(f"registered {reference} in {registry}\nuse it: {use}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tuning.config.cli import add_command, add_tracking_uri, new_parser
+from tuning.config.cli import add_command, add_tracking_uri, new_parser, tunelab_command
 from tuning.hardware.corpus import at_most, load_corpus, one_backend
 from tuning.store import display_location, is_store_url, store_argument
 from tuning.value.net import complete_errors, fit, kernels_of, log_value, shape_tag, split
@@ -178,7 +178,8 @@ def train(args) -> None:
         if numbers:
             print(f"  {part.replace('_', ' ')}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                                              for k, v in numbers.items()))
-    print(f"registered {reference} in {args.registry}\nuse it: tunelab run search=value search.model={reference}")
+    print(f"registered {reference} in {args.registry}\nuse it: "
+          f"{tunelab_command('run', 'search=value', f'search.model={reference}')}")
 
 
 def register_value(net, args, fingerprint, seen, outside, losses, results) -> str:
