@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tuning.core.host_load import HostLoad, disagreement
+
 if TYPE_CHECKING:
     from tuning.core.records import Record
     from tuning.core.space import Config
@@ -32,6 +34,7 @@ class TaskOutcome:
     true_cost: float | None = None  # seconds: the store's median over every reading of best_config
     predicted_cost: float | None = None  # seconds the search predicted for a best_config it chose unmeasured
     chosen_in_model: bool = False  # best_config and final_costs read inside the model (tuning/engine/model_choice.py)
+    remeasure_load: HostLoad | None = None  # the host's load when the best few were re-measured
 
     @property
     def invalid(self) -> int:
@@ -170,6 +173,7 @@ def summary(outcomes: Sequence[TaskOutcome]) -> str:
             latency = f"{o.best_cost * 1e6:.1f} us (while tuning; pruned, not re-measured)"
         else:
             latency = f"{o.best_cost * 1e6:.1f} us (re-measured; {o.tuning_best_cost * 1e6:.1f} us while tuning"
+            latency += disagreement(o.best_cost, o.tuning_best_cost, o.remeasure_load)
             latency += f"; {o.true_cost * 1e6:.1f} us store median)" if o.true_cost else ")"
         lines.append(f"[{o.task.name}] best {latency}  {o.best_gflops:.2f} GFLOP/s  "
                      f"measurements {len(o.records)}  invalid {o.invalid}  (stopped: {o.stopped_because})")

@@ -22,6 +22,13 @@ PEAK_MULTIPLE is the margin for what the description does not say: dot-product i
 doing four multiply-adds per lane, and FLOP counts of padded or fused kernels that count work the
 compiled code skips. A reading beyond it is a clock glitch or a corrupt file, not a fast kernel.
 
+A peer library's reference timing (torch's eager call of the same operator, beside an exported kernel)
+is held to bounds of its own, far wider, and refused as a ratio rather than dropped
+(`reference_problem`): its median must be faster than REFERENCE_FLOOR_FLOPS (0.5 GFLOP/s, slower than
+any CPU library's float32 operator) over its FLOPs plus REFERENCE_CALL_S (100 us, an eager call's own
+cost), and its slowest reading within REFERENCE_SPREAD (3x) of its fastest. A reading outside them
+timed the host (an oversubscribed thread pool, another job), not the library.
+
 A cost that is not a finite positive number is never plausible. Store rows outside the bounds
 are skipped and counted as unreadable (tuning/store/); records files carry neither FLOPs nor a
 device description, so a record is held to the bounds that need neither (records.py), and to its
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,6 +52,10 @@ PEAK_MULTIPLE = 4.0
 MIN_SECONDS = 1e-9  # a few clock cycles: no kernel call returns sooner
 CEILING_S = 3600.0
 FALLBACK_PEAK_FLOPS = 1e15
+
+REFERENCE_FLOOR_FLOPS = 0.5e9
+REFERENCE_CALL_S = 100e-6
+REFERENCE_SPREAD = 3.0
 
 CPU_SIMD_LANES = 16
 CPU_FMA_UNITS = 2
@@ -113,6 +125,23 @@ class Described(Protocol):
 def bounds_of(task: Task, hardware: Described) -> Bounds:
     """The plausible costs of a task measured on a hardware backend (its fingerprint describes it)."""
     return bounds(task.flops, hardware.fingerprint())
+
+
+def reference_problem(readings: Sequence[float], flops: float) -> str | None:
+    """Why a peer library's readings of an operator of `flops` FLOPs (seconds a call, each a block's
+    mean) cannot stand as its latency, or None: too slow for any library, or spread too wide."""
+    if not readings or not all(positive_number(r) for r in readings):
+        return f"its readings are not all positive numbers of seconds ({list(readings)[:5]})"
+    median = statistics.median(readings)
+    bound = REFERENCE_CALL_S + max(0.0, float(flops)) / REFERENCE_FLOOR_FLOPS
+    if median > bound:
+        return (f"its median {median * 1e6:.1f} us is slower than {bound * 1e6:.0f} us, {REFERENCE_FLOOR_FLOPS / 1e9:g} "
+                f"GFLOP/s for its {flops / 1e6:.3g} MFLOP plus {REFERENCE_CALL_S * 1e6:.0f} us a call")
+    spread = max(readings) / min(readings)
+    if spread > REFERENCE_SPREAD:
+        return (f"its {len(readings)} readings spread {spread:.1f}x ({min(readings) * 1e6:.1f} to "
+                f"{max(readings) * 1e6:.1f} us), over {REFERENCE_SPREAD:g}x")
+    return None
 
 
 def _number(value: Any) -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tuning.core.host_load import host_load
 from tuning.core.outcome import TaskOutcome, best_from_records
 from tuning.core.plausible import bounds_of
 from tuning.core.records import Record, RecordLog
@@ -390,6 +391,7 @@ def _finish(tuner: TaskTuner) -> None:
     configs = [tuple(r.config) for r in finalists]
     limits = bounds_of(task, parts.hardware)
     again = [a.within(limits) for a in parts.evaluator.remeasure(parts.hardware, task, configs)]
+    outcome.remeasure_load = host_load()  # what explains a re-reading far from the tuning reading
     for callback in tuner.callbacks:
         callback.after_remeasure(tuner, configs, again)
     measured = [(a.costs, r) for a, r in zip(again, finalists) if a.ok] or [(ok[0].result.costs, ok[0])]

@@ -12,6 +12,7 @@ same check on an exported TVMScript file (python -m tuning.tools.apply on a sing
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from tuning.core.task import reference_output
@@ -24,8 +25,10 @@ TIMING = {"number": 1, "repeat": 10, "min_repeat_ms": 50}  # as tuning.tools.app
 def export_library(workload: dict, target: dict, scheduled_mod, path: Path, device: str = "cpu",
                    num_threads: int | None = None) -> dict:
     """Returns {"library", "args", "correct", "max_abs_error", "reference_max", "reference",
-    "tuned_s", "untuned_s", "torch_s"} (torch_s None for a network's kernel and off a CPU;
-    untuned_s None where untuned TIR cannot run on the target)."""
+    "tuned_s", "untuned_s", "torch_s", "torch_readings", "torch_threads"} (torch_s, the median of
+    torch_readings timed at torch_threads, None for a network's kernel and off a CPU; untuned_s None
+    where untuned TIR cannot run on the target). Whether torch's readings can stand as its latency is
+    the reader's to check (tuning.core.plausible.reference_problem)."""
     import tvm
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -41,14 +44,15 @@ def export_library(workload: dict, target: dict, scheduled_mod, path: Path, devi
     untuned_args, untuned_out = _call(untuned, inputs, shapes[-1], untuned_dev)
     single = workload["op"] != "tir"
     expected = reference_output(workload, inputs) if single else untuned_out
+    tuned_s = _seconds(lib, tuned_args, dev)
+    untuned_s = _seconds(untuned, untuned_args, untuned_dev) if on_target else None
+    torch_times = torch_readings(workload, inputs, num_threads) if single and device_kind(device) == "cpu" else None
     return {"library": str(path), "args": [[list(shape), dtype] for shape, dtype in shapes],
             **_agreement(got, expected),
             "reference": ("numpy" if workload["op"] in ("gemm", "batch_matmul") else "torch") if single
             else "the untuned kernel",
-            "tuned_s": _seconds(lib, tuned_args, dev),
-            "untuned_s": _seconds(untuned, untuned_args, untuned_dev) if on_target else None,
-            "torch_s": torch_seconds(workload, inputs, num_threads) if single and device_kind(device) == "cpu"
-            else None}
+            "tuned_s": tuned_s, "untuned_s": untuned_s, "torch_s": _median(torch_times) if torch_times else None,
+            "torch_readings": torch_times, "torch_threads": num_threads}
 
 
 def check_script(workload: dict, target: dict, script: str, device: str = "cpu") -> dict:
@@ -99,7 +103,8 @@ def _seconds(lib, args, dev) -> float:
 
 
 def torch_call(workload: dict, inputs: list, num_threads: int | None = None):
-    """torch's eager call of the same operator on the same inputs (float32)."""
+    """torch's eager call of the same operator on the same inputs (float32). `num_threads` sets torch's
+    threads for good; torch_threads sets them for a while."""
     import torch
 
     from tuning.core.task import pair
@@ -114,12 +119,31 @@ def torch_call(workload: dict, inputs: list, num_threads: int | None = None):
     return lambda: torch.matmul(*tensors)
 
 
+@contextmanager
+def torch_threads(num_threads: int | None):
+    """torch's intra-op threads set to `num_threads` (the tuned runtime's) for the block, then restored:
+    torch at its own default beside a kernel timed at fewer threads oversubscribes a busy host's cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def call_seconds(call, repeat: int, min_repeat_ms: float) -> float:
     """A Python callable timed as TVM's time_evaluator times a kernel: after a warm-up call, the
     median over `repeat` of the mean call time in a block of at least `min_repeat_ms`."""
-    import time
+    return _median(call_readings(call, repeat, min_repeat_ms))
 
-    import numpy as np
+
+def call_readings(call, repeat: int, min_repeat_ms: float) -> list[float]:
+    """call_seconds' readings: after a warm-up call, `repeat` mean call times, each over a block of
+    at least `min_repeat_ms`."""
+    import time
 
     call()
     samples = []
@@ -129,7 +153,13 @@ def call_seconds(call, repeat: int, min_repeat_ms: float) -> float:
             call()
             calls += 1
         samples.append((time.perf_counter() - started) / calls)
-    return float(np.median(samples))
+    return samples
+
+
+def _median(values: list[float]) -> float:
+    import numpy as np
+
+    return float(np.median(values))
 
 
 def rotated_passes(timers: dict, passes: int, after_pass=None) -> dict:
@@ -145,14 +175,14 @@ def rotated_passes(timers: dict, passes: int, after_pass=None) -> dict:
     return seconds
 
 
-def torch_seconds(workload: dict, inputs: list, num_threads: int | None) -> float:
-    """torch's time for the same operator on the same inputs (float32, eager, median of 10 calls
-    after a warm-up, at least 50 ms each, as the TVM timings)."""
+def torch_readings(workload: dict, inputs: list, num_threads: int | None) -> list[float]:
+    """torch's readings of the same operator on the same inputs (float32, eager; 10 block means after a
+    warm-up, each block at least 50 ms, as the TVM timings), at the tuned runtime's `num_threads`
+    (torch_threads: restored after)."""
     import torch
 
-    call = torch_call(workload, inputs, num_threads)
-    with torch.inference_mode():
-        return call_seconds(call, TIMING["repeat"], TIMING["min_repeat_ms"])
+    with torch_threads(num_threads), torch.inference_mode():
+        return call_readings(torch_call(workload, inputs), TIMING["repeat"], TIMING["min_repeat_ms"])
 
 
 def snippet(workload: dict, library: Path, args: list, device: str = "cpu") -> str:

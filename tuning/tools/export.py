@@ -28,7 +28,9 @@ from pathlib import Path
 
 from tuning.config import ConfigError
 from tuning.config.cli import new_parser
+from tuning.core.host_load import host_load
 from tuning.core.outcome import TaskOutcome
+from tuning.core.plausible import reference_problem
 from tuning.core.records import RecordLog
 from tuning.core.task import is_whole_model
 from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts, export_choice  # noqa: F401
@@ -143,11 +145,24 @@ def _report(task, result: dict) -> None:
     timings = [f"tuned {result['tuned_s'] * 1e6:.1f} us ({gflops:.1f} GFLOP/s)",
                f"untuned {result['untuned_s'] * 1e6:.1f} us ({result['untuned_s'] / result['tuned_s']:.1f}x slower)"]
     if result.get("torch_s"):
-        timings.append(f"torch {result['torch_s'] * 1e6:.1f} us (tuned is {result['torch_s'] / result['tuned_s']:.2f}x "
-                       f"torch's speed)")
+        timings.append(torch_timing(result, task.flops))
     print("  " + "; ".join(timings) + " (medians of 10, measured one after another)")
     print(f"  {result['snippet']}: {'ran' if result['snippet_ok'] else 'FAILED'}: "
           + result["snippet_output"].replace("\n", " | ")[-400:])
+
+
+def torch_timing(result: dict, flops: float) -> str:
+    """torch's time beside the tuned kernel's, as a ratio only when its readings can stand as a latency
+    (tuning.core.plausible.reference_problem); else why not, with the host's load then."""
+    count = result.get("torch_threads")
+    threads = f" at {count} thread{'s' if count != 1 else ''}" if count else ""
+    torch_s, readings = result["torch_s"], result.get("torch_readings") or [result["torch_s"]]
+    problem = reference_problem(readings, flops)
+    if problem:
+        load = host_load()
+        return (f"torch {torch_s * 1e6:.1f} us{threads} IMPLAUSIBLE, no ratio: {problem}"
+                f"{f'; the host {load}' if load else ''}")
+    return f"torch {torch_s * 1e6:.1f} us{threads} (tuned is {torch_s / result['tuned_s']:.2f}x torch's speed)"
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
