@@ -235,11 +235,12 @@ def test_score_against_the_autotuning_methodology_package(tmp_path):
 def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     store, _ = filled(tmp_path / "store.sqlite", count=200)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    finish(run_py("-m", "model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, f"hardware.store={store.path}",
-                  "hardware.on_miss=error", "model.space=store", "search=random,sa", "seed=0,1",
-                  "budget.trials=48", "budget.plan_size=16", "budget.init_random=8", f"tracking.uri={uri}",
-                  "tracking.experiment=grid",
-                  f"hydra.sweep.dir={tmp_path}/multirun", tmp=tmp_path), timeout=300)
+    output = finish(run_py("-m", "model=gemm_64", "hardware=replay", *SYNTHETIC_BACKEND, f"hardware.store={store.path}",
+                           "hardware.on_miss=error", "model.space=store", "search=random,sa", "seed=0,1",
+                           "budget.trials=48", "budget.plan_size=16", "budget.init_random=8", f"tracking.uri={uri}",
+                           "tracking.experiment=grid",
+                           f"hydra.sweep.dir={tmp_path}/multirun", tmp=tmp_path), timeout=300)
+    check_the_grid_summary(output, uri, tmp_path)
     firsts = {}
     for path in sorted((tmp_path / "multirun").glob("*/records.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines()]
@@ -275,6 +276,29 @@ def test_compare_a_replayed_grid_from_mlflow(tmp_path, capsys):
     for curve in loaded.curves:  # every method's own compute on its seconds axis, the same rule for all
         added = curve.elapsed_s - plain[(curve.method, curve.seed)]
         assert np.all(np.diff(added) >= -1e-12) and added[-1] > 0  # (float sums: differences of 1e-18)
+
+
+def check_the_grid_summary(output: str, uri: str, tmp_path: Path) -> None:
+    """A grid's parent run summarises its jobs (best per method, the compare command) and the grid's last
+    printed line is that command, which works as printed."""
+    import shlex
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    [parent] = [r for r in client.search_runs([client.get_experiment_by_name("grid").experiment_id])
+                if "mlflow.parentRunId" not in r.data.tags]
+    command = output.strip().splitlines()[-1]
+    assert command == parent.data.tags["tunelab.compare_command"]
+    assert command.startswith(f"tunelab compare --experiment grid --parent {parent.info.run_id} --baseline random ")
+    for method in ("random", "sa"):  # best per method
+        assert parent.data.metrics[f"best/final_latency_us/{method}/gemm_64"] > 0
+    assert "| sa | gemm_64 | 2 | best/final_latency_us |" in parent.data.tags["mlflow.note.content"]
+    assert "grid_summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    argv = shlex.split(command)
+    assert argv[:2] == ["tunelab", "compare"]
+    result = main([*argv[2:], "--no-mlflow-run", "--out", str(tmp_path / "as-printed")])
+    assert {c.method for c in result.curves} == {"random", "sa"} and len(result.curves) == 4
 
 
 def test_the_overhead_axis_counts_a_rounds_search_before_it_and_its_fit_after_it():
@@ -504,6 +528,14 @@ def test_compare_where_there_are_no_runs_creates_nothing_and_names_where_it_look
         main(["--baseline", "sa"])
     assert refused.value.code == 2
     assert f"no runs in sqlite:///{tmp_path}/outputs/mlflow.db (it does not exist)" in capsys.readouterr().err
+    import tunelab
+    from tunelab import ui
+
+    with pytest.raises(ValueError, match="no runs in sqlite:///.*/outputs/mlflow.db \\(it does not exist\\)"):
+        tunelab.compare("sa")
+    with pytest.raises(SystemExit) as stopped:
+        ui.main([])  # would serve an empty store it made
+    assert stopped.value.code == 2 and "tunelab ui: no runs in sqlite:///" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no outputs/mlflow.db, no folder
     uri = f"sqlite:///{tmp_path}/m.db"
     from mlflow.tracking import MlflowClient

@@ -19,9 +19,14 @@ def build_parser(prog: str | None = None):
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     from tuning.config.storage import mlflow_uri
+    from tuning.config.tracking_uri import missing_store
 
     args = build_parser(prog).parse_args(argv)
     uri = mlflow_uri(args.tracking_uri)
+    problem = missing_store(uri)
+    if problem:  # MLflow's server would create an empty store to show
+        print(f"tunelab ui: {problem}", file=sys.stderr)
+        sys.exit(2)
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [str(mlflow) if mlflow.exists() else "mlflow", "ui", "--backend-store-uri", uri,
                "--host", args.host, "--port", str(args.port)]

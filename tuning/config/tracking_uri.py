@@ -77,3 +77,15 @@ def sqlite_path(uri: str | None) -> Path | None:
         return None
     path = uri[len("sqlite:///"):].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
+
+
+def missing_store(uri: str, what: str = "runs") -> str | None:
+    """Why a read-only command has nothing to read at `uri`: a sqlite file that is not there (an MLflow client
+    would create it), naming it; None otherwise."""
+    from tuning.config.untrusted import without_secrets
+
+    db = sqlite_path(uri)
+    if db is None or db.is_file():
+        return None
+    return (f"no {what} in {without_secrets(uri)} (it does not exist): tune first (tunelab run ...), or name the "
+            "MLflow store with --tracking-uri or MLFLOW_TRACKING_URI")

@@ -1,6 +1,8 @@
 """A sweep's MLflow parent run: opened before any job, the sweep's summary printed and on its parent
-run, the parent run's link printed (and the sweeper's way to end that run KILLED). A job's side of
-the sweep (pruning, trial tags) is tuning/engine/trial.py.
+run, the parent run's link printed (and the sweeper's way to end that run KILLED). A grid's parent run
+(the basic sweeper's) summarises its jobs, best per method, beside the command that compares them, and
+that command is the grid's last printed line (tuning/sweep/grid_summary.py). A job's side of the sweep
+(pruning, trial tags) is tuning/engine/trial.py.
 
 The parent run is opened by the launching process before any job (SweepParent, a Hydra callback),
 and its id handed to the jobs in the environment (mlflow_tracker.PARENT_RUN_ENV); a job on a launcher
@@ -14,6 +16,7 @@ objective.report_every measurements, and stops when the trial's pruner says so. 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from hydra import utils as hydra_utils
@@ -23,6 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from tuning.engine.trial import RESULTS_FILE
+from tuning.sweep.grid_summary import SUMMARY_FILE, summarise
 
 
 class SweepParent(Callback):
@@ -35,6 +39,7 @@ class SweepParent(Callback):
         self._handed = False
         self._before: str | None = None  # the environment's value before this multirun set it
         self._link = ""
+        self._run_id = ""
 
     def on_multirun_start(self, config, **kwargs) -> None:
         from tuning.tracking.mlflow_tracker import PARENT_RUN_ENV
@@ -47,7 +52,7 @@ class SweepParent(Callback):
         _save_sweep_config(config)
         run_id = tracker.open_parent(_parent_key(config))
         if run_id:
-            self._handed, self._before = True, os.environ.get(PARENT_RUN_ENV)
+            self._handed, self._before, self._run_id = True, os.environ.get(PARENT_RUN_ENV), run_id
             os.environ[PARENT_RUN_ENV] = run_id
             self._link = tracker.run_page(run_id)
 
@@ -56,13 +61,27 @@ class SweepParent(Callback):
 
         if not self._handed:
             return
+        command = None if (Path(config.hydra.sweep.dir) / RESULTS_FILE).exists() else _summarise_grid(config, self._run_id)
         if self._link:
             print(f"tunelab: the sweep's MLflow parent run (its jobs are its children): {self._link}")
+        if command:  # the last line: the command itself, to copy
+            print(f"tunelab: the grid's summary is on its parent run and in {Path(config.hydra.sweep.dir) / SUMMARY_FILE}"
+                  f"; compare its runs with:\n{command}")
         if self._before is None:
             os.environ.pop(PARENT_RUN_ENV, None)
         else:
             os.environ[PARENT_RUN_ENV] = self._before
         self._handed = False
+
+
+def _summarise_grid(config, parent_id: str) -> str | None:
+    """A grid's summary on its parent run (tuning/sweep/grid_summary.py); the compare command, or None. A view of
+    the grid, never a reason to fail it."""
+    try:
+        return summarise(_tracker(config), _parent_key(config), parent_id, Path(config.hydra.sweep.dir))
+    except Exception as error:  # noqa: BLE001 - the jobs' runs and folders stand whatever happens here
+        print(f"tunelab: no grid summary ({type(error).__name__}: {error})", file=sys.stderr)
+        return None
 
 
 def _tracking_problems(config) -> list[str]:

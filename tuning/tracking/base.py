@@ -43,6 +43,9 @@ artifacts. The loop drives it in this order:
     tracker.open_parent(parent) -> str               the launching process, before any job: create the
                                                      multirun's parent run (or find an earlier run's into
                                                      the same key) and return its id for the jobs
+    tracker.children(parent_run_id) -> list[dict]    the finished runs under a multirun's parent run, oldest
+                                                     first (needs no open run): run_id, name, start, params,
+                                                     tags, metrics; [] when nothing is tracked
 
 A tracker never fails a tuning job once it has started: a store that stops answering is
 retried, then given up on (`offline`). __init__ stores settings only: no I/O, no threads, no clients.
@@ -127,6 +130,10 @@ class Tracker(Component):
     def open_parent(self, parent: str) -> str:
         """Before any job of a multirun: its parent run's id ('' when nothing is tracked)."""
         return ""
+
+    def children(self, parent_run_id: str) -> list[dict[str, Any]]:
+        """The finished runs under a multirun's parent run, oldest first ([] when nothing is tracked)."""
+        return []
 
 
 class NoTracker(Tracker):

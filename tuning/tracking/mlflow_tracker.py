@@ -242,6 +242,18 @@ class MlflowTracker(Tracker):
     def end_parent(self, parent, status) -> None:
         self._call("close the sweep's parent run", self._end_parent, parent, status)
 
+    def children(self, parent_run_id: str) -> list[dict]:
+        return self._call("read the sweep's runs", self._children, parent_run_id) or []
+
+    def _children(self, parent_run_id: str) -> list[dict]:
+        self._connect()
+        query = f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'FINISHED'"
+        runs = self._client.search_runs([self._experiment_id], query, max_results=50_000,
+                                        order_by=["attributes.start_time ASC"])
+        return [{"run_id": r.info.run_id, "name": r.info.run_name, "start": r.info.start_time,
+                 "params": dict(r.data.params), "tags": dict(r.data.tags), "metrics": dict(r.data.metrics)}
+                for r in runs]
+
     def _end_parent(self, parent, status) -> None:
         self._connect()
         self._client.set_terminated(self._parent(parent), status)

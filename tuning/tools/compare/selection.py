@@ -21,15 +21,13 @@ class Refused(SystemExit):
         return self.message
 
 
-def refuse_missing_store(uri: str, what: str = "runs") -> None:
+def refuse_missing_store(uri: str) -> None:
     """A sqlite tracking URI whose file is not there: refused naming it, nothing created."""
-    from tuning.config.tracking_uri import sqlite_path
-    from tuning.config.untrusted import without_secrets
+    from tuning.config.tracking_uri import missing_store
 
-    db = sqlite_path(uri)
-    if db is not None and not db.is_file():
-        raise Refused(f"no {what} in {without_secrets(uri)} (it does not exist): tune first (tunelab run ...), or "
-                      "name the MLflow store with --tracking-uri or MLFLOW_TRACKING_URI")
+    problem = missing_store(uri)
+    if problem:
+        raise Refused(problem)
 
 
 def experiment_or_refuse(client, experiment: str, uri: str) -> None:
