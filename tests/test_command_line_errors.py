@@ -71,6 +71,17 @@ def test_a_valid_command_line_passes_the_check():
     assert command_line_problems(["--help"]) == []  # not a job: Hydra's help
 
 
+def test_the_python_api_says_a_typo_as_the_command_does(tmp_path, monkeypatch):
+    import tunelab
+
+    monkeypatch.setenv("TUNELAB_OUTPUTS", str(tmp_path / "outputs"))
+    with pytest.raises(ConfigError, match=r"budget\.trails: not a key of budget; did you mean budget\.trials=3\?"):
+        tunelab.tune(["hardware=synthetic", "model=gemm_64", "budget.trails=3", f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match=r"search: no option 'ppo2'; did you mean search=ppo\?"):
+        tunelab.compose(["search=ppo2"])
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_plus_typo_gets_the_nearest_key_too(compose_cfg):
     with pytest.raises(ConfigError, match=r"budget\.trails: not a key of budget; did you mean budget\.trials\?"):
         validate(compose_cfg("+budget.trails=100"))

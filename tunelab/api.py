@@ -52,18 +52,26 @@ class Outcome:
 
 
 def compose(overrides: Sequence[str] | Mapping | None = ()) -> DictConfig:
-    """The job config `tunelab run OVERRIDES` would run (with its `hydra` node), for inspection or edits."""
+    """The job config `tunelab run OVERRIDES` would run (with its `hydra` node), for inspection or edits.
+    An override Hydra refuses (an unknown key or option) is a ConfigError naming it, as `tunelab run` says it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     from tunelab.run import job_overrides
-    from tuning.config import register
+    from tuning.config import ConfigError, register
     from tuning.config.conf_dir import CONF_DIR
+    from tuning.config.overrides import command_line_problems
 
     argv = job_overrides(_as_overrides(overrides))
     register()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=JOB_NAME):
-        return hydra_compose("config", overrides=argv, return_hydra_config=True)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=JOB_NAME):
+            return hydra_compose("config", overrides=argv, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as error:  # as `tunelab run` says it: the key, the nearest name
+        problems = command_line_problems(argv) or [" ".join(str(error).split())]
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems)) from None
 
 
 def tune(config: Sequence[str] | Mapping | DictConfig | None = ()) -> Outcome:
