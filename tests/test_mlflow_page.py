@@ -10,6 +10,7 @@ from urllib.parse import unquote
 import pytest
 from omegaconf import OmegaConf
 
+from tuning.config.cli import tunelab_command
 from tuning.config.naming import (
     BEST_SO_FAR,
     FINAL_GFLOPS,
@@ -122,7 +123,7 @@ def run(run_id: str, experiment_id: str = "3"):
 def test_the_compare_links_open_the_model_training_view():
     result = SimpleNamespace(curves=[SimpleNamespace(run_id="r1"), SimpleNamespace(run_id="r2")])
     lines = mlflow_links("sqlite:////x/mlflow.db", [run("r1"), run("r2"), run("left-out")], result, run("c", "7"))
-    assert lines[0] == "MLflow UI (serve it: tunelab ui --tracking-uri sqlite:////x/mlflow.db):"
+    assert lines[0] == f"MLflow UI (serve it: {tunelab_command('ui', '--tracking-uri', 'sqlite:////x/mlflow.db')}):"
     assert lines[1].endswith("http://127.0.0.1:5000/#/experiments/7/runs/c?workflowType=machine_learning")
     page = unquote(lines[2].split("http://127.0.0.1:5000", 1)[1])
     assert page == '/#/compare-runs?runs=["r1", "r2"]&experiments=["3"]&workflowType=machine_learning'

@@ -73,6 +73,15 @@ def test_the_sync_line_of_an_offline_run_runs_as_printed(tmp_path, venv_not_acti
     runs_as_printed(line, "--help", path=venv_not_active)
 
 
+def test_the_browse_line_serves_the_ui_as_printed(tmp_path, venv_not_active):
+    """After `make demo`: the run's `browse: tunelab ui --tracking-uri ...` line, pasted as is."""
+    from tuning.tracking.mlflow_tracker import ui_command
+
+    line = ui_command(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert line.endswith(f"ui --tracking-uri sqlite:///{tmp_path / 'mlflow.db'}"), line
+    assert "usage: tunelab ui" in runs_as_printed(line, "--help", path=venv_not_active).stdout
+
+
 def test_the_resume_line_of_a_stopped_run_runs_as_printed(tmp_path, compose_cfg, monkeypatch, capsys,
                                                           disk_full_after, venv_not_active):  # noqa: F811
     cfg = as_job(compose_cfg(*SMALL, "hardware.delay_s=0.0", "budget.trials=64"), monkeypatch)

@@ -34,6 +34,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from tuning.config.cli import tunelab_command
 from tuning.config.naming import sweep_name
 from tuning.config.tracking_uri import (  # noqa: F401
     DATABASE_SCHEMES,
@@ -340,7 +341,7 @@ class MlflowTracker(Tracker):
         detail = " ".join(str(error).split())[:300]
         self.offline = f"could not {what} in {self.uri} after {self.retry_s:g} s: {type(error).__name__}: {detail}"
         print(f"tunelab: MLflow {self.offline}\n  the run goes on without MLflow; its folder keeps everything "
-              "(tunelab sync <run dir> rebuilds the MLflow run)", file=sys.stderr)
+              f"({tunelab_command('sync')} <run dir> rebuilds the MLflow run)", file=sys.stderr)
 
     def download(self, run_id: str, artifact: str, dst_dir: str) -> str:
         from mlflow.exceptions import MlflowException
@@ -493,8 +494,9 @@ def ui_link(uri: str, route: str) -> str:
 
 
 def ui_command(uri: str) -> str | None:
-    """The command that serves a database store's UI (None for a server, which serves its own)."""
-    return None if _is_server(uri) else f"tunelab ui --tracking-uri {uri}"
+    """The command that serves a database store's UI, as it runs when printed (None for a server, which
+    serves its own)."""
+    return None if _is_server(uri) else tunelab_command("ui", "--tracking-uri", uri)
 
 
 def _is_server(uri: str) -> bool:
