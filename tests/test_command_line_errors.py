@@ -147,3 +147,18 @@ def test_a_missing_onnx_file_is_said_before_its_missing_shape(tmp_path):
     lines = [line.strip() for line in done.stderr.splitlines()[1:]]
     assert lines[0] == f"model.path: no such file {str(missing)!r}", done.stderr
     assert lines[1].startswith("model.input_shape: required"), done.stderr
+
+
+def test_usage_shows_what_a_typo_prints(capsys):
+    """docs/usage.md's typo transcript is what the lab prints ("..." ends a line cut short)."""
+    import re
+    import shlex
+
+    text = (REPO / "docs" / "usage.md").read_text()
+    block = re.search(r"^    \$ (tunelab run [^\n]*trails[^\n]*)\n((?:    [^$\n][^\n]*\n)+)", text, re.M)
+    command, shown = block.group(1), [line[4:].rstrip() for line in block.group(2).splitlines()]
+    code, err = run_in_process(capsys, *shlex.split(command)[2:])
+    printed = err.splitlines()
+    assert code == 2
+    for line in shown:
+        assert any(p.startswith(line[:-4]) if line.endswith("...)") else p == line for p in printed), (line, printed)
