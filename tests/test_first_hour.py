@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.test_loop import component, components
+from helpers import component, components
 from tuning.config import ConfigError
 from tuning.config.naming import run_name, sweep_name, workload_label
 from tuning.core.outcome import TaskOutcome, task_table

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from tests.test_loop import component, components
+from helpers import component, components
 from tuning.core.records import RecordLog
 from tuning.core.task import gemm_task
 from tuning.engine.loop import RunInfo, tune_tasks
