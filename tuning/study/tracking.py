@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tuning.cluster.host_identity import host_key
+from tuning.config.cli import tunelab_command
 from tuning.config.untrusted import without_secrets
 from tuning.study.files import BlockFile, read_blocks
 from tuning.study.spec import StudySpec
@@ -48,7 +49,7 @@ def log_blocks(spec: StudySpec, uri: str, say: Callable[[str], None] = print) ->
         tracker.end()
         if tracker.offline:
             say(f"study {spec.name}: MLflow at {without_secrets(uri)} is not reachable ({tracker.offline}); the "
-                f"block files stand: log them later with `tunelab study log {spec.name}`")
+                f"block files stand: log them later with `{tunelab_command('study', 'log', spec.name)}`")
             break
         count += 1
     return count

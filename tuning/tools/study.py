@@ -18,7 +18,7 @@ import json
 import sys
 
 from tuning.config import ConfigError
-from tuning.config.cli import add_command, add_tracking_uri, new_parser
+from tuning.config.cli import add_command, add_tracking_uri, new_parser, tunelab_command
 from tuning.config.untrusted import without_secrets
 
 
@@ -61,7 +61,7 @@ def main(argv=None, prog: str | None = None) -> None:
             say = lambda line: print(line, file=sys.stderr)  # noqa: E731
             log = None if args.no_tracking else lambda _: log_blocks(spec, args.tracking_uri, say)
             made = run_study(spec, args.blocks, args.hours, say=say, on_block=log)
-            print(f"{len(made)} block(s) made; table: tunelab study table {spec.name}")
+            print(f"{len(made)} block(s) made; table: {tunelab_command('study', 'table', spec.name)}")
         elif args.command == "log":
             count = log_blocks(spec, args.tracking_uri, say=lambda line: print(line, file=sys.stderr))
             print(f"{count} block(s) logged to {without_secrets(args.tracking_uri)} (experiment "
