@@ -25,3 +25,15 @@ def test_a_copy_of_the_package_on_pythonpath_reads_the_conf_beside_it(tmp_path):
                          env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
                          check=True, cwd=tmp_path).stdout.strip()
     assert Path(out) == copy / "conf"
+
+
+def test_hydra_finds_the_lab_s_sweeper_from_outside_the_checkout(tmp_path):
+    """In an editable install the lab's plugins are mapped by setuptools' finder, which Hydra cannot
+    list; `tunelab run hparams_search=...` typed outside the checkout found no lab sweeper."""
+    probe = ("import tuning.config.schema\n"
+             "from hydra.core.plugins import Plugins\n"
+             "from hydra.plugins.sweeper import Sweeper\n"
+             "print(sorted(p.__module__ for p in Plugins.instance().discover(Sweeper)))\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}).stdout
+    assert "hydra_plugins.tunelab_optuna_sweeper.optuna_sweeper" in out, out
