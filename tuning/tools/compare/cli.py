@@ -5,10 +5,13 @@ censored times to an external target, one aggregate score (docs/compare.md).
     python -m tuning.tools.compare --parent <multirun parent run id> --baseline sa+greedy --budgets 64 256 1000
     python -m tuning.tools.compare --experiment tunelab --tag experiment=chameleon_ablation_reduced --baseline sa+greedy
 
-Reads finished MLflow runs (by experiment, tags, multirun parent, model) and their records.jsonl,
+Reads finished MLflow runs (by experiment, tags, multirun parent, model; without --parent, --tag or
+--all-runs the experiment's latest grid, the report's first line saying which) and their records.jsonl,
 config.yaml and tasks.json artifacts. A method is the runs' group choices (search, sampler,
 cost_model, evaluator; `--method-by` changes which keys), named by the parts that differ between
-the runs; runs pair by seed. Per task and method it reports:
+the runs; runs of one method that did not run alike (budget, hardware, space, store, a
+hyperparameter: everything but the seed) are rows of their own, e.g. sa[budget.trials=32]
+(`--group-by name` pools them, warning so); runs pair by seed. Per task and method it reports:
 
     curves            the incumbent's true latency (the config the run would return after n
                       measurements, scored by the store's median over every reading of it)
