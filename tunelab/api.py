@@ -1,7 +1,7 @@
 """The lab from Python: `tune` runs one job and returns its Outcome, `compare` compares tracked runs.
 
     import tunelab
-    outcome = tunelab.tune(["hardware=synthetic", "model=gemm_64", "budget.trials=64"])
+    outcome = tunelab.tune(["hardware=synthetic", "model=gemm_64", "budget.trials=64", "budget.plan_size=16"])
     outcome.best            # {task: Best(config, latency_us, gflops)}
     outcome.records_frame() # every measurement, as a pandas DataFrame
 
