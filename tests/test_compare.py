@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -533,8 +534,9 @@ def test_compare_where_there_are_no_runs_creates_nothing_and_names_where_it_look
 
     with pytest.raises(ValueError, match="no runs in sqlite:///.*/outputs/mlflow.db \\(it does not exist\\)"):
         tunelab.compare("sa")
+    monkeypatch.setattr(os, "execvp", lambda *command: pytest.fail(f"tunelab ui served a store it made: {command}"))
     with pytest.raises(SystemExit) as stopped:
-        ui.main([])  # would serve an empty store it made
+        ui.main([])
     assert stopped.value.code == 2 and "tunelab ui: no runs in sqlite:///" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no outputs/mlflow.db, no folder
     uri = f"sqlite:///{tmp_path}/m.db"
