@@ -8,11 +8,11 @@ or hyperparameter) those settings too, so the printed baseline is a row name com
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuning.config.cli import tunelab_command
 from tuning.config.identity import METHOD_GROUPS, method_rows, method_value, run_settings
 from tuning.config.naming import FINAL_GFLOPS, FINAL_LATENCY_MS, FINAL_LATENCY_US, with_current_names
 from tuning.config.untrusted import without_secrets
@@ -61,11 +61,11 @@ def _best(name: str, model: str, runs: list[dict]) -> Best | None:
 
 
 def compare_command(children: list[dict], experiment: str, parent_id: str, uri: str) -> str:
-    """The command that compares the grid's jobs: its parent run, the first job's method as the baseline."""
+    """The command that compares the grid's jobs (its parent run, the first job's method as the baseline), as a
+    line that runs as printed with this installation (tunelab_command)."""
     baseline = job_methods(children)[0]
-    argv = ["tunelab", "compare", "--experiment", experiment, "--parent", parent_id, "--baseline", baseline,
-            "--tracking-uri", without_secrets(uri)]
-    return " ".join(shlex.quote(part) for part in argv)
+    return tunelab_command("compare", "--experiment", experiment, "--parent", parent_id, "--baseline", baseline,
+                           "--tracking-uri", without_secrets(uri))
 
 
 def summary_markdown(bests: list[Best], command: str, jobs: int) -> str:
