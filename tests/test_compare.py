@@ -549,3 +549,25 @@ def test_compare_where_there_are_no_runs_creates_nothing_and_names_where_it_look
     MlflowClient(uri).create_experiment("other")
     with pytest.raises(SystemExit, match=f"no MLflow experiment 'none' in {uri} \\(it holds 'Default', 'other'\\)"):
         main(["--baseline", "x", "--experiment", "none", "--tracking-uri", uri])
+
+
+def test_what_a_setting_is():
+    """The seed (and a component's `${seed}`), paths, tracking, storage and the workload are no settings; a store
+    a run did not set reads null; a key only one run holds is no difference; lists go by element in a config."""
+    from tuning.config.identity import config_settings, differing, method_rows, run_settings
+
+    params = {"seed": "3", "cost_model.seed": "3", "budget.trials": "32", "model.name": "gemm_64", "model.space": "store",
+              "tracking.experiment": "x", "storage.mlflow_uri": "sqlite:///m.db", "output_dir": "/o", "e2e.runs": "50",
+              "objective.report_every": "16", "search.parallel_size": "128", "method": "sa+greedy+xgb"}
+    assert run_settings(params, {"tunelab.tuning.database": "/earlier"}) == {
+        "budget.trials": "32", "model.space": "store", "search.parallel_size": "128", "hardware.store": "null",
+        "tuning.database": "/earlier"}
+    config = {"seed": 0, "hydra": {"x": 1}, "search": {"temp": [1.0, 0.0]}, "hardware": {"store": "postgresql://u:pw@h/s"},
+              "objective": {"metrics": ["final_gflops"]}}
+    assert config_settings(config, ["search.temp.0"]) == {"search.temp.1": "0.0", "hardware.store": "postgresql://u@h/s",
+                                                          "objective.metrics.0": "final_gflops"}
+    assert differing({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == ["b"]
+    rows, unlike = method_rows([{"search": "sa"}, {"search": "sa"}, {"search": "random"}],
+                               [{"budget.trials": "32"}, {"budget.trials": "256", "new.key": "1"}, {"budget.trials": "32"}])
+    assert rows == ["sa[budget.trials=32]", "sa[budget.trials=256]", "random"]
+    assert unlike == {"sa": {"budget.trials": ["32", "256"]}, "random": {}}

@@ -49,9 +49,10 @@ def is_workload(key: str) -> bool:
 
 
 def run_settings(params: Mapping[str, Any], tags: Mapping[str, Any]) -> dict[str, str]:
-    """A tracked run's settings: its MLflow params and SETTING_PATHS tags, less the workload."""
+    """A tracked run's settings: its MLflow params and SETTING_PATHS tags (a run tags only the paths it set),
+    less the workload."""
     found = {key: str(value) for key, value in params.items() if is_setting(key) and not is_workload(key)}
-    found.update({key: str(tags[f"tunelab.{key}"]) for key in SETTING_PATHS if f"tunelab.{key}" in tags})
+    found.update({key: str(tags.get(f"tunelab.{key}", "null")) for key in SETTING_PATHS})  # no tag: none set
     return found
 
 
