@@ -164,6 +164,20 @@ def test_convergence_png(tmp_path):
     assert data.startswith(b"\x89PNG") and len(data) > 1000
 
 
+def test_the_lab_s_figures_leave_the_caller_s_backend_as_it_was(tmp_path):
+    """A notebook's inline backend (here pyplot's pdf backend stands for it) survives a run's and a
+    comparison's figures: they draw on Figure objects with their own canvas (matplotlib.use("Agg") did not)."""
+    import subprocess
+    import sys
+
+    code = ("import matplotlib, sys; matplotlib.use('pdf'); import matplotlib.pyplot as plt\n"
+            "from tuning.tracking.plot import convergence_png\n"
+            f"convergence_png({{'sa': [(1, 1.0), (4, 2.0)]}}, {str(tmp_path / 'c.png')!r})\n"
+            "print(matplotlib.get_backend(), len(plt.get_fignums()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["pdf", "0"], done.stderr[-2000:]  # the backend kept, no pyplot figure left open
+
+
 def test_no_tracker_does_nothing(tmp_path):
     tracker = NoTracker()
     assert tracker.start("x", {"a": object()}, {"b": None}, parent=str(tmp_path / "p"),
