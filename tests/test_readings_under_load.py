@@ -120,3 +120,17 @@ def test_a_run_reads_the_load_when_it_re_measures(tmp_path, compose_cfg, monkeyp
         main(cfg)
     assert "x apart: re-measured on a busy host, load 5.0 on 2 cores: another job shared the cores" \
         in printed.getvalue(), printed.getvalue()
+
+
+def test_a_whole_model_s_torch_timing_spread_too_wide_gives_no_ratio():
+    from tuning.engine.whole_model import e2e_line, e2e_metrics
+
+    verdict = {"latency_ms": {"tuned": 20.0, "untuned": 900.0, "torch": 30.0}, "match": True, "reference": "torch",
+               "max_abs_diff": 0.0, "num_threads": 2,
+               "latencies_ms": {"tuned": [19.0, 20.0, 21.0], "torch": [9.0, 30.0, 160.0]}}
+    line = e2e_line(verdict)
+    assert "torch eager 30.00 ms  IMPLAUSIBLE, no ratio: its 3 readings spread 17.8x" in line, line
+    assert "speed-up vs torch" not in line and "e2e/speedup_vs_torch" not in e2e_metrics(verdict)
+    steady = {**verdict, "latencies_ms": {"tuned": [20.0], "torch": [29.0, 30.0, 31.0]}}
+    assert "speed-up vs torch 1.50x" in e2e_line(steady)
+    assert e2e_metrics(steady)["e2e/speedup_vs_torch"] == 1.5

@@ -137,6 +137,11 @@ def reference_problem(readings: Sequence[float], flops: float) -> str | None:
     if median > bound:
         return (f"its median {median * 1e6:.1f} us is slower than {bound * 1e6:.0f} us, {REFERENCE_FLOOR_FLOPS / 1e9:g} "
                 f"GFLOP/s for its {flops / 1e6:.3g} MFLOP plus {REFERENCE_CALL_S * 1e6:.0f} us a call")
+    return spread_problem(readings)
+
+
+def spread_problem(readings: Sequence[float]) -> str | None:
+    """Why a peer's readings (seconds, positive) spread too wide to stand as one latency, or None."""
     spread = max(readings) / min(readings)
     if spread > REFERENCE_SPREAD:
         return (f"its {len(readings)} readings spread {spread:.1f}x ({min(readings) * 1e6:.1f} to "

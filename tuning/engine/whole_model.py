@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tuning.config import ConfigError
 from tuning.core.outcome import weighted_latency_ms
+from tuning.core.plausible import spread_problem
 from tuning.core.task import WHOLE_MODEL_KINDS, build_tasks, is_whole_model  # noqa: F401 - re-exported
 from tuning.engine.run_folder import inside, write_inside
 from tuning.engine.spec import E2ESpec, JobSpec, ModelSpec
@@ -25,16 +26,24 @@ HEAVIEST = 10  # kernels whose in-model time is set beside their prediction in t
 KERNEL_MARGIN = 1.05  # a kernel within this of its prediction runs in the model as the tuner timed it
 
 
+def peer_problem(e2e: dict, peer: str) -> str | None:
+    """Why a peer library's timing of the model cannot stand as a latency to divide by (its readings
+    spread too wide: a busy host, threads fighting), or None."""
+    readings = [ms / 1e3 for ms in (e2e.get("latencies_ms") or {}).get(peer, []) if ms and ms > 0]
+    return spread_problem(readings) if len(readings) >= 2 else None
+
+
 def e2e_line(e2e: dict) -> str:
     latency = e2e["latency_ms"]
     parts = [f"end to end: tuned {latency['tuned']:.2f} ms", f"untuned {latency['untuned']:.1f} ms"]
-    if "torch" in latency:
-        parts.append(f"torch eager {latency['torch']:.2f} ms")
-        parts.append(f"speed-up vs torch {latency['torch'] / latency['tuned']:.2f}x")
-    if "onnxruntime" in latency:
-        parts.append(f"onnxruntime {latency['onnxruntime']:.2f} ms")
-        parts.append(f"speed-up vs onnxruntime {latency['onnxruntime'] / latency['tuned']:.2f}x")
-    elif str(e2e.get("onnxruntime", "")).startswith("not installed"):
+    for peer, label in (("torch", "torch eager"), ("onnxruntime", "onnxruntime")):
+        if peer not in latency:
+            continue
+        parts.append(f"{label} {latency[peer]:.2f} ms")
+        problem = peer_problem(e2e, peer)
+        parts.append(f"IMPLAUSIBLE, no ratio: {problem}" if problem else
+                     f"speed-up vs {peer} {latency[peer] / latency['tuned']:.2f}x")
+    if "onnxruntime" not in latency and str(e2e.get("onnxruntime", "")).startswith("not installed"):
         parts.append(f"onnxruntime {e2e['onnxruntime']}")
     parts.append(f"vs untuned {latency['untuned'] / latency['tuned']:.1f}x")
     verdict = "match" if e2e["match"] else "DO NOT match"
@@ -59,7 +68,7 @@ def e2e_metrics(e2e: dict) -> dict:
     metrics = {f"e2e/{name}_ms": value for name, value in latency.items()}
     metrics["e2e/speedup_vs_untuned"] = latency["untuned"] / latency["tuned"]
     for peer in ("torch", "onnxruntime"):
-        if peer in latency:
+        if peer in latency and peer_problem(e2e, peer) is None:
             metrics[f"e2e/speedup_vs_{peer}"] = latency[peer] / latency["tuned"]
     if "estimate_ms" in e2e:
         metrics["e2e/estimate_ms"] = e2e["estimate_ms"]
