@@ -48,6 +48,13 @@ def test_gradient_prefers_weight_times_latency():
     assert rule.pick([FakeTask(1, [1e-3]), FakeTask(1, [1e-3])]) == 0  # ties: the first (bigger) task
 
 
+def test_the_gradient_is_what_the_scheduler_logs_it_ranks_by():
+    rule, tasks = Gradient(), [FakeTask(1, [1e-3, 1e-3]), FakeTask(4, [1e-3, 1e-3])]
+    assert rule.scores(tasks) == pytest.approx([rule.gradient(t) * 1e3 for t in tasks])  # ms per round
+    assert max(range(2), key=rule.scores(tasks).__getitem__) == rule.pick(tasks)
+    assert RoundRobin().scores(tasks) is None  # fewest measurements first: nothing more to log
+
+
 def test_round_robin_fewest_first():
     tasks = [FakeTask(1, [], measured=10), FakeTask(1, [], measured=4), FakeTask(1, [], measured=4)]
     assert RoundRobin().pick(tasks) == 1
@@ -137,3 +144,22 @@ def test_reuse_measures_nothing_for_tasks_that_met_their_budget(tmp_path):
     new = RecordLog(tmp_path / "longer" / "records.jsonl").load()
     assert len(new) == 50
     assert not {(r.workload_key, tuple(r.config)) for r in new} & {(r.workload_key, tuple(r.config)) for r in earlier}
+
+
+# ---- where the model pays ------------------------------------------------------------------
+def one_kernel_twice(weights):
+    """The same GEMM as two tasks called weights[0] and weights[1] times per inference: the float16 one
+    is another task (its own key, search and random stream) on the same synthetic landscape, so both
+    improve alike and only their share of the model's latency (weight x latency) differs."""
+    return [gemm_task("first", 64, 64, 64, weight=weights[0]),
+            gemm_task("second", 64, 64, 64, dtype="float16", weight=weights[1])]
+
+
+@pytest.mark.parametrize("weights", [(8, 1), (1, 8)], ids=["heavy first", "heavy second"])
+def test_gradient_spends_where_the_model_pays(tmp_path, weights):
+    """Ansor's objective is sum_i weight_i x latency_i: of two kernels that improve alike, the one called
+    8x as often (8/9 of the model's latency) gets most of the scheduled rounds, in either task order."""
+    run, outcomes = run_model(tmp_path, trials=192, tasks=one_kernel_twice(weights))
+    heavy, light = ("first", "second") if weights[0] > weights[1] else ("second", "first")
+    scheduled = {name: len(o.records) - run.min_trials_per_task for name, o in outcomes.items()}
+    assert scheduled[heavy] >= 4 * max(scheduled[light], 16), scheduled

@@ -10,6 +10,10 @@ so no kernel is left untuned; after that it asks the scheduler.
             measured        measurements so far
             best_history()  best latency (seconds) after each of its rounds
         Deterministic: the same histories give the same pick (resume relies on it).
+    scores(tasks) -> list of floats, or None
+        what pick ranks the tasks by, one number per task (the gradient's expected gain), for the
+        record: the loop logs them each round as scheduler/<score_metric>/<task> beside each task's
+        measurements so far. None (the default) for a rule that ranks by nothing worth logging.
 
 __init__ stores hyperparameters only.
 """
@@ -35,6 +39,12 @@ class TaskProgress(Protocol):
 
 
 class Scheduler(Component):
+    score_metric: str = "score"  # the name of what `scores` returns, in its metric's key
+
     @abstractmethod
     def pick(self, tasks: Sequence[TaskProgress]) -> int:
         """Index of the task that gets the next round."""
+
+    def scores(self, tasks: Sequence[TaskProgress]) -> list[float] | None:
+        """What `pick` ranks the tasks by, one number per task; None where it ranks by nothing to log."""
+        return None
