@@ -118,6 +118,20 @@ def best_so_far(outcomes: Sequence[TaskOutcome], metric: str) -> list[tuple[int,
     return points
 
 
+def fastest_reading(outcome: TaskOutcome) -> float:
+    """The task's fastest valid reading so far, in seconds (inf while it has none)."""
+    return min((r.result.cost for r in outcome.records if r.result.ok), default=math.inf)
+
+
+def estimate_so_far_ms(outcomes: Iterable[TaskOutcome]) -> float | None:
+    """The model's latency as the lab estimates it while tuning: the sum over tasks of weight x fastest
+    valid reading so far, in ms (best_so_far's latency_ms at one moment); None until every task has a
+    valid reading, since a task left out would raise the sum when it joins: from the first value on
+    the estimate never rises."""
+    weighted = [o.task.weight * fastest_reading(o) for o in outcomes]
+    return sum(weighted) * 1e3 if weighted and all(map(math.isfinite, weighted)) else None
+
+
 def weighted_latency_ms(outcomes: Iterable[TaskOutcome]) -> float:
     """Sum over tasks of weight x best latency: the model's latency if kernels were all it ran."""
     return sum(o.task.weight * o.best_cost for o in outcomes) * 1e3

@@ -1,6 +1,7 @@
 """What a tuning job leaves once tuning is over: each task's best schedule, the MetaSchedule database,
 the convergence plot and the run's files as MLflow artifacts; for a whole model, its heaviest
-kernels re-chosen inside the model first (tuning/engine/model_choice.py)."""
+kernels re-chosen inside the model (tuning/engine/model_choice.py), where its tuning time went
+(tuning/engine/network_time.py) and its end-to-end timing (tuning/engine/whole_model.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,10 @@ from pathlib import Path
 from tuning.core.outcome import best_so_far, chosen_bests, weighted_latency_ms
 from tuning.engine.final import log_choice_metrics
 from tuning.engine.model_choice import choose_in_model
+from tuning.engine.network_time import export_network_time
 from tuning.engine.run_files import CHOSEN_FILE, save_chosen
 from tuning.engine.spec import JobSpec
+from tuning.engine.whole_model import evaluate_end_to_end
 from tuning.tracking.plot import convergence_png
 
 
@@ -43,6 +46,20 @@ def export_choice(parts, outcomes, out_dir: Path) -> None:
         tracker.log_artifact(path, "database")
     save_chosen(out_dir, outcomes)
     tracker.log_artifact(str(out_dir / CHOSEN_FILE))
+
+
+def end_whole_model(job: JobSpec, parts, outcomes, out_dir: Path, title: str = "", pruned: bool = False) -> dict | None:
+    """A whole model's run end: its heaviest kernels re-chosen inside the model, where the tuning time
+    went (tuning/engine/network_time.py: network_time.csv and .png, read from the final choice), then
+    the model compiled with the database and timed end to end; the end-to-end result, None when
+    e2e.enabled is false or the run was a pruned trial (neither re-chosen nor timed)."""
+    timed = job.e2e.enabled and not pruned
+    if timed:
+        choose_in_model_and_export(job, parts, outcomes, out_dir)
+    export_network_time(outcomes, out_dir, parts.tracker, title)
+    if not timed:
+        return None
+    return evaluate_end_to_end(job.e2e, job.model, job.seed, parts.hardware, parts.tracker, out_dir, outcomes)
 
 
 def choose_in_model_and_export(job: JobSpec, parts, outcomes, out_dir: Path) -> None:

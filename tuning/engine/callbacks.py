@@ -15,7 +15,8 @@ records in memory, the count) is a callback in `RunInfo.callbacks`, called in li
 A callback must not change what is measured: the records of a seed do not depend on callbacks.
 The default list is `default_callbacks(tracker)`: append each record to records.jsonl, show the
 progress bar, log the step metrics. A sweep adds its pruner (tuning/sweep/multirun.py); a run with a
-measurement store (hardware.store) adds its StoreWriter.
+measurement store (hardware.store) adds its StoreWriter; a whole model adds NetworkTime (its estimate over
+wall time and each round's choice, tuning/engine/network_time.py).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,17 @@ ROUND_TIMES_FILE = "round_times.jsonl"  # each round's time/* points, {key, valu
 log = logging.getLogger("tunelab")
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Why a round went to its task: `by` "minimum" (every task first gets budget.min_trials_per_task,
+    fewest measured first) or "scheduler"; `scores`, by task name, what the scheduler ranked the live
+    tasks by (Scheduler.scores, named `metric`: gradient_ms), empty for the minimum and for a rule that
+    ranks by none."""
+    by: str
+    scores: dict[str, float] = field(default_factory=dict)
+    metric: str = ""
+
+
 @dataclass
 class RoundReport:
     tuner: Any  # the task's TaskTuner (tuning/engine/loop.py)
@@ -49,6 +61,7 @@ class RoundReport:
     search_s: float  # seconds spent proposing and selecting
     measured: int  # measurements of the whole run so far
     outcomes: list  # every task's TaskOutcome
+    choice: Choice | None = None  # why the round went to this task (None: a round run outside tune_tasks)
 
 
 class MeasureCallback:

@@ -33,7 +33,7 @@ from tuning.core.outcome import TaskOutcome, best_from_records
 from tuning.core.plausible import bounds_of
 from tuning.core.records import Record, RecordLog
 from tuning.cost_model.base import CostModel, model_input
-from tuning.engine.callbacks import MeasureCallback, RoundReport, default_callbacks
+from tuning.engine.callbacks import Choice, MeasureCallback, RoundReport, default_callbacks
 from tuning.engine.resume import restore_state, save_state
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
@@ -139,10 +139,11 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
             warming = [t for t in live if t.measured < run.min_trials_per_task] if len(tuners) > 1 else []
             if warming:
                 tuner = min(warming, key=lambda t: t.measured)  # min() keeps the first of equals
-                n = run.min_trials_per_task - tuner.measured
+                n, choice = run.min_trials_per_task - tuner.measured, Choice("minimum")
             else:
-                tuner, n = live[scheduler.pick(live)], run.plan_size
-            progress.abandoned = tuner.tune_round(min(n, run.plan_size, run.trials - progress.measured), outcomes)
+                (tuner, choice), n = scheduled(scheduler, live), run.plan_size
+            progress.abandoned = tuner.tune_round(min(n, run.plan_size, run.trials - progress.measured), outcomes,
+                                                  choice)
             if progress.abandoned:
                 for tuner in live:
                     tuner._stop(progress.abandoned)
@@ -153,6 +154,13 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
         for callback in callbacks:
             callback.on_end(outcomes)
     return outcomes
+
+
+def scheduled(scheduler, live: list) -> tuple[TaskTuner, Choice]:
+    """(the live task the scheduler picks, the Choice saying why: what it ranked the tasks by)."""
+    scores = scheduler.scores(live)
+    ranked = {} if scores is None else {t.task.name: float(score) for t, score in zip(live, scores)}
+    return live[scheduler.pick(live)], Choice("scheduler", ranked, scheduler.score_metric)
 
 
 def schedule_without_measuring(tasks, components_for, seed: int) -> list[TaskOutcome]:
@@ -237,8 +245,9 @@ class TaskTuner:
     def _next_enumerated(self, n: int) -> list:
         return take_unvisited(self.enumerated or [], self.space, self.visited, [], n)
 
-    def tune_round(self, n: int, outcomes=()) -> str | None:
-        """Measure up to n new configs; returns a callback's reason to abandon the run, or None."""
+    def tune_round(self, n: int, outcomes=(), choice: Choice | None = None) -> str | None:
+        """Measure up to n new configs; returns a callback's reason to abandon the run, or None.
+        `choice`: why this round came to the task, handed to the callbacks in the RoundReport."""
         task, parts, run = self.task, self.parts, self.run
         stop = _early_stop(run, self.records)
         if run.rounds_per_task is not None and self.round_index >= run.rounds_per_task:
@@ -297,7 +306,7 @@ class TaskTuner:
             save_state(run.out_dir, task, parts.search, self.rng, self.round_index, parts.cost_model)
         self.times["wall_s"] += time.perf_counter() - started  # real seconds, beside the (maybe stored) build/run
         report = RoundReport(self, batch, results, round_index, search_s, run.progress.measured,
-                             list(outcomes))
+                             list(outcomes), choice)
         with _seconds(self.times, "tracking_s", "wall_s"):
             reasons = [callback.after_round(report) for callback in self.callbacks]
         if self.enumerated is not None and not self._next_enumerated(1):

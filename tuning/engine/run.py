@@ -25,7 +25,7 @@ from tuning.config.cli import tunelab_command
 from tuning.config.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.engine import job_folder, run_folder
-from tuning.engine.artifacts import choose_in_model_and_export, export_artifacts
+from tuning.engine.artifacts import end_whole_model, export_artifacts
 from tuning.engine.budget import BudgetPlan, resolve_budget, with_plan_size
 from tuning.engine.builders import Builders
 from tuning.engine.callbacks import Pace, StoreWriter, default_callbacks
@@ -33,13 +33,14 @@ from tuning.engine.final import log_final_metrics, print_result
 from tuning.engine.job_folder import hydra_info as _hydra_info
 from tuning.engine.job_run import RunIdentity, end_job_run, start_job_run
 from tuning.engine.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
+from tuning.engine.network_time import NetworkTime
 from tuning.engine.resume import check_records, check_resume, resolve_resume, reused_records
 from tuning.engine.run_files import SPOOL_FILE, save_tasks
 from tuning.engine.spec import JobSpec
 from tuning.engine.store_wiring import check_store_space, wire_store
 from tuning.engine.trial import Pruning, current_trial
 from tuning.engine.validate import validate
-from tuning.engine.whole_model import e2e_line, evaluate_end_to_end, job_tasks
+from tuning.engine.whole_model import e2e_line, job_tasks
 from tuning.hardware.runners.base import NoDeviceLeft
 from tuning.store import StoreError
 from tuning.tracking.tags import figure_title, git_commit, method_name
@@ -123,6 +124,7 @@ def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
     trial = current_trial()  # the Optuna trial this job is, in a sweep; else None
     pruning = Pruning(trial, spec.objective, plan.trials) if trial is not None else None
     callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(spec, tasks, parts.evaluator)]
+                 + ([NetworkTime(parts.tracker)] if spec.model.whole else [])
                  + [callback for callback in (pruning, store_writer) if callback is not None])
     log.info(plan.line(tasks))
     warning = plan.no_feedback(tasks)
@@ -236,13 +238,10 @@ def _tune(job: Job, run: RunInfo) -> tuple:
 
 
 def _export(job: Job, outcomes, pruned: bool) -> dict | None:
-    """The artifacts, a whole model's end-to-end check (not for a pruned trial) and summary.txt."""
+    """The artifacts, a whole model's end (tuning/engine/artifacts.py end_whole_model) and summary.txt."""
     spec, parts, out_dir = job.spec, job.parts, job.spec.out_dir
     export_artifacts(parts, outcomes, out_dir, job.figure_title)
-    e2e = None
-    if spec.model.whole and spec.e2e.enabled and not pruned:
-        choose_in_model_and_export(spec, parts, outcomes, out_dir)
-        e2e = evaluate_end_to_end(spec.e2e, spec.model, spec.seed, parts.hardware, parts.tracker, out_dir, outcomes)
+    e2e = end_whole_model(spec, parts, outcomes, out_dir, job.figure_title, pruned) if spec.model.whole else None
     (out_dir / "summary.txt").write_text(summary(outcomes) + (e2e_line(e2e) + "\n" if e2e else ""))
     parts.tracker.log_artifact(str(out_dir / "summary.txt"))
     return e2e

@@ -15,6 +15,7 @@ from tuning.config.naming import BEST_SO_FAR
 from tuning.core.outcome import best_from_records, take_chosen
 from tuning.core.records import _is_finite, _is_ints
 from tuning.engine.callbacks import ROUND_TIMES_FILE, best_and_invalid, curve_points
+from tuning.engine.network_time import FIGURE_FILE, TABLE_FILE
 
 TASKS_FILE = "tasks.json"  # name, key, flops, weight of every task: the curve needs no TVM to rebuild
 FINAL_METRICS_FILE = "final_metrics.json"
@@ -150,7 +151,7 @@ def run_files(out_dir: Path) -> list[tuple[Path, str | None]]:
     """(file, artifact folder) of everything run.py logs as an artifact, where the folder has it."""
     files: list[tuple[Path, str | None]]
     files = [(out_dir / name, None) for name in ("records.jsonl", "config.yaml", TASKS_FILE, CHOSEN_FILE,
-                                                 "summary.txt", "convergence.png")]
+                                                 "summary.txt", "convergence.png", TABLE_FILE, FIGURE_FILE)]
     files += [(p, "best_schedules") for p in sorted((out_dir / "best_schedules").glob("*"))]
     files += [(p, "database") for p in sorted((out_dir / "database").glob("*"))]
     files += [(p, "logs") for p in sorted(out_dir.glob("*.log"))]
