@@ -30,7 +30,7 @@ def test_a_copy_of_the_package_on_pythonpath_reads_the_conf_beside_it(tmp_path):
 def test_hydra_finds_the_lab_s_sweeper_from_outside_the_checkout(tmp_path):
     """In an editable install the lab's plugins are mapped by setuptools' finder, which Hydra cannot
     list; `tunelab run hparams_search=...` typed outside the checkout found no lab sweeper."""
-    probe = ("import tuning.config.schema\n"
+    probe = ("import tunelab\n"
              "from hydra.core.plugins import Plugins\n"
              "from hydra.plugins.sweeper import Sweeper\n"
              "print(sorted(p.__module__ for p in Plugins.instance().discover(Sweeper)))\n")

@@ -6,8 +6,12 @@
 
 The command line is `tunelab --help`; the lab's modules are the `tuning` package.
 """
-from tunelab.api import Best, Outcome, compose, tune
-from tunelab.comparing import Comparison, compare
+from tunelab.plugins import expose_checkout_plugins
+
+expose_checkout_plugins()  # before Hydra first lists its plugins
+
+from tunelab.api import Best, Outcome, compose, tune  # noqa: E402
+from tunelab.comparing import Comparison, compare  # noqa: E402
 
 __all__ = ["Best", "Comparison", "Outcome", "compare", "compose", "tune"]
 __version__ = "0.1.0"

@@ -20,7 +20,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from tuning.config.conf_dir import expose_checkout_plugins
 from tuning.config.objective import DIRECTIONS, NEEDS_TARGET
 from tuning.config.storage import StorageSchema, register_resolver
 from tuning.config.storage import problems as storage_problems
@@ -105,7 +104,6 @@ def register() -> None:
 
 
 register_resolver()  # before any config that names ${tunelab_outputs:} is resolved
-expose_checkout_plugins()  # before Hydra first lists its plugins
 
 
 class ConfigError(ValueError):
