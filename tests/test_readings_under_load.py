@@ -134,3 +134,13 @@ def test_a_whole_model_s_torch_timing_spread_too_wide_gives_no_ratio():
     steady = {**verdict, "latencies_ms": {"tuned": [20.0], "torch": [29.0, 30.0, 31.0]}}
     assert "speed-up vs torch 1.50x" in e2e_line(steady)
     assert e2e_metrics(steady)["e2e/speedup_vs_torch"] == 1.5
+
+
+def test_one_stretched_reading_among_many_does_not_make_a_reference_implausible():
+    from tuning.core.plausible import spread_problem
+
+    steady = [30e-3 + i * 1e-5 for i in range(49)] + [96e-3]  # a whole model's torch call, one preempted
+    assert spread_problem(steady) is None
+    bimodal = [10e-3] * 25 + [40e-3] * 25  # threads fighting half the time
+    problem = spread_problem(bimodal)
+    assert problem and "spread 4.0x between their 10th and 90th percentiles" in problem, problem
