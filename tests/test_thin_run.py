@@ -92,3 +92,19 @@ def test_run_info_is_a_frozen_plan_with_a_mutable_progress(tmp_path):
     run.progress.measured += 3
     assert run.progress == Progress(measured=3)
     assert RunInfo(seed=0, out_dir=tmp_path, method="test", trials=8, plan_size=4).progress.measured == 0
+
+
+def test_one_plan_per_kernel_warns_only_where_the_sampler_surely_measures_the_whole_plan():
+    from tuning.engine.budget import BudgetPlan
+    from tuning.sampler.kmeans import KMeansSampler
+
+    def notice(trials, per_round=None):
+        return BudgetPlan(trials=trials, plan_size=64, min_trials_per_task=0).no_feedback(range(22), per_round)
+
+    kmeans = KMeansSampler().measured_per_round(64)
+    assert kmeans == (8, 63)
+    assert notice(704).startswith("warning:") and "no measurement is fed back" in notice(704)  # a whole plan a round
+    said = notice(704, kmeans)  # the headline's default: 32 a kernel, k-means measuring 8 to 63 of a plan
+    assert not said.startswith("warning:") and "measures 8 to 63 configs of a plan" in said, said
+    assert notice(176, kmeans).startswith("warning:")  # 8 a kernel: surely one round
+    assert notice(22 * 63 + 1, kmeans) is None and notice(22 * 64 + 1) is None

@@ -61,13 +61,23 @@ class BudgetPlan:
         return (f"budget: {self.trials} measurements over {len(tasks)} kernels, {self.min_trials_per_task} "
                 f"each first, {per_round} (budget.trials=N or budget.trials_per_task=N to change)")
 
-    def no_feedback(self, tasks) -> str | None:
+    def no_feedback(self, tasks, measured_per_round: tuple[int, int] | None = None) -> str | None:
         """A warning when no task can get a second round: the search never sees a measurement, so
-        methods differ only in their first guesses. None when the budget feeds the search."""
+        methods differ only in their first guesses. None when the budget feeds the search.
+        `measured_per_round` is the sampler's (fewest, most) measurements of a plan (Sampler.
+        measured_per_round): a sampler that measures part of each plan gets a second round where a
+        whole-plan one would not, so only a budget within its fewest is surely one round."""
         if self.trials == 0 or self.plan_size is None or self.trials > self.plan_size * len(tasks):
             return None
+        fewest, most = measured_per_round or (self.plan_size, self.plan_size)
+        per_kernel = '' if len(tasks) == 1 else 'per kernel '
+        if self.trials > fewest * len(tasks):
+            return None if self.trials > most * len(tasks) else (
+                f"budget.trials={self.trials} is at most one plan of budget.plan_size={self.plan_size} "
+                f"{per_kernel}; the sampler measures {fewest} to {most} configs of a plan, so a second round "
+                "comes where it measures fewer than that in the first")
         return (f"warning: budget.trials={self.trials} is one round of budget.plan_size={self.plan_size} "
-                f"{'' if len(tasks) == 1 else 'per kernel '}or less, so no measurement is fed back to the "
+                f"{per_kernel}or less, so no measurement is fed back to the "
                 f"search; above {self.plan_size * len(tasks)} it gets a second round (or lower budget.plan_size)")
 
 

@@ -127,9 +127,9 @@ def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
                  + ([NetworkTime(parts.tracker)] if spec.model.whole else [])
                  + [callback for callback in (pruning, store_writer) if callback is not None])
     log.info(plan.line(tasks))
-    warning = plan.no_feedback(tasks)
-    if warning:
-        log.warning(warning)
+    notice = plan.no_feedback(tasks, parts.sampler.measured_per_round(plan.plan_size) if plan.plan_size else None)
+    if notice:
+        (log.warning if notice.startswith("warning:") else log.info)(notice)
     start_job_run(parts.tracker, RunIdentity.of(applied, hydra, trial), out_dir, tasks, prior)
     outcomes, e2e, clock = _tune_and_export(job, method_name(hydra, applied), callbacks, trial, pruning)
     print_result(outcomes, e2e, parts.tracker, out_dir)

@@ -54,6 +54,11 @@ class Sampler(Component):
     def candidates_wanted(self, plan_size: int) -> int:
         return plan_size
 
+    def measured_per_round(self, plan_size: int) -> tuple[int, int]:
+        """The fewest and the most configs of a plan of `plan_size` a round measures (when the space
+        and the candidates allow): a plan's worth, unless the sampler decides how many."""
+        return plan_size, plan_size
+
     def metrics(self) -> dict[str, Any]:
         return {}
 

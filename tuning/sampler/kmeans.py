@@ -96,6 +96,12 @@ class KMeansSampler(Sampler):
                     f"k_max={params['k_max']}): k runs over range(k_min, k_max)"]
         return []
 
+    def measured_per_round(self, plan_size: int) -> tuple[int, int]:
+        """k of the loss curve's knee, from k_min (fewer where the candidates are fewer) to below k_max;
+        with random picks added, up to the whole plan."""
+        most = plan_size if self.random_share else min(self.k_max - 1, plan_size)
+        return min(self.k_min, plan_size), most
+
     def select(self, candidates, space, visited, b, rng, exploration=None):
         if b <= 0:
             return []
