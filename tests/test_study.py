@@ -289,7 +289,7 @@ def test_a_look_schedule_is_part_of_the_plan_only_where_declared():
     analysis = {**valid()["analysis"], "interim": "obrien_fleming", "looks": [2, 3]}
     scheduled = study_spec("s", OmegaConf.create({**valid(), "analysis": analysis}))
     assert "looks" not in base.plan()["analysis"] and scheduled.plan()["analysis"]["looks"] == [2, 3]
-    assert scheduled.plan_hash != base.plan_hash and scheduled.analysis_plan().looks == (2, 3)
+    assert scheduled.plan_hash != base.plan_hash and scheduled.analysis.looks == (2, 3)
     with pytest.raises(ConfigError, match=r"study.analysis.looks: the last look is at the planned 3"):
         study_spec("s", OmegaConf.create({**valid(), "analysis": {**analysis, "looks": [2]}}))
     with pytest.raises(ConfigError, match=r"study.analysis.looks: a list of block counts"):

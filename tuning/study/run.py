@@ -78,7 +78,7 @@ def study_table(spec: StudySpec) -> str:
                   key=lambda f: (_number(f.data.get("started")), f.block))
     others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
     blocks = [_analysed(spec, f) for f in ours]
-    table = family_table(spec.analysis_plan(), blocks)
+    table = family_table(spec.analysis, blocks)
     lines = [f"# Study {spec.name} (plan {spec.plan_hash})", "", spec.description, "",
              f"Blocks: {len(ours)} of {len(spec.blocks)} planned ({len(spec.tasks)} task(s) x {len(spec.seeds)} "
              f"seeds); budget {spec.trials} measurements an arm, plan size {spec.plan_size}; final latency: "
@@ -121,13 +121,13 @@ def _by_isa(spec: StudySpec, files) -> list[str]:
     lines = ["AVX-512 and AVX2 hosts apart (descriptive, no verdicts; intervals at 1 - alpha):"]
     for isa in isas:
         part = [_analysed(spec, f)["final"] for f in files if f.data.get("isa") == isa]
-        for claim in (*spec.claims, *spec.controls):
+        for claim in (*spec.analysis.claims, *spec.analysis.controls):
             pairs = [(b[claim.arm], b[claim.baseline]) for b in part if b[claim.arm] and b[claim.baseline]]
-            if len(pairs) < spec.min_blocks:
+            if len(pairs) < spec.analysis.min_blocks:
                 lines.append(f"- {isa}: {claim.arm} / {claim.baseline}: {len(pairs)} block(s), withheld "
-                             f"(< min_blocks {spec.min_blocks})")
+                             f"(< min_blocks {spec.analysis.min_blocks})")
                 continue
-            row = ratio_row([a for a, _ in pairs], [b for _, b in pairs], ["one"] * len(pairs), claim, spec.alpha)
+            row = ratio_row([a for a, _ in pairs], [b for _, b in pairs], ["one"] * len(pairs), claim, spec.analysis.alpha)
             estimate = row.plain
             assert estimate is not None
             lines.append(f"- {isa}: {claim.arm} / {claim.baseline}: {len(pairs)} block(s), {estimate.ratio:.3f} "
