@@ -34,6 +34,11 @@ class BlockFile:
         return str(self.data["block"])
 
 
+def number(value: Any) -> float | None:
+    """A number a block file holds, or None where the field is missing or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def blocks_dir(results: Path) -> Path:
     return results / "blocks"
 

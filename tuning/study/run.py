@@ -23,7 +23,7 @@ from tuning.config.storage import outputs_dir
 from tuning.study.analysis import family_table, markdown, ratio_row
 from tuning.study.block import check_study, run_block
 from tuning.study.bystanders import BUSY_SHARE, others_now
-from tuning.study.files import finished_blocks, other_plans, read_blocks, write_block
+from tuning.study.files import finished_blocks, number, other_plans, read_blocks, write_block
 from tuning.study.spec import StudySpec
 
 
@@ -75,7 +75,7 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
 def study_table(spec: StudySpec) -> str:
     files, problems = read_blocks(spec.results, spec.name, spec.arm_names)
     ours = sorted((f for f in files if f.data["plan_hash"] == spec.plan_hash),  # a look takes the first made
-                  key=lambda f: (_number(f.data.get("started")), f.block))
+                  key=lambda f: (number(f.data.get("started")) or 0.0, f.block))
     others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
     blocks = [_analysed(spec, f) for f in ours]
     table = family_table(spec.analysis, blocks)
@@ -142,7 +142,7 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
     flagged = [f.block for f in files if f.data["panel"].get("flagged")]
     curse = {arm: [c for f in files if (c := f.data["arms"].get(arm, {}).get("winners_curse"))]
              for arm in spec.arm_names}
-    busy = [f.block for f in files if _number((f.data.get("machine") or {}).get("others_cpu_share")) > BUSY_SHARE]
+    busy = [f.block for f in files if (_others_share(f) or 0.0) > BUSY_SHARE]
     lines = [f"Panel drift through a block (max/min of a reference config's readings): median "
              f"{statistics.median(drift):.3f}, max {max(drift):.3f}; over the bound {spec.drift_bound}: "
              f"{', '.join(flagged) or 'none'}.",
@@ -163,33 +163,32 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
 
 
 def _block_list(spec: StudySpec, files) -> list[str]:
-    """Each block: when and on which host kind it was made, its wall time, panel drift and each arm's
-    final latency (µs)."""
+    """Each block, in the order given: when and on which host kind it was made, its wall time, panel
+    drift, others' share of the CPU and each arm's final latency (µs)."""
     if not files:
         return []
     lines = ["| block | made (UTC) | host kind | minutes | panel drift | others' CPU | "
              + " | ".join(f"{arm} µs" for arm in spec.arm_names) + " |",
              "|---" * (6 + len(spec.arm_names)) + "|"]
-    for f in sorted(files, key=lambda f: (_number(f.data.get("started")), f.block)):
-        started, wall = f.data.get("started"), f.data.get("wall_s")
-        made = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)) if _is_number(started) else "-"
-        minutes = f"{wall / 60:.1f}" if _is_number(wall) else "-"
-        drift = f.data["panel"].get("drift")
-        finals = [f.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names]
-        others = (f.data.get("machine") or {}).get("others_cpu_share")
-        cells = [f.block, made, host_key(f.data["host"]), minutes, f"{drift:.3f}" if _is_number(drift) else "-",
-                 f"{others:.1%}" if _is_number(others) else "not recorded",
-                 *("-" if not _is_number(v) else f"{v * 1e6:.1f}" for v in finals)]
+    for f in files:
+        started = number(f.data.get("started"))
+        finals = [number(f.data["arms"].get(arm, {}).get("final_s")) for arm in spec.arm_names]
+        cells = [f.block, "-" if started is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
+                 host_key(f.data["host"]), _cell(number(f.data.get("wall_s")), "{:.1f}", 1 / 60),
+                 _cell(number(f.data["panel"].get("drift")), "{:.3f}"),
+                 _cell(_others_share(f), "{:.1%}", missing="not recorded"),
+                 *(_cell(final, "{:.1f}", 1e6) for final in finals)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _cell(value: float | None, form: str, scale: float = 1.0, missing: str = "-") -> str:
+    return missing if value is None else form.format(value * scale)
 
 
-def _number(value) -> float:
-    return float(value) if _is_number(value) else 0.0
+def _others_share(file) -> float | None:
+    machine = file.data.get("machine")
+    return number(machine.get("others_cpu_share")) if isinstance(machine, dict) else None
 
 
 def _median_or_dash(values: list[int]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from tuning.cluster.host_identity import host_key
 from tuning.config.cli import tunelab_command
 from tuning.config.untrusted import without_secrets
-from tuning.study.files import BlockFile, read_blocks
+from tuning.study.files import BlockFile, number, read_blocks
 from tuning.study.spec import StudySpec
 
 BLOCK_TAG = "tunelab.block_file"
@@ -85,21 +85,18 @@ def _metrics(spec: StudySpec, block: BlockFile) -> dict[str, float]:
             continue
         for key, name, scale in (("final_s", "final_us", 1e6), ("selecting_s", "selecting_us", 1e6),
                                  ("winners_curse", "winners_curse", 1.0), ("to_target", "to_target", 1.0)):
-            value = _number(record.get(key))
+            value = number(record.get(key))
             if value is not None:
                 metrics[f"{name}.{arm}"] = value * scale
     machine: dict[str, Any] = data["machine"] if isinstance(data.get("machine"), dict) else {}
     for key in ("others_cpu_share", "steal_share"):
-        value = _number(machine.get(key))
+        value = number(machine.get(key))
         if value is not None:
             metrics[key] = value
-    drift, wall = _number(data["panel"].get("drift")), _number(data.get("wall_s"))
+    drift, wall = number(data["panel"].get("drift")), number(data.get("wall_s"))
     if drift is not None:
         metrics["panel_drift"] = drift
     if wall is not None:
         metrics["wall_min"] = wall / 60
     return metrics
 
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
