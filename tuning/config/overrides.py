@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from tuning.core.component import nearest
+from tuning.core.component import did_you_mean, nearest
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
@@ -89,8 +89,7 @@ def _option_problem(loader, override: Override) -> str | None:
         return None  # not a group: a key, checked by composing
     for value in _values(override):
         if value is not None and value not in options:
-            near = nearest(str(value), options)
-            hint = f"; did you mean {group}={near}?" if near else ""
+            hint = did_you_mean(value, options, prefix=f"{group}=")
             return f"{group}: no option {value!r}{hint} (options: {', '.join(options)})"
     return None
 
