@@ -58,6 +58,7 @@ def one_run(store: str, model: str, evaluator: str, method: str, space: str, tri
     from hydra.utils import instantiate
 
     from tuning.core.task import build_tasks
+    from tuning.engine.budget import DEFAULT_FIRST
     from tuning.engine.loop import Components, RunInfo, tune_task
     from tuning.tools.dataset import compose
 
@@ -75,7 +76,8 @@ def one_run(store: str, model: str, evaluator: str, method: str, space: str, tri
     with tempfile.TemporaryDirectory() as out:
         run = RunInfo(seed=seed, out_dir=Path(out), method=method, trials=trials,
                       plan_size=cfg.budget.plan_size or parts.search.default_plan_size,
-                      min_trials_per_task=cfg.budget.min_trials_per_task, callbacks=[])
+                      min_trials_per_task=(DEFAULT_FIRST if cfg.budget.min_trials_per_task is None
+                                           else cfg.budget.min_trials_per_task), callbacks=[])
         started = time.perf_counter()
         outcome = tune_task(task, parts, run)
         wall = time.perf_counter() - started

@@ -14,6 +14,11 @@ gauge. The build phase is not slept: for each number of build workers its wall t
 of the batch's drawn build seconds sharded as HostBuilds shards them (jobs[i::workers]), added to
 the run phase's measured wall time.
 
+With `--overlap` each grid point is also run as the RPC runner runs it now (Runner.overlaps_builds):
+the builds slept for real, sharded over `workers` threads, each candidate handed to the devices as
+soon as it is built, so the devices time while the rest of the batch builds; its utilisation is
+measured, not added up, and set beside the build-then-time figure.
+
 Utilisation = the devices' busy seconds / (devices x wall seconds). A batch is `--batch` configs
 (default: the tuner's plan_size, 64) or `--batch-per-device` x devices: with fewer configs in a
 batch than devices, the other devices have nothing to take. The build workers needed: the fewest
@@ -41,9 +46,10 @@ class SimulatedDevices(Runner):
     """`count` devices that sleep the readings' run seconds; `build` only draws the readings."""
 
     def __init__(self, count: int, readings: np.ndarray, upload_s: float, latency_s: float, gauge_s: float,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, build_workers: int | None = None):
         self.count, self.readings = count, readings
         self.upload_s, self.latency_s, self.gauge_s, self.rng = upload_s, latency_s, gauge_s, rng
+        self.build_workers = build_workers  # None: builds not slept (added up after); else slept, overlapped
         self.busy_s = 0.0
         self.drawn_builds: list[np.ndarray] = []  # each batch's build seconds, in config order
         self._lock = threading.Lock()
@@ -57,6 +63,27 @@ class SimulatedDevices(Runner):
         self.drawn_builds.append(drawn[:, 0])
         return [{"build_s": b, "run_s": r} for b, r in drawn]
 
+    def overlaps_builds(self) -> bool:
+        return self.build_workers is not None
+
+    def build_each(self, task, configs, spec, on_built, stopped=lambda: False) -> None:
+        """The drawn builds slept for real, HostBuilds' sharding over `build_workers` threads."""
+        built = self.build(task, configs, spec)
+        workers = min(self.build_workers or 1, len(built))
+
+        def shard(k: int) -> None:
+            for i in range(k, len(built), workers):
+                if stopped():
+                    return
+                time.sleep(built[i]["build_s"])
+                on_built(i, built[i])
+
+        threads = [threading.Thread(target=shard, args=(k,)) for k in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
     def gauge(self) -> None:
         time.sleep(self.gauge_s)  # every device reads it at once
 
@@ -67,6 +94,17 @@ class SimulatedDevices(Runner):
             self.busy_s += seconds
         return MeasureResult(costs=[1e-3], run_s=built["run_s"], build_s=built["build_s"], config=tuple(config),
                              device=device)
+
+
+def overlapped(devices: int, batch: int, batches: int, workers: int, readings, args) -> float:
+    """The devices' utilisation with the builds overlapped (slept in `workers` threads), measured."""
+    runner = SimulatedDevices(devices, readings, args.upload_s, args.latency_s, args.gauge_s,
+                              np.random.default_rng(args.seed), build_workers=workers)
+    configs = [(i,) for i in range(batch)]
+    started = time.perf_counter()
+    for _ in range(batches):
+        runner.measure(TASK, configs, MeasureSpec())
+    return runner.busy_s / (devices * (time.perf_counter() - started))
 
 
 def build_makespan(build_s: np.ndarray, workers: int) -> float:
@@ -118,6 +156,8 @@ def main(argv=None) -> None:
     parser.add_argument("--latency-s", type=float, default=0.001, help="one-way network latency per call")
     parser.add_argument("--gauge-s", type=float, default=0.07, help="the drift gauge's seconds on a device")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overlap", action="store_true", help="also run each point with the builds overlapped "
+                                                               "(slept for real: minutes)")
     args = parser.parse_args(argv)
     readings = load_readings(args.readings)
     if args.upload_s is None:
@@ -133,9 +173,13 @@ def main(argv=None) -> None:
             needed = next(r["workers"] for r in rows if r["utilisation"] >= 0.9 * best)
             print(f"\n{devices} devices, batches of {batch}: workers needed {needed} "
                   f"(utilisation within 10% of the grid's best, {best:.0%})")
-            print(f"{'workers':>8} {'utilisation':>12} {'build share':>12} {'cand/min':>10}")
+            print(f"{'workers':>8} {'utilisation':>12} {'build share':>12} {'cand/min':>10}"
+                  + (f" {'overlapped':>11}" if args.overlap else ""))
             for r in rows:
-                print(f"{r['workers']:>8} {r['utilisation']:>12.1%} {r['build_share']:>12.1%} {r['per_minute']:>10.0f}")
+                extra = f" {overlapped(devices, batch, args.batches, r['workers'], readings, args):>11.1%}" \
+                    if args.overlap else ""
+                print(f"{r['workers']:>8} {r['utilisation']:>12.1%} {r['build_share']:>12.1%} {r['per_minute']:>10.0f}"
+                      + extra, flush=True)
 
 
 def measured_upload(path: Path) -> float:

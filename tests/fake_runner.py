@@ -59,6 +59,30 @@ class TwoDevices(Runner):
         return result
 
 
+class BuildsWhileTiming(TwoDevices):
+    """TwoDevices whose builds arrive one by one, a pause each, while it times them (a remote runner's
+    `overlaps_builds`); it remembers when each build was handed on. `fail_at`: the building stops
+    with an error before that candidate."""
+
+    def __init__(self, build_pause_s: float = 0.005, fail_at: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.build_pause_s, self.fail_at = build_pause_s, fail_at
+        self.handed: list[float] = []
+
+    def overlaps_builds(self) -> bool:
+        return True
+
+    def build_each(self, task, configs, spec, on_built, stopped=lambda: False) -> None:
+        for i, built in enumerate(self.build(task, configs, spec)):
+            if stopped():
+                return
+            if i == self.fail_at:
+                raise OSError("no space left on the build host")
+            time.sleep(self.build_pause_s)
+            self.handed.append(time.monotonic())
+            on_built(i, built)
+
+
 class RemoteSynthetic(TVMHardware):
     name = "remote_synthetic"
     device = "remote"

@@ -238,6 +238,7 @@ BAD_RECORDS = {  # parsed line -> text the reason must contain
     "unknown error kind": (_with_result(error="bad"), "result.error: expected null or one of build"),
     "infinite time": ({**good_line(), "time": float("inf")}, "time: expected a finite number"),
     "gauge as text": (_with_result(gauge_s="x"), "result.gauge_s: expected null or a finite number"),
+    "screened as text": (_with_result(screened="yes"), "result.screened: expected a boolean"),
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_runner import RemoteSynthetic, TwoDevices
+from fake_runner import BuildsWhileTiming, RemoteSynthetic, TwoDevices
 from helpers import write_and_run
 from tuning.core.task import gemm_task
 from tuning.hardware.runners.base import (
@@ -24,7 +24,7 @@ from tuning.hardware.runners.base import (
 )
 from tuning.hardware.runners.local import LocalRunner
 from tuning.hardware.runners.rpc import RPCRunner
-from tuning.testing.runner_contract import RunnerContract
+from tuning.testing.runner_contract import SPEC, RunnerContract
 
 TESTS = Path(__file__).resolve().parent
 TASK = gemm_task("gemm_64", 64, 64, 64)
@@ -33,6 +33,43 @@ TASK = gemm_task("gemm_64", 64, 64, 64)
 class TestTwoDevices(RunnerContract):
     def make_runner(self, tmp_path):
         return TwoDevices(pause_s=0.002)
+
+
+class TestBuildsWhileTiming(RunnerContract):
+    def make_runner(self, tmp_path):
+        return BuildsWhileTiming(pause_s=0.002, build_pause_s=0.001)
+
+
+def test_a_runner_that_overlaps_times_the_first_candidates_while_the_rest_build():
+    runner = BuildsWhileTiming(pause_s=0.01, build_pause_s=0.01)
+    contract = TestBuildsWhileTiming()
+    runner.attach(contract.make_setup())
+    configs = contract.make_configs(TASK, 8)
+    results = runner.measure(TASK, configs, SPEC)
+    assert [r.config for r in results] == [tuple(c) for c in configs]
+    assert all(r.ok or r.error == "invalid" for r in results) and any(r.ok for r in results)
+    assert min(start for _, start, _ in runner.busy) < max(runner.handed)  # timing began before the last build
+
+
+def test_the_rpc_runner_overlaps_only_where_its_devices_say_they_are_elsewhere():
+    import platform
+
+    runner = RPCRunner()
+    assert runner.overlaps_builds() is False  # nothing known of the devices yet (TVM's stock server says nothing)
+    runner._identity = {"hostname": platform.node()}
+    assert runner.overlaps_builds() is False  # a server on this host is timed beside no build
+    runner._identity = {"hostname": "board-7"}
+    assert runner.overlaps_builds() is True
+    assert RPCRunner(overlap_builds=False).overlaps_builds() is False
+    assert RPCRunner(overlap_builds=True).overlaps_builds() is True
+
+
+def test_a_building_that_fails_is_raised_not_waited_for():
+    runner = BuildsWhileTiming(fail_at=3)
+    contract = TestBuildsWhileTiming()
+    runner.attach(contract.make_setup())
+    with pytest.raises(RuntimeError, match=r"building the batch failed before its candidate 3: OSError"):
+        runner.measure(TASK, contract.make_configs(TASK, 6), SPEC)
 
 
 class WholeModels(TwoDevices, RunsWholeModels):

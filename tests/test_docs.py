@@ -155,21 +155,21 @@ def jobs(overrides: list[str]) -> list[list[str]]:
 
 def one_round_only(cfg) -> str | None:
     """The lab's own no-feedback warning for this job's budget (tuning/engine/budget.py), or None."""
-    from tuning.engine.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, BudgetPlan
+    from dataclasses import replace
+
+    from tuning.engine.budget import resolve_budget, with_plan_size
+    from tuning.engine.spec import BudgetSpec, ModelSpec
 
     whole = cfg.model.get("kind") in ("network", "onnx")
     name = cfg.model.get("network") or cfg.model.name
-    kernels = KERNELS.get(name, 1) if whole else 1
-    budget = cfg.budget
-    if budget.trials_per_task is not None:
-        trials = budget.trials_per_task * kernels
-    elif budget.trials is not None:
-        assert not whole or name in KERNELS, f"add {name}'s number of kernels to KERNELS"
-        trials = budget.trials
+    assert not whole or cfg.budget.trials is None or name in KERNELS, f"add {name}'s number of kernels to KERNELS"
+    tasks = list(range(KERNELS.get(name, 2) if whole else 1))
+    plan = resolve_budget(BudgetSpec.of(cfg.budget), ModelSpec.of(cfg.model), tasks)
+    if len(tasks) > 1:  # the run's own plan size (a single operator's is cut to its space only where smaller)
+        plan = with_plan_size(plan, cfg.search.default_plan_size, tasks, hardware=None)
     else:
-        trials = DEFAULT_TRIALS_PER_KERNEL * kernels if whole else DEFAULT_TRIALS
-    plan_size = budget.plan_size if budget.plan_size is not None else cfg.search.default_plan_size
-    return BudgetPlan(trials=trials, plan_size=plan_size, min_trials_per_task=0).no_feedback(range(kernels))
+        plan = replace(plan, plan_size=cfg.budget.plan_size or cfg.search.default_plan_size)
+    return plan.no_feedback(tasks)
 
 
 EXAMPLES = example_runs()

@@ -2,10 +2,12 @@
 names that say what ran, MLflow as a researcher reads it, the help text."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,10 +19,23 @@ from tuning.config import ConfigError
 from tuning.config.naming import run_name, sweep_name, workload_label
 from tuning.core.outcome import TaskOutcome, task_table
 from tuning.core.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
-from tuning.engine.budget import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_KERNEL, even_share, resolve_budget
+from tuning.engine.budget import (
+    DEFAULT_FIRST,
+    DEFAULT_MODEL_MINUTES,
+    DEFAULT_TRIALS,
+    DEFAULT_TRIALS_PER_KERNEL,
+    REMEASURE_S,
+    TIMED_PLAN_SIZE,
+    TIMED_TRIALS_PER_KERNEL,
+    checks_estimate_s,
+    even_share,
+    resolve_budget,
+    with_checks,
+    with_plan_size,
+)
 from tuning.engine.final import headline_metrics
 from tuning.engine.loop import RunInfo, tune_tasks
-from tuning.engine.spec import BudgetSpec, ModelSpec
+from tuning.engine.spec import BudgetSpec, JobSpec, ModelSpec
 from tuning.engine.validate import validate
 from tuning.scheduler.gradient import Gradient
 from tuning.tracking.base import run_params
@@ -45,14 +60,65 @@ def test_small_budget_lowers_the_minimum_and_says_so(compose_cfg, caplog):
     assert "each gets 4 first" in caplog.text and "22 kernels" in caplog.text
 
 
-def test_default_budget_scales_with_the_kernel_count(compose_cfg):
+def test_a_whole_models_default_budget_is_its_minutes_in_rounds_that_feed_every_kernel(compose_cfg):
     whole = compose_cfg("model=resnet18")
-    assert whole.budget.trials is None
+    assert whole.budget.trials is None and whole.budget.minutes is None
     plan = resolve_budget(BudgetSpec.of(whole.budget), ModelSpec.of(whole.model), KERNELS)
-    assert plan.trials == DEFAULT_TRIALS_PER_KERNEL * 22
+    assert plan.minutes == DEFAULT_MODEL_MINUTES and plan.trials == TIMED_TRIALS_PER_KERNEL * 22
+    assert plan.min_trials_per_task is None  # two rounds: it waits for the plan size
+    plan = with_plan_size(plan, 64, KERNELS, hardware=None)  # sa's, ppo's default plan of 64
+    assert plan.plan_size == TIMED_PLAN_SIZE and plan.min_trials_per_task == 2 * TIMED_PLAN_SIZE
+    assert plan.no_feedback(KERNELS) is None
+    assert with_plan_size(resolve_budget(BudgetSpec.of(whole.budget), ModelSpec.of(whole.model), KERNELS), 5,
+                          KERNELS, hardware=None).plan_size == 5  # gbfs's rounds of 5 stay as they are
+    given = compose_cfg("model=resnet18", "budget.minutes=30", "budget.plan_size=48", "budget.min_trials_per_task=50")
+    plan = with_plan_size(resolve_budget(BudgetSpec.of(given.budget), ModelSpec.of(given.model), KERNELS), 64,
+                          KERNELS, hardware=None)
+    assert (plan.minutes, plan.plan_size, plan.min_trials_per_task) == (30, 48, 50)  # what is given stands
+
+
+def test_a_count_or_a_time_limit_keeps_a_whole_model_on_its_count(compose_cfg):
+    for overrides, trials in ((["budget.trials=704"], 704), (["budget.trials_per_task=8"], 176),
+                              (["budget.time_limit_s=600"], DEFAULT_TRIALS_PER_KERNEL * 22)):
+        cfg = compose_cfg("model=resnet18", *overrides)
+        plan = resolve_budget(BudgetSpec.of(cfg.budget), ModelSpec.of(cfg.model), KERNELS)
+        assert plan.minutes is None and plan.trials == trials, overrides
+        assert plan.min_trials_per_task == min(DEFAULT_FIRST, trials // 22)
+        assert with_plan_size(plan, 64, KERNELS, hardware=None).plan_size == 64
     single = compose_cfg("model=gemm_64")
     plan = resolve_budget(BudgetSpec.of(single.budget), ModelSpec.of(single.model), build_tasks(single.model))
-    assert plan.trials == DEFAULT_TRIALS and plan.min_trials_per_task == 64
+    assert plan.minutes is None and plan.trials == DEFAULT_TRIALS and plan.min_trials_per_task == DEFAULT_FIRST
+
+
+def test_minutes_count_from_the_jobs_start_and_keep_the_checks_estimate(compose_cfg):
+    cfg = compose_cfg("model=resnet18")
+    plan = with_plan_size(resolve_budget(BudgetSpec.of(cfg.budget), ModelSpec.of(cfg.model), KERNELS), 64,
+                          KERNELS, hardware=None)
+    started = time.monotonic() - 30.0  # the model's import took 30 s
+    timed = with_checks(plan, started, 150.0)
+    assert timed.deadline() == pytest.approx(started + 15 * 60 - 150.0)
+    assert "budget: 15 min in all (budget.minutes): tuning until " in timed.line(KERNELS)
+    line = timed.line(KERNELS)
+    assert "then about 2.5 min of checks" in line and "32 each first, up to 16 per round" in line
+    counted = resolve_budget(BudgetSpec.of(compose_cfg("model=resnet18", "budget.trials=704").budget),
+                             ModelSpec.of(cfg.model), KERNELS)
+    assert with_checks(counted, started, 150.0) == counted  # no minutes: nothing to count down
+    short = resolve_budget(BudgetSpec.of(compose_cfg("model=resnet18", "budget.minutes=3").budget),
+                           ModelSpec.of(cfg.model), KERNELS)
+    with pytest.raises(ConfigError, match=r"^budget.minutes=3 leaves \d+ s to tune after \d+ s of preparing"):
+        with_checks(short, started, 150.0)
+
+
+def test_the_checks_estimate_follows_what_the_checks_do(compose_cfg):
+    e2e = JobSpec.from_cfg(compose_cfg("model=resnet18"), Path("run")).e2e
+    heavy = [conv2d_task(f"c{i}", 1, 64, 56, 56, 64, 3, 1, 1, weight=2) for i in range(22)]
+    full = checks_estimate_s(heavy, e2e, 3)
+    # a single operator's: its finalists alone
+    assert checks_estimate_s(heavy, None, 3) == pytest.approx(22 * 3 * REMEASURE_S)
+    assert checks_estimate_s(heavy, dataclasses.replace(e2e, enabled=False), 3) == checks_estimate_s(heavy, None, 3)
+    without_choice = checks_estimate_s(heavy, dataclasses.replace(e2e, in_model_kernels=0), 3)
+    assert without_choice < full < checks_estimate_s(heavy, dataclasses.replace(e2e, in_model_processes=8), 3)
+    assert full < checks_estimate_s([*heavy, *heavy], e2e, 3)  # a heavier model runs longer in every pass
 
 
 def test_every_kernel_gets_its_share_before_the_scheduler(tmp_path):
@@ -216,3 +282,23 @@ def test_the_estimate_comes_once_after_the_first_round(tmp_path, caplog):
     assert "x 24 to go" in line and "re-measuring the best" in line and "for the end-to-end check" in line
     seconds_per = float(line.split("(")[1].split(" s per")[0])
     assert 0.01 <= seconds_per < 1.0  # 8 measurements of >= 10 ms each in the first round
+
+
+def test_under_a_deadline_the_estimate_is_what_the_time_allows_and_says_when_it_is_short(tmp_path, caplog):
+    from tuning.engine.callbacks import Pace
+
+    shared = components(search="random", sampler="all", cost_model="none", hardware_overrides={"delay_s": 0.01})
+
+    def components_for(index):
+        return replace(shared, search=component("search", "random"), cost_model=component("cost_model", "none"))
+
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=10_000, plan_size=8, min_trials_per_task=8,
+                  deadline=time.monotonic() + 0.5, callbacks=[Pace(tasks=22)])
+    with caplog.at_level(logging.INFO, logger="tunelab"):
+        tune_tasks(KERNELS, components_for, run, Gradient())
+    said = [r.getMessage() for r in caplog.records]
+    [line] = [m for m in said if m.startswith("estimate:")]
+    assert "more measurements in the" in line and "of tuning left" in line, line
+    [warning] = [m for m in said if m.startswith("warning: at this pace")]
+    assert "fewer than every kernel's first 8 (176)" in warning  # 22 kernels x 8 cannot all be measured in 0.5 s
+    assert run.progress.measured < 176

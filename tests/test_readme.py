@@ -49,7 +49,7 @@ RUN = {
 }
 
 SKIPPED = {
-    "tunelab run model=resnet18 budget.trials=2000":
+    "tunelab run model=resnet18":
         "a whole network: its kernels are extracted by real TVM and the model is timed against torch (minutes)",
     "tunelab run resume=outputs/runs/<date>/<time>":
         "names a run folder of the reader's (tests/test_faults.py resumes killed runs)",

@@ -42,7 +42,7 @@ def test_budget_resolution_leaves_the_config_alone_and_gives_a_frozen_plan(compo
     from tuning.engine.budget import DEFAULT_TRIALS_PER_KERNEL, resolve_budget
     from tuning.engine.spec import JobSpec
 
-    cfg = compose_cfg("model=resnet18")
+    cfg = compose_cfg("model=resnet18", "budget.time_limit_s=3600")
     before = OmegaConf.to_container(cfg.budget)
     job = JobSpec.from_cfg(cfg, Path("run"))
     first, second = resolve_budget(job.budget, job.model, KERNELS), resolve_budget(job.budget, job.model, KERNELS)

@@ -33,7 +33,8 @@ SETTING_PATHS = ("hardware.store", "tuning.database")
 METHOD_GROUPS = ("search", "sampler", "cost_model", "evaluator")
 # settings every compared method should share: a method's own hyperparameters and round size may differ
 SHARED_SETTINGS = ("hardware.", "model.space", "budget.trials", "budget.trials_per_task", "budget.rounds_per_task",
-                   "budget.time_limit_s", "budget.early_stop", "budget.min_trials_per_task", "budget.init_random",
+                   "budget.time_limit_s", "budget.minutes", "budget.early_stop", "budget.min_trials_per_task",
+                   "budget.init_random",
                    "tuning.database", "scheduler.")
 
 

@@ -85,9 +85,10 @@ def _size(value) -> str:
 def run_name(cfg, choices: dict) -> str:
     """`choices`: group -> option name (Hydra's runtime choices, or the saved ones on resume)."""
     hardware = choices.get("hardware") or DEFAULT_HARDWARE
-    trials = OmegaConf.select(cfg, "budget.trials")
+    trials, minutes = OmegaConf.select(cfg, "budget.trials"), OmegaConf.select(cfg, "budget.minutes")
+    budget = f"b{trials}" if trials is not None else f"m{minutes:g}" if minutes is not None else ""
     parts = [workload_label(cfg.model), choices.get("search") or "run", choices.get("sampler") or "",
-             f"b{trials}" if trials is not None else "",  # runs that differ only in budget must not share a name
+             budget,  # runs that differ only in budget must not share a name
              hardware if hardware != DEFAULT_HARDWARE else ""]
     return "-".join(p for p in parts if p) + f"-{cfg.seed}"
 

@@ -37,8 +37,11 @@ class BudgetSchema:
     trials_per_task: Optional[int] = None  # when set, trials = this x the model's number of tasks
     rounds_per_task: Optional[int] = None  # stop a task after this many propose/measure rounds
     time_limit_s: Optional[float] = None  # wall-clock cap for the whole run
+    minutes: Optional[float] = None  # the whole job's wall clock, checks included; null: 15 for a whole
+                                     # model whose budget names no count or time (tuning/engine/budget.py)
     early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
-    min_trials_per_task: int = 64  # every task gets this many (or its whole space) before scheduling
+    min_trials_per_task: Optional[int] = None  # every task gets this many (or its whole space) before
+                                               # scheduling; null: 64, or two rounds under minutes
     plan_size: Optional[int] = None  # configs per round; null: the search's default_plan_size (its paper's)
     init_random: int = 0  # common random numbers: each task's first N measurements are random configs drawn
                           # from the seed alone, the same for every method (paired comparisons pair something)
@@ -47,6 +50,7 @@ class BudgetSchema:
 @dataclass
 class TuningSchema:
     database: Optional[str] = None  # an earlier run's folder or records.jsonl: matching tasks start from it
+    prior: Optional[str] = None  # a pre-trained booster (models:/NAME/VERSION) choosing each task's first round
 
 
 @dataclass
@@ -305,10 +309,16 @@ def schema_problems(cfg: DictConfig) -> list[str]:
         problems += check_range("budget.trials", cfg.budget.trials, 0, None)
     if cfg.budget.time_limit_s is not None:
         problems += check_range("budget.time_limit_s", cfg.budget.time_limit_s, 0, None, inclusive_low=False)
+    if cfg.budget.get("minutes") is not None:
+        problems += check_range("budget.minutes", cfg.budget.minutes, 0, None, inclusive_low=False)
+        if cfg.budget.time_limit_s is not None:
+            problems.append("budget.minutes and budget.time_limit_s: both cap the time; give one "
+                            "(minutes: the whole job, checks included; time_limit_s: the tuning alone)")
     for key in ("trials_per_task", "rounds_per_task", "early_stop", "plan_size"):
         if cfg.budget[key] is not None:
             problems += check_range(f"budget.{key}", cfg.budget[key], 1, None)
-    problems += check_range("budget.min_trials_per_task", cfg.budget.min_trials_per_task, 0, None)
+    if cfg.budget.min_trials_per_task is not None:
+        problems += check_range("budget.min_trials_per_task", cfg.budget.min_trials_per_task, 0, None)
     problems += check_range("budget.init_random", cfg.budget.init_random, 0, None)
     for key in ("runs", "min_runs", "in_model_candidates", "in_model_processes", "in_model_rounds", "in_model_runs"):
         problems += check_range(f"e2e.{key}", cfg.e2e[key], 1, None)

@@ -2,7 +2,8 @@
 policy) and by the hardware's run workers (which apply it), so neither imports the other.
 
 MeasureSpec   TVM time_evaluator semantics for one built kernel (number, repeat, min_repeat_ms,
-              cache flush, timeouts, correctness check) plus an optional early-stop rule.
+              cache flush, timeouts, correctness check) plus an optional early-stop rule and an
+              optional screening cut.
 CVStop        AdaTune's coefficient-of-variation stop (docs/methods.md §AdaTune), asked by the run
               worker after every micro-batch.
 """
@@ -34,6 +35,10 @@ class MeasureSpec:
     # An early-stop rule (CVStop, below) the run worker applies between repeats: it may
     # stop before `repeat` costs. None: every repeat is timed.
     cv_stop: CVStop | None = None
+    # The screening cut (evaluator.screen x the task's best so far, set per round by the evaluator):
+    # a candidate whose first call and then a short warm reading (the device's own clock) both take
+    # longer is not timed further; that reading is its one cost and its result is `screened`. None: off.
+    screen_above_s: float | None = None
 
 
 

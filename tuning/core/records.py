@@ -11,7 +11,7 @@ neither the task's FLOPs nor the device's description, so it is held to the boun
 that need neither (positive, 1 ns to an hour); a corrupt cost is refused like any
 corrupt line, since compare, resume and tuning.database would otherwise rank
 by it. A measured result outside its task's bounds becomes an `implausible`
-error in its place (`MeasureResult.within`). Fields added later (`reused`, `gauge_s`, `device`) are
+error in its place (`MeasureResult.within`). Fields added later (`reused`, `gauge_s`, `device`, `screened`) are
 left out at their defaults, so a run that does not use them writes the records it wrote before.
 """
 from __future__ import annotations
@@ -51,6 +51,7 @@ class MeasureResult:
     reused: bool = False  # answered from the measurement store, not measured by this run
     gauge_s: float | None = None  # the drift gauge's reading with this result's batch (tuning/store/)
     device: str | None = None  # which device timed it ("cuda:1"), when the runner has several
+    screened: bool = False  # one run only: it took longer than the round's screening cut (MeasureSpec)
 
     @property
     def ok(self) -> bool:
@@ -117,7 +118,7 @@ class Record:
         return cls(result=MeasureResult(**result), **data)
 
 
-_RESULT_DEFAULTS = {"reused": False, "gauge_s": None, "device": None}
+_RESULT_DEFAULTS = {"reused": False, "gauge_s": None, "device": None, "screened": False}
 _RECORD_NAMES = tuple(f.name for f in fields(Record))
 _RESULT_NAMES = tuple(f.name for f in fields(MeasureResult))
 
@@ -157,6 +158,7 @@ RESULT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "reused": ("a boolean", lambda v: isinstance(v, bool)),
     "gauge_s": ("null or a finite number", lambda v: v is None or _is_finite(v)),
     "device": ("null or a string", lambda v: v is None or isinstance(v, str)),
+    "screened": ("a boolean", lambda v: isinstance(v, bool)),
 }
 
 

@@ -213,7 +213,7 @@ def curve_metrics(task, best_gflops: float, invalid: int, per_task: bool = False
 class StoreWriter(MeasureCallback):
     """Every reading this run takes, tuning and final re-measurement alike, as a row of the measurement
     store (tuning/store/). Answers that came from the store (`reused`) and `not_in_store` misses are
-    not readings and are not written. `truth(task, space, config)` is the store's median over every
+    not readings and are not written, nor are screened ones (one run, not the spec's reading). `truth(task, space, config)` is the store's median over every
     reading of a config: the score comparisons use (docs/store.md, Truth scoring)."""
 
     def __init__(self, store, hardware, spec):
@@ -226,7 +226,7 @@ class StoreWriter(MeasureCallback):
         return self._tables[task.key]
 
     def _write(self, tuner, config, result, source: str) -> None:
-        if result.reused or result.error == "not_in_store":
+        if result.reused or result.error == "not_in_store" or result.screened:  # one run is not the spec's reading
             return
         self.table(tuner.task, tuner.space).add(config, result, source)  # the requested config: what a lookup asks
 
@@ -248,11 +248,14 @@ class Pace(MeasureCallback):
     and, for a whole model, the end-to-end check: two model builds of `kernels` kernels at the first
     round's mean compile seconds, and `e2e_timing_s` of timing; `in_model_builds` more kernel builds
     when the heaviest kernels are re-chosen inside the model (tuning/engine/model_choice.py; its readings,
-    model runs, are not counted)."""
+    model runs, are not counted). Under a deadline (budget.minutes, time_limit_s) that comes before the
+    count: how many more measurements the time left allows, with a warning when that is less than
+    every one of `tasks` tasks' first measurements (the scheduler would never decide)."""
 
-    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0, finalists: int = 0, in_model_builds: int = 0):
+    def __init__(self, kernels: int = 0, e2e_timing_s: float = 0.0, finalists: int = 0, in_model_builds: int = 0,
+                 tasks: int = 1):
         self.kernels, self.e2e_timing_s, self.finalists = kernels, e2e_timing_s, finalists
-        self.in_model_builds = in_model_builds
+        self.in_model_builds, self.tasks = in_model_builds, tasks
         self.said = False
 
     @classmethod
@@ -262,10 +265,10 @@ class Pace(MeasureCallback):
         if job.model.whole and job.e2e.enabled:  # tuned, untuned and torch timed
             e2e = job.e2e
             in_model = min(e2e.in_model_kernels, len(tasks))
-            builds = e2e.in_model_processes * (len(tasks) + in_model * e2e.in_model_candidates) if in_model else 0
+            builds = len(tasks) + in_model * e2e.in_model_candidates if in_model else 0  # once, for every process
             return cls(kernels=len(tasks), e2e_timing_s=3 * e2e.max_seconds, finalists=finalists,
-                       in_model_builds=builds)
-        return cls(finalists=finalists)
+                       in_model_builds=builds, tasks=len(tasks))
+        return cls(finalists=finalists, tasks=len(tasks))
 
     def on_start(self, run) -> None:
         self.run, self.started, self.first = run, time.perf_counter(), run.progress.measured
@@ -277,6 +280,8 @@ class Pace(MeasureCallback):
         self.said = True
         done = report.measured - self.first
         per = (time.perf_counter() - self.started) / max(done, 1)
+        if self.run.deadline is not None and self._by_the_clock(self.run.deadline, report.measured, per):
+            return
         tuning_s = per * (self.run.trials - report.measured)
         build_s = sum(r.build_s for r in new) / len(new)
         final_s = self.finalists * (build_s + sum(r.run_s for r in new) / len(new))
@@ -284,6 +289,21 @@ class Pace(MeasureCallback):
         log.info(f"estimate: {_minutes(tuning_s + final_s + e2e_s)} more at this pace ({per:.2g} s per measurement "
                  f"in the first round x {self.run.trials - report.measured} to go, + {_minutes(final_s)} "
                  f"re-measuring the best" + (f", + {_minutes(e2e_s)} for the end-to-end check" if e2e_s else "") + ")")
+
+    def _by_the_clock(self, deadline: float, measured: int, per: float) -> bool:
+        """The line for a deadline that comes before the count; False when the count comes first."""
+        left_s = max(0.0, deadline - time.monotonic())
+        more = int(left_s / per)
+        if more >= self.run.trials - measured:
+            return False
+        log.info(f"estimate: about {more} more measurements in the {_minutes(left_s)} of tuning left, at this "
+                 f"pace ({per:.2g} s per measurement in the first round), then the checks")
+        first_pass = self.tasks * self.run.min_trials_per_task if self.tasks > 1 else 0
+        if measured + more < first_pass:
+            log.warning(f"warning: at this pace the time measures about {measured + more} in all, fewer than every "
+                        f"kernel's first {self.run.min_trials_per_task} ({first_pass}): the scheduler will not "
+                        f"decide, and some kernels get fewer; give more budget.minutes")
+        return True
 
 
 def _minutes(seconds: float) -> str:

@@ -90,9 +90,12 @@ def headline_metrics(outcomes) -> dict:
             FINAL_LATENCY_MS: latency_ms}
 
 
-def print_result(outcomes, e2e: dict | None, tracker, out_dir) -> None:
+def print_result(outcomes, e2e: dict | None, tracker, out_dir, wall: str | None = None) -> None:
+    """`wall`: the budget's last word (BudgetPlan.wall_line), under budget.minutes."""
     print(summary(outcomes), end="")
     if e2e:
         print(e2e_line(e2e))
     print(f"records: {out_dir / 'records.jsonl'}")
     print(f"MLflow: {tracker.location}")
+    if wall:
+        print(wall)

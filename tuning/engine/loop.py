@@ -3,9 +3,11 @@
     until the run's budget is spent, the time is up, every task stopped, or a callback abandons it:
         task       = the next task without its minimum yet, else scheduler.pick(tasks)
         batch      = the task's common random configs not yet measured (budget.init_random), then
+                     in its first round, with tuning.prior, the prior's best of a random pool
+                     (tuning/engine/first_round.py), then
         candidates = task's search.propose(...)   # no measuring here
         batch     += task's sampler.select(...)   # up to the round's size
-        results    = evaluator.measure(...)       # callbacks' on_result per record as it arrives
+        results    = evaluator.measure_against(..., the task's best so far)   # on_result per record as it arrives
         task's cost_model.fit(all its records)
         task's search.observe(batch, results)
         save its search/rng state; callbacks' after_round (step metrics, an Optuna sweep's pruning)
@@ -34,6 +36,7 @@ from tuning.core.plausible import bounds_of
 from tuning.core.records import Record, RecordLog
 from tuning.cost_model.base import CostModel, model_input
 from tuning.engine.callbacks import Choice, MeasureCallback, RoundReport, default_callbacks
+from tuning.engine.first_round import Prior, guided_round
 from tuning.engine.resume import restore_state, save_state
 from tuning.evaluator.base import Evaluator
 from tuning.hardware.base import Hardware
@@ -94,6 +97,7 @@ class RunInfo:
     # reason, e.g. "pruned") skips the final re-measurement: nobody wants its result.
     callbacks: list[MeasureCallback] | None = None
     init_random: int = 0  # common random numbers: each task's first N measurements (common_random_configs)
+    first_round_prior: Prior | None = None  # tuning.prior: chooses each task's first round (first_round.py)
     progress: Progress = field(default_factory=Progress, compare=False)
 
     @property
@@ -260,6 +264,9 @@ class TaskTuner:
             batch = self._next_enumerated(n)
         else:
             batch = [c for c in self.common if c not in self.visited][:n]
+            prior = self._first_round_prior()
+            if len(batch) < n and prior is not None:
+                batch += guided_round(prior, self.space, self.visited, batch, n - len(batch), self.rng)
             if len(batch) < n:
                 taken = self.visited | set(batch)
                 wanted = parts.sampler.candidates_wanted(run.plan_size)
@@ -294,7 +301,9 @@ class TaskTuner:
                     callback.on_result(self, record)
 
         measuring, tracked = time.perf_counter(), self.times["tracking_s"]
-        results = [r.within(limits) for r in parts.evaluator.measure(parts.hardware, task, batch, on_result=write)]
+        incumbent = min((r.result.cost for r in self.records if r.result.ok), default=None)
+        results = [r.within(limits) for r in
+                   parts.evaluator.measure_against(parts.hardware, task, batch, incumbent, on_result=write)]
         self.times["measure_s"] += time.perf_counter() - measuring - (self.times["tracking_s"] - tracked)
         self.times["build_s"] += sum(r.build_s for r in results)
         self.times["run_s"] += sum(r.run_s for r in results)
@@ -312,6 +321,18 @@ class TaskTuner:
         if self.enumerated is not None and not self._next_enumerated(1):
             self._stop("space enumerated")
         return next((reason for reason in reasons if reason), None)
+
+    def _first_round_prior(self) -> Prior | None:
+        """The run's prior where this round is the task's first (a resumed one too) with nothing reused,
+        and the prior applies to its space (else said, once)."""
+        prior = self.run.first_round_prior
+        if prior is None or self.round_index != 0 or self.outcome.reused:
+            return None
+        if not prior.applies(self.space):
+            log.info(f"tuning.prior: {self.task.name}'s space has no per-store features here (TVM does not "
+                     "schedule it): its first round is the method's own")
+            return None
+        return prior
 
     def finish(self) -> None:
         if self.run.progress.abandoned:

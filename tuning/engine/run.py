@@ -26,10 +26,11 @@ from tuning.config.objective import objective_values
 from tuning.core.outcome import summary
 from tuning.engine import job_folder, run_folder
 from tuning.engine.artifacts import end_whole_model, export_artifacts
-from tuning.engine.budget import BudgetPlan, resolve_budget, with_plan_size
+from tuning.engine.budget import BudgetPlan, checks_estimate_s, resolve_budget, with_checks, with_plan_size
 from tuning.engine.builders import Builders
 from tuning.engine.callbacks import Pace, StoreWriter, default_callbacks
 from tuning.engine.final import log_final_metrics, print_result
+from tuning.engine.first_round import prior_of
 from tuning.engine.job_folder import hydra_info as _hydra_info
 from tuning.engine.job_run import RunIdentity, end_job_run, start_job_run
 from tuning.engine.loop import Components, RunInfo, schedule_without_measuring, tune_tasks
@@ -44,8 +45,6 @@ from tuning.engine.whole_model import e2e_line, job_tasks
 from tuning.hardware.runners.base import NoDeviceLeft
 from tuning.store import StoreError
 from tuning.tracking.tags import figure_title, git_commit, method_name
-
-log = logging.getLogger("tunelab")
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,7 @@ def main(cfg: DictConfig) -> float | list[float]:
 
 def run_job(cfg: DictConfig) -> JobResult:
     """The job on a composed config (its Hydra context set); ConfigError/StoreError: bad input, nothing done."""
+    started = time.monotonic()  # a budget in minutes counts the whole job from here
     hydra = _hydra_info()
     job_folder.scrub_hydra_copies(hydra)
     try:
@@ -100,7 +100,7 @@ def run_job(cfg: DictConfig) -> JobResult:
     try:
         spec = JobSpec.from_cfg(cfg, out_dir, hydra.get("choices", {}))  # what the steps below read
         with run_folder.terminated_by_signals():
-            return _run(cfg, spec, hydra)
+            return _run(cfg, spec, hydra, started)
     except (ConfigError, StoreError):
         if not cfg.resume:  # refused before any work (a store or device that cannot be reached): no folder left
             job_folder.discard_untouched(str(out_dir))
@@ -109,15 +109,15 @@ def run_job(cfg: DictConfig) -> JobResult:
         run_folder.release(out_dir)
 
 
-def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
+def _run(cfg: DictConfig, spec: JobSpec, hydra: dict, started: float) -> JobResult:
     """The component-building step keeps the raw config (Builders: Hydra's `instantiate`, config.yaml, the
-    method's name, the MLflow run's params and tags, from it with its budget resolved); the rest reads `spec`."""
+    method's name, the MLflow run's params and tags, from it with its budget resolved); the rest reads `spec`.
+    `started`: time.monotonic() at the job's start, from which a budget in minutes counts."""
     out_dir = spec.out_dir
     build = Builders(cfg)
     parts = build.components()
     parts.tracker.spool_to(str(out_dir / SPOOL_FILE))
-    parts, tasks, plan, store_writer, prior = _prepare(spec, build, parts)
-    plan = with_plan_size(plan, parts.search.default_plan_size, tasks, parts.hardware)
+    parts, tasks, plan, store_writer, prior = _prepare(spec, build, parts, started)
     applied = plan.applied(cfg)  # config.yaml and the tracked params hold the numbers the run uses
     job = Job(spec, plan, Builders(applied), parts, tasks, prior, store_writer, figure_title(hydra, cfg))
     _write_run_files(job)
@@ -126,13 +126,10 @@ def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
     callbacks = (default_callbacks(parts.tracker) + [Pace.of_job(spec, tasks, parts.evaluator)]
                  + ([NetworkTime(parts.tracker)] if spec.model.whole else [])
                  + [callback for callback in (pruning, store_writer) if callback is not None])
-    log.info(plan.line(tasks))
-    notice = plan.no_feedback(tasks, parts.sampler.measured_per_round(plan.plan_size) if plan.plan_size else None)
-    if notice:
-        (log.warning if notice.startswith("warning:") else log.info)(notice)
+    plan.say(tasks, parts.sampler.measured_per_round(plan.plan_size) if plan.plan_size else None)
     start_job_run(parts.tracker, RunIdentity.of(applied, hydra, trial), out_dir, tasks, prior)
     outcomes, e2e, clock = _tune_and_export(job, method_name(hydra, applied), callbacks, trial, pruning)
-    print_result(outcomes, e2e, parts.tracker, out_dir)
+    print_result(outcomes, e2e, parts.tracker, out_dir, plan.wall_line())
     if pruning is not None and pruning.pruned_at is not None:
         import optuna
 
@@ -140,9 +137,10 @@ def _run(cfg: DictConfig, spec: JobSpec, hydra: dict) -> JobResult:
     return JobResult(objective_values(spec.objective, outcomes, *clock), outcomes, out_dir, e2e)
 
 
-def _prepare(spec, build, parts):
+def _prepare(spec, build, parts, started: float):
     """Every check before the run folder is written (`spec`: the JobSpec, `build`: its Builders): (parts, tasks,
-    budget, store writer, prior records). Bad input: exit status 2; an interrupt says nothing was measured."""
+    budget with its plan size and deadline, store writer, prior records). Bad input: exit status 2; an
+    interrupt says nothing was measured."""
     try:
         problem = parts.tracker.unreachable() or parts.hardware.unreachable()
         if problem:
@@ -151,7 +149,10 @@ def _prepare(spec, build, parts):
         hardware, store_writer = wire_store(spec.model.space, parts.hardware, parts.evaluator.spec)
         parts = replace(parts, hardware=hardware)
         tasks = job_tasks(spec, parts.hardware)
-        plan = resolve_budget(spec.budget, spec.model, tasks)
+        plan = with_plan_size(resolve_budget(spec.budget, spec.model, tasks), parts.search.default_plan_size, tasks,
+                              parts.hardware)
+        plan = with_checks(plan, started, checks_estimate_s(tasks, spec.e2e if spec.model.whole else None,
+                                                            parts.evaluator.final_candidates))
         check_store_space(spec.model.space, tasks, parts.hardware)
         prior = reused_records(spec.database, tasks, spec.out_dir, parts.tracker, parts.hardware)
         if spec.resume:
@@ -189,8 +190,9 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
                 # plan.plan_size: an int since with_plan_size
                 run = RunInfo(job.spec.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
-                              plan.deadline(), plan.early_stop, plan.min_trials_per_task, plan.rounds_per_task, callbacks,
-                              init_random=plan.init_random)
+                              plan.deadline(), plan.early_stop, plan.min_trials_per_task or 0, plan.rounds_per_task, callbacks,
+                              init_random=plan.init_random,
+                              first_round_prior=prior_of(job.spec.prior, job.spec.seed))
                 outcomes, clock = _tune(job, run)
             pruned = pruning is not None and pruning.pruned_at is not None
             e2e = _export(job, outcomes, pruned)

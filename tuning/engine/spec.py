@@ -55,17 +55,19 @@ class BudgetSpec:
     trials: int | None
     trials_per_task: int | None
     plan_size: int | None
-    min_trials_per_task: int
+    min_trials_per_task: int | None
     rounds_per_task: int | None
     early_stop: int | None
     time_limit_s: float | None
     init_random: int | None
+    minutes: float | None = None
 
     @classmethod
     def of(cls, node) -> BudgetSpec:
         return cls(trials=node.trials, trials_per_task=node.trials_per_task, plan_size=node.plan_size,
                    min_trials_per_task=node.min_trials_per_task, rounds_per_task=node.rounds_per_task,
-                   early_stop=node.early_stop, time_limit_s=node.time_limit_s, init_random=node.get("init_random"))
+                   early_stop=node.early_stop, time_limit_s=node.time_limit_s, init_random=node.get("init_random"),
+                   minutes=node.get("minutes"))
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class JobSpec:
     resume: str | None  # the folder a resumed run continues, else None
     reset_state: bool
     database: str | None  # tuning.database: an earlier run whose records are reused
+    prior: str | None  # tuning.prior: the pre-trained booster that chooses each task's first round
     model: ModelSpec
     budget: BudgetSpec
     objective: ObjectiveSpec
@@ -126,6 +129,7 @@ class JobSpec:
         runtime choices, or a resumed run's saved ones) to none."""
         return cls(out_dir=Path(cfg.output_dir).resolve() if out_dir is None else out_dir, seed=cfg.seed,
                    resume=cfg.get("resume"), reset_state=bool(cfg.get("reset_state", False)),
-                   database=cfg.tuning.database, model=ModelSpec.of(cfg.model), budget=BudgetSpec.of(cfg.budget),
+                   database=cfg.tuning.database, prior=cfg.tuning.get("prior"), model=ModelSpec.of(cfg.model),
+                   budget=BudgetSpec.of(cfg.budget),
                    objective=ObjectiveSpec.of(cfg.objective), e2e=E2ESpec.of(cfg.e2e),
                    choices=MappingProxyType(dict(choices or {})))

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from tuning.config.schema import COMPONENT_GROUPS, ConfigError, schema_problems
 from tuning.config.untrusted import is_registered_target, unregistered
 from tuning.core.component import Component, check_requirements, import_class
+from tuning.engine.first_round import prior_problems
 
 # each group's contract, for the keys its options no longer take (Component.moved)
 GROUP_BASES = {"search": "tuning.search.base.Search", "sampler": "tuning.sampler.base.Sampler",
@@ -57,6 +58,8 @@ def validate(cfg: DictConfig, choices: dict | None = None, runs_here: bool = Fal
             problems.append(f"search.best_of: {cfg.search.best_of} random configs ranked by a cost model that ranks "
                             f"nothing (cost_model={names['cost_model']}): set cost_model=xgb_ms with "
                             "cost_model.pretrained, or best_of=1")
+        if cfg.tuning.get("prior"):
+            problems += prior_problems(cfg.tuning.prior)
         if cfg.model.kind not in classes["hardware"].model_kinds:
             problems.append(f"hardware: hardware={names['hardware']} tunes model.kind "
                             f"{', '.join(classes['hardware'].model_kinds)}, not model.kind={cfg.model.kind}")

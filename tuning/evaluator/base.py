@@ -7,6 +7,10 @@
         The evaluator decides the repeat policy (a MeasureSpec handed to the
         hardware, which applies it inside its isolated run worker) and
         accounts the seconds spent.
+    measure_against(hardware, task, configs, incumbent_s, on_result=None) -> list[MeasureResult]
+        `measure`, told the task's best cost so far (None before its first valid reading): what the
+        loop calls. An evaluator that screens (evaluator=fixed's `screen`) has the candidates far
+        slower than that timed by one run only (MeasureSpec.screen_above_s); by default, `measure`.
     remeasure(hardware, task, configs) -> list[MeasureResult]
         A longer measurement of the best few configs at the end of a run
         (`final_candidates` of them, measured together), so the reported best
@@ -44,6 +48,11 @@ class Evaluator(Component):
     def measure(self, hardware: Hardware, task: Task, configs: Sequence[Config],
                 on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """One MeasureResult per config, in order; errors are results."""
+
+    def measure_against(self, hardware: Hardware, task: Task, configs: Sequence[Config], incumbent_s: float | None,
+                        on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        """`measure`, told the task's best cost so far (module docstring); this default ignores it."""
+        return self.measure(hardware, task, configs, on_result)
 
     @abstractmethod
     def remeasure(self, hardware: Hardware, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:

@@ -234,10 +234,10 @@ class ReplayHardware(Hardware):
         return results
 
     def _fill(self, task, configs, spec, table) -> dict:
-        """Replay's misses: measured on the backend (every micro-batch, whatever the stop rule) and
-        added to the store, then answered from their rows like any hit, so a later replay of the
+        """Replay's misses: measured on the backend (every micro-batch, whatever the stop rule, and
+        never screened) and added to the store, then answered from their rows like any hit, so a later replay of the
         same seed gives the same records."""
-        full = replace(spec, cv_stop=None) if spec.cv_stop is not None else spec
+        full = replace(spec, cv_stop=None, screen_above_s=None)  # the store holds full readings only
 
         def add(i, result):
             table.add(configs[i], result, "run")

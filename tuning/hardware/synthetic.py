@@ -133,6 +133,10 @@ class SyntheticHardware(Hardware):
         if self.fresh_noise:
             reading = self._readings.get((task.key, config), 0)
             self._readings[(task.key, config)] = reading + 1
+        if spec.screen_above_s is not None and cost > spec.screen_above_s:  # one reading, as the run worker screens
+            return MeasureResult(costs=[cost], config=config, run_s=cost, screened=True,
+                                 message=f"screened: a short reading took {cost:.3g} s, over the round's cut of "
+                                         f"{spec.screen_above_s:.3g} s")
         costs: list[float] = []
         while len(costs) < spec.repeat and not (spec.cv_stop and spec.cv_stop.finished(costs)):
             draw = _unit("noise", config, len(costs)) if reading == 0 else _unit("noise", config, reading, len(costs))

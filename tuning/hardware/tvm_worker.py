@@ -187,6 +187,9 @@ def check_and_time(lib, dev, kind: str, reference: tuple, args: list, spec: dict
         if not np.allclose(tensors[-1].numpy(), expected, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(expected).max()))):
             return {"error": "wrong_answer", "message": "output differs from the untuned kernel",
                     "run_s": time.perf_counter() - start}
+    screened = screening(lib, dev, tensors, spec.get("screen_above_s"), single, spec["min_repeat_ms"])
+    if screened is not None:
+        return {**screened, "run_s": time.perf_counter() - start}
     spec, note = fit_to_timeout(spec, single)
     if spec is None:
         return {"error": "timeout", "run_s": time.perf_counter() - start, "message": note}
@@ -201,6 +204,25 @@ def check_and_time(lib, dev, kind: str, reference: tuple, args: list, spec: dict
         )
         costs = [float(c) for c in evaluator(*tensors).results]
     return {"error": None, "costs": costs, "run_s": time.perf_counter() - start, "message": note}
+
+
+SCREEN_MS = 10  # the screening reading lasts at least this long (runs averaged), where the full one's does longer
+
+
+def screening(lib, dev, tensors, cut_s: float | None, single: float, min_repeat_ms: float) -> dict | None:
+    """With a screening cut (MeasureSpec.screen_above_s), for a candidate whose first call (`single`,
+    cold, a remote call's network in it) already took longer than the cut: one short warm reading by
+    the device's own clock (runs averaged over at least min(SCREEN_MS, min_repeat_ms) ms, as the full
+    reading averages over min_repeat_ms); the result without its run_s where that reading is over
+    the cut too, else None (the candidate is timed in full, as every one under the cut is)."""
+    if cut_s is None or single <= cut_s:
+        return None
+    timer = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=1, min_repeat_ms=min(SCREEN_MS, min_repeat_ms))
+    seconds = float(timer(*tensors).results[0])
+    if seconds <= cut_s:
+        return None
+    return {"error": None, "costs": [seconds], "screened": True,
+            "message": f"screened: a short reading took {seconds:.3g} s, over the round's cut of {cut_s:.3g} s"}
 
 
 def fit_to_timeout(spec: dict, single: float) -> tuple[dict | None, str]:

@@ -251,8 +251,10 @@ class MeasurementStore(ABC):
 
     def add(self, hardware: str, task_key: str, space: str, config: Sequence[int], decisions: dict[str, Any],
             result: MeasureResult, source: str = "run", measured_at: float | None = None) -> None:
-        """One MeasureResult as one row, in its own transaction."""
+        """One MeasureResult as one row, in its own transaction (never a screened one: one run is not
+        the reading the store's key names)."""
         assert source in SOURCES, source
+        assert not result.screened, "a screened reading is not a store's reading"
         row = (hardware, task_key, space, _config_text(config), json.dumps(decisions, default=list),
                json.dumps([float(c) for c in result.costs]), result.error, result.message or "",
                float(result.build_s), float(result.run_s), result.gauge_s,

@@ -30,6 +30,7 @@ from tuning.config.conf_dir import CONF_DIR
 from tuning.core.records import MeasureResult
 from tuning.core.space import Config
 from tuning.core.task import Task, build_tasks, is_whole_model
+from tuning.engine.first_round import prior_of
 from tuning.engine.loop import Components, RunInfo, TaskTuner
 from tuning.engine.validate import validate
 from tuning.study import bystanders
@@ -111,7 +112,8 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
             parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), evaluator,
                                instantiate(arm.cfg.cost_model), hardware, NoTracker())
             run = RunInfo(seed=seed, out_dir=work / arm.name, method=arm.name, trials=spec.trials,
-                          plan_size=spec.plan_size, callbacks=[])
+                          plan_size=spec.plan_size, callbacks=[],
+                          first_round_prior=prior_of(arm.cfg.tuning.get("prior"), seed))
             arm.tuner = TaskTuner(task, 0, parts, run)
         order = _rotated([a.name for a in lab], seed)
         # a peer runs whole: before the interleaved arms at an even seed, after them at an odd one

@@ -14,7 +14,9 @@ some of them invalid. Every test makes fresh evaluators with `make_evaluator()`.
 
 What it checks: `measure` gives one MeasureResult per config, in order, each with its own config, each
 handed on to `on_result` with its index in order; a valid config has positive costs and seconds, an
-invalid one is an error result, never an exception; `metrics()` holds floats; `remeasure` gives every
+invalid one is an error result, never an exception; `measure_against` a best so far is the same, one
+result per config in order, and a result it screened has one cost above that best; `metrics()` holds
+floats; `remeasure` gives every
 config that measured at least as many costs as `measure` did, and `final_candidates` is at least 1; two
 evaluators made alike give the same costs for the same configs on the same (seeded) hardware.
 """
@@ -64,6 +66,20 @@ class EvaluatorContract:
                 assert result.costs and all(c > 0 for c in result.costs) and result.run_s > 0
         assert any(r.ok for r in results) and any(not r.ok for r in results)  # errors are results too
         assert all(isinstance(v, float) for v in evaluator.metrics().values())
+
+    def test_measured_against_a_best_so_far_one_result_per_config_and_screened_ones_slower(self):
+        hardware, evaluator = self.make_hardware(0.0), self.make_evaluator()
+        batch = configs(hardware)
+        plain = evaluator.measure(hardware, TASK, batch)
+        best = min(r.cost for r in plain if r.ok)
+        seen = []
+        results = evaluator.measure_against(hardware, TASK, batch, best, on_result=lambda i, r: seen.append(i))
+        assert len(results) == len(batch) and seen == list(range(len(batch)))
+        for config, before, result in zip(batch, plain, results):
+            assert result.config == config and result.ok == before.ok
+            if result.screened:
+                assert len(result.costs) == 1 and result.cost > best, "a screened result faster than the best"
+        assert len(evaluator.measure_against(hardware, TASK, batch, None)) == len(batch)
 
     def test_remeasure_gives_at_least_as_many_costs(self):
         hardware, evaluator = self.make_hardware(0.3), self.make_evaluator()

@@ -215,7 +215,7 @@ def _import_run(store, path: Path, overrides: list[str]) -> int:
         by_key, tables = {task.key: task for task in tasks}, {}
         for record in records:
             task = by_key.get(record.workload_key)
-            if task is None or record.result.reused:
+            if task is None or record.result.reused or record.result.screened:  # one run, not a store's reading
                 continue
             if task.key not in tables:
                 tables[task.key] = TaskRows(store, hardware, evaluator.spec, task, hardware.space(task))

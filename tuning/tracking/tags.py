@@ -74,10 +74,18 @@ def note(hydra: dict, cfg, overrides: str) -> str:
     picked = choices(hydra, cfg)
     return (f"{naming.workload_label(cfg.model)} tuned by search={picked['search']} sampler={picked['sampler']} "
             f"(cost_model={picked['cost_model']}, evaluator={picked['evaluator']}) on hardware={picked['hardware']}: "
-            f"{cfg.budget.trials} measurements, seed {cfg.seed}. Command: `tunelab run {overrides}`. "
+            f"{budget_words(cfg.budget)}, seed {cfg.seed}. Command: `tunelab run {overrides}`. "
             f"The result is {headline_names(cfg)} (the best schedule re-measured at the end"
             f"{'; `e2e/*` times the whole model' if is_whole_model(cfg.model) else ''}); `{naming.BEST_SO_FAR}` "
             f"is the best reading while tuning, one point per measurement. Records, config and log: {cfg.output_dir}.")
+
+
+def budget_words(budget) -> str:
+    """The budget as the note says it: a count, or minutes of wall clock (a count left null under minutes)."""
+    minutes = budget.get("minutes")
+    if budget.trials is None and minutes is not None:
+        return f"{minutes:g} minutes in all"
+    return f"{budget.trials} measurements" + (f" within {minutes:g} minutes" if minutes is not None else "")
 
 
 def headline_names(cfg) -> str:

@@ -7,6 +7,7 @@ device goes through its runner. A runner is a config group nested in the hardwar
 """
 from __future__ import annotations
 
+import collections.abc
 import importlib
 import queue
 import threading
@@ -74,7 +75,10 @@ class Runner(Component):
                                  describe() and so into the store's fingerprint ({} for this host)
         measure(task, configs, spec, on_result=None) -> list[MeasureResult]
                                  Hardware.measure: prepare, build, gauge, run_batch, in that order
-                                 (not overridden); every result carries the gauge reading
+                                 (not overridden); every result carries the gauge reading. A runner
+                                 whose devices are not this host's cores says so (`overlaps_builds()`):
+                                 its batch is built by `build_each` in a thread of its own while
+                                 run_batch times what is built so far (`built[i]` waits for the i-th)
 
     which is made of:
 
@@ -83,6 +87,10 @@ class Runner(Component):
         build(task, configs, spec) -> list[built]
                                  (abstract) the whole batch, in order: one `built` per config, opaque
                                  to the hardware (a library file, its arguments, or a build error)
+        build_each(task, configs, spec, on_built, stopped)
+                                 the same, each `built` handed on as on_built(i, built) as soon as it
+                                 is ready, in any order, no new build begun once stopped() is true
+                                 (default: `build`, then each in order)
         gauge() -> seconds | {device: seconds} | None
                                  the drift gauge kernel's reading now (per device where it has
                                  several); None when it could not run
@@ -167,20 +175,40 @@ class Runner(Component):
     def measure(self, task: Task, configs: Sequence[Config], spec: MeasureSpec,
                 on_result: OnResult | None = None) -> list[MeasureResult]:
         """Build the whole batch, then time it with nothing compiling (a compile beside a
-        measurement nearly doubles it on a 2-core host)."""
+        measurement nearly doubles it on a 2-core host); with `overlaps_builds`, time each
+        candidate as soon as it is built, the rest building meanwhile."""
         self.prepare(task)
+        if self.overlaps_builds():
+            return self._measure_while_building(task, configs, spec, on_result)
         built = self.build(task, configs, spec)
         gauge = self.gauge()  # read with the batch, after building, before timing
+        return self.run_batch(task, configs, built, spec, _with_gauge(gauge, on_result))
 
-        def with_gauge(i: int, result: MeasureResult) -> None:
-            if isinstance(gauge, dict):
-                result.gauge_s = gauge.get(result.device) if result.device is not None else None
-            else:
-                result.gauge_s = gauge
-            if on_result:
-                on_result(i, result)
+    def overlaps_builds(self) -> bool:
+        """Whether its devices time while the batch builds: only where they are not this host's cores
+        (a compile beside a measurement nearly doubles it on a 2-core host). False here."""
+        return False
 
-        return self.run_batch(task, configs, built, spec, with_gauge)
+    def build_each(self, task: Task, configs: Sequence[Config], spec: MeasureSpec,
+                   on_built: Callable[[int, Any], None], stopped: Callable[[], bool] = lambda: False) -> None:
+        """The batch built, each `built` handed on as on_built(i, built) as soon as it is ready."""
+        for i, built in enumerate(self.build(task, configs, spec)):
+            on_built(i, built)
+
+    def _measure_while_building(self, task: Task, configs: Sequence[Config], spec: MeasureSpec,
+                                on_result: OnResult | None) -> list[MeasureResult]:
+        """run_batch while `build_each` builds in a thread of its own; whatever stops the timing
+        (a device gone for good, an interrupt) stops the building too, before this returns."""
+        built = Arriving(len(configs))
+        building = threading.Thread(target=built.fill, args=(self.build_each, task, configs, spec),
+                                    name="builds", daemon=True)
+        building.start()
+        try:
+            gauge = self.gauge()  # on the devices, not beside the builds on this host
+            return self.run_batch(task, configs, built, spec, _with_gauge(gauge, on_result))
+        finally:
+            built.cancel()  # no new build begins; the one in flight ends within its build timeout
+            building.join(timeout=spec.build_timeout_s + 30)
 
     def run_batch(self, task: Task, configs: Sequence[Config], built: Sequence[Any], spec: MeasureSpec,
                   on_result: OnResult | None = None) -> list[MeasureResult]:
@@ -230,6 +258,74 @@ class Runner(Component):
             batch.stop()  # an interrupted caller: the devices take nothing more
         if failure is not None:
             raise failure
+
+
+def _with_gauge(gauge: Gauge, on_result: OnResult | None) -> OnResult:
+    """on_result with the batch's gauge reading (the device's own, where there is one per device)
+    set on each result first."""
+    def with_gauge(i: int, result: MeasureResult) -> None:
+        if isinstance(gauge, dict):
+            result.gauge_s = gauge.get(result.device) if result.device is not None else None
+        else:
+            result.gauge_s = gauge
+        if on_result:
+            on_result(i, result)
+
+    return with_gauge
+
+
+_UNBUILT = object()  # a place no build has filled (a runner's `built` is opaque: it may be anything)
+
+
+class Arriving(collections.abc.Sequence):
+    """A batch's builds as they arrive from another thread: `built[i]` waits until the i-th is
+    built; a building that failed or was cancelled raises there (on the device's thread, then the
+    caller's) instead of leaving a device waiting."""
+
+    def __init__(self, count: int):
+        self._items: list[Any] = [_UNBUILT] * count
+        self._ready = [threading.Event() for _ in range(count)]
+        self._error: BaseException | None = None
+        self._cancelled = threading.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i: int) -> Any:  # type: ignore[override]  # an int index only, no slices
+        self._ready[i].wait()
+        if self._items[i] is _UNBUILT:
+            why = repr(self._error) if self._error is not None else "stopped"
+            raise RuntimeError(f"building the batch failed before its candidate {i}: {why}")
+        return self._items[i]
+
+    def put(self, i: int, built: Any) -> None:
+        self._items[i] = built
+        self._ready[i].set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def fill(self, build_each: Callable, task: Task, configs: Sequence[Config], spec: MeasureSpec) -> None:
+        try:
+            build_each(task, configs, spec, self.put, self._cancelled.is_set)
+        except BaseException as error:  # noqa: BLE001 - said by __getitem__ on the threads that wait
+            self._error = error
+        finally:
+            for ready in self._ready:
+                ready.set()
+
+
+class Picked(collections.abc.Sequence):
+    """`built[todo[j]]` for each j, read when asked (a list of them would wait for every build)."""
+
+    def __init__(self, built: Sequence[Any], todo: list[int]):
+        self.built, self.todo = built, todo
+
+    def __len__(self) -> int:
+        return len(self.todo)
+
+    def __getitem__(self, j: int) -> Any:  # type: ignore[override]  # an int index only, no slices
+        return self.built[self.todo[j]]
 
 
 # ---- capabilities: what a runner can do beyond measuring, declared by deriving from them ---------

@@ -23,25 +23,37 @@ class HostBuilds:
         self.target = target
         self.workers = [Worker(env, f"{WORKER}:init", init_args=(target,)) for _ in range(workers)]
         self.libs = tempfile.mkdtemp(prefix="tunelab-libs-")
+        self.closed = False  # set by close(): no build begins after it (a thread still building stops)
 
     def start(self) -> None:
         with ThreadPoolExecutor(len(self.workers)) as pool:
             list(pool.map(lambda w: w.ensure_started(), self.workers))
 
-    def build(self, task, configs, spec) -> list[dict]:
-        """One dict per config, in order: {"error", "message", "build_s", "config", "args", "path"}."""
+    def build(self, task, configs, spec, on_built=None, stopped=None) -> list[dict]:
+        """One dict per config, in order: {"error", "message", "build_s", "config", "args", "path",
+        "built_at" (time.perf_counter() when it was done)}; `on_built(i, built)`, when given, is
+        called with each as soon as it is built (from the build threads, in any order). Once
+        `stopped()` is true, or the builds are closed, no build begins: the configs left have none."""
         paths = [os.path.join(self.libs, f"{task.key}-{i}-{time.time_ns()}.so") for i in range(len(configs))]
-        jobs = list(zip(configs, paths))
+        jobs = list(enumerate(zip(configs, paths)))
 
         def build_shard(worker, shard):
-            return {path: self._build_one(worker, task, config, path, spec) for config, path in shard}
+            done = {}
+            for i, (config, path) in shard:
+                if self.closed or (stopped is not None and stopped()):
+                    break
+                done[i] = {**self._build_one(worker, task, config, path, spec), "path": path,
+                           "built_at": time.perf_counter()}
+                if on_built:
+                    on_built(i, done[i])
+            return done
 
-        built = {}
+        built: dict[int, dict] = {}
         n = len(self.workers)
         with ThreadPoolExecutor(n) as pool:
             for part in pool.map(build_shard, self.workers, [jobs[i::n] for i in range(n)]):
                 built.update(part)
-        return [{**built[path], "path": path} for path in paths]
+        return [built[i] for i in range(len(configs)) if i in built]
 
     def _build_one(self, worker, task, config, path, spec) -> dict:
         status, value = worker.call(f"{WORKER}:build", task.workload, self.target, list(config), path,
@@ -52,6 +64,7 @@ class HostBuilds:
         return {"error": kind, "message": str(value), "build_s": spec.build_timeout_s if kind == "timeout" else 0.0}
 
     def close(self) -> None:
+        self.closed = True
         for worker in self.workers:
             worker.close()
         shutil.rmtree(self.libs, ignore_errors=True)

@@ -10,9 +10,11 @@ TimesInModel). The only module that knows the default device index.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from pathlib import Path
 
 from tuning.core.records import MeasureResult
 from tuning.hardware.runners.base import Exports, Runner, RunsWholeModels, TimesInModel
@@ -112,7 +114,8 @@ class LocalRunner(Runner, Exports, RunsWholeModels, TimesInModel):
             if value.get("restart"):  # a GPU error: its CUDA context is unusable
                 self._restart_run_worker(task)
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
-        return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""), **timings)
+        return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""),
+                             screened=bool(value.get("screened")), **timings)
 
     def _restart_run_worker(self, task) -> None:
         """A fresh run worker (the next call starts it), with the task's reference computed again."""
@@ -152,23 +155,29 @@ class LocalRunner(Runner, Exports, RunsWholeModels, TimesInModel):
                               weight_prepack=self.setup.weight_prepack)
 
     def time_in_model(self, model_cfg, seed, database_dir, candidates: dict, timing: dict) -> list[dict]:
-        """One fresh process per reading (`timing["processes"]`): each lays the model's buffers out
-        anew, and a kernel's time inside the model differs between processes by more than between
-        rounds of one."""
-        readings = []
-        for _ in range(timing["processes"]):
-            worker = Worker(self.setup.env, "tuning.hardware.e2e_worker:init_tvm", init_args=(self.setup.target,))
-            try:
-                status, value = worker.call("tuning.hardware.in_context:time_candidates", model_cfg, seed,
-                                            self.setup.target, self.device, str(database_dir),
-                                            self.setup.weight_prepack, candidates, timing["rounds"],
-                                            timing["runs"], timeout=timing["timeout_s"])
-            finally:
-                worker.close()
-            if status != "ok":
-                raise RuntimeError(f"timing kernels inside the model failed ({status}): {value}")
-            readings.append(value)
-        return readings
+        """The model and every candidate built once, in one process, into a folder of their own beside
+        the database (in the run folder, not a RAM-backed /tmp: a model's build holds its weights), removed
+        after (in_context.prepare_reading); then one fresh process per reading (`timing["processes"]`)
+        loads them and reads: each lays the model's buffers out anew, and a kernel's time inside the
+        model differs between processes by more than between rounds of one."""
+        with tempfile.TemporaryDirectory(prefix="in-model-builds-", dir=Path(database_dir).parent) as folder:
+            manifest = self._in_model_call("prepare_reading", model_cfg, seed, self.setup.target, self.device,
+                                           str(database_dir), self.setup.weight_prepack, candidates, folder,
+                                           timeout=timing["timeout_s"])
+            return [self._in_model_call("time_candidates", manifest, self.device, timing["rounds"], timing["runs"],
+                                        timeout=timing["timeout_s"])
+                    for _ in range(timing["processes"])]
+
+    def _in_model_call(self, function: str, *args, timeout: float):
+        """in_context.`function`(*args) in a process of its own, closed after it."""
+        worker = Worker(self.setup.env, "tuning.hardware.e2e_worker:init_tvm", init_args=(self.setup.target,))
+        try:
+            status, value = worker.call(f"tuning.hardware.in_context:{function}", *args, timeout=timeout)
+        finally:
+            worker.close()
+        if status != "ok":
+            raise RuntimeError(f"timing kernels inside the model failed ({status}): {value}")
+        return value
 
     def close(self) -> None:
         if self.builds:

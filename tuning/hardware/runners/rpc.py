@@ -4,9 +4,10 @@ The devices are RPC servers registered with a tracker (`python -m tvm.exec.rpc_t
 key: TVM's stock `python -m tvm.exec.rpc_server`, or the lab's `tunelab rpc-server`, which also says
 what device it is (rpc_server.py). The runner holds up to `devices` sessions, each in its own
 process (rpc_worker.py), so a dead server or a cut link costs a timeout, never the run. Batches are
-built by the host's build processes (host_builds.py) and then spread over the held devices
-(Runner.run_batch): each library is uploaded, checked, timed on the device by its own
-time_evaluator and removed, and its record names the device. Only the device's reading is a
+built by the host's build processes (host_builds.py) and spread over the held devices
+(Runner.run_batch) as they are built where the devices run on another machine (`overlaps_builds`:
+a compile here does not slow them, so they time the first candidates while the rest build): each library is uploaded, checked, timed on
+the device by its own time_evaluator and removed, and its record names the device. Only the device's reading is a
 candidate's run time: waiting for a session or an upload is not.
 
 A device that drops its session, or stops answering for `upload_timeout_s` beyond the evaluator's
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import platform
 import socket
 import struct
 import threading
@@ -31,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from tuning.core.records import MeasureResult
-from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Runner, RunsWholeModels, _Batch
+from tuning.hardware.runners.base import DeviceLost, NoDeviceLeft, Picked, Runner, RunsWholeModels, _Batch
 from tuning.hardware.runners.host_builds import HostBuilds, then_removed
 from tuning.hardware.workers import Worker
 
@@ -51,6 +53,9 @@ class RPCRunner(Runner, RunsWholeModels):
     upload_timeout_s    the longest upload and load of one library, on top of the evaluator's timeout_s:
                         a device silent for longer is lost for the candidate in flight
     wait_for_devices_s  with no device held, how long to wait for one before the run stops
+    overlap_builds      time while the rest of a batch builds here: true, false, or null (only when
+                        the devices say they run on another machine: a server on this host would
+                        be timed beside the builds, and TVM's stock server says nothing of itself)
     """
 
     ranges = {"devices": (1, 4096), "priority": (0, 1_000_000), "session_timeout_s": (0, 1e7),
@@ -58,7 +63,7 @@ class RPCRunner(Runner, RunsWholeModels):
 
     def __init__(self, tracker: str = "127.0.0.1:9190", key: str = "local", devices: int = 1, priority: int = 1,
                  session_timeout_s: float = 0.0, connect_timeout_s: float = 10.0, upload_timeout_s: float = 30.0,
-                 wait_for_devices_s: float = 60.0):
+                 wait_for_devices_s: float = 60.0, overlap_builds: bool | None = None):
         self.tracker = tracker
         self.key = key
         self.devices_wanted = devices
@@ -67,6 +72,7 @@ class RPCRunner(Runner, RunsWholeModels):
         self.connect_timeout_s = connect_timeout_s
         self.upload_timeout_s = upload_timeout_s
         self.wait_for_devices_s = wait_for_devices_s
+        self.overlap_builds = overlap_builds
         self.builds: HostBuilds | None = None
         self._held: dict[str, Worker] = {}
         self._identity: dict | None = None
@@ -172,8 +178,23 @@ class RPCRunner(Runner, RunsWholeModels):
     def build(self, task, configs, spec) -> list[dict]:
         started = time.perf_counter()
         built = self.builds.build(task, configs, spec)
-        self.stats["build_wall_s"] += time.perf_counter() - started
+        self._count(build_wall_s=time.perf_counter() - started)
         return built
+
+    def overlaps_builds(self) -> bool:
+        """`overlap_builds`, or where it is null, whether the devices said they run on another machine
+        (their identity's hostname, from the lab's server)."""
+        if self.overlap_builds is not None:
+            return self.overlap_builds
+        hostname = (self._identity or {}).get("hostname")
+        return bool(hostname) and hostname != platform.node()
+
+    def build_each(self, task, configs, spec, on_built, stopped=lambda: False) -> None:
+        """The host's build processes hand each library on as it is built: the devices time the
+        first while the rest build."""
+        started = time.perf_counter()
+        self.builds.build(task, configs, spec, on_built, stopped)
+        self._count(build_wall_s=time.perf_counter() - started)
 
     def gauge(self) -> dict | None:
         """The drift gauge on each held device: {device: seconds}."""
@@ -198,7 +219,7 @@ class RPCRunner(Runner, RunsWholeModels):
                     batch.deliver(todo[j], result)
 
             self._batch_started = time.perf_counter()
-            super().run_batch(task, [configs[i] for i in todo], [built[i] for i in todo], spec, handed)
+            super().run_batch(task, [configs[i] for i in todo], Picked(built, todo), spec, handed)
             todo = untaken
         return batch.results
 
@@ -213,7 +234,8 @@ class RPCRunner(Runner, RunsWholeModels):
         worker = self._held.get(device)
         if worker is None:
             raise DeviceLost("its session was closed")
-        self._count(queue_s=time.perf_counter() - self._batch_started)  # built, waiting for a device
+        # built, waiting for a device (from the batch's start, or from its build where it came later)
+        self._count(queue_s=time.perf_counter() - max(self._batch_started, built.get("built_at", 0.0)))
         status, value = worker.call(f"{WORKER}:run", task.workload, self.setup.target, self.setup.device,
                                     built["path"], built["args"], asdict(spec), spec.timeout_s + self.upload_timeout_s,
                                     timeout=spec.timeout_s + self.upload_timeout_s)
@@ -225,7 +247,8 @@ class RPCRunner(Runner, RunsWholeModels):
         self._count(upload_s=value.get("upload_s", 0.0), run_s=value["run_s"], timed=1)
         if value["error"]:
             return MeasureResult.failed(value["error"], value["message"], run_s=value["run_s"], **timings)
-        return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""), **timings)
+        return MeasureResult(costs=value["costs"], run_s=value["run_s"], message=value.get("message", ""),
+                             screened=bool(value.get("screened")), **timings)
 
     def _count(self, **amounts) -> None:
         with self._stats_lock:  # the device threads add to them at once
