@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from omegaconf import open_dict
 
 from tuning.config import ConfigError
+from tuning.engine.callbacks import _minutes
 from tuning.engine.spec import BudgetSpec, E2ESpec, ModelSpec
 
 log = logging.getLogger("tunelab")
@@ -264,6 +265,3 @@ def _trials(budget: BudgetSpec, model: ModelSpec, tasks: int, minutes: float | N
         return TIMED_TRIALS_PER_KERNEL * tasks
     return DEFAULT_TRIALS_PER_KERNEL * tasks if model.whole else DEFAULT_TRIALS
 
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
