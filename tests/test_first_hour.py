@@ -65,9 +65,9 @@ def test_a_whole_models_default_budget_is_its_minutes_in_rounds_that_feed_every_
     assert whole.budget.trials is None and whole.budget.minutes is None
     plan = resolve_budget(BudgetSpec.of(whole.budget), ModelSpec.of(whole.model), KERNELS)
     assert plan.minutes == DEFAULT_MODEL_MINUTES and plan.trials == TIMED_TRIALS_PER_KERNEL * 22
-    assert plan.min_trials_per_task is None  # two rounds: it waits for the plan size
+    assert plan.min_trials_per_task is None  # one round: it waits for the plan size
     plan = with_plan_size(plan, 64, KERNELS, hardware=None)  # sa's, ppo's default plan of 64
-    assert plan.plan_size == TIMED_PLAN_SIZE and plan.min_trials_per_task == 2 * TIMED_PLAN_SIZE
+    assert plan.plan_size == TIMED_PLAN_SIZE and plan.min_trials_per_task == TIMED_PLAN_SIZE
     assert plan.no_feedback(KERNELS) is None
     assert with_plan_size(resolve_budget(BudgetSpec.of(whole.budget), ModelSpec.of(whole.model), KERNELS), 5,
                           KERNELS, hardware=None).plan_size == 5  # gbfs's rounds of 5 stay as they are
@@ -99,7 +99,7 @@ def test_minutes_count_from_the_jobs_start_and_keep_the_checks_estimate(compose_
     assert timed.deadline() == pytest.approx(started + 15 * 60 - 150.0)
     assert "budget: 15 min in all (budget.minutes): tuning until " in timed.line(KERNELS)
     line = timed.line(KERNELS)
-    assert "then about 2.5 min of checks" in line and "32 each first, up to 16 per round" in line
+    assert "then about 2.5 min of checks" in line and "16 each first, up to 16 per round" in line
     counted = resolve_budget(BudgetSpec.of(compose_cfg("model=resnet18", "budget.trials=704").budget),
                              ModelSpec.of(cfg.model), KERNELS)
     assert with_checks(counted, started, 150.0) == counted  # no minutes: nothing to count down

@@ -41,7 +41,7 @@ class BudgetSchema:
                                      # model whose budget names no count or time (tuning/engine/budget.py)
     early_stop: Optional[int] = None  # stop a task after this many measurements without a new best
     min_trials_per_task: Optional[int] = None  # every task gets this many (or its whole space) before
-                                               # scheduling; null: 64, or two rounds under minutes
+                                               # scheduling; null: 64, or one round under minutes
     plan_size: Optional[int] = None  # configs per round; null: the search's default_plan_size (its paper's)
     init_random: int = 0  # common random numbers: each task's first N measurements are random configs drawn
                           # from the seed alone, the same for every method (paired comparisons pair something)

@@ -8,8 +8,11 @@ model's tasks into a frozen BudgetPlan.
     budget.trials         null: DEFAULT_TRIALS for a single operator, DEFAULT_TRIALS_PER_KERNEL per
                           kernel for a whole model, TIMED_TRIALS_PER_KERNEL per kernel under minutes (a
                           cap the time reaches first); budget.trials_per_task=N: N x the number of tasks
-    min_trials_per_task   null: DEFAULT_FIRST, or under a whole model's minutes two rounds (2 x plan
-                          size), so the scheduler decides early and every kernel has had feedback;
+    min_trials_per_task   null: DEFAULT_FIRST, or under a whole model's minutes one round (the plan
+                          size), so the scheduler decides early: the gradient scheduler's forward term
+                          needs one round, and 15 minutes measure about two rounds of 16 per kernel
+                          of ResNet-18 on a 2-core host, so a second round each first would leave it
+                          nothing (the Xeon's headline run of 2026-12-07 measured 643 of 704);
                           lowered to an even share (trials // tasks) when the budget cannot give
                           every task its minimum, with a notice (docs/usage.md §Whole models)
     plan_size             null: the search's default_plan_size, at most TIMED_PLAN_SIZE under a whole
@@ -202,7 +205,7 @@ def with_plan_size(plan: BudgetPlan, default_plan_size: int, tasks, hardware) ->
             plan_size = size
     plan = replace(plan, plan_size=plan_size)
     if plan.min_trials_per_task is None:
-        plan = replace(plan, min_trials_per_task=2 * plan_size)
+        plan = replace(plan, min_trials_per_task=plan_size)
         plan = _with_even_share(plan, tasks) if plan.trials else plan
     return plan
 
