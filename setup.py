@@ -13,4 +13,5 @@ CONF = ["tuning.conf", *sorted("tuning.conf." + ".".join(d.relative_to("conf").p
 setup(packages=[*CODE, *CONF],
       package_dir={"tuning.conf": "conf"},
       package_data={**{package: ["*.yaml", "*.md"] for package in CONF}, "tuning": ["py.typed"],
+                    "tuning.cost_model.priors": ["*.ubj", "*.json"],
                     "tunelab": ["py.typed"]})

@@ -100,6 +100,9 @@ REJECTED = {
     "cache flush": (["evaluator=autotvm_x86", "evaluator.number=0"], "evaluator.cache_flush"),
     "cache flush with min_repeat_ms": (["evaluator.cache_flush=true"], "evaluator.cache_flush"),
     "unknown network": (["model=resnet18", "model.network=resnet19"], "model.network"),
+    "kernels not a list": (["model=resnet18", "+model.kernels=conv"], "model.kernels"),
+    "kernels empty": (["model=resnet18", "+model.kernels=[]"], "model.kernels"),
+    "kernels of one operator": (["model=gemm_64", "+model.kernels=[a]"], "model.kernels"),
     "onnx without a file": (["model=onnx", "model.input_shape=[1,3,8,8]"], "model.path"),
     "onnx file missing": (["model=onnx", "model.path=/nonexistent.onnx", "model.input_shape=[1,3]"], "model.path"),
     "onnx bad shape": (["model=onnx", "model.path=pyproject.toml", "model.input_shape=[1,0]"], "model.input_shape"),
@@ -253,3 +256,16 @@ def test_budget_schema_is_typed(compose_cfg):
         compose_cfg("budget.trials=abc")
     cfg = compose_cfg("budget.trials=12")
     assert cfg.budget.trials == 12 and OmegaConf.get_type(cfg.budget).__name__ == "BudgetSchema"
+
+
+def test_a_whole_models_kernels_are_a_subset_named_by_the_models_own_names():
+    from types import SimpleNamespace
+
+    from tuning.engine.whole_model import only_kernels
+
+    tasks = [SimpleNamespace(name=n) for n in ("conv_a", "conv_b", "dense")]
+    assert only_kernels(tasks, None) == tasks
+    assert [t.name for t in only_kernels(tasks, ["dense", "conv_a"])] == ["conv_a", "dense"]  # the model's order
+    with pytest.raises(ConfigError, match=r"^model.kernels: conv_c is not a kernel of this model \(its kernels: "
+                                          r"conv_a, conv_b, dense\)"):
+        only_kernels(tasks, ["conv_c", "dense"])

@@ -14,7 +14,7 @@ from configs import QUICK_TIMING
 from tuning.core.measure import MeasureSpec
 from tuning.core.records import MeasureResult
 from tuning.core.task import gemm_task
-from tuning.cost_model.xgb_ms import MetaScheduleXGBoost, pack
+from tuning.cost_model.xgb_ms import PER_STORE_WIDTH, MetaScheduleXGBoost, pack
 from tuning.hardware.corpus import at_most, load_corpus
 from tuning.hardware.synthetic import SyntheticHardware
 from tuning.search.random import RandomSearch
@@ -269,3 +269,42 @@ def test_a_pretrained_cost_models_pick_of_random_schedules_is_applied_with_no_me
     assert "scheduled 1 kernel without measuring" in run.err + run.out
     assert (tmp_path / "run" / "records.jsonl").read_text() == ""
     assert (tmp_path / "run" / "database" / "database_tuning_record.json").read_text().count("\n") == 1
+
+
+@pytest.mark.tvm
+def test_pretrain_learns_from_several_hosts_holds_one_out_and_saves_a_prior(tmp_path, capsys):
+    """Two hosts' rows in one store: each kernel's space rebuilt for its own host, both learned from;
+    --exclude-hardware leaves one host out; --save writes the booster and what it saw, which
+    tuning.prior reads back as a shipped prior."""
+    from tuning.cost_model import priors
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.store import connect_store
+    from tuning.tools import pretrain
+
+    store = tmp_path / "store.sqlite"
+    hosts = [CPUHardware(mcpu="znver3", num_threads=2), CPUHardware(mcpu="skylake-avx512", num_threads=2)]
+    for hardware in hosts:
+        fill_store(store, hardware, [(gemm_task(f"gemm_{n}", n, n, n), 25) for n in (32, 48)], made_up_seconds)
+    opened = connect_store(store, read_only=True)
+    fingerprints = sorted({hardware for hardware, _, _ in opened.keys()})
+    opened.close()
+    assert len(fingerprints) == 2
+    registry = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = ["--store", str(store), "--tracking-uri", registry, "--name", "pre", "--min-configs", "10",
+               "--no-heldout", "--rounds", "20", "--max-depth", "4"]
+    pretrain.main([*command, "--save", str(tmp_path / "both")])
+    assert "trained on 4 kernels" in capsys.readouterr().out
+    booster, about = priors.load("package:both", folder=tmp_path)
+    assert booster.num_features() == PER_STORE_WIDTH and about["hardware"] == fingerprints
+    assert booster.num_boosted_rounds() <= 20 and {t["hardware"] for t in about["tasks"]} == set(fingerprints)
+    pretrain.main([*command, "--exclude-hardware", fingerprints[0][:12], "--save", str(tmp_path / "one")])
+    done = capsys.readouterr()
+    assert "trained on 2 kernels" in done.out and "--exclude-hardware" in done.err
+    assert priors.load("package:one", folder=tmp_path)[1]["hardware"] == fingerprints[1:]
+    with pytest.raises(priors.PriorError, match="no prior 'package:absent' ships with tunelab.*package:both"):
+        priors.load("package:absent", folder=tmp_path)
+    (tmp_path / "broken.ubj").write_bytes(b"not a booster")
+    with pytest.raises(priors.PriorError, match="broken.ubj is not a readable xgboost booster"):
+        priors.load("package:broken", folder=tmp_path)
+    with pytest.raises(priors.PriorError, match="no prior"):
+        priors.load("package:../both", folder=tmp_path)  # a name, never a path

@@ -35,7 +35,7 @@ METHOD_GROUPS = ("search", "sampler", "cost_model", "evaluator")
 SHARED_SETTINGS = ("hardware.", "model.space", "budget.trials", "budget.trials_per_task", "budget.rounds_per_task",
                    "budget.time_limit_s", "budget.minutes", "budget.early_stop", "budget.min_trials_per_task",
                    "budget.init_random",
-                   "tuning.database", "scheduler.")
+                   "tuning.database", "tuning.prior", "scheduler.")
 
 
 def is_setting(key: str) -> bool:

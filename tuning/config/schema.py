@@ -221,7 +221,9 @@ def _check_model(model) -> list[str]:
     kind = model.get("kind")
     if kind not in MODEL_KEYS:
         return [f"model.kind: must be one of {sorted(MODEL_KEYS)}, got {kind!r}"]
-    problems = _extra_keys("model.", model, [*MODEL_COMMON_KEYS, *MODEL_KEYS[kind]], f"a key of a {kind} model")
+    subset = ("kernels",) if kind in ("network", "onnx") else ()
+    problems = _extra_keys("model.", model, [*MODEL_COMMON_KEYS, *MODEL_KEYS[kind], *subset], f"a key of a {kind} model")
+    problems += _check_kernels(model.get("kernels")) if subset else []
     problems += _check_model_name(model.get("name"))
     if model.get("dtype", "float32") not in MODEL_DTYPES:
         problems.append(f"model.dtype: expected one of {', '.join(MODEL_DTYPES)}, got {model.get('dtype')!r}")
@@ -258,6 +260,17 @@ def _check_model(model) -> list[str]:
     if kind == "conv2d":
         problems += _check_conv2d(model)
     return problems
+
+
+def _check_kernels(kernels) -> list[str]:
+    """model.kernels: null (every kernel of the model) or a non-empty list of kernel names; the names
+    themselves are checked against the model's kernels once they are extracted (job_tasks)."""
+    if kernels is None:
+        return []
+    names = list(kernels) if isinstance(kernels, (list, ListConfig)) else None
+    if not names or not all(isinstance(n, str) and n for n in names):
+        return [f"model.kernels: expected null or a list of kernel names (model.kernels=[NAME,...]), got {kernels!r}"]
+    return []
 
 
 def missing_model_file(model) -> list[str]:

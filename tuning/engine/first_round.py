@@ -1,7 +1,8 @@
 """A prior's first round: a task with no measurement yet gets its first round from a cost model
 pre-trained on other kernels and hosts (`tuning.prior`), not from its search's first guesses.
 
-    tuning.prior: null | a pre-trained booster (cost_model.pretrained's forms: models:/NAME/VERSION)
+    tuning.prior: null | package:NAME (a prior shipped with tunelab, tuning/cost_model/priors/) |
+                  a registered booster (cost_model.pretrained's forms: models:/NAME/VERSION)
 
 A search's cost model has seen nothing of a new task, so its first proposals are random (xgb_ms
 scores a hash until its warm-up). With a prior, the first round of each task draws POOL x the
@@ -39,13 +40,19 @@ class Prior(Protocol):
 
 
 class PretrainedPrior:
-    """A pre-trained booster read through xgb_ms (its loading, checks and pack-sum prediction)."""
+    """A pre-trained booster read through xgb_ms (its loading, checks and pack-sum prediction): a
+    shipped one (package:NAME) read from the package, a registered one from the MLflow registry."""
 
     def __init__(self, reference: str, registry: str | None = None, seed: int = 0):
+        from tuning.cost_model import priors
         from tuning.cost_model.xgb_ms import MetaScheduleXGBoost
 
         self.reference = reference
-        self.model = MetaScheduleXGBoost(features="per_store", pretrained=reference, registry=registry, seed=seed)
+        shipped = priors.packaged(reference)
+        self.model = MetaScheduleXGBoost(features="per_store", pretrained=None if shipped else reference,
+                                         registry=registry, seed=seed)
+        if shipped:
+            self.model.base, _ = priors.load(reference)
 
     def applies(self, space: Space) -> bool:
         return space.store_features is not None
@@ -64,16 +71,24 @@ def prior_of(reference: str | None, seed: int) -> PretrainedPrior | None:
 def prior_problems(reference: str) -> list[str]:
     """Why tuning.prior cannot be read as a prior (looked up and read before any work), or []."""
     from tuning.core.component import external_checks
+    from tuning.cost_model import priors
     from tuning.cost_model.xgb_ms import PER_STORE_WIDTH
 
-    if not external_checks():
+    if priors.packaged(reference):
+        try:
+            booster, about = priors.load(reference)
+        except priors.PriorError as error:
+            return [f"tuning.prior: {error}"]
+        tags = {"tunelab.features": about.get("features")}
+    elif not external_checks():
         return []
-    from tuning.tracking.registry import RegistryError, default_registry, load_booster
+    else:
+        from tuning.tracking.registry import RegistryError, default_registry, load_booster
 
-    try:
-        booster, tags = load_booster(reference, default_registry())
-    except RegistryError as error:
-        return [f"tuning.prior: {error} (tunelab pretrain registers one)"]
+        try:
+            booster, tags = load_booster(reference, default_registry())
+        except RegistryError as error:
+            return [f"tuning.prior: {error} (tunelab pretrain registers one)"]
     if tags.get("tunelab.features") != "per_store" or booster.num_features() != PER_STORE_WIDTH:
         return [f"tuning.prior: {reference} does not read TVM's {PER_STORE_WIDTH} per-store features "
                 "(tunelab pretrain registers one that does)"]

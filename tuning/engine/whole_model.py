@@ -129,9 +129,22 @@ def job_tasks(job: JobSpec, hardware) -> list:
     if not model.whole:
         return build_tasks(model.node)
     try:
-        return hardware.model_tasks(model.node, job.seed)
+        tasks = hardware.model_tasks(model.node, job.seed)
     except Exception as error:  # noqa: BLE001 - a file the frontend cannot read is bad input, not a crash
         if model.kind != "onnx":
             raise
         raise ConfigError(f"model.path: Relax's ONNX frontend cannot import {model.path}: "
                           f"{type(error).__name__}: {error}") from error
+    return only_kernels(tasks, model.config.get("kernels"))
+
+
+def only_kernels(tasks: list, kernels) -> list:
+    """model.kernels: the tasks of these names, in the model's order (the others keep TVM's default
+    schedules); every task when null. ConfigError naming the model's kernels where a name is not one."""
+    if kernels is None:
+        return tasks
+    unknown = [name for name in kernels if name not in {t.name for t in tasks}]
+    if unknown:
+        raise ConfigError(f"model.kernels: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a kernel of "
+                          f"this model (its kernels: {', '.join(t.name for t in tasks)})")
+    return [t for t in tasks if t.name in set(kernels)]

@@ -101,12 +101,13 @@ def at_most(corpus: Corpus, per_kernel: int | None, seed: int) -> Corpus:
 
 
 def spaces(corpus: Corpus, backend, progress=None) -> list:
-    """Each task's space from `backend` (rebuilt by TVM from its workload); a task whose space is not
-    the one its rows were measured in is dropped from the corpus, and configs outside the space are
-    left out (both named in `skipped`)."""
+    """Each task's space from `backend` (rebuilt by TVM from its workload), or from `backend[(store,
+    hardware)]` where it is a mapping (`each_backend`: a corpus of several hosts); a task whose space
+    is not the one its rows were measured in is dropped from the corpus, and configs outside the space
+    are left out (both named in `skipped`)."""
     out, kept = [], []
     for task in corpus.tasks:
-        space = backend.space(task.task)
+        space = (backend[task.store, task.hardware] if isinstance(backend, dict) else backend).space(task.task)
         if space_signature(space) != task.space:
             corpus.skipped.append(f"{display_location(task.store)}: {task.task.name}: its space is not the one TVM "
                                   "generates now")
@@ -148,6 +149,16 @@ def one_backend(corpus: Corpus):
         raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
     store, fingerprint = fingerprints[0]
     return backend_for(store_argument(store), fingerprint), fingerprint
+
+
+def each_backend(corpus: Corpus) -> dict:
+    """{(store, fingerprint): the hardware backend its rows were measured in} for every task of a
+    corpus of one or several hosts (`spaces` rebuilds each task's space in its own); exits where
+    nothing is left, naming what was skipped."""
+    if not corpus.tasks:
+        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
+    return {(store, hardware): backend_for(store_argument(store), hardware)
+            for store, hardware in sorted({(t.store, t.hardware) for t in corpus.tasks})}
 
 
 def backend_for(store_path: Path, fingerprint: str):
