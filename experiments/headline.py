@@ -4,6 +4,7 @@ how the tuning time was spread over the kernels.
 
     python experiments/headline.py                                    # seed 0, every arm, 3 processes each
     python experiments/headline.py --seeds 0 1 2 --arms defaults sa_greedy --json headline.json
+    python experiments/headline.py --figure curve.png                  # and the estimate over wall time, per arm
 
 Each arm is `tunelab run model=resnet18 search=ppo sampler=kmeans` (the headline) plus the arm's
 overrides, run as a new user types it, in its own run folder under --work, tracked in --work's own
@@ -34,6 +35,8 @@ ARMS = {  # what each arm switches off, as overrides of the headline
     "count_budget": ("budget.trials=704",),  # the count default before minutes: 32 a kernel, rounds of 64
     "no_in_model_choice": ("e2e.in_model_kernels=0",),  # the standalone choice kept, no reading inside the model
     "round_robin": ("scheduler=round_robin",),  # kernels by turns, not by their share of the model's latency
+    "no_prior": ("tuning.prior=null",),  # each kernel's first round the method's own, not the shipped prior's
+    "screening": ("evaluator.screen=1.5",),  # off by default: a candidate 1.5x slower than the best so far read once
     "sa_greedy": ("search=sa", "sampler=greedy"),  # the lab's other default method, at the same defaults
 }
 ONE_ROUND = "no measurement is fed back to the search"
@@ -48,6 +51,8 @@ def parse_args(argv=None):
     parser.add_argument("--work", type=Path, help="where the runs and their MLflow store go (default: a new folder "
                                                  "under outputs/headline/)")
     parser.add_argument("--json", type=Path, help="also write every row here")
+    parser.add_argument("--figure", type=Path, help="also draw each run's estimated speed-up over torch eager "
+                                                    "against wall time here (a PNG)")
     args = parser.parse_args(argv)
     if args.processes < 2:
         parser.error("--processes: must be >= 2 (a median over processes needs several)")
@@ -82,7 +87,17 @@ def run_arm(arm: str, seed: int, work: Path) -> dict:
             "one_round_warning": ONE_ROUND in done.stdout + done.stderr,
             "estimate_ms": e2e.get("estimate_ms"), "run_tuned_ms": e2e["latency_ms"]["tuned"],
             "run_torch_ms": e2e["latency_ms"].get("torch"), "untuned_ms": e2e["latency_ms"]["untuned"],
-            "match": e2e["match"], "shares": kernel_shares(run_dir / "network_time.csv")}
+            "match": e2e["match"], "shares": kernel_shares(run_dir / "network_time.csv"),
+            "curve": estimate_curve(run_dir / "network_rounds.jsonl")}
+
+
+def estimate_curve(path: Path) -> list[tuple[float, float]]:
+    """(wall seconds since tuning began, the lab's estimate of the model in ms) after each round that
+    had one (tuning/engine/network_time.py)."""
+    if not path.is_file():
+        return []
+    rounds = [json.loads(line) for line in path.open() if line.strip()]
+    return [(r["wall_s"], r["estimate_ms"]) for r in rounds if r.get("estimate_ms")]
 
 
 def kernel_shares(path: Path) -> list[dict]:
@@ -136,6 +151,32 @@ def share_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def draw(rows: list[dict], path: Path) -> None:
+    """Each run's curve as speed-up over torch eager: the run's median torch reading over the lab's
+    estimate after each round, scaled by the run's own tuned / estimate at the end (the estimate
+    leaves out what the model spends between kernels); x: minutes since the job's tuning began."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for row in rows:
+        if not row["curve"] or not row.get("estimate_ms"):
+            continue
+        scale = float(np.median(row["tuned_ms"])) / row["estimate_ms"]
+        torch = float(np.median(row["torch_ms"]))
+        axes.plot([t / 60 for t, _ in row["curve"]], [torch / (e * scale) for _, e in row["curve"]],
+                  label=f"{row['arm']} (seed {row['seed']})")
+    axes.axhline(1.0, color="grey", linewidth=0.8)
+    axes.axhline(1.5, color="grey", linewidth=0.8, linestyle="--")
+    axes.set_xlabel("minutes of tuning")
+    axes.set_ylabel("estimated speed-up over torch eager")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     work = args.work or REPO / "outputs" / "headline" / time.strftime("%Y%m%d-%H%M%S")
@@ -150,6 +191,8 @@ def main(argv=None) -> None:
     print("\n".join(share_lines(rows)))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.figure:
+        draw(rows, args.figure)
 
 
 if __name__ == "__main__":

@@ -91,3 +91,25 @@ def test_a_prior_that_cannot_be_read_is_refused_naming_the_key(compose_cfg, tmp_
     cfg = compose_cfg("model=gemm_64", "hardware=synthetic", "tracking=none", "tuning.prior=models:/absent/1")
     with pytest.raises(ConfigError, match=r"(?m)^  tuning.prior: .*no registered model"):
         validate(cfg)
+
+
+def test_auto_is_the_hardwares_default_prior_and_a_study_arm_has_none_unless_it_names_one(tmp_path):
+    from types import SimpleNamespace
+
+    from tuning.engine.first_round import AUTO, resolved
+    from tuning.hardware.cpu import CPUHardware
+    from tuning.hardware.synthetic import SyntheticHardware
+    from tuning.study.block import NO_PRIOR, arm_config
+    from omegaconf import OmegaConf
+
+    from tuning.study.spec import study_spec
+
+    assert resolved(AUTO, SyntheticHardware()) is None and resolved(AUTO, CPUHardware()) == "package:cpu"
+    assert resolved(None, CPUHardware()) is None and resolved("models:/p/1", SyntheticHardware()) == "models:/p/1"
+    assert resolved(AUTO, SimpleNamespace(default_prior="package:x")) == "package:x"
+    spec = study_spec("s", OmegaConf.create({
+        "arms": {"a": ["search=sa"], "b": ["search=sa", "tuning.prior=auto"]}, "tasks": ["gemm_64"],
+        "common": ["hardware=synthetic"], "seeds": [0, 1], "budget": {"trials": 16, "plan_size": 8},
+        "analysis": {"claims": [{"arm": "b", "baseline": "a", "kind": "difference"}], "min_blocks": 2}}))
+    plain, named = (arm_config(spec, overrides, "gemm_64", 0, tmp_path / name) for name, overrides in spec.arms)
+    assert NO_PRIOR == "tuning.prior=null" and plain.tuning.prior is None and named.tuning.prior == AUTO

@@ -38,3 +38,14 @@ def test_the_table_reads_the_median_over_processes_and_the_time_after_tuning():
            "speedup_vs_torch": 1.45, "speedup_range": [1.3, 1.5], "untuned_ms": 2000.0}
     line = headline.table([row]).splitlines()[-1]
     assert line == "| defaults | 0 | 15.2 | 12.0 | 3.2 | 900 | no | 21.00 | 30.00 | 1.45x (1.30-1.50) | 2000 |"
+
+
+def test_the_curve_is_the_estimate_after_each_round_and_is_drawn_as_speed_up(tmp_path):
+    rounds = tmp_path / "network_rounds.jsonl"
+    rounds.write_text('{"wall_s": 10.0, "estimate_ms": null}\n{"wall_s": 60.0, "estimate_ms": 40.0}\n'
+                      '{"wall_s": 120.0, "estimate_ms": 30.0}\n')
+    curve = headline.estimate_curve(rounds)
+    assert curve == [(60.0, 40.0), (120.0, 30.0)] and headline.estimate_curve(tmp_path / "absent") == []
+    row = {"arm": "defaults", "seed": 0, "curve": curve, "estimate_ms": 30.0, "tuned_ms": [33.0], "torch_ms": [33.0]}
+    headline.draw([row], tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 1000

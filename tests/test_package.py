@@ -130,6 +130,8 @@ def test_the_wheel_carries_the_configs_and_runs_outside_the_checkout(tmp_path):
     shipped = {f"tuning/conf/{p.relative_to(CONF)}" for p in CONF.rglob("*.yaml")}
     assert shipped <= names and len(shipped) > 50
     assert {"tuning/py.typed", "tunelab/py.typed", "hydra_plugins/tunelab_searchpath/__init__.py"} <= names
+    priors = {f"tuning/cost_model/priors/{p.name}" for p in (REPO / "tuning/cost_model/priors").glob("*.[uj][bs][jo]*")}
+    assert priors <= names and any(p.endswith(".ubj") for p in priors)  # the shipped first-round priors
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tunelab = tunelab.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -142,3 +144,18 @@ def test_the_wheel_carries_the_configs_and_runs_outside_the_checkout(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(str(site)) and "[gemm_64] best" in done.stdout
+
+
+def test_each_hardwares_default_prior_ships_reads_per_store_features_and_says_what_it_saw():
+    """tuning.prior=auto names the hardware's default_prior: it must ship with the package, load as a
+    booster of TVM's per-store rows, and its sidecar must say which kernels and hosts it learned from."""
+    from tuning.cost_model import priors
+    from tuning.cost_model.xgb_ms import PER_STORE_WIDTH
+    from tuning.hardware.cpu import CPUHardware
+
+    reference = CPUHardware.default_prior
+    assert priors.packaged(reference) and reference[len(priors.PREFIX):] in priors.names()
+    booster, about = priors.load(reference)
+    assert booster.num_features() == PER_STORE_WIDTH and about["features"] == "per_store"
+    assert about["tasks"] and all({"name", "key", "configs", "hardware"} <= set(t) for t in about["tasks"])
+    assert set(about["hardware"]) == {t["hardware"] for t in about["tasks"]}

@@ -50,7 +50,8 @@ class BudgetSchema:
 @dataclass
 class TuningSchema:
     database: Optional[str] = None  # an earlier run's folder or records.jsonl: matching tasks start from it
-    prior: Optional[str] = None  # a pre-trained booster (models:/NAME/VERSION) choosing each task's first round
+    prior: Optional[str] = None  # a pre-trained booster choosing each task's first round: auto (conf/config.yaml's:
+                                 # the hardware's shipped one), package:NAME, models:/NAME/VERSION; null: none
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """A prior's first round: a task with no measurement yet gets its first round from a cost model
 pre-trained on other kernels and hosts (`tuning.prior`), not from its search's first guesses.
 
-    tuning.prior: null | package:NAME (a prior shipped with tunelab, tuning/cost_model/priors/) |
+    tuning.prior: auto | null | package:NAME (a prior shipped with tunelab, tuning/cost_model/priors/) |
                   a registered booster (cost_model.pretrained's forms: models:/NAME/VERSION)
+                  auto (the default): the hardware's `default_prior` (hardware=cpu: package:cpu),
+                  none on hardware that has none (synthetic, replay, cuda)
 
 A search's cost model has seen nothing of a new task, so its first proposals are random (xgb_ms
 scores a hash until its warm-up). With a prior, the first round of each task draws POOL x the
@@ -17,6 +19,7 @@ keeps its configs and the prior fills what is left of the round (nothing, where 
 """
 from __future__ import annotations
 
+import logging
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -24,7 +27,10 @@ import numpy as np
 from tuning.core.space import Config, Space
 from tuning.sampler.base import random_unvisited
 
+log = logging.getLogger("tunelab")
+
 POOL = 8  # random configs scored per config the first round measures
+AUTO = "auto"
 
 
 class Prior(Protocol):
@@ -63,9 +69,19 @@ class PretrainedPrior:
         return np.asarray(self.model.predict(model_input(space, self.model, configs)), dtype=np.float64)
 
 
-def prior_of(reference: str | None, seed: int) -> PretrainedPrior | None:
-    """tuning.prior's prior, or None where it is null."""
-    return PretrainedPrior(reference, seed=seed) if reference else None
+def prior_of(reference: str | None, seed: int, hardware=None) -> PretrainedPrior | None:
+    """tuning.prior's prior (auto: `hardware`'s default_prior), or None where there is none."""
+    chosen = resolved(reference, hardware)
+    if reference == AUTO and chosen:
+        log.info(f"first rounds: each kernel's first round is the shipped prior's pick ({chosen}, tuning.prior=auto "
+                 f"on this hardware; tuning.prior=null for the method's own)")
+    return PretrainedPrior(chosen, seed=seed) if chosen else None
+
+
+def resolved(reference: str | None, hardware) -> str | None:
+    """What tuning.prior names on this hardware: auto is the hardware's default_prior (None
+    without one); anything else as it is."""
+    return getattr(hardware, "default_prior", None) if reference == AUTO else reference
 
 
 def prior_problems(reference: str) -> list[str]:
@@ -74,6 +90,8 @@ def prior_problems(reference: str) -> list[str]:
     from tuning.cost_model import priors
     from tuning.cost_model.xgb_ms import PER_STORE_WIDTH
 
+    if reference == AUTO:
+        return []  # the hardware's default_prior, a shipped one (tests/test_package.py reads each)
     if priors.packaged(reference):
         try:
             booster, about = priors.load(reference)

@@ -61,6 +61,8 @@ Every backend provides:
     schedules_programs       True when its spaces give TVM's per-store features of the scheduled
                              program (Space.store_features, packed by tuning/core/features.py):
                              cost_model.features=per_store|both.
+    default_prior            the first-round prior `tuning.prior=auto` means on this hardware: a
+                             shipped one (package:NAME, tuning/cost_model/priors/), or None
 
 A measuring backend takes `store` (a measurement store file every reading is written to) and
 `reuse` (answer configs the store holds from it instead of measuring them again): run.py adds the
@@ -91,6 +93,7 @@ class Hardware(Component):
     model_kinds = ("gemm", "batch_matmul", "conv2d", "network", "onnx")
     model_spaces = ("full", "tiling")
     schedules_programs = False
+    default_prior: str | None = None
 
     @abstractmethod
     def space(self, task: Task) -> Space:

@@ -31,6 +31,7 @@ class CPUHardware(TVMHardware):
 
     name = "cpu"
     device = "cpu"
+    default_prior = "package:cpu"  # pre-trained on the lab's CPU stores (docs/methods.md §The first-round prior)
     model_spaces = ("full", *WORKLOAD_SPACES)
     ranges = {"num_threads": (1, 256), "build_workers": (1, 64)}
 

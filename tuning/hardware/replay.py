@@ -316,7 +316,9 @@ def with_store(hardware: Hardware, memoise: bool = False) -> Hardware:
     reuse on it): the memoised real run."""
     if isinstance(hardware, ReplayHardware) or not (memoise or getattr(hardware, "reuse", False)):
         return hardware
-    return ReplayHardware(hardware, hardware.store, on_miss="measure", simulated_clock=False)
+    memoised = ReplayHardware(hardware, hardware.store, on_miss="measure", simulated_clock=False)
+    memoised.default_prior = hardware.default_prior  # a real run still: its hardware's (a replay's is none)
+    return memoised
 
 
 def store_path(hardware: Hardware) -> str | None:

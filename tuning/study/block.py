@@ -37,6 +37,7 @@ from tuning.study import bystanders
 from tuning.study.spec import StudySpec
 from tuning.tracking.base import NoTracker
 
+NO_PRIOR = "tuning.prior=null"  # a study's arms have no first-round prior unless the study names one
 SHARED = ("hardware", "evaluator")  # one reading rule, one machine: every arm's must be the same
 PANEL_STREAM = 7_091  # the panel's draws depend on the task alone
 ADJUDICATION_STREAM = 991
@@ -65,7 +66,9 @@ def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int
     from hydra import compose, initialize_config_dir
 
     register()
-    argv = [*spec.common, *overrides, f"model={task}", f"seed={seed}", f"budget.trials={spec.trials}",
+    named = any(o.lstrip("+").startswith("tuning.prior=") for o in (*spec.common, *overrides))
+    argv = [*(() if named else (NO_PRIOR,)), *spec.common, *overrides, f"model={task}", f"seed={seed}",
+            f"budget.trials={spec.trials}",
             f"budget.plan_size={spec.plan_size}", "tracking=none", f"output_dir={out_dir}"]
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="study"):
@@ -113,7 +116,7 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
                                instantiate(arm.cfg.cost_model), hardware, NoTracker())
             run = RunInfo(seed=seed, out_dir=work / arm.name, method=arm.name, trials=spec.trials,
                           plan_size=spec.plan_size, callbacks=[],
-                          first_round_prior=prior_of(arm.cfg.tuning.get("prior"), seed))
+                          first_round_prior=prior_of(arm.cfg.tuning.get("prior"), seed, hardware))
             arm.tuner = TaskTuner(task, 0, parts, run)
         order = _rotated([a.name for a in lab], seed)
         # a peer runs whole: before the interleaved arms at an even seed, after them at an odd one
