@@ -153,8 +153,9 @@ def share_lines(rows: list[dict]) -> list[str]:
 
 def draw(rows: list[dict], path: Path) -> None:
     """Each run's curve as speed-up over torch eager: the run's median torch reading over the lab's
-    estimate after each round, scaled by the run's own tuned / estimate at the end (the estimate
-    leaves out what the model spends between kernels); x: minutes since the job's tuning began."""
+    estimate after each round, scaled so that its last point is the run's re-read tuned latency (the
+    estimate sums selecting readings and leaves out what the model spends between kernels); x:
+    minutes since the job's tuning began."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,9 +163,9 @@ def draw(rows: list[dict], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(8, 5))
     for row in rows:
-        if not row["curve"] or not row.get("estimate_ms"):
+        if not row["curve"]:
             continue
-        scale = float(np.median(row["tuned_ms"])) / row["estimate_ms"]
+        scale = float(np.median(row["tuned_ms"])) / row["curve"][-1][1]
         torch = float(np.median(row["torch_ms"]))
         axes.plot([t / 60 for t, _ in row["curve"]], [torch / (e * scale) for _, e in row["curve"]],
                   label=f"{row['arm']} (seed {row['seed']})")

@@ -163,7 +163,8 @@ def one_round_only(cfg) -> str | None:
     whole = cfg.model.get("kind") in ("network", "onnx")
     name = cfg.model.get("network") or cfg.model.name
     assert not whole or cfg.budget.trials is None or name in KERNELS, f"add {name}'s number of kernels to KERNELS"
-    tasks = list(range(KERNELS.get(name, 2) if whole else 1))
+    kernels = cfg.model.get("kernels")  # +model.kernels=[...]: that many of the model's
+    tasks = list(range(len(kernels) if whole and kernels else KERNELS.get(name, 2) if whole else 1))
     plan = resolve_budget(BudgetSpec.of(cfg.budget), ModelSpec.of(cfg.model), tasks)
     if len(tasks) > 1:  # the run's own plan size (a single operator's is cut to its space only where smaller)
         plan = with_plan_size(plan, cfg.search.default_plan_size, tasks, hardware=None)

@@ -96,12 +96,12 @@ def test_a_prior_that_cannot_be_read_is_refused_naming_the_key(compose_cfg, tmp_
 def test_auto_is_the_hardwares_default_prior_and_a_study_arm_has_none_unless_it_names_one(tmp_path):
     from types import SimpleNamespace
 
+    from omegaconf import OmegaConf
+
     from tuning.engine.first_round import AUTO, resolved
     from tuning.hardware.cpu import CPUHardware
     from tuning.hardware.synthetic import SyntheticHardware
     from tuning.study.block import NO_PRIOR, arm_config
-    from omegaconf import OmegaConf
-
     from tuning.study.spec import study_spec
 
     assert resolved(AUTO, SyntheticHardware()) is None and resolved(AUTO, CPUHardware()) == "package:cpu"
