@@ -130,7 +130,8 @@ def main(argv=None) -> None:
     rows: list[dict] = []
     for seed in args.seeds:
         order = [("none", None), ("prior", args.prior)]
-        folders = {arm: run_arm(arm, prior, seed, args.kernels, work) for arm, prior in order[::1 - 2 * (seed % 2)]}
+        order = order if seed % 2 == 0 else order[::-1]  # the drift falls on both arms
+        folders = {arm: run_arm(arm, prior, seed, args.kernels, work) for arm, prior in order}
         rows += pairs(readings(folders["none"]), readings(folders["prior"]), seed)
         for row in rows[-len(args.kernels):]:
             print(json.dumps(row), flush=True)

@@ -143,8 +143,9 @@ def only_kernels(tasks: list, kernels) -> list:
     schedules); every task when null. ConfigError naming the model's kernels where a name is not one."""
     if kernels is None:
         return tasks
-    unknown = [name for name in kernels if name not in {t.name for t in tasks}]
+    wanted, names = set(kernels), {t.name for t in tasks}
+    unknown = [name for name in kernels if name not in names]
     if unknown:
         raise ConfigError(f"model.kernels: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a kernel of "
                           f"this model (its kernels: {', '.join(t.name for t in tasks)})")
-    return [t for t in tasks if t.name in set(kernels)]
+    return [t for t in tasks if t.name in wanted]

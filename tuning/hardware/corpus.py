@@ -145,8 +145,7 @@ def one_backend(corpus: Corpus):
     if len({h for _, h in fingerprints}) > 1:
         raise SystemExit("tunelab: the stores hold readings of several hardware fingerprints; pick one with "
                          "--hardware: " + ", ".join(sorted({h for _, h in fingerprints})))
-    if not corpus.tasks:
-        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
+    _something_left(corpus)
     store, fingerprint = fingerprints[0]
     return backend_for(store_argument(store), fingerprint), fingerprint
 
@@ -155,10 +154,14 @@ def each_backend(corpus: Corpus) -> dict:
     """{(store, fingerprint): the hardware backend its rows were measured in} for every task of a
     corpus of one or several hosts (`spaces` rebuilds each task's space in its own); exits where
     nothing is left, naming what was skipped."""
-    if not corpus.tasks:
-        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
+    _something_left(corpus)
     return {(store, hardware): backend_for(store_argument(store), hardware)
             for store, hardware in sorted({(t.store, t.hardware) for t in corpus.tasks})}
+
+
+def _something_left(corpus: Corpus) -> None:
+    if not corpus.tasks:
+        raise SystemExit("tunelab: no kernel to train on:\n  " + "\n  ".join(corpus.skipped or ["the stores are empty"]))
 
 
 def backend_for(store_path: Path, fingerprint: str):

@@ -92,9 +92,7 @@ def parse_args(argv=None, prog: str | None = None):
     if args.save is not None and not args.save.parent.is_dir():
         parser.error(f"--save: {args.save.parent} is not a folder")
     if args.exclude_model:
-        from tuning.config.conf_dir import CONF_DIR as conf
-
-        unknown = [m for m in args.exclude_model if not (conf / "model" / f"{m}.yaml").is_file()]
+        unknown = [m for m in args.exclude_model if not (CONF_DIR / "model" / f"{m}.yaml").is_file()]
         if unknown:
             parser.error(f"--exclude-model: no model named {', '.join(unknown)} (conf/model/)")
     return args
