@@ -273,6 +273,15 @@ def test_time_limit(tmp_path):
     assert expired.best_config is None and expired.best_gflops == 0.0
 
 
+def test_no_round_is_begun_that_would_end_past_the_deadline(tmp_path):
+    task = model_task("gemm_64")
+    parts = components(search="random", cost_model="none", hardware_overrides={"delay_s": 0.02})
+    started = time.monotonic()  # a round of 64 takes about 1.3 s here; the deadline leaves room for three
+    outcome = tune(tmp_path, task, trials=10**6, deadline=started + 4.5, parts=parts)
+    assert outcome.stopped_because == "time limit" and 64 <= len(outcome.records) <= 3 * 64
+    assert time.monotonic() - started < 4.5 + 1.0  # the last round ended by the deadline, give or take its spread
+
+
 def test_space_exhausted(tmp_path):
     task = gemm_task("tiny", 2, 2, 2)
     parts = components(search="random", cost_model="none")

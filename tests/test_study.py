@@ -166,6 +166,33 @@ def test_an_arm_on_other_hardware_is_refused_before_any_block(tmp_path):
         check_study(spec, tmp_path)
 
 
+def test_arms_may_differ_in_the_evaluator_s_screen_only(tmp_path):
+    from tuning.study.block import check_study
+
+    def arms(**both):
+        return study_spec("two", OmegaConf.create({**valid(), "common": ["hardware=synthetic", "evaluator=fixed"],
+                                                   "arms": {"a": ["search=random"], **both}}))
+    check_study(arms(b=["search=random", "evaluator.screen=1.5"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"study.arms.b: its evaluator differs.*evaluator.screen only"):
+        check_study(arms(b=["search=random", "evaluator.repeat=7"]), tmp_path)
+
+
+def test_a_screening_arm_records_its_screened_readings_and_the_table_its_tuning_time(tmp_path):
+    env = declare(tmp_path, delay=0.01)
+    study = tmp_path / "conf" / "study" / "toy.yaml"
+    study.write_text(study.read_text().replace("sa: [search=sa, sampler=greedy, cost_model=xgb]",
+                                               "sa: [search=random, cost_model=none, evaluator.screen=1.2]"))
+    assert tunelab(env, "study", "run", "toy", "--blocks", "2", cwd=tmp_path).returncode == 0
+    blocks = [json.loads(p.read_text()) for p in (tmp_path / "results" / "blocks").glob("*.json")]
+    assert all(b["arms"]["sa"]["screened"] > 0 and b["arms"]["random"]["screened"] == 0 for b in blocks)
+    assert all(b["arms"][arm]["tuning_s"] > 0 for b in blocks for arm in ("sa", "random"))
+    # a screened reading is never a finalist's: adjudication reads every arm in full
+    assert all(len(b["arms"]["sa"]["confirm"]) == 3 for b in blocks)
+    table = tunelab(env, "study", "table", "toy", cwd=tmp_path).stdout
+    assert "Tuning time, seconds per measurement" in table and "Screened (read once" in table, table
+    assert "- tuning time per measurement, sa / random:" in table, table
+
+
 def test_the_plan_hash_follows_what_decides_a_verdict():
     base = study_spec("s", OmegaConf.create(valid()))
     same = study_spec("s", OmegaConf.create({**valid(), "description": "reworded", "results": "elsewhere"}))

@@ -129,9 +129,10 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
     outcomes = [t.outcome for t in tuners]
     for callback in callbacks:
         callback.on_start(run)
+    last_round_s = 0.0  # a round is not begun where one as long as the last would end past the deadline
     try:
         while progress.measured < run.trials:
-            if _out_of_time(run):
+            if _out_of_time(run, last_round_s):
                 for tuner in tuners:
                     if not tuner.done:
                         tuner.outcome.stopped_because = "time limit"
@@ -146,8 +147,10 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
                 n, choice = run.min_trials_per_task - tuner.measured, Choice("minimum")
             else:
                 (tuner, choice), n = scheduled(scheduler, live), run.plan_size
+            begun = time.monotonic()
             progress.abandoned = tuner.tune_round(min(n, run.plan_size, run.trials - progress.measured), outcomes,
                                                   choice)
+            last_round_s = time.monotonic() - begun
             if progress.abandoned:
                 for tuner in live:
                     tuner._stop(progress.abandoned)
@@ -371,8 +374,10 @@ def _task_stream(task) -> int:
     return int.from_bytes(hashlib.sha256(task.key.encode()).digest()[:8], "little")
 
 
-def _out_of_time(run: RunInfo) -> bool:
-    return run.deadline is not None and time.monotonic() >= run.deadline
+def _out_of_time(run: RunInfo, next_round_s: float = 0.0) -> bool:
+    """Past the deadline, or near enough that a round of `next_round_s` would end after it (the
+    checks after tuning are timed to start at the deadline, so a whole model's minutes hold)."""
+    return run.deadline is not None and time.monotonic() + next_round_s >= run.deadline
 
 
 # ---- pieces of the loop ------------------------------------------------------------------

@@ -3,7 +3,9 @@ hardware; what it found and read, as one mapping (tuning/study/files.py writes i
 
 1. The arms' job configs are composed (the study's `common`, the arm's overrides, then the block's
    model, seed, budget and output folder) and checked like any job's before anything is measured;
-   every arm must name the same hardware and evaluator (the reading rule is the study's).
+   every arm must name the same hardware and evaluator (the reading rule is the study's), except
+   the evaluator's `screen`: it decides which candidates a round reads in full, not how any reading
+   of the panel or of adjudication is made (those never screen).
 2. A reference panel of fixed configs (the fastest of a few drawn from the task alone) is read
    at the start, after every cycle of rounds and at the end: the host's drift through the block.
 3. The arms' rounds interleave, one round each in turn, so drift falls on every arm alike; the arm
@@ -39,6 +41,7 @@ from tuning.tracking.base import NoTracker
 
 NO_PRIOR = "tuning.prior=null"  # a study's arms have no first-round prior unless the study names one
 SHARED = ("hardware", "evaluator")  # one reading rule, one machine: every arm's must be the same
+SELECTING_ONLY = {"evaluator": ("screen",)}  # keys that change a method's rounds only: arms may differ in them
 PANEL_STREAM = 7_091  # the panel's draws depend on the task alone
 ADJUDICATION_STREAM = 991
 PANEL_DRAWS = 4  # configs tried for each panel place
@@ -52,6 +55,7 @@ class Arm:
     peer: str | None = None  # a tuner run whole (MetaSchedule's tune_tir): its records, not a TaskTuner's
     peer_records: list[tuple[Config, float | None]] | None = None
     peer_unmapped: int = 0
+    tuning_s: float = 0.0  # the wall of the arm's own rounds (a peer: its whole process)
 
     def readings(self) -> list[tuple[Config, float | None, str | None]]:
         """(config, selecting reading or None, error) of every measurement, in order."""
@@ -88,9 +92,11 @@ def arm_configs(spec: StudySpec, task: str, seed: int, work: Path) -> list[Arm]:
     first = arms[0]
     for arm in arms[1:]:
         for group in SHARED:
-            if _plain(arm.cfg[group]) != _plain(first.cfg[group]):
+            if _shared(arm.cfg, group) != _shared(first.cfg, group):
+                free = ", ".join(f"{group}.{key}" for key in SELECTING_ONLY.get(group, ()))
                 raise ConfigError(f"study.arms.{arm.name}: its {group} differs from arm {first.name}'s; a block "
-                                  f"reads every arm on one {group} (set it in study.common)")
+                                  f"reads every arm on one {group} (set it in study.common"
+                                  + (f"; arms may differ in {free} only)" if free else ")"))
     return arms
 
 
@@ -106,13 +112,14 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
 
     started, wall, machine = time.time(), time.perf_counter(), bystanders.sample()
     arms = arm_configs(spec, task_name, seed, work)
+    # the panel and adjudication read with measure/remeasure, which never screen: one rule for every arm
     hardware, evaluator = instantiate(arms[0].cfg.hardware), instantiate(arms[0].cfg.evaluator)
     try:
         [task] = build_tasks(arms[0].cfg.model)
         space_size = getattr(hardware.space(task), "size", None)
         lab, peers = [a for a in arms if not a.peer], [a for a in arms if a.peer]
         for arm in lab:
-            parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), evaluator,
+            parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), instantiate(arm.cfg.evaluator),
                                instantiate(arm.cfg.cost_model), hardware, NoTracker())
             run = RunInfo(seed=seed, out_dir=work / arm.name, method=arm.name, trials=spec.trials,
                           plan_size=spec.plan_size, callbacks=[],
@@ -156,6 +163,14 @@ def _plain(node) -> Any:
     return OmegaConf.to_container(node, resolve=True)
 
 
+def _shared(cfg: DictConfig, group: str) -> Any:
+    """The part of an arm's group every arm must have alike (its SELECTING_ONLY keys left out)."""
+    plain = _plain(cfg[group])
+    if isinstance(plain, dict):
+        return {key: value for key, value in plain.items() if key not in SELECTING_ONLY.get(group, ())}
+    return plain
+
+
 def _rotated(names: list[str], seed: int) -> list[str]:
     k = seed % len(names)
     return names[k:] + names[:k]
@@ -169,7 +184,9 @@ def _interleave(arms: dict[str, Arm], order: list[str], spec: StudySpec, panel: 
             tuner = arms[name].tuner
             assert tuner is not None
             if not tuner.done and tuner.measured < spec.trials:
+                started = time.perf_counter()
                 tuner.tune_round(min(spec.plan_size, spec.trials - tuner.measured))
+                arms[name].tuning_s += time.perf_counter() - started
                 moved = True
         if not moved:
             return
@@ -185,9 +202,11 @@ def _run_peers(peers: list[Arm], hardware, evaluator, task: Task, spec: StudySpe
         if not getattr(type(hardware), "schedules_programs", False) or not hasattr(hardware, "target"):
             raise ConfigError(f"study.arms.{arm.name}: a {arm.peer} peer tunes with TVM: hardware=cpu "
                               f"(not {type(hardware).__name__})")
+        started = time.perf_counter()
         arm.peer_records, arm.peer_unmapped = run_peer(
             str(arm.peer), task.workload, hardware.target, work / arm.name, spec.trials, seed, evaluator.spec,
             int(getattr(hardware, "num_threads", 1) or 1), spec.plan_size)
+        arm.tuning_s = time.perf_counter() - started
         panel.read()
 
 
@@ -268,6 +287,8 @@ def adjudicate(arms: list[Arm], hardware, evaluator, task: Task, spec: StudySpec
             "finalist": list(finalist) if finalist else None, "confirm": confirm,
             "final_s": final, "selecting_s": selecting,
             "winners_curse": selecting / final if selecting and final else None,
+            "tuning_s": arm.tuning_s,
+            "screened": sum(bool(r.result.screened) for r in arm.tuner.records) if arm.tuner else 0,
         }
     return out
 

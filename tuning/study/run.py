@@ -16,14 +16,15 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tuning.cluster.host_identity import host_identity, host_key
 from tuning.config.storage import outputs_dir
-from tuning.study.analysis import family_table, markdown, ratio_row
+from tuning.study.analysis import Claim, Table, family_table, markdown, ratio_row
 from tuning.study.block import check_study, run_block
 from tuning.study.bystanders import BUSY_SHARE, others_now
-from tuning.study.files import finished_blocks, number, other_plans, read_blocks, write_block
+from tuning.study.files import BlockFile, finished_blocks, number, other_plans, read_blocks, write_block
 from tuning.study.spec import StudySpec
 
 
@@ -72,22 +73,41 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
     return made
 
 
-def study_table(spec: StudySpec) -> str:
+@dataclass(frozen=True)
+class Look:
+    """The study's table from the block files there now: the files made under its plan (in the order a
+    look takes them: first made first), the hashes of other plans with files there, and a line for
+    each file left out."""
+
+    table: Table
+    files: list[BlockFile]
+    other_plans: list[str]
+    others_count: int
+    problems: list[str]
+
+
+def look(spec: StudySpec) -> Look:
     files, problems = read_blocks(spec.results, spec.name, spec.arm_names)
     ours = sorted((f for f in files if f.data["plan_hash"] == spec.plan_hash),  # a look takes the first made
                   key=lambda f: (number(f.data.get("started")) or 0.0, f.block))
     others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
-    blocks = [_analysed(spec, f) for f in ours]
-    table = family_table(spec.analysis, blocks)
+    table = family_table(spec.analysis, [_analysed(spec, f) for f in ours])
+    return Look(table, ours, others, sum(f.data["plan_hash"] != spec.plan_hash for f in files), problems)
+
+
+def study_table(spec: StudySpec) -> str:
+    seen = look(spec)
+    table, ours, others, problems = seen.table, seen.files, seen.other_plans, seen.problems
     lines = [f"# Study {spec.name} (plan {spec.plan_hash})", "", spec.description, "",
              f"Blocks: {len(ours)} of {len(spec.blocks)} planned ({len(spec.tasks)} task(s) x {len(spec.seeds)} "
              f"seeds); budget {spec.trials} measurements an arm, plan size {spec.plan_size}; final latency: "
              f"the median of {spec.adjudication.confirm} fresh readings of each arm's finalist (chosen among its "
              f"top {spec.adjudication.top_k} by {spec.adjudication.rereads} re-reads each).", "",
-             _scope(spec, ours), "", markdown(table), "", *_by_isa(spec, ours), *_noise_lines(spec, ours)]
+             _scope(spec, ours), "", markdown(table), "", *_by_isa(spec, ours), *_noise_lines(spec, ours),
+             *_time_lines(spec, ours)]
     lines += ["", *_block_list(spec, ours)]
     if others:
-        lines.append(f"Left out: {sum(f.data['plan_hash'] != spec.plan_hash for f in files)} block(s) made under "
+        lines.append(f"Left out: {seen.others_count} block(s) made under "
                      f"another plan ({', '.join(others)}): not part of this confirmatory table.")
     lines += problems
     return "\n".join(lines)
@@ -159,6 +179,38 @@ def _noise_lines(spec: StudySpec, files) -> list[str]:
     for f in files:
         hosts[host_key(f.data["host"])] = hosts.get(host_key(f.data["host"]), 0) + 1
     lines.append("Hosts: " + ", ".join(f"{key} ({n})" for key, n in sorted(hosts.items())) + ".")
+    return lines
+
+
+def _time_lines(spec: StudySpec, files) -> list[str]:
+    """What each arm's rounds cost: seconds of tuning per measurement (the wall of the arm's own rounds:
+    its search, builds and readings), median per arm, and each claim's arm / baseline over the blocks
+    that recorded both (geometric mean, t interval at 1 - alpha): descriptive, no test, no verdict."""
+    per: dict[str, list[float | None]] = {arm: [] for arm in spec.arm_names}
+    for f in files:
+        for arm in spec.arm_names:
+            record = f.data["arms"].get(arm, {})
+            seconds, count = number(record.get("tuning_s")), len(record.get("records") or [])
+            per[arm].append(seconds / count if seconds and count else None)
+    if not any(value is not None for values in per.values() for value in values):
+        return []
+    lines = ["Tuning time, seconds per measurement (the wall of an arm's own rounds; descriptive), median per arm: "
+             + ", ".join(f"{arm} {statistics.median(v):.3f}" for arm, values in per.items()
+                         if (v := [x for x in values if x is not None])) + "."]
+    screened = {arm: [f.data["arms"].get(arm, {}).get("screened") for f in files] for arm in spec.arm_names}
+    if any(isinstance(n, int) and n > 0 for counts in screened.values() for n in counts):
+        lines.append("Screened (read once, far slower than the best so far), measurements per block, median per "
+                     "arm: " + ", ".join(f"{arm} {_median_or_dash([n for n in counts if isinstance(n, int)])}"
+                                          for arm, counts in screened.items()) + ".")
+    for claim in (*spec.analysis.claims, *spec.analysis.controls):
+        pairs = [(a, b) for a, b in zip(per[claim.arm], per[claim.baseline]) if a and b]
+        if len(pairs) < 2:
+            continue
+        row = ratio_row([a for a, _ in pairs], [b for _, b in pairs], ["one"] * len(pairs),
+                        Claim(claim.arm, claim.baseline, "difference"), spec.analysis.alpha)
+        assert row.plain is not None
+        lines.append(f"- tuning time per measurement, {claim.arm} / {claim.baseline}: {row.plain.ratio:.3f} "
+                     f"[{row.plain.low:.3f}, {row.plain.high:.3f}] over {len(pairs)} blocks")
     return lines
 
 

@@ -22,11 +22,15 @@
       interim: obrien_fleming
       looks: [5, 10]                                    # optional: the looks (complete blocks), the last = all
     results: studies/<name>                             # the block files' folder (relative: to the cwd)
+    report:                                             # optional: a row per claim in the lab's claims table
+      page: docs/results/<date>-<host>-<name>.md        #   the dated page that discusses it
+      says: [what the first claim says, in a sentence]  #   one per analysis.claims entry, in its order
 
 Every key is checked here, each problem naming its key, before any block runs; the arms' composed
 job configs are checked by tuning/study/block.py the same way. The plan's hash covers everything that
 decides a verdict (arms, tasks, seeds, budget, adjudication, panel, target, analysis), so a table made
-under another plan says so.
+under another plan says so; the description, the results folder and the report are outside it (words
+and places, not the plan).
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from tuning.study.analysis import Claim, Plan, plan_problems
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 KEYS = ("description", "common", "arms", "tasks", "seeds", "budget", "adjudication", "panel", "target",
-        "analysis", "results")
+        "analysis", "results", "report")
 PLAN_KEYS = ("arms", "tasks", "seeds", "budget", "adjudication", "panel", "target", "analysis")
 PEERS = ("metaschedule",)  # tuners run whole in a block: MetaSchedule's own tune_tir
 RESERVED = ("seed=", "model=", "budget.", "output_dir=", "tracking=", "hydra.")  # the block sets these
@@ -57,6 +61,14 @@ class Adjudication:
     top_k: int  # each arm's best configs by their selecting reading, re-read
     rereads: int  # times each of them is re-read, to choose the arm's finalist
     confirm: int  # fresh readings of the finalist alone: their median is its final latency
+
+
+@dataclass(frozen=True)
+class Report:
+    """Where a study's claims enter the lab's claims table (tuning/study/claims_table.py)."""
+
+    page: str | None  # the dated results page that discusses the study, relative to the repository
+    says: tuple[str, ...]  # what each confirmatory claim says, in analysis.claims' order
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class StudySpec:
     analysis: Plan  # claims, controls, alpha, min_blocks, interim, looks; planned_blocks = tasks x seeds
     results: Path
     peers: tuple[tuple[str, str], ...] = ()  # (arm name, peer kind): a tuner run whole (block.py)
+    report: Report | None = None  # a row per claim in the lab's claims table; None: not in it
 
     @property
     def arm_names(self) -> tuple[str, ...]:
@@ -164,7 +177,8 @@ def study_spec(name: str, node: DictConfig) -> StudySpec:
         drift_bound=_number(panel.get("drift_bound", 1.10), "study.panel.drift_bound", 1.0, problems),
         target_fraction=_number(target.get("fraction", 0.95), "study.target.fraction", 0.0, problems, high=1.0),
         analysis=plan, results=Path(str(data.get("results", f"studies/{name}"))),
-        peers=_peers(data.get("arms") if isinstance(data.get("arms"), dict) else None))
+        peers=_peers(data.get("arms") if isinstance(data.get("arms"), dict) else None),
+        report=_report(data.get("report"), len(plan.claims), problems))
     if trials and plan_size and plan_size > trials:
         problems.append(f"study.budget.plan_size: {plan_size} is more than budget.trials {trials}")
     if problems:
@@ -253,6 +267,22 @@ def _analysis_problems(plan: Plan, planned: bool) -> list[str]:
             problems.append(f"study.seeds: {plan.planned_blocks} block(s) planned (tasks x seeds), fewer than "
                             f"analysis.min_blocks {plan.min_blocks!r}: no table would show an estimate")
     return problems
+
+
+def _report(value, claims: int, problems: list[str]) -> Report | None:
+    if value is None:
+        return None
+    item = _mapping(value, "study.report", ("page", "says"), problems)
+    page, says = item.get("page"), item.get("says")
+    if page is not None and not (isinstance(page, str) and page.endswith(".md") and not page.startswith("/")
+                                 and ".." not in Path(page).parts):
+        problems.append(f"study.report.page: a results page relative to the repository (docs/results/NAME.md), "
+                        f"got {page!r}")
+        page = None
+    if not (isinstance(says, list) and len(says) == claims and all(isinstance(s, str) and s.strip() for s in says)):
+        problems.append(f"study.report.says: one sentence per claim of study.analysis.claims ({claims}), got {says!r}")
+        says = []
+    return Report(page, tuple(says))
 
 
 def _looks(value, problems: list[str]) -> tuple[int, ...]:
