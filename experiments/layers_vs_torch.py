@@ -11,7 +11,7 @@ For a whole-model run of a torch network (model.kind=network), in one process at
   linear): each module's median seconds per model run; what runs outside the leaf modules (a
   residual block's addition, Python) is the forward's time less theirs.
 
-A step is grouped by the shape it writes (a tuned kernel's output buffer, a module's output), so
+A step is grouped by the shape it writes (a tuned kernel's output, a module's output), so
 ResNet-18's stem, each of its four stages, its pooling and its classifier are a row each, both
 sides' steps of that shape summed. The two sides alternate in `--blocks` blocks of `--runs` model
 runs each; each number is the median over the blocks. One process, one sitting: it says which
@@ -50,12 +50,24 @@ def shape_label(shape) -> str:
     return "x".join(str(int(d)) for d in shape)
 
 
-def kernel_outputs(tasks) -> dict[str, str]:
-    """Each extracted kernel's name -> the shape of the buffer it writes (its PrimFunc's last parameter)."""
+def kernel_outputs(fused) -> dict[str, str]:
+    """Each fused kernel's name -> the shape it writes, from the fused Relax module's call_tir bindings
+    (the callee's name, the call's output struct info): the names the VM calls the kernels by."""
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
     out = {}
-    for task in tasks:
-        func = task.mod["main"]
-        out[task.name] = shape_label(func.buffer_map[func.params[-1]].shape)
+    for function in fused.functions.values():
+        if not isinstance(function, relax.Function) or not isinstance(function.body, relax.SeqExpr):
+            continue
+        for block in function.body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Call) and value.op.same_as(call_tir) and value.sinfo_args:
+                    shape = getattr(value.sinfo_args[0], "shape", None)
+                    if shape is not None and hasattr(shape, "values"):
+                        out[value.args[0].name_hint] = shape_label(shape.values)
     return out
 
 
@@ -148,14 +160,14 @@ def main(argv=None) -> None:
     import torch
     from hydra.utils import instantiate
 
-    from tuning.hardware.relax_models import compiled_model, extract_tasks, load_model
+    from tuning.hardware.relax_models import compiled_model, fuse_for_tuning, load_model
 
     torch.set_num_threads(threads)
     hardware = instantiate(cfg.hardware)
     try:
         tvm_hardware = getattr(hardware, "backend", hardware)
         loaded = load_model(OmegaConf.to_container(cfg.model, resolve=True), cfg.seed, tvm_hardware.target)
-        writes = kernel_outputs(extract_tasks(loaded.mod, tvm_hardware.target, tvm_hardware.weight_prepack))
+        writes = kernel_outputs(fuse_for_tuning(loaded.mod, tvm_hardware.target, tvm_hardware.weight_prepack))
         vm, x, _ = compiled_model(loaded, tvm_hardware.target, str(args.run / "database"), tvm_hardware.weight_prepack)
         example = torch.from_numpy(loaded.example)
         tvm_blocks, torch_blocks, wholes = [], [], {"tuned": [], "torch": []}
