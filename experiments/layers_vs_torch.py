@@ -131,16 +131,15 @@ def grouped(times: dict[str, float], shape_of: dict[str, str]) -> dict[str, floa
 
 
 def rows(tvm_blocks: list[dict[str, float]], torch_blocks: list[dict[str, float]]) -> list[dict]:
-    labels = sorted({*(k for b in tvm_blocks for k in b), *(k for b in torch_blocks for k in b)},
-                    key=lambda label: -max(float(np.median([b.get(label, 0.0) for b in tvm_blocks])),
-                                           float(np.median([b.get(label, 0.0) for b in torch_blocks]))))
+    """Per output shape, the tuned model's and torch's median milliseconds over the blocks, the slowest first."""
+    labels = {*(k for b in tvm_blocks for k in b), *(k for b in torch_blocks for k in b)}
     out = []
     for label in labels:
         tuned = float(np.median([b.get(label, 0.0) for b in tvm_blocks])) * 1e3
         torch_ms = float(np.median([b.get(label, 0.0) for b in torch_blocks])) * 1e3
         out.append({"writes": label, "tuned_ms": tuned, "torch_ms": torch_ms,
                     "tuned_over_torch": tuned / torch_ms if torch_ms > 0 else None})
-    return out
+    return sorted(out, key=lambda row: (-max(row["tuned_ms"], row["torch_ms"]), row["writes"]))
 
 
 def main(argv=None) -> None:

@@ -20,6 +20,7 @@ from tuning.config.naming import run_name, sweep_name, workload_label
 from tuning.core.outcome import TaskOutcome, task_table
 from tuning.core.task import batch_matmul_task, build_tasks, conv2d_output_shape, conv2d_task, gemm_task
 from tuning.engine.budget import (
+    CANDIDATE_BUILD_S,
     DEFAULT_FIRST,
     DEFAULT_MODEL_MINUTES,
     DEFAULT_TRIALS,
@@ -119,6 +120,9 @@ def test_the_checks_estimate_follows_what_the_checks_do(compose_cfg):
     without_choice = checks_estimate_s(heavy, dataclasses.replace(e2e, in_model_kernels=0), 3)
     assert without_choice < full < checks_estimate_s(heavy, dataclasses.replace(e2e, in_model_processes=8), 3)
     assert full < checks_estimate_s([*heavy, *heavy], e2e, 3)  # a heavier model runs longer in every pass
+    # a task the in-model choice reads is not re-measured alone: its candidates are built there instead
+    one_more = checks_estimate_s(heavy, dataclasses.replace(e2e, in_model_kernels=e2e.in_model_kernels + 1), 3)
+    assert one_more - full == pytest.approx(e2e.in_model_candidates * CANDIDATE_BUILD_S - 3 * REMEASURE_S)
 
 
 def test_every_kernel_gets_its_share_before_the_scheduler(tmp_path):

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from tuning.config import ConfigError
 from tuning.core.outcome import TaskOutcome
 from tuning.core.records import MeasureResult, Record
-from tuning.core.task import Task
+from tuning.core.task import Task, gemm_task
+from tuning.engine.loop import RunInfo, remeasure_deferred, tune_tasks
 from tuning.engine.model_choice import REPORT_FILE, choose_in_model, finalists, heaviest_outcomes, take_in_model
 from tuning.engine.spec import E2ESpec, ModelSpec
 from tuning.engine.validate import validate
+from tuning.scheduler.gradient import Gradient
 from tuning.tools.sync import CHOSEN_FILE, load_chosen, save_chosen
 
 
@@ -90,6 +94,7 @@ def test_a_choice_changes_the_outcome_the_saved_choice_and_the_report(tmp_path):
     stem = outcome("stem", 1, {(1,): 0.95e-3, (2,): 0.96e-3, (3,): 0.99e-3})
     other = outcome("other", 2, {(7,): 0.5e-3, (8,): 0.6e-3})
     reshape = outcome("reshape", 1, {(0,): 0.1e-3})
+    stem.remeasure_deferred = reshape.remeasure_deferred = True  # the loop left them to this choice
     hardware = InModelHardware({(1,): [1.20e-3, 1.16e-3], (2,): [0.99e-3, 1.01e-3], (3,): [1.0e-3, 1.1e-3],
                                 (7,): [0.52e-3, 0.51e-3], (8,): [0.7e-3, 0.8e-3], (0,): [1.0, 1.0]},
                                missing={"reshape"})  # the model runs it as a view: no kernel to replace
@@ -101,6 +106,7 @@ def test_a_choice_changes_the_outcome_the_saved_choice_and_the_report(tmp_path):
     assert stem.best_config == (2,) and stem.best_cost == pytest.approx(1.01e-3) and stem.final_costs == [1.01e-3] * 2
     assert other.best_config == (7,) and other.chosen_in_model  # kept, now at its in-model readings
     assert reshape.best_config == (0,) and not reshape.chosen_in_model and reshape.best_cost == 0.1e-3
+    assert not stem.remeasure_deferred and reshape.remeasure_deferred  # not taken: re-measured alone after
     saved = json.loads((tmp_path / REPORT_FILE).read_text())
     assert saved == report and saved["stem"]["chosen"] == 1 and set(saved) == {"stem", "other"}
     assert tracker.metrics["in_model/changed"] == 1 and tracker.metrics["in_model/kernels"] == 2
@@ -165,6 +171,52 @@ def test_off_or_on_hardware_that_cannot_changes_nothing(tmp_path):
     assert tracker.tags["in_model"].startswith("failed: timing kernels inside the model failed (crash)")
     assert stem.best_config == (1,) and not stem.chosen_in_model and not (tmp_path / REPORT_FILE).exists()
     assert math.isclose(stem.best_cost, 0.95e-3)
+
+
+def test_the_loop_leaves_the_heaviest_to_the_choice_and_re_measures_them_alone_where_it_fails(tmp_path):
+    """The finalists of the tasks the in-model choice reads are not re-measured alone at the loop's end
+    (the choice reads them); where the choice does not take them (here its timing crashes), they are."""
+    from helpers import component, components
+
+    tasks = [gemm_task(f"k{i}", 16 + 16 * i, 32, 16) for i in range(5)]
+    shared = components(search="random", sampler="all", cost_model="none")
+    asked = []
+
+    class Counting:
+        final_candidates = shared.evaluator.final_candidates
+
+        def __getattr__(self, name):
+            return getattr(shared.evaluator, name)
+
+        def remeasure(self, hardware, task, configs):
+            asked.append(task.name)
+            return shared.evaluator.remeasure(hardware, task, configs)
+
+    def components_for(index):
+        return replace(shared, evaluator=Counting(), search=component("search", "random"))
+
+    run = RunInfo(seed=0, out_dir=tmp_path, method="test", trials=40, plan_size=8, min_trials_per_task=8,
+                  in_model_kernels=2)
+    outcomes = tune_tasks(tasks, components_for, run, Gradient())
+    left = [o for o in outcomes if o.remeasure_deferred]
+    assert sorted(o.task.name for o in left) == sorted(o.task.name for o in heaviest_outcomes(outcomes, 2))
+    assert len(left) == 2
+    assert sorted(asked) == sorted(o.task.name for o in outcomes if o not in left)
+    for o in left:  # the fastest reading stands until the choice reads the finalists
+        assert o.best_cost == o.tuning_best_cost == min(r.result.cost for r in o.records if r.result.ok)
+
+    class Crashing:
+        def time_in_model(self, *args):
+            raise RuntimeError("timing kernels inside the model failed (crash): worker exited with -11")
+
+    tracker = Tracker()
+    tracker.set_tags = lambda tags: None
+    assert choose_in_model(*settings(in_model_kernels=2), Crashing(), outcomes, tmp_path, tracker) is None
+    assert remeasure_deferred(outcomes, Counting(), shared.hardware) == left  # both in the tasks' order
+    assert sorted(asked) == sorted(o.task.name for o in outcomes)
+    assert not any(o.remeasure_deferred for o in outcomes)
+    assert all(o.best_cost == pytest.approx(float(np.median(o.final_costs))) for o in left)
+    assert all(len(o.final_costs) == shared.evaluator.final_repeat for o in left)
 
 
 @pytest.mark.parametrize("key, value", [("in_model_kernels", -1), ("in_model_candidates", 0),

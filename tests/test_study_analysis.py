@@ -14,6 +14,7 @@ from tuning.study.analysis import (
     WITHHELD,
     Claim,
     Plan,
+    described_ratio,
     family_table,
     holm,
     markdown,
@@ -58,6 +59,17 @@ def test_the_t_interval_and_p_match_scipy_on_the_log_ratios():
     ci90 = ref.confidence_interval(0.90)
     row90 = ratio_row(arm, base, ["cpu"] * 12, DIFF, 0.10)
     assert (row90.plain.low, row90.plain.high) == pytest.approx((math.exp(ci90.low), math.exp(ci90.high)), rel=1e-10)
+
+
+def test_a_described_ratio_is_the_claims_interval_without_a_claim():
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.1, 1.0, 6)
+    arm = base * np.exp(rng.normal(-0.2, 0.1, 6))
+    row = ratio_row(arm, base, ["cpu"] * 6, DIFF, 0.05)
+    assert described_ratio(arm, base, 0.05) == pytest.approx((row.plain.ratio, row.plain.low, row.plain.high))
+    for bad in (([1.0], [1.0]), ([1.0, 2.0], [1.0]), ([1.0, 0.0], [1.0, 1.0]), ([1.0, math.nan], [1.0, 1.0])):
+        with pytest.raises(ValueError):
+            described_ratio(*bad, 0.05)
 
 
 def test_the_interval_covers_the_true_ratio_about_95_percent():

@@ -35,6 +35,9 @@ class TaskOutcome:
     predicted_cost: float | None = None  # seconds the search predicted for a best_config it chose unmeasured
     chosen_in_model: bool = False  # best_config and final_costs read inside the model (tuning/engine/model_choice.py)
     remeasure_load: HostLoad | None = None  # the host's load when the best few were re-measured
+    # left to the whole model's in-model choice, which reads its finalists there; still holding the
+    # tuning's fastest reading until that choice (or, where it does not take the task, a re-measure)
+    remeasure_deferred: bool = False
 
     @property
     def invalid(self) -> int:

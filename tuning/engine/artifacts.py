@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tuning.core.outcome import best_so_far, chosen_bests, weighted_latency_ms
 from tuning.engine.final import log_choice_metrics
+from tuning.engine.loop import remeasure_deferred
 from tuning.engine.model_choice import choose_in_model
 from tuning.engine.network_time import export_network_time
 from tuning.engine.run_files import CHOSEN_FILE, save_chosen
@@ -56,6 +57,9 @@ def end_whole_model(job: JobSpec, parts, outcomes, out_dir: Path, title: str = "
     timed = job.e2e.enabled and not pruned
     if timed:
         choose_in_model_and_export(job, parts, outcomes, out_dir)
+    elif remeasure_deferred(outcomes, parts.evaluator, parts.hardware):
+        export_choice(parts, outcomes, out_dir)
+        log_choice_metrics(outcomes, parts.tracker, out_dir)
     export_network_time(outcomes, out_dir, parts.tracker, title)
     if not timed:
         return None
@@ -64,9 +68,11 @@ def end_whole_model(job: JobSpec, parts, outcomes, out_dir: Path, title: str = "
 
 def choose_in_model_and_export(job: JobSpec, parts, outcomes, out_dir: Path) -> None:
     """A whole model's run end: its heaviest kernels re-chosen inside the model (tuning/engine/model_choice.py),
-    then the database, best_schedules/, best_configs.json and the final metrics the choice decides
-    written again when they were."""
-    if choose_in_model(job.e2e, job.model, job.seed, parts.hardware, outcomes, out_dir, parts.tracker):
+    any the loop left to that choice and it did not take re-measured alone, then the database,
+    best_schedules/, best_configs.json and the final metrics the choice decides written again when
+    they were."""
+    chosen = choose_in_model(job.e2e, job.model, job.seed, parts.hardware, outcomes, out_dir, parts.tracker)
+    if remeasure_deferred(outcomes, parts.evaluator, parts.hardware) or chosen:
         export_choice(parts, outcomes, out_dir)
         log_choice_metrics(outcomes, parts.tracker, out_dir)
 

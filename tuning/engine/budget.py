@@ -231,12 +231,12 @@ def checks_estimate_s(tasks, e2e: E2ESpec | None, final_candidates: int) -> floa
     """Seconds the checks after tuning are expected to take (the constants above): each task's
     finalists re-measured; for a whole model with e2e enabled, the in-model choice and the
     end-to-end check."""
-    seconds = len(tasks) * final_candidates * REMEASURE_S
+    kernels = e2e.chosen_in_model(len(tasks)) if e2e is not None else 0
+    seconds = (len(tasks) - kernels) * final_candidates * REMEASURE_S  # the heaviest `kernels` are read in the model
     if e2e is None or not e2e.enabled or len(tasks) <= 1:
         return seconds
     flops = sum(t.weight * t.flops for t in tasks)
     model_run_s = flops / (MODEL_GFLOPS * 1e9)  # tuned
-    kernels = min(e2e.in_model_kernels, len(tasks))
     if kernels:
         passes = e2e.in_model_rounds * e2e.in_model_candidates * (e2e.in_model_runs + 1)
         seconds += (MODEL_BUILD_S + kernels * e2e.in_model_candidates * CANDIDATE_BUILD_S

@@ -261,10 +261,10 @@ class Pace(MeasureCallback):
     @classmethod
     def of_job(cls, job: JobSpec, tasks, evaluator) -> Pace:
         """A tuning job's: each task's best few re-measured; a whole model's end-to-end check when enabled."""
-        finalists = len(tasks) * evaluator.final_candidates
+        in_model = job.e2e.chosen_in_model(len(tasks)) if job.model.whole else 0
+        finalists = (len(tasks) - in_model) * evaluator.final_candidates  # the heaviest in_model are read in the model
         if job.model.whole and job.e2e.enabled:  # tuned, untuned and torch timed
             e2e = job.e2e
-            in_model = min(e2e.in_model_kernels, len(tasks))
             builds = len(tasks) + in_model * e2e.in_model_candidates if in_model else 0  # once, for every process
             return cls(kernels=len(tasks), e2e_timing_s=3 * e2e.max_seconds, finalists=finalists,
                        in_model_builds=builds, tasks=len(tasks))

@@ -11,7 +11,8 @@
         task's cost_model.fit(all its records)
         task's search.observe(batch, results)
         save its search/rng state; callbacks' after_round (step metrics, an Optuna sweep's pruning)
-    re-measure each task's best few (not when abandoned)
+    re-measure each task's best few (not when abandoned; not the heaviest `in_model_kernels`, whose
+    finalists the whole model's end reads inside the model: tuning/engine/model_choice.py)
 
 The loop talks to components only through their contracts (tuning/*/base.py) and to everything
 else through measure callbacks (tuning/engine/callbacks.py). A single-operator model is the one-task case.
@@ -98,6 +99,9 @@ class RunInfo:
     callbacks: list[MeasureCallback] | None = None
     init_random: int = 0  # common random numbers: each task's first N measurements (common_random_configs)
     first_round_prior: Prior | None = None  # tuning.prior: chooses each task's first round (first_round.py)
+    # a whole model's end re-chooses this many heaviest tasks inside the model (e2e.in_model_kernels):
+    # their finalists are read there, so the loop leaves them un-re-measured (remeasure_deferred)
+    in_model_kernels: int = 0
     progress: Progress = field(default_factory=Progress, compare=False)
 
     @property
@@ -155,8 +159,9 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
                 for tuner in live:
                     tuner._stop(progress.abandoned)
                 break
+        left_to_model = heaviest_tuners(tuners, run.in_model_kernels)
         for tuner in tuners:
-            tuner.finish()
+            tuner.finish(defer=tuner in left_to_model)
     finally:
         for callback in callbacks:
             callback.on_end(outcomes)
@@ -337,14 +342,41 @@ class TaskTuner:
             return None
         return prior
 
-    def finish(self) -> None:
+    def finish(self, defer: bool = False) -> None:
+        """Re-measure the best few (`defer`: leave that to the in-model choice or remeasure_deferred)."""
         if self.run.progress.abandoned:
             best_from_records(self.outcome)
         elif self.outcome.reused and self.measured == self.outcome.reused:
             best_from_records(self.outcome)  # nothing new measured: re-measuring would spend time for nothing
             self.outcome.stopped_because = "reused"
+        elif defer:
+            best_from_records(self.outcome)
+            self.outcome.remeasure_deferred = True
         else:
-            _finish(self)
+            configs, again = remeasure_finalists(self.outcome, self.parts.evaluator, self.parts.hardware)
+            for callback in self.callbacks:
+                callback.after_remeasure(self, configs, again)
+
+
+def heaviest_tuners(tuners: list[TaskTuner], count: int) -> set[TaskTuner]:
+    """The `count` tasks with the largest weight x fastest valid reading, as the in-model choice
+    ranks them (tuning/engine/model_choice.py heaviest_outcomes); none when `count` is 0 or the run
+    was abandoned."""
+    if not count or any(t.run.progress.abandoned for t in tuners[:1]):
+        return set()
+    fastest = {t: min((r.result.cost for r in t.records if r.result.ok), default=float("inf")) for t in tuners}
+    measured = [t for t in tuners if np.isfinite(fastest[t])]
+    return set(sorted(measured, key=lambda t: -t.task.weight * fastest[t])[:count])
+
+
+def remeasure_deferred(outcomes, evaluator, hardware) -> list[TaskOutcome]:
+    """Re-measure the finalists of every outcome still `remeasure_deferred` (the in-model choice did
+    not take it: its timing failed, or the model does not call the kernel) as the loop would have;
+    returns them. Their re-readings go to no measure callback: the loop's have ended."""
+    left = [o for o in outcomes if o.remeasure_deferred]
+    for outcome in left:
+        remeasure_finalists(outcome, evaluator, hardware)
+    return left
 
 
 def common_random_configs(space, task, seed: int, n: int) -> list[tuple]:
@@ -412,27 +444,28 @@ def _fit(cost_model, space, task, records, times) -> None:
     times["model_s"] += time.perf_counter() - started
 
 
-def _finish(tuner: TaskTuner) -> None:
-    """Re-measure the best few together; report the best re-measured one.
+def remeasure_finalists(outcome: TaskOutcome, evaluator, hardware) -> tuple[list, list]:
+    """Re-measure the best few together; report the best re-measured one. Returns (the configs,
+    their re-readings).
 
     The minimum of many noisy readings is biased low, and this host's speed
     shifts by ~25% over seconds, so a config's first reading is not its latency."""
-    parts, task, outcome = tuner.parts, tuner.task, tuner.outcome
+    task = outcome.task
+    outcome.remeasure_deferred = False
     ok = sorted((r for r in outcome.records if r.result.ok), key=lambda r: r.result.cost)
     if not ok:
-        return
+        return [], []
     outcome.tuning_best_cost = ok[0].result.cost
-    finalists = ok[:parts.evaluator.final_candidates]
+    finalists = ok[:evaluator.final_candidates]
     configs = [tuple(r.config) for r in finalists]
-    limits = bounds_of(task, parts.hardware)
-    again = [a.within(limits) for a in parts.evaluator.remeasure(parts.hardware, task, configs)]
+    limits = bounds_of(task, hardware)
+    again = [a.within(limits) for a in evaluator.remeasure(hardware, task, configs)]
     outcome.remeasure_load = host_load()  # what explains a re-reading far from the tuning reading
-    for callback in tuner.callbacks:
-        callback.after_remeasure(tuner, configs, again)
     measured = [(a.costs, r) for a, r in zip(again, finalists) if a.ok] or [(ok[0].result.costs, ok[0])]
     costs, record = min(measured, key=lambda pair: float(np.median(pair[0])))
     outcome.best_config = tuple(record.config)
     outcome.final_costs = costs
     outcome.best_cost = float(np.median(costs))
+    return configs, again
 
 

@@ -8,7 +8,9 @@ end, `choose_in_model` takes the `e2e.in_model_kernels` heaviest tasks (weight x
 each with its `e2e.in_model_candidates` fastest configs (the chosen one first), and has the
 hardware time them inside the model compiled with the run's database (hardware.time_in_model:
 each candidate called in place of the model's kernel, `e2e.in_model_rounds` readings of
-`e2e.in_model_runs` model runs in each of `e2e.in_model_processes` fresh processes). The processes
+`e2e.in_model_runs` model runs in each of `e2e.in_model_processes` fresh processes). The loop leaves those
+tasks' finalists un-re-measured alone (the candidates are read here instead); any the choice does not
+take are re-measured alone after it (artifacts.py). The processes
 split in two: each task reports the candidate with the lowest median over the even-numbered
 processes' readings, and its costs are the odd-numbered processes' readings of that candidate, so
 the model's estimate and each kernel's prediction are what the model pays, read apart from the
@@ -87,9 +89,10 @@ def readings_of(processes: list, task: str, count: int) -> list[list[float]]:
 
 
 def heaviest_outcomes(outcomes, count: int) -> list:
-    """The `count` tasks with the largest weight x chosen latency among those with measured records."""
+    """The `count` tasks with the largest weight x chosen latency among those with measured records,
+    those the loop left un-re-measured for this choice first (tuning/engine/loop.py heaviest_tuners)."""
     measured = [o for o in outcomes if o.best_config is not None and o.records and math.isfinite(o.best_cost)]
-    return sorted(measured, key=lambda o: -o.task.weight * o.best_cost)[:count]
+    return sorted(measured, key=lambda o: (not o.remeasure_deferred, -o.task.weight * o.best_cost))[:count]
 
 
 def finalists(outcome, count: int) -> list[tuple]:
@@ -112,6 +115,7 @@ def take_in_model(outcome, configs: list, choice: list, prediction: list | None 
     outcome.final_costs = list(prediction[best])
     outcome.best_cost = float(np.median(prediction[best]))
     outcome.chosen_in_model = True
+    outcome.remeasure_deferred = False
     outcome.true_cost = None  # the store's median was of the config chosen before
 
 
@@ -119,7 +123,8 @@ def choice_report(outcome, configs: list, choice: list, prediction: list) -> dic
     """The task's choice before (its config and predicted seconds: alone, or inside the model where an
     earlier choice was made there), every candidate's readings that chose (`choice_s`, medians
     `median_s`) and that predict (`prediction_s`, medians `predicted_s`), and the one chosen."""
-    return {"before": {"config": list(outcome.best_config), "seconds": outcome.best_cost},
+    return {"before": {"config": list(outcome.best_config), "seconds": outcome.best_cost,
+                       "read": "while tuning" if outcome.remeasure_deferred else "re-measured"},
             "configs": [list(c) for c in configs], "choice_s": choice, "median_s": _medians(choice),
             "prediction_s": prediction, "predicted_s": _medians(prediction),
             "chosen": int(np.argmin(_medians(choice)))}

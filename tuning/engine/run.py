@@ -192,7 +192,9 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
                 run = RunInfo(job.spec.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
                               plan.deadline(), plan.early_stop, plan.min_trials_per_task or 0, plan.rounds_per_task, callbacks,
                               init_random=plan.init_random,
-                              first_round_prior=prior_of(job.spec.prior, job.spec.seed, parts.hardware))
+                              first_round_prior=prior_of(job.spec.prior, job.spec.seed, parts.hardware),
+                              in_model_kernels=job.spec.e2e.chosen_in_model(len(job.tasks))
+                              if job.spec.model.whole else 0)
                 outcomes, clock = _tune(job, run)
             pruned = pruning is not None and pruning.pruned_at is not None
             e2e = _export(job, outcomes, pruned)

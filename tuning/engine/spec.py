@@ -108,6 +108,11 @@ class E2ESpec:
         return {"runs": self.runs, "min_runs": self.min_runs, "max_seconds": self.max_seconds,
                 "timeout_s": self.timeout_s, "fresh_input": self.fresh_input}
 
+    def chosen_in_model(self, tasks: int) -> int:
+        """How many of a whole model's `tasks` its end re-chooses inside the model
+        (tuning/engine/model_choice.py), whose finalists are read there instead of re-measured alone."""
+        return min(self.in_model_kernels, tasks) if self.enabled and tasks > 1 else 0
+
 
 @dataclass(frozen=True)
 class JobSpec:

@@ -237,6 +237,21 @@ def ratio_row(arm_latencies: Sequence[float], baseline_latencies: Sequence[float
                verdict=_verdict(claim, chosen, chosen.p, alpha))
 
 
+def described_ratio(arm: Sequence[float], baseline: Sequence[float], alpha: float) -> tuple[float, float, float]:
+    """(the geometric mean of arm / baseline paired by position, its t interval's low and high at
+    1 - alpha): a description of a quantity no claim is about, with no test. ValueError on fewer than 2
+    pairs, unequal lengths or a value that is not finite and > 0."""
+    a, b = np.asarray(arm, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
+        raise ValueError(f"{len(a)} arm and {len(b)} baseline values: at least 2 pairs")
+    if not (np.all(np.isfinite(a) & (a > 0)) and np.all(np.isfinite(b) & (b > 0))):
+        raise ValueError("values must be finite and > 0")
+    logs = np.log(a) - np.log(b)
+    mean, se = float(logs.mean()), float(logs.std(ddof=1)) / math.sqrt(len(logs))
+    half = float(stats.t.ppf(1 - alpha / 2, len(logs) - 1)) * se
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def _estimate(log_mean: float, se: float, df: int, claim: Claim, alpha: float) -> Estimate:
     """The interval at 1 - alpha and the claim's p; se == 0 (identical log ratios) gives a point interval
     and p 0 or 1 by where the mean lies."""

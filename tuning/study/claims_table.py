@@ -20,7 +20,7 @@ from tuning.config import ConfigError
 from tuning.config.conf_dir import CONF_DIR
 from tuning.study.analysis import Row
 from tuning.study.files import BlockFile
-from tuning.study.run import Look, look
+from tuning.study.run import Look, host_kinds, look, tasks_and_spaces
 from tuning.study.spec import StudySpec, load_study
 
 BEGIN = "<!-- the claims table: made by `tunelab study claims --write` from the studies' block files; not edited by hand -->"
@@ -86,16 +86,9 @@ def _ratio(row: Row) -> str:
 
 
 def _about(spec: StudySpec, files: list[BlockFile]) -> str:
-    sizes = {f.data["task"]: f.data.get("space_size") for f in files}
-    tasks = ", ".join(f"{task} (full space, {sizes[task]:,} configs)" if isinstance(sizes.get(task), int)
-                      else task for task in spec.tasks)
-    kinds: dict[str, int] = {}
-    for f in files:
-        kind = f"{f.data['host'].get('cores', '?')}-core {f.data.get('isa', '?')}"
-        kinds[kind] = kinds.get(kind, 0) + 1
-    hosts = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items())) or "none yet"
-    return (f"{tasks}; {spec.trials} measurements an arm; {len(files)} of {len(spec.blocks)} blocks; "
-            f"hosts {hosts}")
+    hosts = "; ".join(f"{kind} x{n}" for kind, n in host_kinds(files).items()) or "none yet"
+    return (f"{tasks_and_spaces(spec, files)}; {spec.trials} measurements an arm; {len(files)} of "
+            f"{len(spec.blocks)} blocks; hosts {hosts}")
 
 
 def _page(spec: StudySpec) -> str:

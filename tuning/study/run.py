@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tuning.cluster.host_identity import host_identity, host_key
 from tuning.config.storage import outputs_dir
-from tuning.study.analysis import Claim, Table, family_table, markdown, ratio_row
+from tuning.study.analysis import Table, described_ratio, family_table, markdown, ratio_row
 from tuning.study.block import check_study, run_block
 from tuning.study.bystanders import BUSY_SHARE, others_now
 from tuning.study.files import BlockFile, finished_blocks, number, other_plans, read_blocks, write_block
@@ -76,23 +76,24 @@ def run_study(spec: StudySpec, blocks: int | None = None, hours: float | None = 
 @dataclass(frozen=True)
 class Look:
     """The study's table from the block files there now: the files made under its plan (in the order a
-    look takes them: first made first), the hashes of other plans with files there, and a line for
-    each file left out."""
+    look takes them: first made first), those made under other plans, and a line for each file left out."""
 
     table: Table
     files: list[BlockFile]
-    other_plans: list[str]
-    others_count: int
+    others: list[BlockFile]
     problems: list[str]
+
+    @property
+    def other_plans(self) -> list[str]:
+        return sorted({f.data["plan_hash"] for f in self.others})
 
 
 def look(spec: StudySpec) -> Look:
     files, problems = read_blocks(spec.results, spec.name, spec.arm_names)
     ours = sorted((f for f in files if f.data["plan_hash"] == spec.plan_hash),  # a look takes the first made
                   key=lambda f: (number(f.data.get("started")) or 0.0, f.block))
-    others = sorted({f.data["plan_hash"] for f in files} - {spec.plan_hash})
     table = family_table(spec.analysis, [_analysed(spec, f) for f in ours])
-    return Look(table, ours, others, sum(f.data["plan_hash"] != spec.plan_hash for f in files), problems)
+    return Look(table, ours, [f for f in files if f.data["plan_hash"] != spec.plan_hash], problems)
 
 
 def study_table(spec: StudySpec) -> str:
@@ -107,7 +108,7 @@ def study_table(spec: StudySpec) -> str:
              *_time_lines(spec, ours)]
     lines += ["", *_block_list(spec, ours)]
     if others:
-        lines.append(f"Left out: {seen.others_count} block(s) made under "
+        lines.append(f"Left out: {len(seen.others)} block(s) made under "
                      f"another plan ({', '.join(others)}): not part of this confirmatory table.")
     lines += problems
     return "\n".join(lines)
@@ -120,15 +121,26 @@ def _analysed(spec: StudySpec, file) -> dict:
 
 def _scope(spec: StudySpec, files) -> str:
     """What every verdict of the table is about, and so what it is not about."""
+    hosts = "; ".join(host_kinds(files)) or "none yet"
+    return (f"What the verdicts are about: {tasks_and_spaces(spec, files)}; {spec.trials} measurements an arm; the "
+            f"hosts that made the blocks ({len({host_key(f.data['host']) for f in files})} kind(s) drawn: {hosts}), "
+            "not other hosts, budgets or tasks.")
+
+
+def tasks_and_spaces(spec: StudySpec, files) -> str:
+    """The study's tasks, each with its full space's size as its blocks recorded it."""
     sizes = {f.data["task"]: f.data.get("space_size") for f in files}
-    tasks = ", ".join(f"{task} (full space of {sizes[task]:,} configs)" if isinstance(sizes.get(task), int)
-                      else f"{task} (space size not recorded)" for task in spec.tasks)
-    kinds = sorted({(f.data["host"].get("cores"), f.data.get("isa", "ISA not recorded")) for f in files},
-                   key=str)
-    hosts = "; ".join(f"{cores}-core, {isa}" for cores, isa in kinds) or "none yet"
-    return (f"What the verdicts are about: {tasks}; {spec.trials} measurements an arm; the hosts that made the "
-            f"blocks ({len({host_key(f.data['host']) for f in files})} kind(s) drawn: {hosts}), not other "
-            "hosts, budgets or tasks.")
+    return ", ".join(f"{task} (full space of {sizes[task]:,} configs)" if isinstance(sizes.get(task), int)
+                     else f"{task} (space size not recorded)" for task in spec.tasks)
+
+
+def host_kinds(files) -> dict[str, int]:
+    """{"<cores>-core, <ISA>": blocks made on such hosts}, in order."""
+    kinds: dict[str, int] = {}
+    for f in files:
+        kind = f"{f.data['host'].get('cores', '?')}-core, {f.data.get('isa', 'ISA not recorded')}"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return dict(sorted(kinds.items()))
 
 
 def _by_isa(spec: StudySpec, files) -> list[str]:
@@ -206,11 +218,9 @@ def _time_lines(spec: StudySpec, files) -> list[str]:
         pairs = [(a, b) for a, b in zip(per[claim.arm], per[claim.baseline]) if a and b]
         if len(pairs) < 2:
             continue
-        row = ratio_row([a for a, _ in pairs], [b for _, b in pairs], ["one"] * len(pairs),
-                        Claim(claim.arm, claim.baseline, "difference"), spec.analysis.alpha)
-        assert row.plain is not None
-        lines.append(f"- tuning time per measurement, {claim.arm} / {claim.baseline}: {row.plain.ratio:.3f} "
-                     f"[{row.plain.low:.3f}, {row.plain.high:.3f}] over {len(pairs)} blocks")
+        ratio, low, high = described_ratio([a for a, _ in pairs], [b for _, b in pairs], spec.analysis.alpha)
+        lines.append(f"- tuning time per measurement, {claim.arm} / {claim.baseline}: {ratio:.3f} "
+                     f"[{low:.3f}, {high:.3f}] over {len(pairs)} blocks")
     return lines
 
 
