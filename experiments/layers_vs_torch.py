@@ -52,7 +52,7 @@ def shape_label(shape) -> str:
 
 def kernel_outputs(fused) -> dict[str, str]:
     """Each fused kernel's name -> the shape it writes, from the fused Relax module's call_tir bindings
-    (the callee's name, the call's output struct info): the names the VM calls the kernels by."""
+    (the callee's name, the type of the variable the call binds): the names the VM calls the kernels by."""
     import tvm
     from tvm import relax
 
@@ -64,10 +64,11 @@ def kernel_outputs(fused) -> dict[str, str]:
         for block in function.body.blocks:
             for binding in block.bindings:
                 value = binding.value
-                if isinstance(value, relax.Call) and value.op.same_as(call_tir) and value.sinfo_args:
-                    shape = getattr(value.sinfo_args[0], "shape", None)
-                    if shape is not None and hasattr(shape, "values"):
-                        out[value.args[0].name_hint] = shape_label(shape.values)
+                if isinstance(value, relax.Call) and value.op.same_as(call_tir):
+                    shape = getattr(getattr(binding.var, "ty", None), "shape", None)  # 0.27: a TensorType's
+                    dims = getattr(shape, "values", shape)
+                    if dims is not None:
+                        out[value.args[0].name_hint] = shape_label(dims)
     return out
 
 

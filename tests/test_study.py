@@ -148,11 +148,56 @@ def valid() -> dict:
     ({"analysis": {"claims": [{"arm": "a", "baseline": "b", "kind": "difference"}], "interim": "peek"}},
      "study.analysis.interim"),
     ({"adjudication": {"top_k": 0}}, "study.adjudication.top_k"),
+    ({"budget": {"trials": 16, "plan_size": 8, "plan_sizes": {"c": 4}}}, "study.budget.plan_sizes.c"),
+    ({"budget": {"trials": 16, "plan_size": 8, "plan_sizes": {"a": 32}}}, "study.budget.plan_sizes.a"),
+    ({"budget": {"trials": 16, "plan_size": 8, "plan_sizes": {"a": 0}}}, "study.budget.plan_sizes.a"),
+    ({"budget": {"trials": 16, "plan_size": 8, "plan_sizes": [4]}}, "study.budget.plan_sizes"),
     ({"panel": {"drift_bound": 0.9}}, "study.panel.drift_bound"),
 ])
 def test_a_bad_study_is_refused_naming_its_key(change, key):
+    """Each problem names its key (and a valid file passes: the check is not one that always fails)."""
+    study_spec("good", OmegaConf.create(valid()))
     with pytest.raises(ConfigError, match=rf"(?m)^\s*{key.replace('[', '.').replace(']', '.')}"):
         study_spec("bad", OmegaConf.create({**valid(), **change}))
+
+
+class CountingTuner:
+    """A TaskTuner's measured / done / tune_round, measuring `n` a round until `left` runs out."""
+
+    def __init__(self, name: str, calls: list, left: int = 10**6):
+        self.name, self.calls, self.left, self.measured, self.done = name, calls, left, 0, False
+
+    def tune_round(self, n: int) -> None:
+        taken = min(n, self.left)
+        self.left -= taken
+        self.measured += taken
+        self.calls.append((self.name, taken))
+
+
+def interleaved(plan_sizes: dict, trials: int, plan_size: int, left=None) -> tuple[list, int]:
+    from tuning.study.block import Arm, _interleave
+
+    calls, reads = [], []
+    spec = study_spec("s", OmegaConf.create({**valid(), "budget": {"trials": trials, "plan_size": plan_size,
+                                                                   **({"plan_sizes": plan_sizes} if plan_sizes else {})}}))
+    arms = {name: Arm(name, OmegaConf.create({}), tuner=CountingTuner(name, calls, (left or {}).get(name, 10**6)))
+            for name in ("a", "b")}
+    _interleave(arms, ["b", "a"], spec, type("Panel", (), {"read": lambda self: reads.append(len(calls))})())
+    return calls, len(reads)
+
+
+def test_arms_of_different_round_sizes_stay_level_in_measurements():
+    calls, reads = interleaved({}, 16, 8)  # equal sizes: one round each in turn, the given order first
+    assert calls == [("b", 8), ("a", 8), ("b", 8), ("a", 8)] and reads == 2
+    calls, reads = interleaved({"a": 3}, 16, 8)
+    assert calls == [("b", 8), ("a", 3), ("a", 3), ("a", 3), ("b", 8), ("a", 3), ("a", 3), ("a", 1)], calls
+    assert reads == 2  # once both passed 8 measurements, once both have their 16
+    calls, _ = interleaved({}, 16, 8, left={"a": 5})  # an arm with nothing left to propose stops
+    assert calls == [("b", 8), ("a", 5), ("a", 0), ("b", 8)]
+    spec = study_spec("s", OmegaConf.create(valid()))
+    sized = study_spec("s", OmegaConf.create({**valid(), "budget": {"trials": 16, "plan_size": 8, "plan_sizes": {"a": 4}}}))
+    assert spec.plan_size_of("a") == 8 and sized.plan_size_of("a") == 4 and sized.plan_size_of("b") == 8
+    assert sized.plan_hash != spec.plan_hash  # an arm's round size decides what it finds
 
 
 def test_an_arm_on_other_hardware_is_refused_before_any_block(tmp_path):
@@ -186,6 +231,11 @@ def test_a_screening_arm_records_its_screened_readings_and_the_table_its_tuning_
     blocks = [json.loads(p.read_text()) for p in (tmp_path / "results" / "blocks").glob("*.json")]
     assert all(b["arms"]["sa"]["screened"] > 0 and b["arms"]["random"]["screened"] == 0 for b in blocks)
     assert all(b["arms"][arm]["tuning_s"] > 0 for b in blocks for arm in ("sa", "random"))
+    for arm in (b["arms"][name] for b in blocks for name in ("sa", "random")):  # tuning seconds by round
+        assert [count for count, _ in arm["rounds"]] == [8, 16, 24, 32]
+        assert arm["rounds"][-1][1] == pytest.approx(arm["tuning_s"])
+        reached = next((s for count, s in arm["rounds"] if arm["to_target"] and count >= arm["to_target"]), None)
+        assert arm["to_target_s"] == reached
     # a screened reading is never a finalist's: adjudication reads every arm in full
     assert all(len(b["arms"]["sa"]["confirm"]) == 3 for b in blocks)
     table = tunelab(env, "study", "table", "toy", cwd=tmp_path).stdout

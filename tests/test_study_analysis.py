@@ -14,6 +14,7 @@ from tuning.study.analysis import (
     WITHHELD,
     Claim,
     Plan,
+    censored_row,
     described_ratio,
     family_table,
     holm,
@@ -70,6 +71,54 @@ def test_a_described_ratio_is_the_claims_interval_without_a_claim():
     for bad in (([1.0], [1.0]), ([1.0, 2.0], [1.0]), ([1.0, 0.0], [1.0, 1.0]), ([1.0, math.nan], [1.0, 1.0])):
         with pytest.raises(ValueError):
             described_ratio(*bad, 0.05)
+
+
+def test_a_censored_measure_is_compared_by_signs_and_the_median():
+    """Measurements to target: half the baseline's in every block is a sign test's 10 of 10 (p = 2 / 2^10)
+    and an interval of the median from its 2nd smallest to 2nd largest log ratio (P(Bin(10, 1/2) <= 1)
+    = 0.0107 <= 0.025 < P(<= 2)); a both-censored block is left out, a censored arm counted at its spend."""
+    faster = Claim("tuned", "default", "difference", None, "to_target")
+    arm = [(float(n), False) for n in range(10, 20)]
+    base = [(2.0 * n, False) for n in range(10, 20)]
+    row = censored_row(arm, base, ["cpu"] * 10, faster, 0.05)
+    assert row.n == 10 and row.plain.ratio == pytest.approx(0.5) and (row.plain.low, row.plain.high) == pytest.approx((0.5, 0.5))
+    assert row.plain.p == pytest.approx(2 / 2**10) == stats.binomtest(0, 10, 0.5).pvalue and row.verdict == "arm faster"
+    mixed = censored_row([(64.0, True), (64.0, True), (10.0, False), (30.0, False)],
+                         [(64.0, True), (20.0, False), (40.0, False), (20.0, False)], ["cpu"] * 4, faster, 0.05)
+    assert mixed.n == 3  # the block both arms missed says nothing of the ratio
+    assert mixed.plain.ratio == pytest.approx(1.5)  # log ratios log(64/20), log(10/40), log(30/20): the median
+    assert mixed.plain.p == pytest.approx(stats.binomtest(2, 3, 0.5).pvalue) and mixed.verdict == "undecided"
+    assert (mixed.plain.low, mixed.plain.high) == (0.0, math.inf)  # 3 blocks cannot bound a median at 95%
+    same = Claim("tuned", "default", "equivalence", 1.05, "to_target")
+    close = censored_row([(100.0 + i % 3, False) for i in range(12)], [(100.0, False)] * 12, ["cpu"] * 12, same, 0.05)
+    assert close.plain.p == pytest.approx(2 ** -12) and close.verdict == "equivalent within margin 1.05"
+    far = censored_row([(120.0, False)] * 12, [(100.0, False)] * 12, ["cpu"] * 12, same, 0.05)
+    assert far.plain.p == 1.0 and far.verdict == "not shown equivalent"
+
+
+def test_a_censored_claim_reads_its_measure_from_the_blocks_and_keeps_the_final_latency_s_look():
+    claim = Claim("tuned", "default", "difference", None, "to_target")
+    blocks = [{"block": f"b{i}", "host_kind": "cpu", "final": {"tuned": 1.0, "default": 1.0},
+               "to_target": {"tuned": [10.0, False], "default": [30.0, False]}} for i in range(9)]
+    blocks.append({"block": "old", "host_kind": "cpu", "final": {"tuned": 1.0, "default": 1.0}})  # says nothing of it
+    blocks.append({"block": "cut", "host_kind": "cpu", "final": {"tuned": None, "default": 1.0},
+                   "to_target": {"tuned": [1.0, False], "default": [99.0, False]}})  # incomplete: left out
+    table = family_table(plan(claims=[claim], min_blocks=3, planned_blocks=11), blocks)
+    [row] = table.claims
+    assert table.n_blocks == 10 and row.n == 9 and row.plain.ratio == pytest.approx(1 / 3)
+    assert row.verdict == "arm faster" and "(measurements to target)" in markdown(table)
+    assert "tuned / default, difference" in markdown(family_table(plan(min_blocks=3, planned_blocks=11), blocks))
+
+
+def test_the_interval_of_a_median_covers_it_at_least_95_percent():
+    rng = np.random.default_rng(4)
+    covered = 0
+    for _ in range(400):
+        logs = rng.normal(0.2, 0.3, 12)
+        row = censored_row([(math.exp(x), False) for x in logs], [(1.0, False)] * 12, ["cpu"] * 12,
+                           Claim("tuned", "default", "difference", None, "to_target"), 0.05)
+        covered += row.plain.low <= math.exp(0.2) <= row.plain.high
+    assert covered / 400 >= 0.95
 
 
 def test_the_interval_covers_the_true_ratio_about_95_percent():

@@ -50,12 +50,15 @@ MIN_TUNING_S = 60.0  # a minutes budget leaving less than this for tuning is ref
 # its tasks extracted, compiled with the database; each candidate built) and its reading processes
 # (each started and loading the builds, then rounds x candidates passes of runs + 1 model runs);
 # the end-to-end check's build and timing. A model run's seconds are guessed from the model's FLOPs
-# at MODEL_GFLOPS (ResNet-18 tuned on a 2-core Xeon: 3.6 GFLOP in about 30 ms). REMEASURE_S is that
-# Xeon's: its 66 finalists at the default evaluator (20 repeats of >= 50 ms) took 111 s.
+# at MODEL_GFLOPS (ResNet-18 tuned on a 2-core Xeon: 3.6 GFLOP in about 30 ms). The seconds are that
+# Xeon's (Rocket Lake), rounded up: 34 finalists at the default evaluator (20 repeats of >= 50 ms)
+# took 57 s; the in-model choice 77 s (the model imported 7.3 s, compiled 8.1 s, exported 3.1 s, 40
+# candidates built 14.2 s, each reading process 3.7 s before its first reading) and the end-to-end
+# check 38 s, 2.9 min in all where these constants say 3.1 (before, with 40 / 0.5 / 8: 4.0).
 REMEASURE_S = 1.7  # one finalist re-measured: its build and readings
-MODEL_BUILD_S = 40.0  # a model's import, task extraction and compilation with the database
-CANDIDATE_BUILD_S = 0.5  # one candidate kernel built
-PROCESS_S = 8.0  # a worker process started, TVM imported, the builds loaded
+MODEL_BUILD_S = 15.0  # a model's import, task extraction and compilation with the database
+CANDIDATE_BUILD_S = 0.4  # one candidate kernel built
+PROCESS_S = 7.5  # a worker process started, TVM imported, the builds loaded
 MODEL_GFLOPS = 120.0
 UNTUNED_GFLOPS = 1.8  # the untuned build's pace (ResNet-18's on that Xeon: 2.0 s a run), timed min_runs + 1 times
 

@@ -23,6 +23,15 @@ log(latency_arm / latency_baseline); a ratio < 1 means the arm is faster.
     verdict       difference: "arm faster" / "arm slower" when the interval excludes 1 and the Holm
                   p < the look's alpha, else "undecided"; equivalence: "equivalent within margin M"
                   when the Holm TOST p < the look's alpha, else "not shown equivalent"
+    measures      a claim is on the final latency by default; `measure: to_target` is on the
+                  measurements an arm made before it first measured a config within the block's
+                  target, `to_target_s` on its tuning seconds to then. Those are censored (an arm
+                  that never reached the target is counted at all it spent: at least that), so
+                  their rows are distribution-free: the median log ratio, the sign test (two-sided;
+                  for equivalence, the larger of two one-sided sign tests against -+log(margin))
+                  and the order-statistic interval of the median; a block where both arms were
+                  censored says nothing of the ratio and is left out of the row. Counting a
+                  censored arm at its spend pulls its ratio toward 1: conservative for a difference.
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ import numpy as np
 from scipy import stats
 
 KINDS = ("difference", "equivalence")
+MEASURES = ("final", "to_target", "to_target_s")  # what a claim compares (module docstring)
+MEASURE_WORDS = {"final": "", "to_target": " (measurements to target)", "to_target_s": " (tuning seconds to target)"}
 INTERIMS = ("none", "obrien_fleming")
 WITHHELD = "withheld: n < min_blocks"
 
@@ -48,6 +59,7 @@ class Claim:
     baseline: str
     kind: str
     margin: float | None = None
+    measure: str = "final"  # MEASURES: the final latency, or the measurements / tuning seconds to the target
 
 
 @dataclass(frozen=True)
@@ -186,7 +198,17 @@ def claim_problems(claim: Claim, key: str = "claim") -> list[str]:
             problems.append(f"{key}.margin: an equivalence claim needs a finite margin > 1, not {margin!r}")
     elif claim.margin is not None:
         problems.append(f"{key}.margin: a difference claim takes no margin (None), not {claim.margin!r}")
+    if claim.measure not in MEASURES:
+        problems.append(f"{key}.measure: {claim.measure!r} is not one of {', '.join(MEASURES)}")
     return problems
+
+
+def claim_plan(claim: Claim) -> dict:
+    """A claim as a plan's hash reads it: the measure named only where it is not the final latency."""
+    plain = dataclasses.asdict(claim)
+    if claim.measure == "final":
+        del plain["measure"]
+    return plain
 
 
 def _is_int(value: object) -> bool:
@@ -235,6 +257,61 @@ def ratio_row(arm_latencies: Sequence[float], baseline_latencies: Sequence[float
     return Row(claim=claim, n=n, hosts=host_rows, alpha=alpha, headline=headline, plain=plain,
                stratified=stratified, heterogeneity_p=heterogeneity, p_adjusted=chosen.p,
                verdict=_verdict(claim, chosen, chosen.p, alpha))
+
+
+def censored_row(arm: Sequence[tuple[float, bool]], baseline: Sequence[tuple[float, bool]], hosts: Sequence[str],
+                 claim: Claim, alpha: float) -> Row:
+    """The row of a claim on a censored measure (module docstring, "measures") from (value, censored)
+    pairs by block: values > 0, a censored one the arm's whole spend. Blocks where both are censored
+    are left out (n counts the rest). ValueError on unequal lengths or a value not finite and > 0."""
+    if not len(arm) == len(baseline) == len(hosts):
+        raise ValueError(f"{len(arm)} arm, {len(baseline)} baseline values and {len(hosts)} host kinds")
+    kept = [(a, b, h) for a, b, h in zip(arm, baseline, hosts) if not (a[1] and b[1])]
+    for (a, _), (b, _), _ in kept:
+        if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
+            raise ValueError("values must be finite and > 0")
+    logs = np.array([math.log(a) - math.log(b) for (a, _), (b, _), _ in kept])
+    kinds = [h for _, _, h in kept]
+    host_rows = tuple(HostKind(kind, kinds.count(kind), float(np.exp(np.median(logs[[k == kind for k in kinds]]))))
+                      for kind in sorted(set(kinds)))
+    n = len(logs)
+    if n == 0:
+        estimate = Estimate(ratio=math.nan, low=0.0, high=math.inf, p=1.0, log_mean=math.nan, se=math.nan, df=0)
+    else:
+        low, high = _median_interval(np.sort(logs), alpha)
+        estimate = Estimate(ratio=math.exp(float(np.median(logs))), low=math.exp(low), high=math.exp(high),
+                            p=_sign_p(logs, claim), log_mean=float(np.median(logs)), se=math.nan, df=n - 1)
+    return Row(claim=claim, n=n, hosts=host_rows, alpha=alpha, headline="plain", plain=estimate, stratified=None,
+               heterogeneity_p=None, p_adjusted=estimate.p, verdict=_verdict(claim, estimate, estimate.p, alpha))
+
+
+def _median_interval(ordered: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The distribution-free interval of the median at level >= 1 - alpha: the k-th smallest and k-th
+    largest, k the largest with P(Binomial(n, 1/2) < k) <= alpha / 2; (-inf, inf) where n is too small."""
+    n = len(ordered)
+    k = 0
+    while k + 1 <= n and stats.binom.cdf(k, n, 0.5) <= alpha / 2:
+        k += 1
+    if k == 0:
+        return -math.inf, math.inf
+    return float(ordered[k - 1]), float(ordered[n - k])
+
+
+def _sign_p(logs: np.ndarray, claim: Claim) -> float:
+    """The sign test's p: two-sided against 0 for a difference; for equivalence the larger of the
+    one-sided tests of median <= -log(margin) and median >= +log(margin) (ties with the bound left out)."""
+    def one_sided(successes: int, trials: int) -> float:  # P(X >= successes), X ~ Binomial(trials, 1/2)
+        return float(stats.binom.sf(successes - 1, trials, 0.5)) if trials else 1.0
+
+    if claim.kind == "equivalence":
+        bound = math.log(float(claim.margin))  # type: ignore[arg-type]  # claim_problems: margin > 1
+        above_low = one_sided(int((logs > -bound).sum()), int((logs != -bound).sum()))
+        below_high = one_sided(int((logs < bound).sum()), int((logs != bound).sum()))
+        return max(above_low, below_high)
+    nonzero = logs[logs != 0]
+    if len(nonzero) == 0:
+        return 1.0
+    return float(stats.binomtest(int((nonzero > 0).sum()), len(nonzero), 0.5).pvalue)
 
 
 def described_ratio(arm: Sequence[float], baseline: Sequence[float], alpha: float) -> tuple[float, float, float]:
@@ -407,7 +484,7 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
                 raise ValueError(f"block {ident!r}: latency of {name!r} is {latency!r}, not > 0")
             values[name] = latency
         if all(math.isfinite(v) for v in values.values()):
-            complete.append((host, values))
+            complete.append((host, values, block))
         else:
             incomplete.append(ident)
     if plan.looks:
@@ -417,7 +494,7 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
     n = len(complete)
     information = min(1.0, n / plan.planned_blocks)
     withheld = n < plan.min_blocks
-    hosts = [host for host, _ in complete]
+    hosts = [host for host, _, _ in complete]
     families = []
     for family, claims in (("claims", plan.claims), ("controls", plan.controls)):
         if withheld:
@@ -426,8 +503,7 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
                                       stratified=None, heterogeneity_p=None, p_adjusted=None, verdict=WITHHELD,
                                       withheld=WITHHELD, family=family) for c in claims))
             continue
-        rows = [ratio_row([v[c.arm] for _, v in complete], [v[c.baseline] for _, v in complete], hosts, c,
-                          look_alpha) for c in claims]
+        rows = [_row(c, complete, look_alpha) for c in claims]
         adjusted = holm([row.estimate.p for row in rows if row.estimate is not None])
         families.append(tuple(
             dataclasses.replace(row, p_adjusted=p, family=family,
@@ -435,6 +511,27 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
             for row, p in zip(rows, adjusted)))
     return Table(plan=plan, claims=families[0], controls=families[1], n_blocks=n, incomplete=tuple(incomplete),
                  information=information, look=look, look_alpha=look_alpha, withheld=withheld)
+
+
+def _row(claim: Claim, complete: list, alpha: float) -> Row:
+    """A claim's row over the look's complete blocks ((host kind, final latencies, the block) each); a
+    censored measure's from each block's claim.measure mapping {arm: [value, censored]}, a block
+    without both arms' values left out of it."""
+    if claim.measure == "final":
+        return ratio_row([v[claim.arm] for _, v, _ in complete], [v[claim.baseline] for _, v, _ in complete],
+                         [host for host, _, _ in complete], claim, alpha)
+    pairs = []
+    for host, _, block in complete:
+        measured = block.get(claim.measure) or {}
+        arm, baseline = measured.get(claim.arm), measured.get(claim.baseline)
+        if _censored_value(arm) and _censored_value(baseline):
+            pairs.append(((float(arm[0]), bool(arm[1])), (float(baseline[0]), bool(baseline[1])), host))
+    return censored_row([a for a, _, _ in pairs], [b for _, b, _ in pairs], [h for _, _, h in pairs], claim, alpha)
+
+
+def _censored_value(value) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], (int, float))
+            and not isinstance(value[0], bool) and value[0] is not None and isinstance(value[1], bool))
 
 
 def _look_now(plan: Plan, n: int) -> tuple[str, float]:
@@ -467,7 +564,7 @@ def markdown(table: Table) -> str:
              "|---|---|---|---|---|---|---|"]
     for row in (*table.claims, *table.controls):
         claim = row.claim
-        what = f"{claim.arm} / {claim.baseline}, " + (
+        what = f"{claim.arm} / {claim.baseline}{MEASURE_WORDS[claim.measure]}, " + (
             "difference" if claim.kind == "difference" else f"equivalence ±{_g(claim.margin)}")
         kinds = ", ".join(f"{h.kind} ×{h.n}" + ("" if h.ratio is None else f" {h.ratio:.3f}") for h in row.hosts)
         estimate = row.estimate

@@ -8,8 +8,9 @@ hardware; what it found and read, as one mapping (tuning/study/files.py writes i
    of the panel or of adjudication is made (those never screen).
 2. A reference panel of fixed configs (the fastest of a few drawn from the task alone) is read
    at the start, after every cycle of rounds and at the end: the host's drift through the block.
-3. The arms' rounds interleave, one round each in turn, so drift falls on every arm alike; the arm
-   that goes first rotates with the block's seed.
+3. The arms' rounds interleave, the arm that has measured least going next (one round each in turn
+   where their round sizes are equal), so drift falls on every arm alike; the arm that goes first
+   among equals rotates with the block's seed.
 4. Adjudication: each arm's `top_k` configs by their selecting reading are re-read `rereads` times,
    all arms' re-reads shuffled together; the config of the best median is the arm's finalist; then
    `confirm` fresh readings of each finalist, shuffled together again, and their median is the arm's
@@ -56,6 +57,7 @@ class Arm:
     peer_records: list[tuple[Config, float | None]] | None = None
     peer_unmapped: int = 0
     tuning_s: float = 0.0  # the wall of the arm's own rounds (a peer: its whole process)
+    marks: list[tuple[int, float]] | None = None  # (measurements, tuning_s) after each of its rounds
 
     def readings(self) -> list[tuple[Config, float | None, str | None]]:
         """(config, selecting reading or None, error) of every measurement, in order."""
@@ -65,15 +67,17 @@ class Arm:
         return [(tuple(r.config), r.result.cost if r.result.ok else None, r.result.error) for r in self.tuner.records]
 
 
-def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int, out_dir: Path) -> DictConfig:
-    """An arm's job config in a block, checked as a job's is (ConfigError naming the key)."""
+def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int, out_dir: Path,
+               plan_size: int | None = None) -> DictConfig:
+    """An arm's job config in a block (`plan_size`: its own, default the study's), checked as a job's is
+    (ConfigError naming the key)."""
     from hydra import compose, initialize_config_dir
 
     register()
     named = any(o.lstrip("+").startswith("tuning.prior=") for o in (*spec.common, *overrides))
     argv = [*(() if named else (NO_PRIOR,)), *spec.common, *overrides, f"model={task}", f"seed={seed}",
             f"budget.trials={spec.trials}",
-            f"budget.plan_size={spec.plan_size}", "tracking=none", f"output_dir={out_dir}"]
+            f"budget.plan_size={plan_size or spec.plan_size}", "tracking=none", f"output_dir={out_dir}"]
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="study"):
             cfg = compose("config", overrides=argv)
@@ -87,8 +91,8 @@ def arm_config(spec: StudySpec, overrides: tuple[str, ...], task: str, seed: int
 
 def arm_configs(spec: StudySpec, task: str, seed: int, work: Path) -> list[Arm]:
     peers = dict(spec.peers)
-    arms = [Arm(name, arm_config(spec, overrides, task, seed, work / name), peer=peers.get(name))
-            for name, overrides in spec.arms]
+    arms = [Arm(name, arm_config(spec, overrides, task, seed, work / name, spec.plan_size_of(name)),
+                peer=peers.get(name)) for name, overrides in spec.arms]
     first = arms[0]
     for arm in arms[1:]:
         for group in SHARED:
@@ -122,7 +126,7 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
             parts = Components(instantiate(arm.cfg.search), instantiate(arm.cfg.sampler), instantiate(arm.cfg.evaluator),
                                instantiate(arm.cfg.cost_model), hardware, NoTracker())
             run = RunInfo(seed=seed, out_dir=work / arm.name, method=arm.name, trials=spec.trials,
-                          plan_size=spec.plan_size, callbacks=[],
+                          plan_size=spec.plan_size_of(arm.name), callbacks=[],
                           first_round_prior=prior_of(arm.cfg.tuning.get("prior"), seed, hardware))
             arm.tuner = TaskTuner(task, 0, parts, run)
         order = _rotated([a.name for a in lab], seed)
@@ -142,6 +146,7 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
     target = min(finals) / spec.target_fraction if finals else None  # that fraction of the best throughput
     for record in adjudicated.values():  # a peer's records are in its database's order, not measured order
         record["to_target"] = None if "peer" in record else measurements_to_target(record, target)
+        record["to_target_s"] = seconds_to(record, record["to_target"])
     return {"study": spec.name, "plan_hash": spec.plan_hash, "task": task_name, "seed": seed,
             "block": f"{task_name}-seed{seed}", "host": host, "isa": vector_isa(), "space_size": space_size,
             "order": order, "started": started,
@@ -157,6 +162,14 @@ def measurements_to_target(arm: dict[str, Any], target: float | None) -> int | N
         return None
     within = {key for key, reads in arm["rereads"].items() if reads and statistics.median(reads) <= target}
     return next((i + 1 for i, (config, _, _) in enumerate(arm["records"]) if _key(tuple(config)) in within), None)
+
+
+def seconds_to(arm: dict[str, Any], measurements: int | None) -> float | None:
+    """The arm's tuning seconds at the end of the round that made its `measurements`-th measurement
+    (when its tuner could first know it had it); None where that is None or no round marks were kept."""
+    if measurements is None:
+        return None
+    return next((seconds for count, seconds in arm.get("rounds") or [] if count >= measurements), None)
 
 
 def _plain(node) -> Any:
@@ -177,20 +190,35 @@ def _rotated(names: list[str], seed: int) -> list[str]:
 
 
 def _interleave(arms: dict[str, Arm], order: list[str], spec: StudySpec, panel: Panel) -> None:
-    """One round of each arm in turn until every arm has its budget or stopped; the panel after each cycle."""
+    """A round of the arm that has measured least (the first in `order` among equals) until every arm
+    has its budget or stopped, so that arms of different round sizes stay level in measurements and
+    drift falls on them alike (equal round sizes: one round of each in turn); the panel whenever the
+    arms have all passed another budget.plan_size measurements."""
+    stalled: set[str] = set()  # a round that measured nothing new: the arm has nothing left to propose
+
+    def level(name: str) -> int:
+        tuner = arms[name].tuner
+        assert tuner is not None
+        return spec.trials if tuner.done or name in stalled else tuner.measured
+
+    read = 0
     while True:
-        moved = False
-        for name in order:
-            tuner = arms[name].tuner
-            assert tuner is not None
-            if not tuner.done and tuner.measured < spec.trials:
-                started = time.perf_counter()
-                tuner.tune_round(min(spec.plan_size, spec.trials - tuner.measured))
-                arms[name].tuning_s += time.perf_counter() - started
-                moved = True
-        if not moved:
+        behind = [name for name in order if level(name) < spec.trials]
+        if not behind:
             return
-        panel.read()
+        name = min(behind, key=level)  # min() keeps the first of equals
+        tuner = arms[name].tuner
+        assert tuner is not None
+        started, before = time.perf_counter(), tuner.measured
+        tuner.tune_round(min(spec.plan_size_of(name), spec.trials - tuner.measured))
+        arms[name].tuning_s += time.perf_counter() - started
+        arms[name].marks = [*(arms[name].marks or []), (tuner.measured, arms[name].tuning_s)]
+        if tuner.measured == before:
+            stalled.add(name)
+        passed = min(level(n) for n in order) // spec.plan_size
+        if passed > read or all(level(n) >= spec.trials for n in order):
+            read = passed
+            panel.read()
 
 
 def _run_peers(peers: list[Arm], hardware, evaluator, task: Task, spec: StudySpec, seed: int, work: Path,
@@ -288,6 +316,7 @@ def adjudicate(arms: list[Arm], hardware, evaluator, task: Task, spec: StudySpec
             "final_s": final, "selecting_s": selecting,
             "winners_curse": selecting / final if selecting and final else None,
             "tuning_s": arm.tuning_s,
+            **({"rounds": [[count, seconds] for count, seconds in arm.marks]} if arm.marks else {}),
             "screened": sum(bool(r.result.screened) for r in arm.tuner.records) if arm.tuner else 0,
         }
     return out

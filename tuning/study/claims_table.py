@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuning.config import ConfigError
 from tuning.config.conf_dir import CONF_DIR
-from tuning.study.analysis import Row
+from tuning.study.analysis import MEASURE_WORDS, Row
 from tuning.study.files import BlockFile
 from tuning.study.run import Look, host_kinds, look, tasks_and_spaces
 from tuning.study.spec import StudySpec, load_study
@@ -59,15 +59,17 @@ def claims_markdown(root: Path) -> str:
                          f"{_about(spec, seen.files)} | {_page(spec)} |")
     lines += ["", "Each row is one pre-registered claim of a study (docs/studies.md): a ratio is the arm's "
               "adjudicated final latency over its baseline's, block by block (below 1: the arm's kernels "
-              "are faster), with its interval at the look the blocks reach; a verdict is withheld until the "
-              "study's min_blocks are in. Made from the committed block files by `tunelab study claims`."]
+              "are faster), or where the row says so its measurements or tuning seconds to the block's target "
+              "(the median ratio, censored where an arm never reached it), with its interval at the look the "
+              "blocks reach; a verdict is withheld until the study's min_blocks are in. Made from the "
+              "committed block files by `tunelab study claims`."]
     return "\n".join(lines) + "\n"
 
 
 def _claim(row: Row) -> str:
     claim = row.claim
     kind = "difference" if claim.kind == "difference" else f"equivalence within {claim.margin:g}"
-    return f"{claim.arm} / {claim.baseline}, {kind}"
+    return f"{claim.arm} / {claim.baseline}{MEASURE_WORDS[claim.measure]}, {kind}"
 
 
 def _verdict(row: Row, seen: Look) -> str:

@@ -101,7 +101,8 @@ def study_table(spec: StudySpec) -> str:
     table, ours, others, problems = seen.table, seen.files, seen.other_plans, seen.problems
     lines = [f"# Study {spec.name} (plan {spec.plan_hash})", "", spec.description, "",
              f"Blocks: {len(ours)} of {len(spec.blocks)} planned ({len(spec.tasks)} task(s) x {len(spec.seeds)} "
-             f"seeds); budget {spec.trials} measurements an arm, plan size {spec.plan_size}; final latency: "
+             f"seeds); budget {spec.trials} measurements an arm, plan size {spec.plan_size}"
+             f"{''.join(f', {arm} {size}' for arm, size in spec.plan_sizes)}; final latency: "
              f"the median of {spec.adjudication.confirm} fresh readings of each arm's finalist (chosen among its "
              f"top {spec.adjudication.top_k} by {spec.adjudication.rereads} re-reads each).", "",
              _scope(spec, ours), "", markdown(table), "", *_by_isa(spec, ours), *_noise_lines(spec, ours),
@@ -115,8 +116,28 @@ def study_table(spec: StudySpec) -> str:
 
 
 def _analysed(spec: StudySpec, file) -> dict:
+    """A block file as the analysis reads it: each arm's final latency, and its measurements and tuning
+    seconds to the target as [value, censored] (censored: never reached, counted at all it spent;
+    None where the file does not say, as a block made before tuning seconds were kept by round)."""
+    arms = {arm: file.data["arms"].get(arm, {}) for arm in spec.arm_names}
     return {"block": file.block, "host_kind": host_key(file.data["host"]),
-            "final": {arm: file.data["arms"].get(arm, {}).get("final_s") for arm in spec.arm_names}}
+            "final": {arm: record.get("final_s") for arm, record in arms.items()},
+            "to_target": {arm: _to_target(record.get("to_target"), len(record.get("records") or []),
+                                          known="peer" not in record) for arm, record in arms.items()},
+            "to_target_s": {arm: _to_target(record.get("to_target_s"), number(record.get("tuning_s")),
+                                            known="peer" not in record and bool(record.get("rounds")))
+                            for arm, record in arms.items()}}
+
+
+def _to_target(value, spent: float | None, known: bool = True) -> list | None:
+    """[value, False] where the arm reached the target, [spent, True] where it did not, None where the
+    file cannot tell (a peer's records are not in measured order)."""
+    if not known:
+        return None
+    reached = number(value)
+    if reached is not None and reached > 0:
+        return [reached, False]
+    return [spent, True] if value is None and spent else None
 
 
 def _scope(spec: StudySpec, files) -> str:

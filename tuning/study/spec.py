@@ -11,11 +11,12 @@
     tasks: [gemm_64]                                    # model options: a block is one (task, seed)
     seeds: 10                                           # seeds 0..9, or a list
     budget: {trials: 64, plan_size: 16}                 # every arm's, per block
+      # plan_sizes: {gbfs: 5}                           # optional: an arm's own round size (its paper's)
     adjudication: {top_k: 3, rereads: 5, confirm: 5}
     panel: {configs: 3, drift_bound: 1.10}
     target: {fraction: 0.95}
     analysis:
-      claims: [{arm: sa, baseline: random, kind: difference}]
+      claims: [{arm: sa, baseline: random, kind: difference}]   # measure: final (default), to_target, to_target_s
       controls: []
       alpha: 0.05
       min_blocks: 8
@@ -46,7 +47,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from tuning.config import ConfigError
 from tuning.config.conf_dir import CONF_DIR
 from tuning.config.untrusted import env_conf_dirs
-from tuning.study.analysis import Claim, Plan, plan_problems
+from tuning.study.analysis import Claim, Plan, claim_plan, plan_problems
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 KEYS = ("description", "common", "arms", "tasks", "seeds", "budget", "adjudication", "panel", "target",
@@ -88,11 +89,16 @@ class StudySpec:
     analysis: Plan  # claims, controls, alpha, min_blocks, interim, looks; planned_blocks = tasks x seeds
     results: Path
     peers: tuple[tuple[str, str], ...] = ()  # (arm name, peer kind): a tuner run whole (block.py)
+    plan_sizes: tuple[tuple[str, int], ...] = ()  # (arm name, its round size) where not budget.plan_size
     report: Report | None = None  # a row per claim in the lab's claims table; None: not in it
 
     @property
     def arm_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.arms)
+
+    def plan_size_of(self, arm: str) -> int:
+        """The most an arm measures in one round: its own plan size, else the study's."""
+        return dict(self.plan_sizes).get(arm, self.plan_size)
 
     @property
     def blocks(self) -> list[tuple[str, int]]:
@@ -106,12 +112,13 @@ class StudySpec:
         return {"arms": {name: {"peer": peers[name]} if name in peers else list(overrides)
                          for name, overrides in self.arms}, "common": list(self.common),
                 "tasks": list(self.tasks), "seeds": list(self.seeds),
-                "budget": {"trials": self.trials, "plan_size": self.plan_size},
+                "budget": {"trials": self.trials, "plan_size": self.plan_size,
+                           **({"plan_sizes": dict(self.plan_sizes)} if self.plan_sizes else {})},
                 "adjudication": asdict(self.adjudication),
                 "panel": {"configs": self.panel_configs, "drift_bound": self.drift_bound},
                 "target": {"fraction": self.target_fraction},
-                "analysis": {"claims": [asdict(c) for c in analysis.claims],
-                             "controls": [asdict(c) for c in analysis.controls], "alpha": analysis.alpha,
+                "analysis": {"claims": [claim_plan(c) for c in analysis.claims],
+                             "controls": [claim_plan(c) for c in analysis.controls], "alpha": analysis.alpha,
                              "min_blocks": analysis.min_blocks, "interim": analysis.interim,
                              **({"looks": list(analysis.looks)} if analysis.looks else {})}}
 
@@ -152,9 +159,11 @@ def study_spec(name: str, node: DictConfig) -> StudySpec:
     arms = _arms(data.get("arms"), problems)
     tasks = _strings(data.get("tasks"), "study.tasks", problems)
     seeds = _seeds(data.get("seeds"), problems)
-    budget = _mapping(data.get("budget"), "study.budget", ("trials", "plan_size"), problems)
+    budget = _mapping(data.get("budget"), "study.budget", ("trials", "plan_size", "plan_sizes"), problems)
     trials = _int(budget.get("trials"), "study.budget.trials", 1, problems)
     plan_size = _int(budget.get("plan_size"), "study.budget.plan_size", 1, problems)
+    peers = _peers(data.get("arms") if isinstance(data.get("arms"), dict) else None)
+    plan_sizes = _plan_sizes(budget.get("plan_sizes"), [a for a, _ in arms], dict(peers), trials, problems)
     adj = _mapping(data.get("adjudication", {}), "study.adjudication", ("top_k", "rereads", "confirm"), problems)
     adjudication = Adjudication(_int(adj.get("top_k", 3), "study.adjudication.top_k", 1, problems),
                                 _int(adj.get("rereads", 5), "study.adjudication.rereads", 1, problems),
@@ -177,8 +186,7 @@ def study_spec(name: str, node: DictConfig) -> StudySpec:
         drift_bound=_number(panel.get("drift_bound", 1.10), "study.panel.drift_bound", 1.0, problems),
         target_fraction=_number(target.get("fraction", 0.95), "study.target.fraction", 0.0, problems, high=1.0),
         analysis=plan, results=Path(str(data.get("results", f"studies/{name}"))),
-        peers=_peers(data.get("arms") if isinstance(data.get("arms"), dict) else None),
-        report=_report(data.get("report"), len(plan.claims), problems))
+        peers=peers, plan_sizes=plan_sizes, report=_report(data.get("report"), len(plan.claims), problems))
     if trials and plan_size and plan_size > trials:
         problems.append(f"study.budget.plan_size: {plan_size} is more than budget.trials {trials}")
     if problems:
@@ -256,6 +264,26 @@ def _peers(value) -> tuple[tuple[str, str], ...]:
                  if isinstance(arm, dict) and arm.get("peer") in PEERS)
 
 
+def _plan_sizes(value, arms: list[str], peers: dict, trials: int, problems: list[str]) -> tuple[tuple[str, int], ...]:
+    """budget.plan_sizes: {arm: its round size}, for arms the lab tunes (a peer runs whole), each at most
+    budget.trials; in the arms' order."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        problems.append(f"study.budget.plan_sizes: expected a mapping of arm names to round sizes, got {value!r}")
+        return ()
+    sizes = {}
+    for arm, size in value.items():
+        key = f"study.budget.plan_sizes.{arm}"
+        if arm not in arms or arm in peers:
+            problems.append(f"{key}: not an arm the lab tunes ({', '.join(a for a in arms if a not in peers)})")
+        elif _int(size, key, 1, problems) and trials and size > trials:
+            problems.append(f"{key}: {size} is more than budget.trials {trials}")
+        else:
+            sizes[arm] = size
+    return tuple((arm, sizes[arm]) for arm in arms if arm in sizes)
+
+
 def _analysis_problems(plan: Plan, planned: bool) -> list[str]:
     """The analysis's own checks (tuning/study/analysis.py plan_problems), named by the study's keys; the
     count of planned blocks is the tasks and seeds, named there once both are readable."""
@@ -314,7 +342,7 @@ def _claims(value, key: str, arms: list[str], problems: list[str]) -> list[Claim
     claims = []
     for i, item in enumerate(value):
         where = f"{key}[{i}]"
-        item = _mapping(item, where, ("arm", "baseline", "kind", "margin"), problems)
+        item = _mapping(item, where, ("arm", "baseline", "kind", "margin", "measure"), problems)
         arm, baseline, kind = (item.get(k) for k in ("arm", "baseline", "kind"))
         margin: Any = item.get("margin")
         for part, name in (("arm", arm), ("baseline", baseline)):
@@ -322,5 +350,6 @@ def _claims(value, key: str, arms: list[str], problems: list[str]) -> list[Claim
                 problems.append(f"{where}.{part}: {name!r} is not an arm ({', '.join(arms)})")
         if item:
             numeric = isinstance(margin, (int, float)) and not isinstance(margin, bool)
-            claims.append(Claim(str(arm), str(baseline), str(kind), float(margin) if numeric else margin))
+            claims.append(Claim(str(arm), str(baseline), str(kind), float(margin) if numeric else margin,
+                                str(item.get("measure", "final"))))
     return claims
