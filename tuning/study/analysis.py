@@ -465,7 +465,7 @@ def family_table(plan: Plan, blocks: Sequence[Mapping]) -> Table:
         raise ValueError("the plan: " + "; ".join(problems))
     arms = sorted({name for claim in (*plan.claims, *plan.controls) for name in (claim.arm, claim.baseline)})
     seen: set[str] = set()
-    complete: list[tuple[str, dict[str, float]]] = []
+    complete: list[tuple[str, dict[str, float], Mapping]] = []
     incomplete: list[str] = []
     for position, block in enumerate(blocks):
         ident = str(block.get("block", position))
@@ -523,15 +523,18 @@ def _row(claim: Claim, complete: list, alpha: float) -> Row:
     pairs = []
     for host, _, block in complete:
         measured = block.get(claim.measure) or {}
-        arm, baseline = measured.get(claim.arm), measured.get(claim.baseline)
-        if _censored_value(arm) and _censored_value(baseline):
-            pairs.append(((float(arm[0]), bool(arm[1])), (float(baseline[0]), bool(baseline[1])), host))
+        arm, baseline = _censored_value(measured.get(claim.arm)), _censored_value(measured.get(claim.baseline))
+        if arm is not None and baseline is not None:
+            pairs.append((arm, baseline, host))
     return censored_row([a for a, _, _ in pairs], [b for _, b, _ in pairs], [h for _, _, h in pairs], claim, alpha)
 
 
-def _censored_value(value) -> bool:
-    return (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], (int, float))
-            and not isinstance(value[0], bool) and value[0] is not None and isinstance(value[1], bool))
+def _censored_value(value) -> tuple[float, bool] | None:
+    """A block's [value, censored] as a pair, None where it is not one."""
+    if (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], (int, float))
+            and not isinstance(value[0], bool) and isinstance(value[1], bool)):
+        return float(value[0]), value[1]
+    return None
 
 
 def _look_now(plan: Plan, n: int) -> tuple[str, float]:
