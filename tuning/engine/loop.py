@@ -159,7 +159,7 @@ def tune_tasks(tasks, components_for, run: RunInfo, scheduler, prior=None) -> li
                 for tuner in live:
                     tuner._stop(progress.abandoned)
                 break
-        left_to_model = heaviest_tuners(tuners, run.in_model_kernels)
+        left_to_model = heaviest_tuners(tuners, 0 if progress.abandoned else run.in_model_kernels)
         for tuner in tuners:
             tuner.finish(defer=tuner in left_to_model)
     finally:
@@ -360,10 +360,7 @@ class TaskTuner:
 
 def heaviest_tuners(tuners: list[TaskTuner], count: int) -> set[TaskTuner]:
     """The `count` tasks with the largest weight x fastest valid reading, as the in-model choice
-    ranks them (tuning/engine/model_choice.py heaviest_outcomes); none when `count` is 0 or the run
-    was abandoned."""
-    if not count or any(t.run.progress.abandoned for t in tuners[:1]):
-        return set()
+    ranks them (tuning/engine/model_choice.py heaviest_outcomes)."""
     fastest = {t: min((r.result.cost for r in t.records if r.result.ok), default=float("inf")) for t in tuners}
     measured = [t for t in tuners if np.isfinite(fastest[t])]
     return set(sorted(measured, key=lambda t: -t.task.weight * fastest[t])[:count])
