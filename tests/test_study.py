@@ -211,15 +211,15 @@ def test_an_arm_on_other_hardware_is_refused_before_any_block(tmp_path):
         check_study(spec, tmp_path)
 
 
-def test_arms_may_differ_in_the_evaluator_s_screen_only(tmp_path):
-    from tuning.study.block import check_study
+def test_arms_may_differ_in_their_evaluator_and_the_study_reads_with_common_s(tmp_path):
+    from tuning.study.block import check_study, reading_config
 
-    def arms(**both):
-        return study_spec("two", OmegaConf.create({**valid(), "common": ["hardware=synthetic", "evaluator=fixed"],
-                                                   "arms": {"a": ["search=random"], **both}}))
-    check_study(arms(b=["search=random", "evaluator.screen=1.5"]), tmp_path)
-    with pytest.raises(ConfigError, match=r"study.arms.b: its evaluator differs.*evaluator.screen only"):
-        check_study(arms(b=["search=random", "evaluator.repeat=7"]), tmp_path)
+    spec = study_spec("two", OmegaConf.create({**valid(), "common": ["hardware=synthetic", "evaluator=adatune_de"],
+                                               "arms": {"a": ["search=random", "evaluator=adaptive"],
+                                                        "b": ["search=random", "evaluator=adaptive"]}}))
+    check_study(spec, tmp_path)
+    reading = reading_config(spec, "gemm_64", 0, tmp_path).evaluator
+    assert reading._target_.endswith("FixedEvaluator") and reading.number == 50  # common's, whatever the arms'
 
 
 def test_a_screening_arm_records_its_screened_readings_and_the_table_its_tuning_time(tmp_path):

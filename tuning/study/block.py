@@ -3,9 +3,10 @@ hardware; what it found and read, as one mapping (tuning/study/files.py writes i
 
 1. The arms' job configs are composed (the study's `common`, the arm's overrides, then the block's
    model, seed, budget and output folder) and checked like any job's before anything is measured;
-   every arm must name the same hardware and evaluator (the reading rule is the study's), except
-   the evaluator's `screen`: it decides which candidates a round reads in full, not how any reading
-   of the panel or of adjudication is made (those never screen).
+   every arm must name the same hardware. An arm's evaluator reads its own rounds (AdaTune's
+   early-stopping reading, a screening cut: a method's own way of reading its candidates); the
+   panel and adjudication read with the study's rule, the evaluator of `common` alone, the same for
+   every arm.
 2. A reference panel of fixed configs (the fastest of a few drawn from the task alone) is read
    at the start, after every cycle of rounds and at the end: the host's drift through the block.
 3. The arms' rounds interleave, the arm that has measured least going next (one round each in turn
@@ -41,8 +42,6 @@ from tuning.study.spec import StudySpec
 from tuning.tracking.base import NoTracker
 
 NO_PRIOR = "tuning.prior=null"  # a study's arms have no first-round prior unless the study names one
-SHARED = ("hardware", "evaluator")  # one reading rule, one machine: every arm's must be the same
-SELECTING_ONLY = {"evaluator": ("screen",)}  # keys that change a method's rounds only: arms may differ in them
 PANEL_STREAM = 7_091  # the panel's draws depend on the task alone
 ADJUDICATION_STREAM = 991
 PANEL_DRAWS = 4  # configs tried for each panel place
@@ -95,19 +94,23 @@ def arm_configs(spec: StudySpec, task: str, seed: int, work: Path) -> list[Arm]:
                 peer=peers.get(name)) for name, overrides in spec.arms]
     first = arms[0]
     for arm in arms[1:]:
-        for group in SHARED:
-            if _shared(arm.cfg, group) != _shared(first.cfg, group):
-                free = ", ".join(f"{group}.{key}" for key in SELECTING_ONLY.get(group, ()))
-                raise ConfigError(f"study.arms.{arm.name}: its {group} differs from arm {first.name}'s; a block "
-                                  f"reads every arm on one {group} (set it in study.common"
-                                  + (f"; arms may differ in {free} only)" if free else ")"))
+        if _plain(arm.cfg.hardware) != _plain(first.cfg.hardware):
+            raise ConfigError(f"study.arms.{arm.name}: its hardware differs from arm {first.name}'s; a block "
+                              "reads every arm on one hardware (set it in study.common)")
     return arms
+
+
+def reading_config(spec: StudySpec, task: str, seed: int, work: Path) -> DictConfig:
+    """The study's reading rule: the job config of study.common alone, whose evaluator reads the panel
+    and adjudicates every arm (an arm's own evaluator reads its own rounds only)."""
+    return arm_config(spec, (), task, seed, work / "reading")
 
 
 def check_study(spec: StudySpec, work: Path) -> None:
     """Every arm of every task composes and passes the job checks: before any block runs."""
     for task in spec.tasks:
         arm_configs(spec, task, spec.seeds[0], work)
+        reading_config(spec, task, spec.seeds[0], work)
 
 
 def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict) -> dict[str, Any]:
@@ -116,8 +119,9 @@ def run_block(spec: StudySpec, task_name: str, seed: int, work: Path, host: dict
 
     started, wall, machine = time.time(), time.perf_counter(), bystanders.sample()
     arms = arm_configs(spec, task_name, seed, work)
-    # the panel and adjudication read with measure/remeasure, which never screen: one rule for every arm
-    hardware, evaluator = instantiate(arms[0].cfg.hardware), instantiate(arms[0].cfg.evaluator)
+    # the panel and adjudication read by the study's rule (measure/remeasure, which never screen), one for every arm
+    hardware = instantiate(arms[0].cfg.hardware)
+    evaluator = instantiate(reading_config(spec, task_name, seed, work).evaluator)
     try:
         [task] = build_tasks(arms[0].cfg.model)
         space_size = getattr(hardware.space(task), "size", None)
@@ -174,14 +178,6 @@ def seconds_to(arm: dict[str, Any], measurements: int | None) -> float | None:
 
 def _plain(node) -> Any:
     return OmegaConf.to_container(node, resolve=True)
-
-
-def _shared(cfg: DictConfig, group: str) -> Any:
-    """The part of an arm's group every arm must have alike (its SELECTING_ONLY keys left out)."""
-    plain = _plain(cfg[group])
-    if isinstance(plain, dict):
-        return {key: value for key, value in plain.items() if key not in SELECTING_ONLY.get(group, ())}
-    return plain
 
 
 def _rotated(names: list[str], seed: int) -> list[str]:

@@ -235,12 +235,12 @@ def _time_lines(spec: StudySpec, files) -> list[str]:
         lines.append("Screened (read once, far slower than the best so far), measurements per block, median per "
                      "arm: " + ", ".join(f"{arm} {_median_or_dash([n for n in counts if isinstance(n, int)])}"
                                           for arm, counts in screened.items()) + ".")
-    for claim in (*spec.analysis.claims, *spec.analysis.controls):
-        pairs = [(a, b) for a, b in zip(per[claim.arm], per[claim.baseline]) if a and b]
+    for arm, baseline in dict.fromkeys((c.arm, c.baseline) for c in (*spec.analysis.claims, *spec.analysis.controls)):
+        pairs = [(a, b) for a, b in zip(per[arm], per[baseline]) if a and b]
         if len(pairs) < 2:
             continue
         ratio, low, high = described_ratio([a for a, _ in pairs], [b for _, b in pairs], spec.analysis.alpha)
-        lines.append(f"- tuning time per measurement, {claim.arm} / {claim.baseline}: {ratio:.3f} "
+        lines.append(f"- tuning time per measurement, {arm} / {baseline}: {ratio:.3f} "
                      f"[{low:.3f}, {high:.3f}] over {len(pairs)} blocks")
     return lines
 
