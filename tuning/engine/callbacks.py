@@ -261,7 +261,7 @@ class Pace(MeasureCallback):
     @classmethod
     def of_job(cls, job: JobSpec, tasks, evaluator) -> Pace:
         """A tuning job's: each task's best few re-measured; a whole model's end-to-end check when enabled."""
-        in_model = job.e2e.chosen_in_model(len(tasks)) if job.model.whole else 0
+        in_model = job.chosen_in_model(len(tasks))
         finalists = (len(tasks) - in_model) * evaluator.final_candidates  # the heaviest in_model are read in the model
         if job.model.whole and job.e2e.enabled:  # tuned, untuned and torch timed
             e2e = job.e2e

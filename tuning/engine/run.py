@@ -188,13 +188,11 @@ def _tune_and_export(job: Job, method: str, callbacks, trial, pruning) -> tuple:
         with parts.hardware:
             parts.tracker.set_tags(run_folder.save_hardware(out_dir, parts.hardware.describe()))
             with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # notices above the progress bar
-                # plan.plan_size: an int since with_plan_size
-                run = RunInfo(job.spec.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]
+                run = RunInfo(job.spec.seed, out_dir, method, plan.trials, plan.plan_size,  # type: ignore[arg-type]  # an int since with_plan_size
                               plan.deadline(), plan.early_stop, plan.min_trials_per_task or 0, plan.rounds_per_task, callbacks,
                               init_random=plan.init_random,
                               first_round_prior=prior_of(job.spec.prior, job.spec.seed, parts.hardware),
-                              in_model_kernels=job.spec.e2e.chosen_in_model(len(job.tasks))
-                              if job.spec.model.whole else 0)
+                              in_model_kernels=job.spec.chosen_in_model(len(job.tasks)))
                 outcomes, clock = _tune(job, run)
             pruned = pruning is not None and pruning.pruned_at is not None
             e2e = _export(job, outcomes, pruned)

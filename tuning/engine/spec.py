@@ -138,3 +138,7 @@ class JobSpec:
                    budget=BudgetSpec.of(cfg.budget),
                    objective=ObjectiveSpec.of(cfg.objective), e2e=E2ESpec.of(cfg.e2e),
                    choices=MappingProxyType(dict(choices or {})))
+
+    def chosen_in_model(self, tasks: int) -> int:
+        """How many of the job's `tasks` its end re-chooses inside the model: none for a single operator."""
+        return self.e2e.chosen_in_model(tasks) if self.model.whole else 0
