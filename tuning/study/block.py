@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ class Arm:
     peer_records: list[tuple[Config, float | None]] | None = None
     peer_unmapped: int = 0
     tuning_s: float = 0.0  # the wall of the arm's own rounds (a peer: its whole process)
-    marks: list[tuple[int, float]] | None = None  # (measurements, tuning_s) after each of its rounds
+    marks: list[tuple[int, float]] = field(default_factory=list)  # (measurements, tuning_s) after each round
 
     def readings(self) -> list[tuple[Config, float | None, str | None]]:
         """(config, selecting reading or None, error) of every measurement, in order."""
@@ -208,7 +208,7 @@ def _interleave(arms: dict[str, Arm], order: list[str], spec: StudySpec, panel: 
         started, before = time.perf_counter(), tuner.measured
         tuner.tune_round(min(spec.plan_size_of(name), spec.trials - tuner.measured))
         arms[name].tuning_s += time.perf_counter() - started
-        arms[name].marks = [*(arms[name].marks or []), (tuner.measured, arms[name].tuning_s)]
+        arms[name].marks.append((tuner.measured, arms[name].tuning_s))
         if tuner.measured == before:
             stalled.add(name)
         passed = min(level(n) for n in order) // spec.plan_size
